@@ -1,0 +1,262 @@
+"""The MIG hardware catalog: what each supported GPU model can be partitioned into, in NVML terms.
+
+This module owns the *shape* of the facts; the facts themselves live in one data file,
+``data/mig-catalog.yaml`` (generated from the researched reference by ``hack/gen_mig_catalog.py``),
+loaded once per process by :func:`load_catalog`.  Nothing else in migdra may carry a table of MIG
+numbers: the simulator, the device model and the CLI all read them from here.
+
+Every model is frozen.  Values that were not read off real hardware output are named in each entry's
+``uncertain`` map, so callers (and ``migdra gpus``) can say which numbers to trust.
+"""
+
+from __future__ import annotations
+
+import enum
+from fractions import Fraction
+from functools import cache
+from importlib import resources
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+
+class Architecture(enum.StrEnum):
+    """GPU architecture; the value of ``nvmlDeviceGetArchitecture`` is kept beside it in the data."""
+
+    AMPERE = "ampere"
+    HOPPER = "hopper"
+    BLACKWELL = "blackwell"
+
+
+def _pair_to_placement(value: Any) -> Any:
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return {"start": value[0], "size": value[1]}
+    return value
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Placement(_Frozen):
+    """``nvmlGpuInstancePlacement_t`` / ``nvmlComputeInstancePlacement_t``: a half-open slice range."""
+
+    start: int = Field(ge=0, description="first occupied slice")
+    size: int = Field(gt=0, description="number of slices occupied")
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    def slices(self) -> range:
+        return range(self.start, self.end)
+
+    def overlaps(self, other: Placement) -> bool:
+        return self.start < other.end and other.start < self.end
+
+    def __str__(self) -> str:
+        return f"{self.start}:{self.size}"
+
+
+PlacementField = Annotated[Placement, BeforeValidator(_pair_to_placement)]
+
+
+class MemoryAlternative(_Frozen):
+    """Another ``memorySizeMB`` seen on a different driver branch."""
+
+    value: int
+    sources: tuple[str, ...] = ()
+    note: str | None = None
+
+
+class ComputeInstanceProfile(_Frozen):
+    """One ``NVML_COMPUTE_INSTANCE_PROFILE_*`` inside a given GPU-instance profile.
+
+    For compute instances the NVML profile index *is* the profile ID (nvidia-smi -lcip), so there is
+    only one number.
+    """
+
+    ci_profile_index: int = Field(ge=0)
+    name: str
+    slice_count: int = Field(gt=0)
+    instance_count: int = Field(gt=0)
+    multiprocessor_count: int = Field(gt=0)
+    placements: tuple[PlacementField, ...]
+    sources: tuple[str, ...] = ()
+    uncertain: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def profile_id(self) -> int:
+        return self.ci_profile_index
+
+
+class GpuInstanceProfile(_Frozen):
+    """One GPU-instance profile (the rows of ``nvidia-smi mig -lgip``) of one GPU model."""
+
+    name: str = Field(description="e.g. '1g.10gb' or '1g.10gb+me'")
+    nvml_profile_index: int = Field(ge=0, description="NVML_GPU_INSTANCE_PROFILE_* constant")
+    profile_id: int = Field(ge=0, description="info.id: what Create/PossiblePlacements take")
+    slice_count: int = Field(gt=0, description="compute (GPU) slices")
+    instance_count: int = Field(gt=0)
+    multiprocessor_count: int = Field(gt=0)
+    copy_engine_count: int = Field(ge=0)
+    decoder_count: int = Field(ge=0)
+    encoder_count: int = Field(ge=0)
+    jpeg_count: int = Field(ge=0)
+    ofa_count: int = Field(ge=0)
+    is_p2p_supported: int = Field(ge=0, le=1)
+    memory_size_mb: int = Field(gt=0, description="MiB, as nvmlGpuInstanceProfileInfo_v2_t reports it")
+    placements: tuple[PlacementField, ...]
+    default_ci_profile_index: int
+    compute_instance_profiles: tuple[ComputeInstanceProfile, ...]
+    memory_size_mb_alternatives: tuple[MemoryAlternative, ...] = ()
+    sources: tuple[str, ...] = ()
+    uncertain: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GpuInstanceProfile:
+        sizes = {p.size for p in self.placements}
+        if len(sizes) != 1:
+            raise ValueError(f"{self.name}: placements must share one size, got {sorted(sizes)}")
+        if self.default_ci_profile_index not in {c.ci_profile_index for c in self.compute_instance_profiles}:
+            raise ValueError(f"{self.name}: default CI profile {self.default_ci_profile_index} is not in its CI table")
+        return self
+
+    @property
+    def placement_size(self) -> int:
+        """Memory slices one instance of this profile occupies."""
+        return self.placements[0].size
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_size_mb * 1024 * 1024
+
+    @property
+    def default_compute_instance(self) -> ComputeInstanceProfile:
+        """The full-size CI (``nvidia-smi mig -cgi X -C``): the one that delivers all of the GI's SMs."""
+        return self.compute_instance_profile(self.default_ci_profile_index)
+
+    def compute_instance_profile(self, ci_profile_index: int) -> ComputeInstanceProfile:
+        for ci in self.compute_instance_profiles:
+            if ci.ci_profile_index == ci_profile_index:
+                return ci
+        raise KeyError(f"GI profile {self.name} has no compute-instance profile {ci_profile_index}")
+
+    def placement_at(self, start: int) -> Placement | None:
+        return next((p for p in self.placements if p.start == start), None)
+
+
+class GpuModel(_Frozen):
+    """A GPU model that supports MIG."""
+
+    key: str
+    reference_key: str
+    aliases: tuple[str, ...] = ()
+    nvml_name: str
+    pci_device_id: str
+    architecture: Architecture
+    nvml_architecture: int
+    cuda_compute_capability: str
+    total_memory_mib: int = Field(gt=0)
+    memory_slices: int = Field(gt=0, description="placement units; 12 on RTX PRO 6000")
+    compute_slices: int = Field(gt=0)
+    sm_total: int = Field(gt=0)
+    max_gpu_instances: int = Field(gt=0)
+    mig_mode_change_requires_reset: bool
+    default_placement_order: dict[int, tuple[int, ...]] = Field(
+        description="starts nvmlDeviceCreateGpuInstance (no placement) tries, per placement size"
+    )
+    gpu_instance_id_base_by_fraction: dict[str, int] = Field(
+        description="catalog-wide GI ID rule: fraction of the GPU ('1/4') -> first GI ID of that class"
+    )
+    gpu_instance_profiles: tuple[GpuInstanceProfile, ...]
+    sources: tuple[str, ...] = ()
+    uncertain: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GpuModel:
+        ids = [p.profile_id for p in self.gpu_instance_profiles]
+        if len(ids) != len(set(ids)):
+            raise ValueError(f"{self.key}: duplicate GI profile IDs")
+        indices = [p.nvml_profile_index for p in self.gpu_instance_profiles]
+        if len(indices) != len(set(indices)):
+            raise ValueError(f"{self.key}: duplicate GI profile indices")
+        for profile in self.gpu_instance_profiles:
+            for placement in profile.placements:
+                if placement.end > self.memory_slices:
+                    raise ValueError(f"{self.key} {profile.name}: placement {placement} beyond {self.memory_slices} slices")
+                self.gpu_instance_id(placement)  # raises for a size with no ID class
+        return self
+
+    def profile_by_id(self, profile_id: int) -> GpuInstanceProfile:
+        for profile in self.gpu_instance_profiles:
+            if profile.profile_id == profile_id:
+                return profile
+        raise KeyError(f"{self.key} has no GPU-instance profile ID {profile_id}")
+
+    def profile_by_index(self, nvml_profile_index: int) -> GpuInstanceProfile:
+        for profile in self.gpu_instance_profiles:
+            if profile.nvml_profile_index == nvml_profile_index:
+                return profile
+        raise KeyError(f"{self.key} has no GPU-instance profile index {nvml_profile_index}")
+
+    def profile_by_name(self, name: str) -> GpuInstanceProfile:
+        for profile in self.gpu_instance_profiles:
+            if profile.name == name:
+                return profile
+        raise KeyError(f"{self.key} has no GPU-instance profile {name!r}")
+
+    def gpu_instance_id(self, placement: Placement) -> int:
+        """The GI ID NVML assigns at ``placement``: a size class base plus ``start / size``.
+
+        The rule is one fact of the catalog (``gpu_instance_id_rule``); see its ``uncertain`` note.
+        """
+        base = self.gpu_instance_id_base_by_fraction.get(str(Fraction(placement.size, self.memory_slices)))
+        if base is None:
+            raise ValueError(f"{self.key}: no GPU-instance ID class for placement size {placement.size}")
+        return base + placement.start // placement.size
+
+    @property
+    def max_compute_instances(self) -> int:
+        """Most CIs (hence MIG devices) the GPU can hold at once: one per compute slice."""
+        return self.compute_slices
+
+
+class MigCatalog(_Frozen):
+    """All supported GPU models, by catalog key (``H100-SXM5-80GB``) and by alias."""
+
+    schema_version: int
+    gpus: dict[str, GpuModel]
+    sources: dict[str, str]
+    gpu_instance_id_rule: dict[str, Any]
+
+    def model(self, key: str) -> GpuModel:
+        """Look up a model by catalog key or alias (case-insensitive)."""
+        wanted = key.strip().lower()
+        for gpu in self.gpus.values():
+            if wanted == gpu.key.lower() or wanted in (a.lower() for a in gpu.aliases):
+                return gpu
+        known = ", ".join(sorted(self.gpus))
+        raise KeyError(f"unknown GPU model {key!r}; known models: {known}")
+
+    def by_nvml_name(self, nvml_name: str) -> GpuModel | None:
+        """The model whose NVML device name matches (R450/R460 drop the ``NVIDIA `` prefix)."""
+        name = nvml_name.strip().removeprefix("NVIDIA ")
+        return next((g for g in self.gpus.values() if g.nvml_name.removeprefix("NVIDIA ") == name), None)
+
+    def by_pci_device_id(self, pci_device_id: int) -> GpuModel | None:
+        return next((g for g in self.gpus.values() if int(g.pci_device_id, 16) == pci_device_id), None)
+
+
+@cache
+def load_catalog() -> MigCatalog:
+    """Load and validate the shipped catalog once per process."""
+    text = resources.files("dra_driver.mig").joinpath("data/mig-catalog.yaml").read_text(encoding="utf-8")
+    raw = yaml.safe_load(text)
+    rule = raw["gpu_instance_id_rule"]
+    bases = {str(Fraction(str(k))): int(v) for k, v in rule["base_by_fraction"].items()}
+    gpus = {key: {"key": key, "gpu_instance_id_base_by_fraction": bases, **body} for key, body in raw["gpus"].items()}
+    return MigCatalog.model_validate(
+        {"schema_version": raw["schema_version"], "gpus": gpus, "sources": raw["sources"], "gpu_instance_id_rule": rule}
+    )
