@@ -133,9 +133,9 @@ def derive_compute_instance_profiles(
 ) -> list[dict[str, Any]]:
     """The CI table of one GI profile, by the rule in the reference's Hopper/Blackwell note.
 
-    k-slice CI (k in 1, 2, 3, 4, 7) inside an n-slice GI: k x (SMs of the 1-slice GI) unless k == n, where it is the whole
-    GI.  Hopper and newer add CI profile 7 (1_SLICE_REV1): the default CI of double-memory 1g GIs, and a
-    26-SM 1-slice CI inside 2g GIs (go-nvml#146).  RTX PRO: only the full CI (reference note).
+    k-slice CI (k in 1, 2, 3, 4, 7) inside an n-slice GI: k x (SMs of the 1-slice GI) unless k == n,
+    where it is the whole GI.  Hopper and newer add CI profile 7 (1_SLICE_REV1): the default CI of
+    double-memory 1g GIs, and a 26-SM 1-slice CI inside 2g GIs (go-nvml#146).  RTX PRO: only the full CI (reference note).
     """
     n = gi["slice_count"]
     # A 4g GI has no 3c CI (mig-parted's known A100 configs list 1c/2c/4c.4g only); 3g and 7g GIs do.
@@ -220,8 +220,14 @@ def build_gpu(key: str, ref_key: str, aliases: list[str], ref_gpu: dict[str, Any
     arch_value = int(str(ref_gpu["architecture"]).split("(")[1].rstrip(")"))
     architecture = ARCHITECTURES[arch_value]
     uncertain: dict[str, str] = {}
-    for flag_key in ("nvml_name_flag", "total_memory_flag", "placements_flag", "mig_mode_change_flag",
-                     "memory_slices_note", "constant_mapping_flag"):
+    for flag_key in (
+        "nvml_name_flag",
+        "total_memory_flag",
+        "placements_flag",
+        "mig_mode_change_flag",
+        "memory_slices_note",
+        "constant_mapping_flag",
+    ):
         if flag_key in ref_gpu:
             uncertain[flag_key.removesuffix("_flag").removesuffix("_note")] = str(ref_gpu[flag_key])
     gpu: dict[str, Any] = {
@@ -247,7 +253,9 @@ def build_gpu(key: str, ref_key: str, aliases: list[str], ref_gpu: dict[str, Any
     slices = gpu["memory_slices"]
     if slices == 8:
         order = DEFAULT_ORDER_8_SLICE
-        uncertain["default_placement_order"] = "1g (H100, A100) and size-2 (GH200) orders recorded; UNCONFIRMED as a rule"
+        uncertain["default_placement_order"] = (
+            "1g (H100, A100) and size-2 (GH200) orders recorded; UNCONFIRMED as a rule"
+        )
     else:
         order = {}
         uncertain["default_placement_order"] = "UNCONFIRMED: highest start first, by analogy"
@@ -303,8 +311,12 @@ def build_gpu(key: str, ref_key: str, aliases: list[str], ref_gpu: dict[str, Any
         for size in sizes
     }
     gpu["sources"] = sorted(
-        {s for k in ("nvml_name_src", "pci_device_id_src", "profile_names_src", "reset_src", "max_gpu_instances_src")
-         for s in ref_gpu.get(k, []) if isinstance(s, str) and len(s) < 40}
+        {
+            s
+            for k in ("nvml_name_src", "pci_device_id_src", "profile_names_src", "reset_src", "max_gpu_instances_src")
+            for s in ref_gpu.get(k, [])
+            if isinstance(s, str) and len(s) < 40
+        }
     )
     gpu["uncertain"] = uncertain
     gpu["gpu_instance_profiles"] = profiles_out
@@ -338,10 +350,14 @@ def generate(reference: Path) -> str:
     catalog: dict[str, Any] = {
         "schema_version": 1,
         "gpu_instance_id_rule": _gi_id_rule(),
-        "gpus": {key: build_gpu(key, ref_key, aliases, ref["gpus"][ref_key]) for key, (ref_key, aliases) in MODELS.items()},
+        "gpus": {
+            key: build_gpu(key, ref_key, aliases, ref["gpus"][ref_key]) for key, (ref_key, aliases) in MODELS.items()
+        },
         "sources": ref["sources"],
     }
-    body = yaml.dump(catalog, Dumper=_NoAliasDumper, sort_keys=False, width=160, default_flow_style=None, allow_unicode=True)
+    body = yaml.dump(
+        catalog, Dumper=_NoAliasDumper, sort_keys=False, width=160, default_flow_style=None, allow_unicode=True
+    )
     return HEADER + body
 
 

@@ -185,7 +185,9 @@ class GpuModel(_Frozen):
         for profile in self.gpu_instance_profiles:
             for placement in profile.placements:
                 if placement.end > self.memory_slices:
-                    raise ValueError(f"{self.key} {profile.name}: placement {placement} beyond {self.memory_slices} slices")
+                    raise ValueError(
+                        f"{self.key} {profile.name}: placement {placement} beyond {self.memory_slices} slices"
+                    )
                 self.gpu_instance_id(placement)  # raises for a size with no ID class
         return self
 

@@ -1,0 +1,39 @@
+# The two set-up commands of the README: `make demo` and `make test`.  Both build .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+DEMO_STATE ?= .state/demo
+
+.PHONY: demo test lint unit install clean catalog
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## demo: a simulated node (2x H100 80GB, 1x A100 40GB) and its MIG profiles, placements and free slots.
+demo: $(STAMP)
+	rm -rf $(DEMO_STATE) && mkdir -p $(DEMO_STATE)
+	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE)
+
+## test: lint (ruff, mypy --strict, import layers, generated files) then the whole pytest suite.
+test: lint
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/python hack/gen_mig_catalog.py --check
+
+## catalog: regenerate the shipped MIG catalog from ../shared/reference/mig-profiles.yaml
+catalog: $(STAMP)
+	$(BIN)/python hack/gen_mig_catalog.py
+
+clean:
+	rm -rf $(VENV) .state .mypy_cache .ruff_cache .pytest_cache .hypothesis

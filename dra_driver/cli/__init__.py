@@ -1,0 +1,1 @@
+"""The ``migdra`` command line (entry point: ``dra_driver.cli.main:main``)."""

@@ -1,0 +1,105 @@
+"""The ``migdra`` command line.
+
+Each subcommand builds its settings from flags plus environment, opens what it needs, and hands off
+to library code; no logic of its own beyond presentation lives here.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from dra_driver import __version__
+from dra_driver.cli import inventory_view
+from dra_driver.errors import MigdraError
+from dra_driver.settings import build_nvml_settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def nvml_options(command: F) -> F:
+    """The flags that choose the NVML library; each also reads its ``MIGDRA_*`` variable."""
+    options = [
+        click.option(
+            "--nvml",
+            type=click.Choice(["real", "simulated"]),
+            default=None,
+            help="NVML library: the real libnvidia-ml (default) or the simulator [env MIGDRA_NVML]",
+        ),
+        click.option(
+            "--sim-state",
+            type=click.Path(dir_okay=False, path_type=Path),
+            default=None,
+            help="simulated hardware state file, created if absent [env MIGDRA_SIM_STATE]",
+        ),
+        click.option(
+            "--sim-gpus",
+            default=None,
+            metavar="MODEL[:N],...",
+            help="GPUs of a new simulated node, e.g. H100-SXM5-80GB:8 [env MIGDRA_SIM_GPUS]",
+        ),
+        click.option(
+            "--sim-mig-enabled/--sim-mig-disabled",
+            default=None,
+            help="MIG mode of a new simulated node (default enabled) [env MIGDRA_SIM_MIG_ENABLED]",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="migdra")
+@click.option("-v", "--verbose", count=True, help="more log output (-vv for debug)")
+def cli(verbose: int) -> None:
+    """migdra: NVIDIA MIG as Kubernetes DRA devices."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@cli.command()
+@nvml_options
+@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
+@click.option("--all-placements/--free-only", default=True, help="list every legal placement or only free ones")
+def gpus(
+    nvml: str | None,
+    sim_state: Path | None,
+    sim_gpus: str | None,
+    sim_mig_enabled: bool | None,
+    output: str,
+    all_placements: bool,
+) -> None:
+    """Show the GPUs, their MIG profiles and legal placements, and which placements are free."""
+    from dra_driver.nvml.session import open_nvml  # noqa: PLC0415 -- keep `migdra --help` free of NVML
+
+    settings = build_nvml_settings(nvml=nvml, sim_state=sim_state, sim_gpus=sim_gpus, sim_mig_enabled=sim_mig_enabled)
+    with open_nvml(settings) as session:
+        inventory = inventory_view.read_inventory(session)
+    click.echo(inventory_view.render(inventory, output, all_placements=all_placements), nl=False)
+
+
+def main() -> None:
+    """Console-script entry point: migdra errors become one clear line and exit code 1."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(1)
+    except MigdraError as exc:
+        click.echo(f"migdra: error: {exc}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,436 @@
+"""The hardware boundary: every NVML call migdra makes goes through :class:`Nvml`.
+
+This is the only production module that imports ``pynvml``.  It turns ctypes structs and handles into
+the frozen values of :mod:`dra_driver.nvml.types` and translates every ``pynvml.NVMLError`` into the
+:mod:`dra_driver.nvml.errors` hierarchy in one place (:func:`_translate`).  It holds no MIG knowledge
+of its own: what NVML reports is the truth here; the catalog is consulted by callers, never by this
+module.
+
+The simulator (:mod:`dra_driver.nvml.sim`) replaces the *library* underneath ``pynvml``, not this
+class, so the code path tested without GPUs is the code path that runs on them.
+
+Thread safety: NVML itself is thread-safe; the handle cache is guarded by a lock.  Callers serialise
+mutations per GPU (the kubelet plugin holds per-GPU locks).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pynvml
+
+from dra_driver.mig.catalog import Placement
+from dra_driver.nvml.errors import (
+    NvmlError,
+    NvmlInsufficientResources,
+    NvmlInUse,
+    NvmlInvalidArgument,
+    NvmlLibraryUnavailable,
+    NvmlNoPermission,
+    NvmlNotFound,
+    NvmlNotSupported,
+    NvmlUnexpectedError,
+)
+from dra_driver.nvml.types import (
+    ComputeInstanceInfo,
+    ComputeInstanceProfileInfo,
+    GpuInfo,
+    GpuInstanceInfo,
+    GpuInstanceProfileInfo,
+    MigMode,
+    MigModeState,
+)
+
+_ERROR_CLASSES: dict[int, type[NvmlError]] = {
+    pynvml.NVML_ERROR_UNINITIALIZED: NvmlLibraryUnavailable,
+    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: NvmlLibraryUnavailable,
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED: NvmlLibraryUnavailable,
+    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND: NvmlLibraryUnavailable,
+    pynvml.NVML_ERROR_NO_PERMISSION: NvmlNoPermission,
+    pynvml.NVML_ERROR_NOT_SUPPORTED: NvmlNotSupported,
+    pynvml.NVML_ERROR_INVALID_ARGUMENT: NvmlInvalidArgument,
+    pynvml.NVML_ERROR_NOT_FOUND: NvmlNotFound,
+    pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES: NvmlInsufficientResources,
+    pynvml.NVML_ERROR_IN_USE: NvmlInUse,
+}
+
+_GI_PROFILE_COUNT: int = pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT
+_CI_PROFILE_COUNT: int = pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT
+_CI_ENGINE_SHARED: int = pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+
+
+def _translate(operation: str, gpu: str | None, exc: pynvml.NVMLError) -> NvmlError:
+    """The one place an NVML return code becomes a migdra error."""
+    code = int(exc.value)
+    try:
+        message = str(exc)
+    except Exception:  # str() calls back into the library; a broken library must not hide the code
+        message = f"NVML error {code}"
+    error_class = _ERROR_CLASSES.get(code, NvmlUnexpectedError)
+    return error_class(operation, code, message, gpu)
+
+
+@contextmanager
+def _calling(operation: str, gpu: str | None = None) -> Iterator[None]:
+    try:
+        yield
+    except pynvml.NVMLError as exc:
+        raise _translate(operation, gpu, exc) from exc
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class Nvml:
+    """One NVML session: enumerate GPUs and create / inspect / destroy MIG instances.
+
+    GPUs are addressed by UUID (stable across reboots and re-enumeration), GPU instances by
+    ``(gpu_uuid, gpu_instance_id)`` and compute instances by ``(gpu_uuid, gpu_instance_id,
+    compute_instance_id)`` -- the identities NVML itself keeps.
+    """
+
+    def __init__(self) -> None:
+        self._handles: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._initialised = False
+
+    # -- session ---------------------------------------------------------------------------------
+
+    def init(self) -> None:
+        with _calling("nvmlInit"):
+            pynvml.nvmlInit()
+        self._initialised = True
+
+    def shutdown(self) -> None:
+        if not self._initialised:
+            return
+        self._initialised = False
+        with self._lock:
+            self._handles.clear()
+        with _calling("nvmlShutdown"):
+            pynvml.nvmlShutdown()
+
+    def __enter__(self) -> Nvml:
+        self.init()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    # -- system ----------------------------------------------------------------------------------
+
+    def driver_version(self) -> str:
+        with _calling("nvmlSystemGetDriverVersion"):
+            return _text(pynvml.nvmlSystemGetDriverVersion())
+
+    def cuda_driver_version(self) -> str:
+        """CUDA version the driver supports, as ``major.minor`` (NVML reports e.g. 13000)."""
+        with _calling("nvmlSystemGetCudaDriverVersion"):
+            value = int(pynvml.nvmlSystemGetCudaDriverVersion())
+        return f"{value // 1000}.{(value % 1000) // 10}"
+
+    # -- GPUs ------------------------------------------------------------------------------------
+
+    def list_gpus(self) -> list[GpuInfo]:
+        with _calling("nvmlDeviceGetCount"):
+            count = int(pynvml.nvmlDeviceGetCount())
+        gpus = []
+        for index in range(count):
+            with _calling("nvmlDeviceGetHandleByIndex", f"GPU {index}"):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            gpu = self._gpu_info(index, handle)
+            with self._lock:
+                self._handles[gpu.uuid] = handle
+            gpus.append(gpu)
+        return gpus
+
+    def gpu(self, gpu_uuid: str) -> GpuInfo:
+        handle = self._handle(gpu_uuid)
+        with _calling("nvmlDeviceGetIndex", gpu_uuid):
+            index = int(pynvml.nvmlDeviceGetIndex(handle))
+        return self._gpu_info(index, handle)
+
+    def mig_mode(self, gpu_uuid: str) -> MigModeState | None:
+        return self._mig_mode(self._handle(gpu_uuid), gpu_uuid)
+
+    def set_mig_mode(self, gpu_uuid: str, enabled: bool) -> MigModeState:
+        """Request MIG on or off.  On Ampere only the pending mode changes until a GPU reset.
+
+        Raises :class:`NvmlInUse` when NVML reports the GPU is not idle (the activation status).
+        """
+        handle = self._handle(gpu_uuid)
+        mode = MigMode.ENABLED if enabled else MigMode.DISABLED
+        with _calling("nvmlDeviceSetMigMode", gpu_uuid):
+            activation = int(pynvml.nvmlDeviceSetMigMode(handle, int(mode)))
+        if activation != pynvml.NVML_SUCCESS:
+            error_class = _ERROR_CLASSES.get(activation, NvmlUnexpectedError)
+            raise error_class("nvmlDeviceSetMigMode (activation)", activation, _error_string(activation), gpu_uuid)
+        state = self._mig_mode(handle, gpu_uuid)
+        if state is None:
+            raise NvmlNotSupported("nvmlDeviceGetMigMode", pynvml.NVML_ERROR_NOT_SUPPORTED, "Not Supported", gpu_uuid)
+        return state
+
+    # -- GPU-instance profiles -------------------------------------------------------------------
+
+    def gpu_instance_profiles(self, gpu_uuid: str) -> list[GpuInstanceProfileInfo]:
+        """Every GI profile the GPU reports, with its possible placements (works with MIG off too)."""
+        handle = self._handle(gpu_uuid)
+        profiles = []
+        for index in range(_GI_PROFILE_COUNT):
+            try:
+                with _calling("nvmlDeviceGetGpuInstanceProfileInfo", gpu_uuid):
+                    info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index, 2)
+            except (NvmlNotSupported, NvmlInvalidArgument):
+                continue  # this GPU lacks the profile (or the driver predates the constant)
+            placements = self._possible_placements(handle, gpu_uuid, int(info.id))
+            profiles.append(
+                GpuInstanceProfileInfo(
+                    nvml_profile_index=index,
+                    profile_id=int(info.id),
+                    name=_text(info.name),
+                    slice_count=int(info.sliceCount),
+                    instance_count=int(info.instanceCount),
+                    multiprocessor_count=int(info.multiprocessorCount),
+                    copy_engine_count=int(info.copyEngineCount),
+                    decoder_count=int(info.decoderCount),
+                    encoder_count=int(info.encoderCount),
+                    jpeg_count=int(info.jpegCount),
+                    ofa_count=int(info.ofaCount),
+                    memory_size_mb=int(info.memorySizeMB),
+                    is_p2p_supported=bool(info.isP2pSupported),
+                    placements=placements,
+                )
+            )
+        return profiles
+
+    def remaining_capacity(self, gpu_uuid: str, profile_id: int) -> int:
+        handle = self._handle(gpu_uuid)
+        with _calling("nvmlDeviceGetGpuInstanceRemainingCapacity", gpu_uuid):
+            return int(pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(handle, profile_id))
+
+    # -- GPU instances ---------------------------------------------------------------------------
+
+    def gpu_instances(self, gpu_uuid: str) -> list[GpuInstanceInfo]:
+        """Every GPU instance on the GPU (ours or not), with its compute instances; [] when MIG is off."""
+        handle = self._handle(gpu_uuid)
+        mode = self._mig_mode(handle, gpu_uuid)
+        if mode is None or not mode.enabled:
+            return []
+        found: list[GpuInstanceInfo] = []
+        for profile in self.gpu_instance_profiles(gpu_uuid):
+            array = (pynvml.c_nvmlGpuInstance_t * profile.instance_count)()
+            count = ctypes.c_uint(0)
+            with _calling("nvmlDeviceGetGpuInstances", gpu_uuid):
+                pynvml.nvmlDeviceGetGpuInstances(handle, profile.profile_id, array, ctypes.byref(count))
+            found.extend(self._gpu_instance_info(gpu_uuid, array[i]) for i in range(count.value))
+        return sorted(found, key=lambda gi: gi.gpu_instance_id)
+
+    def gpu_instance(self, gpu_uuid: str, gpu_instance_id: int) -> GpuInstanceInfo:
+        return self._gpu_instance_info(gpu_uuid, self._gi_handle(gpu_uuid, gpu_instance_id))
+
+    def create_gpu_instance(self, gpu_uuid: str, profile_id: int, placement: Placement) -> GpuInstanceInfo:
+        """Create a GI of ``profile_id`` at exactly ``placement``; never anywhere else.
+
+        Raises :class:`NvmlInsufficientResources` when the placement is occupied and
+        :class:`NvmlInvalidArgument` when it is not a legal placement of the profile.
+        """
+        handle = self._handle(gpu_uuid)
+        c_placement = pynvml.c_nvmlGpuInstancePlacement_t()
+        c_placement.start = placement.start
+        c_placement.size = placement.size
+        operation = f"nvmlDeviceCreateGpuInstanceWithPlacement(profile {profile_id}, placement {placement})"
+        with _calling(operation, gpu_uuid):
+            gi_handle = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile_id, ctypes.byref(c_placement))
+        created = self._gpu_instance_info(gpu_uuid, gi_handle)
+        if created.placement != placement or created.profile_id != profile_id:
+            raise NvmlUnexpectedError(
+                operation,
+                pynvml.NVML_ERROR_UNKNOWN,
+                f"NVML created GI {created.gpu_instance_id} (profile {created.profile_id}) at {created.placement}",
+                gpu_uuid,
+            )
+        return created
+
+    def destroy_gpu_instance(self, gpu_uuid: str, gpu_instance_id: int) -> None:
+        """Destroy a GI.  Raises :class:`NvmlInUse` while compute instances or processes remain."""
+        gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
+        with _calling(f"nvmlGpuInstanceDestroy(GI {gpu_instance_id})", gpu_uuid):
+            pynvml.nvmlGpuInstanceDestroy(gi_handle)
+
+    # -- compute instances -----------------------------------------------------------------------
+
+    def compute_instance_profiles(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstanceProfileInfo]:
+        gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
+        profiles = []
+        for index in range(_CI_PROFILE_COUNT):
+            try:
+                with _calling("nvmlGpuInstanceGetComputeInstanceProfileInfo", gpu_uuid):
+                    info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi_handle, index, _CI_ENGINE_SHARED, 2)
+            except (NvmlNotSupported, NvmlInvalidArgument):
+                continue
+            profiles.append(
+                ComputeInstanceProfileInfo(
+                    ci_profile_index=index,
+                    profile_id=int(info.id),
+                    name=_text(info.name),
+                    slice_count=int(info.sliceCount),
+                    instance_count=int(info.instanceCount),
+                    multiprocessor_count=int(info.multiprocessorCount),
+                )
+            )
+        return profiles
+
+    def create_compute_instance(
+        self, gpu_uuid: str, gpu_instance_id: int, ci_profile_index: int
+    ) -> ComputeInstanceInfo:
+        """Create a CI of the given ``NVML_COMPUTE_INSTANCE_PROFILE_*`` inside a GI."""
+        gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
+        operation = f"nvmlGpuInstanceCreateComputeInstance(GI {gpu_instance_id}, CI profile {ci_profile_index})"
+        with _calling(operation, gpu_uuid):
+            info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gi_handle, ci_profile_index, _CI_ENGINE_SHARED, 2
+            )
+            ci_handle = pynvml.nvmlGpuInstanceCreateComputeInstance(gi_handle, int(info.id))
+        return self._compute_instance_info(gpu_uuid, gpu_instance_id, ci_handle)
+
+    def compute_instances(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstanceInfo]:
+        return self._compute_instances(gpu_uuid, gpu_instance_id, self._gi_handle(gpu_uuid, gpu_instance_id))
+
+    def destroy_compute_instance(self, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int) -> None:
+        """Destroy a CI.  Raises :class:`NvmlInUse` while a process holds its MIG device."""
+        gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
+        operation = f"nvmlComputeInstanceDestroy(GI {gpu_instance_id}, CI {compute_instance_id})"
+        with _calling(operation, gpu_uuid):
+            ci_handle = pynvml.nvmlGpuInstanceGetComputeInstanceById(gi_handle, compute_instance_id)
+            pynvml.nvmlComputeInstanceDestroy(ci_handle)
+
+    def mig_device_uuid(self, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int) -> str:
+        gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
+        with _calling("nvmlGpuInstanceGetComputeInstanceById", gpu_uuid):
+            ci_handle = pynvml.nvmlGpuInstanceGetComputeInstanceById(gi_handle, compute_instance_id)
+        return self._compute_instance_info(gpu_uuid, gpu_instance_id, ci_handle).mig_uuid
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _handle(self, gpu_uuid: str) -> Any:
+        with self._lock:
+            handle = self._handles.get(gpu_uuid)
+        if handle is None:
+            with _calling("nvmlDeviceGetHandleByUUID", gpu_uuid):
+                handle = pynvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
+            with self._lock:
+                self._handles[gpu_uuid] = handle
+        return handle
+
+    def _gi_handle(self, gpu_uuid: str, gpu_instance_id: int) -> Any:
+        handle = self._handle(gpu_uuid)
+        with _calling(f"nvmlDeviceGetGpuInstanceById(GI {gpu_instance_id})", gpu_uuid):
+            return pynvml.nvmlDeviceGetGpuInstanceById(handle, gpu_instance_id)
+
+    def _mig_mode(self, handle: Any, gpu_uuid: str) -> MigModeState | None:
+        try:
+            with _calling("nvmlDeviceGetMigMode", gpu_uuid):
+                current, pending = pynvml.nvmlDeviceGetMigMode(handle)
+        except NvmlNotSupported:
+            return None
+        return MigModeState(current=MigMode(int(current)), pending=MigMode(int(pending)))
+
+    def _gpu_info(self, index: int, handle: Any) -> GpuInfo:
+        where = f"GPU {index}"
+        with _calling("nvmlDeviceGetUUID", where):
+            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+        with _calling("nvmlDeviceGetName", uuid):
+            name = _text(pynvml.nvmlDeviceGetName(handle))
+        with _calling("nvmlDeviceGetMinorNumber", uuid):
+            minor = int(pynvml.nvmlDeviceGetMinorNumber(handle))
+        with _calling("nvmlDeviceGetPciInfo", uuid):
+            pci = pynvml.nvmlDeviceGetPciInfo(handle)
+        with _calling("nvmlDeviceGetArchitecture", uuid):
+            architecture = int(pynvml.nvmlDeviceGetArchitecture(handle))
+        with _calling("nvmlDeviceGetCudaComputeCapability", uuid):
+            major, minor_cc = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        with _calling("nvmlDeviceGetMemoryInfo", uuid):
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        try:
+            with _calling("nvmlDeviceGetNumaNodeId", uuid):
+                numa: int | None = int(pynvml.nvmlDeviceGetNumaNodeId(handle))
+        except (NvmlNotSupported, NvmlLibraryUnavailable, NvmlInvalidArgument):
+            numa = None  # older drivers lack the call; NUMA is optional information
+        return GpuInfo(
+            index=index,
+            uuid=uuid,
+            name=name,
+            minor_number=minor,
+            pci_bus_id=_text(pci.busId),
+            pci_device_id=int(pci.pciDeviceId),
+            nvml_architecture=architecture,
+            cuda_compute_capability=(int(major), int(minor_cc)),
+            memory_total_bytes=int(memory.total),
+            mig_mode=self._mig_mode(handle, uuid),
+            numa_node=numa if numa is not None and numa >= 0 else None,
+        )
+
+    def _possible_placements(self, handle: Any, gpu_uuid: str, profile_id: int) -> tuple[Placement, ...]:
+        count = ctypes.c_uint(0)
+        with _calling("nvmlDeviceGetGpuInstancePossiblePlacements", gpu_uuid):
+            pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
+        if count.value == 0:
+            return ()
+        array = (pynvml.c_nvmlGpuInstancePlacement_t * count.value)()
+        with _calling("nvmlDeviceGetGpuInstancePossiblePlacements", gpu_uuid):
+            pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
+        return tuple(Placement(start=int(array[i].start), size=int(array[i].size)) for i in range(count.value))
+
+    def _gpu_instance_info(self, gpu_uuid: str, gi_handle: Any) -> GpuInstanceInfo:
+        with _calling("nvmlGpuInstanceGetInfo", gpu_uuid):
+            info = pynvml.nvmlGpuInstanceGetInfo(gi_handle)
+        gpu_instance_id = int(info.id)
+        return GpuInstanceInfo(
+            gpu_uuid=gpu_uuid,
+            gpu_instance_id=gpu_instance_id,
+            profile_id=int(info.profileId),
+            placement=Placement(start=int(info.placement.start), size=int(info.placement.size)),
+            compute_instances=tuple(self._compute_instances(gpu_uuid, gpu_instance_id, gi_handle)),
+        )
+
+    def _compute_instances(self, gpu_uuid: str, gpu_instance_id: int, gi_handle: Any) -> list[ComputeInstanceInfo]:
+        found: list[ComputeInstanceInfo] = []
+        for index in range(_CI_PROFILE_COUNT):
+            try:
+                with _calling("nvmlGpuInstanceGetComputeInstanceProfileInfo", gpu_uuid):
+                    info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi_handle, index, _CI_ENGINE_SHARED, 2)
+            except (NvmlNotSupported, NvmlInvalidArgument):
+                continue
+            array = (pynvml.c_nvmlComputeInstance_t * int(info.instanceCount))()
+            count = ctypes.c_uint(0)
+            with _calling("nvmlGpuInstanceGetComputeInstances", gpu_uuid):
+                pynvml.nvmlGpuInstanceGetComputeInstances(gi_handle, int(info.id), array, ctypes.byref(count))
+            found.extend(self._compute_instance_info(gpu_uuid, gpu_instance_id, array[i]) for i in range(count.value))
+        return sorted(found, key=lambda ci: ci.compute_instance_id)
+
+    def _compute_instance_info(self, gpu_uuid: str, gpu_instance_id: int, ci_handle: Any) -> ComputeInstanceInfo:
+        with _calling("nvmlComputeInstanceGetInfo", gpu_uuid):
+            info = pynvml.nvmlComputeInstanceGetInfo(ci_handle)
+            mig_uuid = _text(pynvml.nvmlDeviceGetUUID(info.device))
+            attributes = pynvml.nvmlDeviceGetAttributes(info.device)
+        return ComputeInstanceInfo(
+            gpu_uuid=gpu_uuid,
+            gpu_instance_id=gpu_instance_id,
+            compute_instance_id=int(info.id),
+            profile_id=int(info.profileId),
+            placement=Placement(start=int(info.placement.start), size=int(info.placement.size)),
+            mig_uuid=mig_uuid,
+            multiprocessor_count=int(attributes.multiprocessorCount),
+        )
+
+
+def _error_string(code: int) -> str:
+    try:
+        return _text(pynvml.nvmlErrorString(code))
+    except pynvml.NVMLError:
+        return f"NVML error {code}"

@@ -1,0 +1,90 @@
+"""Settings, grouped by concern, built once at start-up and passed explicitly.
+
+Each group is a pydantic-settings model: a field can come from its environment variable
+(``MIGDRA_<FIELD>``) or from a CLI flag (init arguments win over the environment).  Nothing else in
+migdra reads ``os.environ`` for configuration.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from dra_driver.errors import ConfigurationError
+from dra_driver.mig.catalog import load_catalog
+
+
+def parse_sim_gpus(value: object) -> tuple[str, ...]:
+    """``"H100-SXM5-80GB:8,A100-SXM4-40GB"`` -> eight H100 keys then one A100 key, in that order.
+
+    The count after ``:`` defaults to 1; model names are catalog keys or aliases and are normalised
+    to catalog keys, so a typo fails here with the list of known models.
+    """
+    if value is None or value == "":
+        return ()
+    items: list[str]
+    if isinstance(value, str):
+        items = [part.strip() for part in value.split(",") if part.strip()]
+    elif isinstance(value, (list, tuple)):
+        items = [str(v).strip() for v in value]
+    else:
+        raise ValueError(f"expected 'MODEL[:COUNT],...', got {value!r}")
+    catalog = load_catalog()
+    gpus: list[str] = []
+    for item in items:
+        model, _, count_text = item.partition(":")
+        try:
+            count = int(count_text) if count_text else 1
+        except ValueError:
+            raise ValueError(f"{item!r}: the count after ':' must be an integer") from None
+        if not 1 <= count <= 64:
+            raise ValueError(f"{item!r}: the count must be between 1 and 64")
+        try:
+            key = catalog.model(model).key
+        except KeyError as exc:
+            raise ValueError(str(exc.args[0])) from None
+        gpus.extend([key] * count)
+    return tuple(gpus)
+
+
+class NvmlSettings(BaseSettings):
+    """Which NVML library the hardware boundary talks to."""
+
+    model_config = SettingsConfigDict(env_prefix="MIGDRA_", extra="forbid", frozen=True)
+
+    nvml: Literal["real", "simulated"] = Field(
+        default="real",
+        description="'real': libnvidia-ml.so.1 through pynvml; 'simulated': the MIG simulator beneath pynvml",
+    )
+    sim_state: Path | None = Field(
+        default=None,
+        description="state file of the simulated hardware (created if absent); required with nvml=simulated",
+    )
+    sim_gpus: Annotated[tuple[str, ...], NoDecode, BeforeValidator(parse_sim_gpus)] = Field(
+        default=(),
+        description="simulated GPUs, 'MODEL[:COUNT],...' (catalog keys); used only when the state file is new",
+    )
+    sim_mig_enabled: bool = Field(default=True, description="start simulated GPUs with MIG mode enabled")
+
+    @field_validator("sim_state")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        return value.expanduser().absolute() if value is not None else None
+
+    @model_validator(mode="after")
+    def _simulated_needs_state(self) -> NvmlSettings:
+        if self.nvml == "simulated" and self.sim_state is None:
+            raise ValueError("sim_state (--sim-state / MIGDRA_SIM_STATE) is required when nvml is 'simulated'")
+        return self
+
+
+def build_nvml_settings(**overrides: object) -> NvmlSettings:
+    """Environment plus explicit overrides (``None`` means 'not given'); errors name the field."""
+    given = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        return NvmlSettings(**given)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid NVML settings: {exc}") from exc
