@@ -135,7 +135,8 @@ def derive_compute_instance_profiles(
 
     k-slice CI (k in 1, 2, 3, 4, 7) inside an n-slice GI: k x (SMs of the 1-slice GI) unless k == n,
     where it is the whole GI.  Hopper and newer add CI profile 7 (1_SLICE_REV1): the default CI of
-    double-memory 1g GIs, and a 26-SM 1-slice CI inside 2g GIs (go-nvml#146).  RTX PRO: only the full CI (reference note).
+    double-memory 1g GIs, and a 26-SM 1-slice CI inside 2g GIs (go-nvml#146).
+    RTX PRO: only the full CI (reference note).
     """
     n = gi["slice_count"]
     # A 4g GI has no 3c CI (mig-parted's known A100 configs list 1c/2c/4c.4g only); 3g and 7g GIs do.
