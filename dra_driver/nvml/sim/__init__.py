@@ -1,0 +1,149 @@
+"""The simulated NVML: a fake ``libnvidia-ml`` installed beneath the real ``pynvml``.
+
+``install()`` points ``pynvml.nvmlLib`` at a :class:`SimulatedNvmlLibrary` over one state file, so
+every pynvml wrapper — and therefore the production NVML backend — runs unchanged against simulated
+GPUs; ``uninstall()`` puts the previous library back.  The state file is the simulated machine: it
+survives process restarts and SIGKILL, and several processes may share it (each call is one locked
+transaction).  :class:`SimulatedHardware` (and ``reset_gpu`` / ``set_busy`` / ``snapshot``) act on that
+machine from outside NVML, as an operator with nvidia-smi would.
+
+Modules: ``state`` (persisted models, store, lock), ``hardware`` (MIG rules, pure), ``abi`` (ctypes
+arguments and handles), ``library`` (the C symbols), ``faults`` (fault plans), ``admin`` (operator
+verbs), ``errors``.  This package is one of the two places allowed to import ``pynvml``; nothing here
+may be imported by production code paths except through ``dra_driver.nvml.session``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from dra_driver.mig.catalog import GpuModel, load_catalog
+from dra_driver.nvml.sim import hardware
+from dra_driver.nvml.sim.admin import SimulatedHardware, reset_gpu, set_busy, snapshot
+from dra_driver.nvml.sim.errors import (
+    HardwareRefusedError,
+    SimulatorError,
+    StateFileError,
+    StateMismatchError,
+)
+from dra_driver.nvml.sim.faults import FaultInjector, FaultPlan, FaultRule
+from dra_driver.nvml.sim.library import SimulatedNvmlLibrary
+from dra_driver.nvml.sim.state import SimState, StateStore
+
+__all__ = [
+    "DEFAULT_CUDA_DRIVER_VERSION",
+    "DEFAULT_DRIVER_VERSION",
+    "FAULTS_ENV",
+    "FaultPlan",
+    "FaultRule",
+    "HardwareRefusedError",
+    "SimState",
+    "SimulatedHardware",
+    "SimulatedNvmlLibrary",
+    "SimulatorError",
+    "StateFileError",
+    "StateMismatchError",
+    "install",
+    "reset_gpu",
+    "set_busy",
+    "snapshot",
+    "uninstall",
+]
+
+FAULTS_ENV = "MIGDRA_SIM_FAULTS"
+"""Environment variable with a JSON :class:`FaultPlan`, read by ``install`` when ``faults`` is None."""
+
+DEFAULT_DRIVER_VERSION = "580.65.06"
+DEFAULT_CUDA_DRIVER_VERSION = 13000
+
+# Each install pushes (the nvmlLib it replaced, the simulator it installed); uninstall pops one.
+_installed: list[tuple[Any, SimulatedNvmlLibrary]] = []
+_installed_lock = threading.Lock()
+
+
+def install(
+    state_path: str | os.PathLike[str],
+    gpus: Sequence[str] | None = None,
+    mig_enabled: bool = False,
+    *,
+    faults: FaultPlan | Mapping[str, Any] | None = None,
+    latency: Mapping[str, float] | None = None,
+    driver_version: str = DEFAULT_DRIVER_VERSION,
+    cuda_driver_version: int = DEFAULT_CUDA_DRIVER_VERSION,
+) -> SimulatedNvmlLibrary:
+    """Make ``pynvml`` talk to the simulated machine stored at ``state_path``.
+
+    If the file does not exist it is created with ``gpus`` (catalog keys or aliases) at NVML indices
+    0, 1, …, MIG mode current and pending both ``mig_enabled``, and the given driver versions.  If it
+    exists it is loaded as it is: ``mig_enabled`` and the versions are ignored, and ``gpus``, when
+    given, must name the same models in the same order (else :class:`StateMismatchError`).
+
+    ``faults`` (default: the JSON in ``$MIGDRA_SIM_FAULTS``, if set) and ``latency`` (seconds per C
+    symbol, ``"*"`` for all; added to the plan's) apply to this process only.
+    """
+    path = Path(state_path)
+    models = _models(gpus) if gpus is not None else None
+    store = StateStore(path)
+
+    def build() -> SimState:
+        if models is None:
+            raise StateFileError(f"simulator state file {path} does not exist; pass gpus=[...] to create it")
+        return hardware.new_machine(str(path.resolve()), models, mig_enabled, driver_version, cuda_driver_version)
+
+    state, created = store.initialise(build)
+    if not created and models is not None:
+        wanted = [m.key for m in models]
+        present = [g.model for g in state.gpus]
+        if wanted != present:
+            raise StateMismatchError(
+                f"simulator state file {path} holds GPUs {present}, not the requested {wanted}; "
+                "delete it or omit gpus to use it as it is"
+            )
+    library = SimulatedNvmlLibrary(store, FaultInjector(_fault_plan(faults, latency)))
+    with _installed_lock, pynvml.libLoadLock:
+        _installed.append((pynvml.nvmlLib, library))
+        pynvml.nvmlLib = library
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+    return library
+
+
+def uninstall() -> None:
+    """Undo the latest :func:`install`: restore the previous ``pynvml.nvmlLib``.  No-op if none."""
+    with _installed_lock, pynvml.libLoadLock:
+        if not _installed:
+            return
+        previous, _ = _installed.pop()
+        pynvml.nvmlLib = previous
+        # pynvml caches resolved symbols; stale entries would keep calling the simulator.
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+
+
+def _models(names: Sequence[str]) -> list[GpuModel]:
+    if isinstance(names, str):
+        raise TypeError("gpus must be a sequence of model names, not one string")
+    if not names:
+        raise ValueError("gpus must name at least one GPU model")
+    catalog = load_catalog()
+    try:
+        return [catalog.model(name) for name in names]
+    except KeyError as e:
+        raise ValueError(e.args[0]) from e
+
+
+def _fault_plan(faults: FaultPlan | Mapping[str, Any] | None, latency: Mapping[str, float] | None) -> FaultPlan:
+    if faults is None:
+        from_env = os.environ.get(FAULTS_ENV)
+        plan = FaultPlan.model_validate_json(from_env) if from_env else FaultPlan()
+    elif isinstance(faults, FaultPlan):
+        plan = faults
+    else:
+        plan = FaultPlan.model_validate(dict(faults))
+    if latency:
+        plan = FaultPlan(rules=plan.rules, latency={**plan.latency, **latency})
+    return plan

@@ -1,0 +1,62 @@
+"""Acting on the simulated machine from outside NVML, as an operator with nvidia-smi would.
+
+This module owns the operator's verbs: reset a GPU (``nvidia-smi -r``, which applies a pending MIG
+mode), start or stop a process that holds a GPU or MIG device, and read the machine's state.  Each
+verb is one store transaction over the rules in ``hardware.py``.  It never installs the simulator
+and never goes through ``pynvml``: tests use it to arrange what no NVML call can do.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dra_driver.nvml.sim import hardware
+from dra_driver.nvml.sim.state import SimGpu, SimState, StateStore
+
+
+class SimulatedHardware:
+    """The operator's view of one simulated machine (one state file)."""
+
+    def __init__(self, state_path: str | os.PathLike[str]) -> None:
+        self._store = StateStore(Path(state_path))
+
+    def reset_gpu(self, index: int) -> None:
+        """``nvidia-smi -r -i <index>``: apply the pending MIG mode.
+
+        Raises :class:`~dra_driver.nvml.sim.errors.HardwareRefusedError` while the GPU has GPU
+        instances or a process holds it.
+        """
+        with self._store.transaction() as state:
+            hardware.reset_gpu(_gpu(state, index))
+
+    def set_busy(self, device_uuid: str, busy: bool) -> None:
+        """A process starts (``busy=True``) or stops holding a GPU (``GPU-…``) or MIG device (``MIG-…``).
+
+        While held: destroying that compute instance, or any instance on a held GPU, answers IN_USE,
+        and SetMigMode reports IN_USE in its activationStatus.
+        """
+        with self._store.transaction() as state:
+            hardware.set_busy(state, device_uuid, busy)
+
+    def snapshot(self) -> SimState:
+        """A private copy of the persisted state (mutating it changes nothing)."""
+        return self._store.read().model_copy(deep=True)
+
+
+def _gpu(state: SimState, index: int) -> SimGpu:
+    if not 0 <= index < len(state.gpus):
+        raise IndexError(f"no simulated GPU {index}; the machine has {len(state.gpus)}")
+    return state.gpus[index]
+
+
+def reset_gpu(state_path: str | os.PathLike[str], index: int) -> None:
+    SimulatedHardware(state_path).reset_gpu(index)
+
+
+def set_busy(state_path: str | os.PathLike[str], device_uuid: str, busy: bool) -> None:
+    SimulatedHardware(state_path).set_busy(device_uuid, busy)
+
+
+def snapshot(state_path: str | os.PathLike[str]) -> SimState:
+    return SimulatedHardware(state_path).snapshot()

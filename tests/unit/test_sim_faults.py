@@ -1,0 +1,191 @@
+"""Fault injection and latency of the simulated NVML, per C symbol, seen through pynvml.
+
+A rule fails exactly the calls it names with the named ``NVMLError_*`` class and changes nothing;
+latency delays only its symbol and is slept outside the state lock; ``kill_before`` / ``kill_after``
+crash a process before / after the call is persisted; plans reach subprocesses via the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pynvml
+import pytest
+
+from dra_driver.nvml import sim
+
+Boot = Callable[..., Any]
+
+
+@pytest.fixture
+def state_path(tmp_path: Path) -> Path:
+    return tmp_path / "state.json"
+
+
+@pytest.fixture(autouse=True)
+def boot(state_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Boot]:
+    """Install the simulator into a fresh state file (on demand) and always uninstall after."""
+    monkeypatch.delenv(sim.FAULTS_ENV, raising=False)
+    installs = 0
+
+    def _boot(gpus: list[str] | None = None, **kwargs: Any) -> Any:
+        nonlocal installs
+        sim.install(state_path, gpus=gpus or ["H100-SXM5-80GB"], mig_enabled=True, **kwargs)
+        installs += 1
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetHandleByIndex(0)
+
+    yield _boot
+    for _ in range(installs):
+        sim.uninstall()
+
+
+def gi_count(state_path: Path) -> int:
+    return sum(len(gpu.gpu_instances) for gpu in sim.snapshot(state_path).gpus)
+
+
+def test_nth_call_fails_with_the_named_error_and_changes_nothing(boot: Boot, state_path: Path) -> None:
+    plan = {"rules": [{"symbol": "nvmlDeviceCreateGpuInstance", "nth": 2, "error": "InsufficientResources"}]}
+    device = boot(faults=plan)
+    pynvml.nvmlDeviceCreateGpuInstance(device, 19)
+    with pytest.raises(pynvml.NVMLError_InsufficientResources):
+        pynvml.nvmlDeviceCreateGpuInstance(device, 19)
+    assert gi_count(state_path) == 1
+    pynvml.nvmlDeviceCreateGpuInstance(device, 19)
+    assert gi_count(state_path) == 2
+
+
+def test_count_consecutive_calls_fail_and_other_symbols_are_untouched(boot: Boot) -> None:
+    plan = sim.FaultPlan(
+        rules=(sim.FaultRule(symbol="nvmlDeviceGetMigMode", nth=1, count=2, error=pynvml.NVML_ERROR_UNKNOWN),)
+    )
+    device = boot(faults=plan)
+    pynvml.nvmlDeviceGetMaxMigDeviceCount(device)
+    for _ in range(2):
+        with pytest.raises(pynvml.NVMLError_Unknown):
+            pynvml.nvmlDeviceGetMigMode(device)
+    assert pynvml.nvmlDeviceGetMigMode(device) == [1, 1]
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["NVML_ERROR_IN_USE", "InUse", "NVMLError_InUse", 19, "19"],
+    ids=["constant", "class", "full", "int", "str"],
+)
+def test_error_spellings(spelling: int | str) -> None:
+    rule = sim.FaultRule.model_validate({"symbol": "nvmlGpuInstanceDestroy", "error": spelling})
+    assert rule.error == pynvml.NVML_ERROR_IN_USE
+    assert sim.FaultPlan.model_validate_json(sim.FaultPlan(rules=(rule,)).model_dump_json()).rules == (rule,)
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"symbol": "nvmlShutdown", "error": "NoSuchError"},
+        {"symbol": "nvmlShutdown", "error": 0},
+        {"symbol": "nvmlShutdown"},
+        {"symbol": "nvmlShutdown", "error": 1, "nth": 0},
+        {"symbol": "nvmlShutdown", "error": 1, "action": "explode"},
+    ],
+    ids=["unknown-name", "success", "fail-without-error", "zeroth-call", "unknown-action"],
+)
+def test_invalid_rules_are_refused(rule: dict[str, Any]) -> None:
+    with pytest.raises(pydantic.ValidationError):
+        sim.FaultRule.model_validate(rule)
+
+
+def test_plan_from_the_environment(boot: Boot, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = sim.FaultPlan(rules=(sim.FaultRule(symbol="nvmlDeviceGetCount_v2", error="NVML_ERROR_NOT_FOUND"),))
+    monkeypatch.setenv(sim.FAULTS_ENV, plan.model_dump_json())
+    boot()
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        pynvml.nvmlDeviceGetCount()
+    assert pynvml.nvmlDeviceGetCount() == 1
+
+
+def test_latency_delays_only_its_symbol(boot: Boot) -> None:
+    device = boot(latency={"nvmlDeviceGetMigMode": 0.2})
+    started = time.monotonic()
+    pynvml.nvmlDeviceGetMigMode(device)
+    assert time.monotonic() - started >= 0.2
+    started = time.monotonic()
+    pynvml.nvmlDeviceGetMaxMigDeviceCount(device)
+    assert time.monotonic() - started < 0.1
+
+
+def test_latency_is_slept_outside_the_state_lock(boot: Boot) -> None:
+    """Two GPUs creating at once take one latency, not two: the sleep does not hold the file lock."""
+    boot(gpus=["H100-SXM5-80GB", "H100-SXM5-80GB"], latency={"nvmlDeviceCreateGpuInstance": 0.4})
+    devices = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(2)]
+    errors: list[BaseException] = []
+
+    def create(device: Any) -> None:
+        try:
+            pynvml.nvmlDeviceCreateGpuInstance(device, 19)
+        except BaseException as e:  # re-raised in the test thread below
+            errors.append(e)
+
+    threads = [threading.Thread(target=create, args=(d,)) for d in devices]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - started
+    assert not errors
+    assert 0.4 <= elapsed < 0.7
+
+
+# --- crashing processes ----------------------------------------------------------------------------
+
+CREATE_ONE_GI = textwrap.dedent(
+    """
+    import sys, pynvml
+    from dra_driver.nvml import sim
+    sim.install(sys.argv[1])
+    pynvml.nvmlInit()
+    pynvml.nvmlDeviceCreateGpuInstance(pynvml.nvmlDeviceGetHandleByIndex(0), 19)
+    print("survived", flush=True)
+    """
+)
+
+
+def run_with_plan(state_path: Path, plan: sim.FaultPlan) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, sim.FAULTS_ENV: plan.model_dump_json()}
+    return subprocess.run(
+        [sys.executable, "-c", CREATE_ONE_GI, str(state_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_kill_after_persists_then_dies(boot: Boot, state_path: Path) -> None:
+    boot()  # creates the state file the subprocess loads
+    rule = sim.FaultRule(symbol="nvmlDeviceCreateGpuInstance", action="kill_after")
+    result = run_with_plan(state_path, sim.FaultPlan(rules=(rule,)))
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    assert "survived" not in result.stdout
+    [gi] = sim.snapshot(state_path).gpus[0].gpu_instances
+    assert (gi.profile_id, gi.placement.start) == (19, 6)
+
+
+def test_kill_before_dies_without_persisting(boot: Boot, state_path: Path) -> None:
+    boot()
+    rule = sim.FaultRule(symbol="nvmlDeviceCreateGpuInstance", action="kill_before")
+    result = run_with_plan(state_path, sim.FaultPlan(rules=(rule,)))
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    assert "survived" not in result.stdout
+    assert gi_count(state_path) == 0
