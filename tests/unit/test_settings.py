@@ -1,0 +1,60 @@
+"""NVML settings: flags and MIGDRA_* variables, with errors that name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dra_driver.errors import ConfigurationError
+from dra_driver.settings import build_nvml_settings, parse_sim_gpus
+
+
+def test_sim_gpus_expand_counts_and_normalise_aliases() -> None:
+    assert parse_sim_gpus("H100:2, A30") == ("H100-SXM5-80GB", "H100-SXM5-80GB", "A30")
+    assert parse_sim_gpus("") == ()
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("V100:2", "unknown GPU model 'V100'"),
+        ("H100:x", "must be an integer"),
+        ("H100:0", "between 1 and 64"),
+    ],
+)
+def test_bad_sim_gpus_are_rejected_with_the_reason(spec: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message) as info:
+        build_nvml_settings(nvml="simulated", sim_state=Path("/tmp/x.json"), sim_gpus=spec)
+    assert "sim_gpus" in str(info.value)
+
+
+def test_environment_selects_the_simulator(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MIGDRA_NVML", "simulated")
+    monkeypatch.setenv("MIGDRA_SIM_STATE", str(tmp_path / "state.json"))
+    monkeypatch.setenv("MIGDRA_SIM_GPUS", "A100-SXM4-40GB:2")
+    monkeypatch.setenv("MIGDRA_SIM_MIG_ENABLED", "false")
+    settings = build_nvml_settings()
+    assert settings.nvml == "simulated"
+    assert settings.sim_state == tmp_path / "state.json"
+    assert settings.sim_gpus == ("A100-SXM4-40GB", "A100-SXM4-40GB")
+    assert settings.sim_mig_enabled is False
+
+
+def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MIGDRA_NVML", "simulated")
+    monkeypatch.setenv("MIGDRA_SIM_STATE", str(tmp_path / "env.json"))
+    settings = build_nvml_settings(sim_state=tmp_path / "flag.json", sim_gpus="B200")
+    assert settings.sim_state == tmp_path / "flag.json"
+    assert settings.sim_gpus == ("B200",)
+
+
+def test_simulator_requires_a_state_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MIGDRA_SIM_STATE", raising=False)
+    with pytest.raises(ConfigurationError, match="sim_state"):
+        build_nvml_settings(nvml="simulated")
+
+
+def test_real_nvml_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MIGDRA_NVML", raising=False)
+    assert build_nvml_settings().nvml == "real"
