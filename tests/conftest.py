@@ -2,17 +2,48 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
+import pynvml
 import pytest
 
+from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.session import open_nvml
 from dra_driver.settings import build_nvml_settings
 
 OpenSimulatedNode = Callable[..., AbstractContextManager[Nvml]]
+Boot = Callable[..., Any]
+
+
+@pytest.fixture
+def state_path(tmp_path: Path) -> Path:
+    return tmp_path / "state.json"
+
+
+@pytest.fixture
+def boot(state_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Boot]:
+    """``boot(gpus, mig_enabled=True, **install_kwargs)``: install the simulator into a fresh state file,
+    ``nvmlInit``, and return GPU 0's raw pynvml handle; always shut down and uninstall afterwards."""
+    monkeypatch.delenv(sim.FAULTS_ENV, raising=False)
+    installs = 0
+
+    def _boot(gpus: list[str] | None = None, mig_enabled: bool = True, **kwargs: Any) -> Any:
+        nonlocal installs
+        sim.install(state_path, gpus=gpus or ["H100-SXM5-80GB"], mig_enabled=mig_enabled, **kwargs)
+        installs += 1
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetHandleByIndex(0)
+
+    yield _boot
+    for _ in range(installs):
+        with contextlib.suppress(pynvml.NVMLError):  # a test may have shut NVML down itself
+            pynvml.nvmlShutdown()
+        sim.uninstall()
 
 
 @pytest.fixture

@@ -41,9 +41,7 @@ def test_gpus_are_enumerated_with_identity_and_mig_mode(simulated_node: OpenSimu
 
 
 @pytest.mark.parametrize("model_key", ALL_MODELS)
-def test_profiles_read_through_the_backend_equal_the_catalog(
-    simulated_node: OpenSimulatedNode, model_key: str
-) -> None:
+def test_profiles_read_through_the_backend_equal_the_catalog(simulated_node: OpenSimulatedNode, model_key: str) -> None:
     model = load_catalog().model(model_key)
     with simulated_node(model_key, mig_enabled=False) as nvml:  # profile queries work with MIG off too
         uuid = nvml.list_gpus()[0].uuid
@@ -122,7 +120,8 @@ def test_mig_disabled_gpu_cannot_create_instances(simulated_node: OpenSimulatedN
     one_g = load_catalog().model("H100-SXM5-80GB").profile_by_name("1g.10gb")
     with simulated_node("H100-SXM5-80GB", mig_enabled=False) as nvml:
         gpu = nvml.list_gpus()[0]
-        assert gpu.mig_capable and not gpu.mig_enabled
+        assert gpu.mig_capable
+        assert not gpu.mig_enabled
         assert nvml.gpu_instances(gpu.uuid) == []
         with pytest.raises(errors.NvmlNotSupported):
             nvml.create_gpu_instance(gpu.uuid, one_g.profile_id, Placement(start=0, size=1))
@@ -161,9 +160,11 @@ def test_mig_mode_change_is_pending_on_ampere_and_immediate_on_hopper(simulated_
     with simulated_node("A100-SXM4-40GB,H100-SXM5-80GB", mig_enabled=False) as nvml:
         a100, h100 = nvml.list_gpus()
         ampere = nvml.set_mig_mode(a100.uuid, enabled=True)
-        assert not ampere.enabled and ampere.reset_pending
+        assert not ampere.enabled
+        assert ampere.reset_pending
         hopper = nvml.set_mig_mode(h100.uuid, enabled=True)
-        assert hopper.enabled and not hopper.reset_pending
+        assert hopper.enabled
+        assert not hopper.reset_pending
 
 
 def test_instances_made_by_someone_else_are_visible(simulated_node: OpenSimulatedNode) -> None:

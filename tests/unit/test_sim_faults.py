@@ -14,7 +14,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,31 +22,9 @@ import pynvml
 import pytest
 
 from dra_driver.nvml import sim
+from tests.conftest import Boot
 
-Boot = Callable[..., Any]
-
-
-@pytest.fixture
-def state_path(tmp_path: Path) -> Path:
-    return tmp_path / "state.json"
-
-
-@pytest.fixture(autouse=True)
-def boot(state_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Boot]:
-    """Install the simulator into a fresh state file (on demand) and always uninstall after."""
-    monkeypatch.delenv(sim.FAULTS_ENV, raising=False)
-    installs = 0
-
-    def _boot(gpus: list[str] | None = None, **kwargs: Any) -> Any:
-        nonlocal installs
-        sim.install(state_path, gpus=gpus or ["H100-SXM5-80GB"], mig_enabled=True, **kwargs)
-        installs += 1
-        pynvml.nvmlInit()
-        return pynvml.nvmlDeviceGetHandleByIndex(0)
-
-    yield _boot
-    for _ in range(installs):
-        sim.uninstall()
+pytestmark = pytest.mark.usefixtures("boot")
 
 
 def gi_count(state_path: Path) -> int:

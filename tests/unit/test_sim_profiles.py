@@ -6,39 +6,18 @@ Table checks walk every GPU model of the catalog; spot checks pin facts recorded
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pynvml
 import pytest
 
 from dra_driver.mig.catalog import GpuInstanceProfile, GpuModel, Placement, load_catalog
-from dra_driver.nvml import sim
+from tests.conftest import Boot
 
 CATALOG = load_catalog()
 MODELS = sorted(CATALOG.gpus)
 
-Boot = Callable[..., Any]
-
-
-@pytest.fixture(autouse=True)
-def boot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Boot]:
-    """Install the simulator into a fresh state file (on demand) and always uninstall after."""
-    monkeypatch.delenv(sim.FAULTS_ENV, raising=False)
-    installs = 0
-
-    def _boot(gpus: list[str], mig_enabled: bool = True) -> Any:
-        nonlocal installs
-        sim.install(tmp_path / "state.json", gpus=gpus, mig_enabled=mig_enabled)
-        installs += 1
-        pynvml.nvmlInit()
-        return pynvml.nvmlDeviceGetHandleByIndex(0)
-
-    yield _boot
-    for _ in range(installs):
-        pynvml.nvmlShutdown()
-        sim.uninstall()
+pytestmark = pytest.mark.usefixtures("boot")
 
 
 def gpu_placements(device: Any, profile_id: int) -> list[tuple[int, int]]:

@@ -11,7 +11,6 @@ import itertools
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,35 +22,13 @@ from hypothesis import strategies as st
 
 from dra_driver.mig.catalog import GpuInstanceProfile, GpuModel, Placement, load_catalog
 from dra_driver.nvml import sim
+from tests.conftest import Boot
 
 CATALOG = load_catalog()
 MIG_UUID = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}$")
 GPU_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
-Boot = Callable[..., Any]
-
-
-@pytest.fixture
-def state_path(tmp_path: Path) -> Path:
-    return tmp_path / "state.json"
-
-
-@pytest.fixture(autouse=True)
-def boot(state_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Boot]:
-    """Install the simulator into a fresh state file (on demand) and always uninstall after."""
-    monkeypatch.delenv(sim.FAULTS_ENV, raising=False)
-    installs = 0
-
-    def _boot(gpus: list[str], mig_enabled: bool = True) -> Any:
-        nonlocal installs
-        sim.install(state_path, gpus=gpus, mig_enabled=mig_enabled)
-        installs += 1
-        pynvml.nvmlInit()
-        return pynvml.nvmlDeviceGetHandleByIndex(0)
-
-    yield _boot
-    for _ in range(installs):
-        sim.uninstall()
+pytestmark = pytest.mark.usefixtures("boot")
 
 
 def place(device: Any, profile_id: int, start: int, size: int) -> Any:
