@@ -1,0 +1,116 @@
+"""Every attribute, capacity and counter name migdra publishes, with its type and where it appears.
+
+One place per fact: the device model writes exactly these names, ``migdra cel lint`` checks selectors
+against them, and the docs table is generated from them.  Names follow NVIDIA's DRA driver where a
+name exists there, so selectors carry over (``type``, ``profile``, ``parentUUID``, ``productName``,
+``architecture``, ``cudaComputeCapability``; capacities ``memory`` (bytes), ``multiprocessors``,
+``copyEngines``, ``decoders``, ``encoders``, ``jpegEngines``, ``ofaEngines``).
+
+Attribute names without a domain belong to the driver's domain (the driver name, e.g.
+``gpu.migdra.io``); the ``resource.kubernetes.io/`` names are Kubernetes' standard attributes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+STANDARD_DOMAIN = "resource.kubernetes.io"
+DEFAULT_DRIVER_NAME = "gpu.migdra.io"
+
+
+class DeviceType(enum.StrEnum):
+    """Value of the ``type`` attribute."""
+
+    MIG = "mig"  # one (profile, placement) of a MIG-enabled GPU
+    GPU = "gpu"  # a whole GPU with MIG disabled
+
+
+class ValueType(enum.StrEnum):
+    """The DeviceAttribute value field used (``int``, ``bool``, ``string``, ``version``)."""
+
+    INT = "int"
+    BOOL = "bool"
+    STRING = "string"
+    VERSION = "version"
+
+
+@dataclass(frozen=True, slots=True)
+class AttributeSpec:
+    name: str  # as published: bare for the driver's domain, qualified for standard ones
+    value_type: ValueType
+    on: frozenset[DeviceType]
+    always: bool  # False: only when known (e.g. NUMA node)
+    description: str
+
+    def qualified(self, driver_name: str) -> str:
+        return self.name if "/" in self.name else f"{driver_name}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class CapacitySpec:
+    name: str
+    counter: str  # the DNS-label counter that meters this capacity per GPU
+    on: frozenset[DeviceType]
+    description: str
+
+
+_BOTH = frozenset({DeviceType.MIG, DeviceType.GPU})
+_MIG = frozenset({DeviceType.MIG})
+_GPU = frozenset({DeviceType.GPU})
+
+ATTRIBUTES: tuple[AttributeSpec, ...] = (
+    AttributeSpec("type", ValueType.STRING, _BOTH, True, "'mig' for a MIG placement, 'gpu' for a whole GPU"),
+    AttributeSpec("uuid", ValueType.STRING, _GPU, True, "GPU UUID (MIG devices have none until created)"),
+    AttributeSpec("parentUUID", ValueType.STRING, _MIG, True, "UUID of the GPU the placement belongs to"),
+    AttributeSpec("profile", ValueType.STRING, _MIG, True, "MIG profile name, e.g. '1g.10gb' or '1g.10gb+me'"),
+    AttributeSpec("productName", ValueType.STRING, _BOTH, True, "NVML device name, e.g. 'NVIDIA H100 80GB HBM3'"),
+    AttributeSpec("architecture", ValueType.STRING, _BOTH, True, "'Ampere', 'Hopper' or 'Blackwell'"),
+    AttributeSpec("cudaComputeCapability", ValueType.VERSION, _BOTH, True, "e.g. 9.0.0"),
+    AttributeSpec("driverVersion", ValueType.VERSION, _BOTH, True, "NVIDIA driver version, e.g. 580.65.6"),
+    AttributeSpec("cudaDriverVersion", ValueType.VERSION, _BOTH, True, "CUDA version the driver supports"),
+    AttributeSpec("placementStart", ValueType.INT, _MIG, True, "first memory slice of the placement"),
+    AttributeSpec("placementSize", ValueType.INT, _MIG, True, "memory slices the placement occupies"),
+    AttributeSpec("computeSlices", ValueType.INT, _MIG, True, "compute slices (the 'Ng' of the profile)"),
+    AttributeSpec(f"{STANDARD_DOMAIN}/pciBusID", ValueType.STRING, _BOTH, True, "PCI bus id of the (parent) GPU"),
+    AttributeSpec(f"{STANDARD_DOMAIN}/pcieRoot", ValueType.STRING, _BOTH, False, "PCIe root complex, when known"),
+    AttributeSpec(f"{STANDARD_DOMAIN}/numaNode", ValueType.INT, _BOTH, False, "NUMA node, when known"),
+)
+
+CAPACITIES: tuple[CapacitySpec, ...] = (
+    CapacitySpec("memory", "memory", _BOTH, "framebuffer bytes"),
+    CapacitySpec("multiprocessors", "multiprocessors", _BOTH, "streaming multiprocessors (SMs)"),
+    CapacitySpec("copyEngines", "copy-engines", _BOTH, "copy engines"),
+    CapacitySpec("decoders", "decoders", _BOTH, "video decoders (NVDEC)"),
+    CapacitySpec("encoders", "encoders", _BOTH, "video encoders (NVENC)"),
+    CapacitySpec("jpegEngines", "jpeg-engines", _BOTH, "JPEG decoders (NVJPG)"),
+    CapacitySpec("ofaEngines", "ofa-engines", _BOTH, "optical flow accelerators (OFA)"),
+)
+
+MEMORY_SLICE_COUNTER_PREFIX = "memory-slice-"
+
+
+def memory_slice_counter(index: int) -> str:
+    """Counter for one memory slice (placement unit) of a GPU; each MIG device consumes its range."""
+    return f"{MEMORY_SLICE_COUNTER_PREFIX}{index}"
+
+
+def attribute(name: str) -> AttributeSpec:
+    for spec in ATTRIBUTES:
+        if spec.name == name:
+            return spec
+    raise KeyError(name)
+
+
+def published_attribute_ids(driver_name: str) -> dict[str, frozenset[str]]:
+    """Domain -> attribute ids published under it, for selector linting."""
+    by_domain: dict[str, set[str]] = {}
+    for spec in ATTRIBUTES:
+        domain, _, ident = spec.qualified(driver_name).rpartition("/")
+        by_domain.setdefault(domain, set()).add(ident)
+    return {domain: frozenset(ids) for domain, ids in by_domain.items()}
+
+
+def published_capacity_ids(driver_name: str) -> dict[str, frozenset[str]]:
+    """Domain -> capacity ids published under it (all in the driver's domain)."""
+    return {driver_name: frozenset(spec.name for spec in CAPACITIES)}
