@@ -16,6 +16,7 @@ import click
 
 from dra_driver import __version__
 from dra_driver.cli import inventory_view
+from dra_driver.cli.sim_commands import sim
 from dra_driver.errors import MigdraError
 from dra_driver.settings import build_nvml_settings
 
@@ -82,6 +83,9 @@ def gpus(
     with open_nvml(settings) as session:
         inventory = inventory_view.read_inventory(session)
     click.echo(inventory_view.render(inventory, output, all_placements=all_placements), nl=False)
+
+
+cli.add_command(sim)
 
 
 def main() -> None:

@@ -1,0 +1,43 @@
+"""The kubeconfig that points ``kubectl`` and the official client at a local API server."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONTEXT_NAME = "migdra-local"
+
+
+def build_kubeconfig(url: str, token: str | None, namespace: str = "default") -> dict[str, Any]:
+    """A one-cluster, one-user, one-context kubeconfig for ``url`` (plain HTTP on loopback)."""
+    user: dict[str, Any] = {"token": token} if token else {"username": "anonymous"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": CONTEXT_NAME, "cluster": {"server": url}}],
+        "users": [{"name": CONTEXT_NAME, "user": user}],
+        "contexts": [
+            {"name": CONTEXT_NAME, "context": {"cluster": CONTEXT_NAME, "user": CONTEXT_NAME, "namespace": namespace}}
+        ],
+        "current-context": CONTEXT_NAME,
+        "preferences": {},
+    }
+
+
+def write_kubeconfig(path: Path, url: str, token: str | None) -> Path:
+    """Write the kubeconfig atomically with mode 0600 (it may hold a token)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".kubeconfig-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            yaml.safe_dump(build_kubeconfig(url, token), handle, sort_keys=False)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,537 @@
+"""The Kubernetes semantics of each verb, independent of HTTP.
+
+create / get / list / update / patch / delete / deletecollection / watch / bind, with the rules a
+client relies on: server-owned metadata (uid, resourceVersion, generation, creationTimestamp),
+``generateName``, optimistic concurrency, the status-subresource split, finalizers and
+``deletionTimestamp``, owner-reference propagation policies, namespaces that must exist (and refuse new
+content while terminating), unknown-field handling (``fieldValidation``), ``limit``/``continue``
+and ``dryRun``.  Every read-modify-write runs under the store's lock.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import json
+import random
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from dra_driver.controlplane.apiserver.admission import admit
+from dra_driver.controlplane.apiserver.errors import (
+    AlreadyExists,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Gone,
+    Invalid,
+    MethodNotAllowed,
+    NotFound,
+    UnsupportedMediaType,
+)
+from dra_driver.controlplane.apiserver.patch import (
+    APPLY_PATCH_TYPES,
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    apply_json_patch,
+    apply_merge_patch,
+    apply_strategic_merge_patch,
+)
+from dra_driver.controlplane.apiserver.registry import Registry, ResourceType
+from dra_driver.controlplane.apiserver.schema import prune_unknown_fields
+from dra_driver.controlplane.apiserver.selectors import FieldSelector, LabelSelector
+from dra_driver.controlplane.apiserver.store import Store
+
+FOREGROUND_FINALIZER = "foregroundDeletion"
+ORPHAN_FINALIZER = "orphan"
+_NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
+_SERVER_METADATA = ("uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds")
+
+
+def now_rfc3339() -> str:
+    """kube's ``metav1.Time`` wire format: UTC, whole seconds."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class WriteOptions:
+    """Query options shared by create, update and patch."""
+
+    field_validation: str = "Warn"
+    dry_run: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DeleteOptions:
+    """``DeleteOptions`` from the body and query string."""
+
+    propagation_policy: str = "Background"
+    grace_period_seconds: int | None = None
+    precondition_uid: str | None = None
+    precondition_resource_version: str | None = None
+    dry_run: bool = False
+
+
+def _not_found(resource: ResourceType, name: str) -> NotFound:
+    return NotFound(f'{resource.key} "{name}" not found', name=name, group=resource.group, kind=resource.plural)
+
+
+def _conflict(resource: ResourceType, name: str, why: str) -> Conflict:
+    return Conflict(
+        f'Operation cannot be fulfilled on {resource.key} "{name}": {why}',
+        name=name,
+        group=resource.group,
+        kind=resource.plural,
+    )
+
+
+def _spec_view(obj: dict[str, Any]) -> dict[str, Any]:
+    """What ``generation`` tracks: everything except metadata, status and type information."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _without_resource_version(obj: dict[str, Any]) -> dict[str, Any]:
+    return {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}}
+
+
+class Operations:
+    """The verbs, over one :class:`Store` and the resource :class:`Registry`."""
+
+    def __init__(self, store: Store, registry: Registry) -> None:
+        self.store = store
+        self.registry = registry
+
+    # -- decoding ----------------------------------------------------------------------------------
+
+    def decode(self, resource: ResourceType, body: Any, options: WriteOptions) -> dict[str, Any]:
+        """Check a request body's type information and drop unknown fields per ``fieldValidation``."""
+        if not isinstance(body, dict):
+            raise BadRequest(
+                f"{resource.kind} in version {resource.version!r} cannot be handled: body is not an object"
+            )
+        api_version = body.get("apiVersion")
+        kind = body.get("kind")
+        if api_version is not None and api_version != resource.group_version:
+            raise BadRequest(
+                f"the API version in the data ({api_version}) does not match the expected API version "
+                f"({resource.group_version})"
+            )
+        if kind is not None and kind != resource.kind:
+            raise BadRequest(f"the kind in the data ({kind}) does not match the expected kind ({resource.kind})")
+        if options.field_validation not in _FIELD_VALIDATION:
+            raise BadRequest(f"fieldValidation must be one of {', '.join(_FIELD_VALIDATION)}")
+        unknown = prune_unknown_fields(resource.model, body)
+        if unknown and options.field_validation == "Strict":
+            listed = ", ".join(f'unknown field "{path}"' for path in unknown)
+            raise BadRequest(
+                f'{resource.kind} in version "{resource.version}" cannot be handled as a {resource.kind}: '
+                f"strict decoding error: {listed}"
+            )
+        if options.field_validation == "Warn":
+            options.warnings.extend(f'unknown field "{path}"' for path in unknown)
+        body["apiVersion"] = resource.group_version
+        body["kind"] = resource.kind
+        if not isinstance(body.get("metadata", {}), dict):
+            raise BadRequest("metadata must be an object")
+        body.setdefault("metadata", {})
+        return body
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def get(self, resource: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        """The object, or 404."""
+        with self.store.lock:
+            obj = self.store.get(resource.key, namespace, name)
+        if obj is None:
+            raise _not_found(resource, name)
+        return obj
+
+    def list_objects(
+        self,
+        resource: ResourceType,
+        namespace: str | None,
+        labels: LabelSelector,
+        fields: FieldSelector,
+        limit: int = 0,
+        continue_token: str | None = None,
+    ) -> dict[str, Any]:
+        """A ``<Kind>List``; with ``limit``, a page and an opaque ``continue`` token for the rest."""
+        start: list[str] | None = None
+        with self.store.lock:
+            list_version = self.store.resource_version
+            if continue_token:
+                token_version, start = self._decode_continue(continue_token)
+                if token_version < self.store.compacted_resource_version:
+                    raise Gone(
+                        "The provided continue parameter is too old to display a consistent list result. "
+                        "You can start a new list without the continue parameter."
+                    )
+                list_version = token_version
+            objects = self.store.objects(resource.key, namespace)
+        items = [
+            obj
+            for obj in objects
+            if (start is None or [obj["metadata"].get("namespace", ""), obj["metadata"]["name"]] > start)
+            and labels.matches(obj)
+            and fields.matches(obj)
+        ]
+        metadata: dict[str, Any] = {"resourceVersion": str(list_version)}
+        if limit and len(items) > limit:
+            last = items[limit - 1]["metadata"]
+            metadata["continue"] = self._encode_continue(list_version, [last.get("namespace", ""), last["name"]])
+            metadata["remainingItemCount"] = len(items) - limit
+            items = items[:limit]
+        return {
+            "kind": f"{resource.kind}List",
+            "apiVersion": resource.group_version,
+            "metadata": metadata,
+            "items": items,
+        }
+
+    @staticmethod
+    def _encode_continue(resource_version: int, start: list[str]) -> str:
+        raw = json.dumps({"v": "meta.k8s.io/v1", "rv": resource_version, "start": start}).encode()
+        return base64.urlsafe_b64encode(raw).decode()
+
+    @staticmethod
+    def _decode_continue(token: str) -> tuple[int, list[str]]:
+        try:
+            data = json.loads(base64.urlsafe_b64decode(token.encode()))
+            return int(data["rv"]), [str(part) for part in data["start"]]
+        except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+            raise BadRequest(f"continue key is not valid: {exc}") from exc
+
+    # -- create ------------------------------------------------------------------------------------
+
+    def create(self, resource: ResourceType, namespace: str | None, body: Any, options: WriteOptions) -> dict[str, Any]:
+        """Create from ``body``; the stored object (201) or AlreadyExists/Invalid/NotFound(namespace)."""
+        obj = self.decode(resource, body, options)
+        meta = obj["metadata"]
+        if resource.namespaced:
+            body_namespace = meta.get("namespace")
+            if namespace and body_namespace and body_namespace != namespace:
+                raise BadRequest(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            meta["namespace"] = namespace or body_namespace or ""
+        else:
+            meta.pop("namespace", None)
+        if meta.get("resourceVersion"):
+            raise BadRequest("resourceVersion should not be set on objects to be created")
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + "".join(random.choices(_NAME_SUFFIX_ALPHABET, k=5))
+        for key in (*_SERVER_METADATA, "selfLink", "managedFields"):
+            meta.pop(key, None)
+        obj = apply_merge_patch(copy.deepcopy(dict(resource.create_defaults)), obj) if resource.create_defaults else obj
+        if resource.has_status and resource.initial_status is not None:
+            obj.pop("status", None)
+            if resource.initial_status:
+                obj["status"] = copy.deepcopy(dict(resource.initial_status))
+        admit(resource, obj, None, None)
+        meta = obj["metadata"]
+        with self.store.lock:
+            if resource.namespaced:
+                self._require_namespace(meta["namespace"], creating=True)
+            if self.store.get(resource.key, meta.get("namespace", ""), meta["name"]) is not None:
+                raise AlreadyExists(
+                    f'{resource.key} "{meta["name"]}" already exists',
+                    name=meta["name"],
+                    group=resource.group,
+                    kind=resource.plural,
+                )
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = now_rfc3339()
+            meta["generation"] = 1
+            if options.dry_run:
+                return obj
+            return self.store.put(resource.key, obj)
+
+    def _require_namespace(self, namespace: str, *, creating: bool) -> None:
+        ns = self.store.get("namespaces", "", namespace)
+        if ns is None:
+            raise NotFound(f'namespaces "{namespace}" not found', name=namespace, kind="namespaces")
+        if creating and ns["metadata"].get("deletionTimestamp"):
+            raise Forbidden(
+                f"unable to create new content in namespace {namespace} because it is being terminated",
+                name=namespace,
+                kind="namespaces",
+            )
+
+    # -- update and patch --------------------------------------------------------------------------
+
+    def update(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        body: Any,
+        subresource: str | None,
+        options: WriteOptions,
+    ) -> dict[str, Any]:
+        """Replace (PUT) the object or, with ``subresource="status"``, only its status."""
+        obj = self.decode(resource, body, options)
+        meta = obj["metadata"]
+        if meta.get("name") and meta["name"] != name:
+            raise BadRequest(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
+        if resource.namespaced and meta.get("namespace") and meta["namespace"] != namespace:
+            raise BadRequest("the namespace of the provided object does not match the namespace sent on the request")
+        with self.store.lock:
+            old = self.store.get(resource.key, namespace, name)
+            if old is None:
+                raise _not_found(resource, name)
+            return self._write_update(resource, old, obj, subresource, options)
+
+    def patch(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        patch_type: str,
+        patch_body: Any,
+        subresource: str | None,
+        options: WriteOptions,
+    ) -> dict[str, Any]:
+        """Apply a JSON, merge or strategic-merge patch to the object (or its status)."""
+        if patch_type in APPLY_PATCH_TYPES:
+            raise UnsupportedMediaType("server-side apply is not supported by the migdra local API server")
+        if patch_type not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH):
+            raise UnsupportedMediaType(
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"{JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_MERGE_PATCH}"
+            )
+        with self.store.lock:
+            old = self.store.get(resource.key, namespace, name)
+            if old is None:
+                raise _not_found(resource, name)
+            if patch_type == JSON_PATCH:
+                patched = apply_json_patch(old, patch_body)
+            elif patch_type == MERGE_PATCH:
+                if not isinstance(patch_body, dict):
+                    raise BadRequest("merge patch must be a JSON object")
+                patched = apply_merge_patch(old, patch_body)
+            else:
+                patched = apply_strategic_merge_patch(old, patch_body, resource.kind)
+            obj = self.decode(resource, copy.deepcopy(patched), options)
+            return self._write_update(resource, old, obj, subresource, options)
+
+    def _write_update(
+        self,
+        resource: ResourceType,
+        old: dict[str, Any],
+        obj: dict[str, Any],
+        subresource: str | None,
+        options: WriteOptions,
+    ) -> dict[str, Any]:
+        name = old["metadata"]["name"]
+        requested_version = obj["metadata"].get("resourceVersion")
+        if requested_version and requested_version != old["metadata"]["resourceVersion"]:
+            raise _conflict(
+                resource,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            )
+        if subresource == "status":
+            new = copy.deepcopy(old)
+            if "status" in obj:
+                new["status"] = obj["status"]
+            else:
+                new.pop("status", None)
+        elif subresource is None:
+            new = obj
+            new_meta = new["metadata"]
+            old_meta = old["metadata"]
+            for key in _SERVER_METADATA:
+                if key in old_meta:
+                    new_meta[key] = old_meta[key]
+                else:
+                    new_meta.pop(key, None)
+            new_meta.pop("managedFields", None)
+            new_meta.pop("selfLink", None)
+            new_meta["name"] = name
+            if resource.namespaced:
+                new_meta["namespace"] = old_meta["namespace"]
+            if resource.has_status:
+                if "status" in old:
+                    new["status"] = copy.deepcopy(old["status"])
+                else:
+                    new.pop("status", None)
+            if old_meta.get("deletionTimestamp"):
+                added = set(new_meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+                if added:
+                    raise Invalid(
+                        f'{resource.qualified_kind} "{name}" is invalid: metadata.finalizers: Forbidden: '
+                        "no new finalizers can be added if the object is being deleted",
+                        name=name,
+                        group=resource.group,
+                        kind=resource.kind,
+                        causes=[
+                            {
+                                "reason": "FieldValueForbidden",
+                                "field": "metadata.finalizers",
+                                "message": "Forbidden: no new finalizers can be added if the object is being deleted",
+                            }
+                        ],
+                    )
+            if _spec_view(new) != _spec_view(old):
+                new_meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        else:
+            raise MethodNotAllowed(f"the server does not allow this method on the requested resource ({subresource})")
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        admit(resource, new, old, subresource)
+        if new == old:
+            return old
+        if options.dry_run:
+            return new
+        if (
+            new["metadata"].get("deletionTimestamp")
+            and not new["metadata"].get("finalizers")
+            and resource.key != "namespaces"  # the namespace cleaner removes those once empty
+        ):
+            return self.store.remove(resource.key, new)
+        return self.store.put(resource.key, new)
+
+    def bind(self, namespace: str, name: str, body: Any) -> dict[str, Any]:
+        """``pods/binding``: set ``spec.nodeName`` once, as the scheduler does; Conflict if already bound."""
+        pods = self.registry.lookup("", "v1", "pods")
+        assert pods is not None
+        if not isinstance(body, dict) or not isinstance(body.get("target"), dict) or not body["target"].get("name"):
+            raise BadRequest("a Binding needs target.name")
+        with self.store.lock:
+            old = self.store.get(pods.key, namespace, name)
+            if old is None:
+                raise _not_found(pods, name)
+            if old.get("spec", {}).get("nodeName"):
+                raise _conflict(pods, name, f'pod {name} is already assigned to node "{old["spec"]["nodeName"]}"')
+            new = copy.deepcopy(old)
+            new.setdefault("spec", {})["nodeName"] = body["target"]["name"]
+            conditions = [
+                c for c in new.setdefault("status", {}).get("conditions", []) if c.get("type") != "PodScheduled"
+            ]
+            conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()})
+            new["status"]["conditions"] = conditions
+            self.store.put(pods.key, new)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    # -- delete ------------------------------------------------------------------------------------
+
+    def delete(self, resource: ResourceType, namespace: str, name: str, options: DeleteOptions) -> dict[str, Any]:
+        """Delete now, or mark for deletion while finalizers remain; returns the object or a Status."""
+        if options.propagation_policy not in ("Orphan", "Background", "Foreground"):
+            raise BadRequest(
+                f"propagationPolicy {options.propagation_policy!r} is not one of Orphan, Background, Foreground"
+            )
+        with self.store.lock:
+            obj = self.store.get(resource.key, namespace, name)
+            if obj is None:
+                raise _not_found(resource, name)
+            meta = obj["metadata"]
+            if options.precondition_uid and options.precondition_uid != meta["uid"]:
+                raise _conflict(
+                    resource,
+                    name,
+                    f"Precondition failed: UID in precondition: {options.precondition_uid}, "
+                    f"UID in object meta: {meta['uid']}",
+                )
+            if (
+                options.precondition_resource_version
+                and options.precondition_resource_version != meta["resourceVersion"]
+            ):
+                raise _conflict(
+                    resource,
+                    name,
+                    "Precondition failed: ResourceVersion in precondition: "
+                    f"{options.precondition_resource_version}, "
+                    f"ResourceVersion in object meta: {meta['resourceVersion']}",
+                )
+            if options.dry_run:
+                return obj
+            if options.propagation_policy == "Orphan":
+                self._orphan_dependents(meta["uid"])
+            finalizers = list(meta.get("finalizers") or [])
+            if options.propagation_policy == "Foreground" and FOREGROUND_FINALIZER not in finalizers:
+                finalizers.append(FOREGROUND_FINALIZER)
+            if resource.key == "namespaces" or finalizers:
+                if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or []):
+                    return obj
+                marked = copy.deepcopy(obj)
+                marked["metadata"]["finalizers"] = finalizers
+                marked["metadata"].setdefault("deletionTimestamp", now_rfc3339())
+                marked["metadata"].setdefault("deletionGracePeriodSeconds", options.grace_period_seconds or 0)
+                if resource.key == "namespaces":
+                    marked.setdefault("status", {})["phase"] = "Terminating"
+                if not marked["metadata"]["finalizers"]:
+                    del marked["metadata"]["finalizers"]
+                return self.store.put(resource.key, marked)
+            final = self.store.remove(resource.key, obj)
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": {
+                "name": name,
+                "group": resource.group,
+                "kind": resource.plural,
+                "uid": final["metadata"]["uid"],
+            },
+        }
+
+    def delete_collection(
+        self,
+        resource: ResourceType,
+        namespace: str | None,
+        labels: LabelSelector,
+        fields: FieldSelector,
+        options: DeleteOptions,
+    ) -> dict[str, Any]:
+        """Delete every matching object; returns the list of what was deleted or marked."""
+        with self.store.lock:
+            targets = [
+                o for o in self.store.objects(resource.key, namespace) if labels.matches(o) and fields.matches(o)
+            ]
+            deleted = []
+            for obj in targets:
+                meta = obj["metadata"]
+                result = self.delete(resource, meta.get("namespace", ""), meta["name"], options)
+                deleted.append(obj if result.get("kind") == "Status" else result)
+            version = self.store.resource_version
+        return {
+            "kind": f"{resource.kind}List",
+            "apiVersion": resource.group_version,
+            "metadata": {"resourceVersion": str(version)},
+            "items": deleted,
+        }
+
+    def _orphan_dependents(self, owner_uid: str) -> None:
+        for key, obj in self.store.all_objects():
+            refs = obj["metadata"].get("ownerReferences") or []
+            if any(ref.get("uid") == owner_uid for ref in refs):
+                orphaned = copy.deepcopy(obj)
+                remaining = [ref for ref in refs if ref.get("uid") != owner_uid]
+                if remaining:
+                    orphaned["metadata"]["ownerReferences"] = remaining
+                else:
+                    del orphaned["metadata"]["ownerReferences"]
+                self.store.put(key, orphaned)
+
+    def remove_finalizer(self, resource_key: str, obj: dict[str, Any], finalizer: str) -> None:
+        """Drop one finalizer (the garbage collector's own), removing the object if it was the last."""
+        with self.store.lock:
+            meta = obj["metadata"]
+            current = self.store.get(resource_key, meta.get("namespace", ""), meta["name"])
+            if current is None or current["metadata"]["uid"] != meta["uid"]:
+                return
+            updated = copy.deepcopy(current)
+            updated["metadata"]["finalizers"] = [f for f in current["metadata"].get("finalizers", []) if f != finalizer]
+            if not updated["metadata"]["finalizers"]:
+                del updated["metadata"]["finalizers"]
+                if updated["metadata"].get("deletionTimestamp"):
+                    self.store.remove(resource_key, updated)
+                    return
+            self.store.put(resource_key, updated)

@@ -1,0 +1,95 @@
+"""Persisting the store to one JSON file: loaded at start, written atomically on change and at stop.
+
+The file holds the global resourceVersion and every object; event history is not kept, so a watch
+from a version before the restart gets 410 Expired, exactly as after an etcd compaction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from dra_driver.controlplane.apiserver.store import Store
+from dra_driver.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+FORMAT = "migdra.apiserver.snapshot/v1"
+
+
+def load_snapshot(store: Store, path: Path) -> bool:
+    """Fill ``store`` from ``path`` if it exists; False if there was no file."""
+    if not path.exists():
+        return False
+    try:
+        data = json.loads(path.read_text())
+        if data.get("format") != FORMAT:
+            raise ValueError(f"format is {data.get('format')!r}, expected {FORMAT!r}")
+        objects = [(entry["resource"], entry["object"]) for entry in data["objects"]]
+        store.restore(int(data["resourceVersion"]), objects)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigurationError(f"snapshot {path} cannot be loaded: {exc}") from exc
+    return True
+
+
+def write_snapshot(store: Store, path: Path) -> None:
+    """Write every object atomically (temporary file, fsync, rename)."""
+    with store.lock:
+        data: dict[str, Any] = {
+            "format": FORMAT,
+            "resourceVersion": store.resource_version,
+            "objects": [{"resource": key, "object": obj} for key, obj in store.all_objects()],
+        }
+        text = json.dumps(data, separators=(",", ":"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".snapshot-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class SnapshotWriter:
+    """A thread that writes the snapshot every ``interval`` seconds when the store has changed."""
+
+    def __init__(self, store: Store, path: Path, interval: float) -> None:
+        self.store = store
+        self.path = path
+        self.interval = interval
+        self._stopping = threading.Event()
+        self._written_at = store.writes
+        self._thread = threading.Thread(target=self._run, name="apiserver-snapshot", daemon=True)
+
+    def start(self) -> None:
+        """Start the periodic writer."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the writer and write a final snapshot."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.flush()
+
+    def flush(self) -> None:
+        """Write now if anything changed since the last write."""
+        writes = self.store.writes
+        if writes != self._written_at:
+            write_snapshot(self.store, self.path)
+            self._written_at = writes
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.interval):
+            try:
+                self.flush()
+            except OSError:  # a full disk must not stop the server; the final write at stop will report it
+                log.exception("writing the API server snapshot to %s failed", self.path)
