@@ -20,6 +20,17 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+# The per-instance resources a GPU hands out; GpuModel.resource_budget says how much of each it has.
+RESOURCE_FIELDS: tuple[str, ...] = (
+    "multiprocessor_count",
+    "copy_engine_count",
+    "decoder_count",
+    "encoder_count",
+    "jpeg_count",
+    "ofa_count",
+    "memory_size_mb",
+)
+
 
 class Architecture(enum.StrEnum):
     """GPU architecture; the value of ``nvmlDeviceGetArchitecture`` is kept beside it in the data."""
@@ -218,6 +229,17 @@ class GpuModel(_Frozen):
         if base is None:
             raise ValueError(f"{self.key}: no GPU-instance ID class for placement size {placement.size}")
         return base + placement.start // placement.size
+
+    @property
+    def resource_budget(self) -> dict[str, int]:
+        """What the whole GPU has of each :data:`RESOURCE_FIELDS` resource: the largest profile's amount.
+
+        The largest profile (``7g``, or ``4g`` on A30 / RTX PRO) owns every engine of the GPU, so the GPU
+        instances present at any time can together hold no more than it does.  This is why a second
+        ``+me`` instance (the GPU has one OFA) or any media profile beside ``+me.all`` cannot exist.
+        INFERRED from the profile tables; NVML reports it only as INSUFFICIENT_RESOURCES.
+        """
+        return {field: max(getattr(p, field) for p in self.gpu_instance_profiles) for field in RESOURCE_FIELDS}
 
     @property
     def max_compute_instances(self) -> int:

@@ -11,6 +11,7 @@ import itertools
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,12 +64,22 @@ def _index_names(suffix: str) -> set[int]:
 
 
 ALL_ME, NO_ME = _index_names("_ALL_ME"), _index_names("_NO_ME")
+ENGINE_AMOUNTS: tuple[Callable[[GpuInstanceProfile], int], ...] = (
+    lambda p: p.multiprocessor_count,
+    lambda p: p.copy_engine_count,
+    lambda p: p.decoder_count,
+    lambda p: p.encoder_count,
+    lambda p: p.jpeg_count,
+    lambda p: p.ofa_count,
+    lambda p: p.memory_size_mb,
+)
 
 
 @dataclass
 class OverlapModel:
     """What NVML documents: legal placement ∧ no overlap ∧ instanceCount ∧ max GIs (∧ compute slices,
-    ∧ the _ALL_ME exclusivity of nvml.h), and the catalog's default start order without a placement."""
+    ∧ the _ALL_ME exclusivity of nvml.h, ∧ the GPU's engines: together the GIs hold no more SMs,
+    engines or memory than the largest profile), and the catalog's default start order without a placement."""
 
     gpu: GpuModel
     gis: list[tuple[GpuInstanceProfile, int, int]] = field(default_factory=list)
@@ -84,6 +95,10 @@ class OverlapModel:
             return "insufficient"
         if sum(p.slice_count for p, _, _ in self.gis) + profile.slice_count > self.gpu.compute_slices:
             return "insufficient"
+        for amount in ENGINE_AMOUNTS:
+            gpu_has = max(amount(p) for p in self.gpu.gpu_instance_profiles)
+            if sum(amount(p) for p, _, _ in self.gis) + amount(profile) > gpu_has:
+                return "insufficient"
         for other, _, _ in self.gis:
             if profile.nvml_profile_index in ALL_ME and other.nvml_profile_index not in NO_ME:
                 return "insufficient"
@@ -550,3 +565,13 @@ def test_all_media_engine_profile_admits_only_no_media_engine_neighbours(boot: B
     pynvml.nvmlDeviceCreateGpuInstance(device, plain)
     with pytest.raises(pynvml.NVMLError_InsufficientResources):
         pynvml.nvmlDeviceCreateGpuInstance(device, all_me)
+
+
+def test_the_gpu_has_one_set_of_media_engines_to_share(boot: Boot) -> None:
+    """A30 has one JPEG and one OFA: a 1g+me and a 2g+me cannot coexist, though each allows one instance."""
+    device = boot(["A30"])
+    a30 = CATALOG.model("A30")
+    place(device, a30.profile_by_name("1g.6gb+me").profile_id, 0, 1)
+    with pytest.raises(pynvml.NVMLError_InsufficientResources):
+        place(device, a30.profile_by_name("2g.12gb+me").profile_id, 2, 2)
+    place(device, a30.profile_by_name("2g.12gb").profile_id, 2, 2)

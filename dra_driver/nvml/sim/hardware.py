@@ -18,7 +18,14 @@ from dataclasses import dataclass
 
 import pynvml
 
-from dra_driver.mig.catalog import ComputeInstanceProfile, GpuInstanceProfile, GpuModel, Placement, load_catalog
+from dra_driver.mig.catalog import (
+    RESOURCE_FIELDS,
+    ComputeInstanceProfile,
+    GpuInstanceProfile,
+    GpuModel,
+    Placement,
+    load_catalog,
+)
 from dra_driver.nvml.sim.errors import HardwareRefusedError, SimNvmlError
 from dra_driver.nvml.sim.state import SimComputeInstance, SimGpu, SimGpuInstance, SimState
 
@@ -179,6 +186,10 @@ def gpu_instance_shortage(gpu: SimGpu, profile: GpuInstanceProfile) -> str | Non
         return f"profile {profile.name} allows {profile.instance_count} instance(s), all in use"
     if sum(p.slice_count for p in existing) + profile.slice_count > model.compute_slices:
         return f"not enough free compute slices for {profile.name}"
+    budget = model.resource_budget
+    for field in RESOURCE_FIELDS:
+        if sum(getattr(p, field) for p in existing) + getattr(profile, field) > budget[field]:
+            return f"not enough {field.removesuffix('_count')} left on GPU {gpu.index} for {profile.name}"
     blocker = next((p for p in existing if _media_engine_conflict(profile, p)), None)
     if blocker is not None:
         return f"{profile.name} cannot share media engines with {blocker.name}"
