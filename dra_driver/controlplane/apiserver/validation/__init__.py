@@ -1,0 +1,75 @@
+"""Validation of ``resource.k8s.io/v1`` objects for the local API server: dicts in, field errors out.
+
+It mirrors kube-apiserver's ``pkg/apis/resource/validation`` for the rules stated in
+``/work/shared/reference/resource-api.md``, with kube's field paths and messages, because kubectl and the
+Python client show them to people.  Pure code: no I/O, no HTTP, no Kubernetes client.
+
+Public API::
+
+    validate(group, version, kind, obj, old, subresource) -> list[FieldError]
+        Kind rules for ResourceSlice, ResourceClaim (and its ``status``), ResourceClaimTemplate and
+        DeviceClass; ``[]`` for anything else.  ``old`` is None on create, the stored object on update.
+        It does not look at ``metadata``: the server runs ``validate_object_meta`` for every kind.
+    validate_object_meta(obj, namespaced, name_rule) -> list[FieldError]
+        Generic ``metadata`` rules on create (name/generateName, namespace, labels, annotations).
+    FieldError
+        ``field``, ``reason``, ``message``, ``value``; ``detail()`` renders like kube's ``field.Error``,
+        ``body()`` and ``as_cause()`` give a 422 Status cause.
+
+All errors are returned, in a stable order (kube's order of checks; map keys sorted).
+
+Modules, each with one job: ``errors`` (FieldError and its rendering), ``paths`` (field paths),
+``fields`` (typed reads of JSON), ``limits`` (every number), ``names`` (name rules and kube's
+messages), ``quantity`` (Quantity syntax), ``lists`` (bounded lists, sets, maps), ``immutability``,
+``metadata``, ``nodes`` (node names and selectors), ``taints`` (taints and tolerations),
+``cel_selectors``, ``opaque`` (opaque config and raw JSON), ``network`` (interface addresses), and the
+kind rules: ``resourceslice``, ``resourceclaim`` (claim and template spec), ``claimstatus``,
+``deviceclass``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from dra_driver.controlplane.apiserver.validation.claimstatus import validate_resource_claim_status
+from dra_driver.controlplane.apiserver.validation.deviceclass import validate_device_class
+from dra_driver.controlplane.apiserver.validation.errors import FieldError, Reason
+from dra_driver.controlplane.apiserver.validation.fields import JSONObject
+from dra_driver.controlplane.apiserver.validation.metadata import NameRule, validate_object_meta
+from dra_driver.controlplane.apiserver.validation.resourceclaim import (
+    validate_resource_claim,
+    validate_resource_claim_template,
+)
+from dra_driver.controlplane.apiserver.validation.resourceslice import validate_resource_slice
+
+__all__ = ["FieldError", "NameRule", "Reason", "validate", "validate_object_meta"]
+
+RESOURCE_GROUP: Final = "resource.k8s.io"
+RESOURCE_VERSION: Final = "v1"
+
+KindRule = Callable[[JSONObject, JSONObject | None], list[FieldError]]
+
+# (kind, subresource) -> rules; subresource None is the main resource.
+_RULES: Final[Mapping[tuple[str, str | None], KindRule]] = {
+    ("ResourceSlice", None): validate_resource_slice,
+    ("ResourceClaim", None): validate_resource_claim,
+    ("ResourceClaim", "status"): validate_resource_claim_status,
+    ("ResourceClaimTemplate", None): validate_resource_claim_template,
+    ("DeviceClass", None): validate_device_class,
+}
+
+
+def validate(
+    group: str,
+    version: str,
+    kind: str,
+    obj: JSONObject,
+    old: JSONObject | None,
+    subresource: str | None,
+) -> list[FieldError]:
+    """Every error in ``obj`` by the rules of its kind (see the module docstring); ``[]`` when it has none."""
+    if group != RESOURCE_GROUP or version != RESOURCE_VERSION:
+        return []
+    rule = _RULES.get((kind, subresource))
+    return [] if rule is None else rule(obj, old)
