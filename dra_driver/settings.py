@@ -7,12 +7,15 @@ migdra reads ``os.environ`` for configuration.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+import yaml
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.errors import ConfigurationError
 from dra_driver.mig.catalog import load_catalog
 
@@ -88,3 +91,32 @@ def build_nvml_settings(**overrides: object) -> NvmlSettings:
         return NvmlSettings(**given)  # type: ignore[arg-type]
     except ValueError as exc:
         raise ConfigurationError(f"invalid NVML settings: {exc}") from exc
+
+
+def load_device_model_config(
+    path: Path | None, *, driver_name: str | None = None, exclude_gpus: tuple[str, ...] = ()
+) -> DeviceModelConfig:
+    """The device model configuration from a YAML file (camelCase or snake_case keys) plus flags."""
+    raw: dict[str, object] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigurationError(f"cannot read device model configuration {path}: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigurationError(f"{path}: expected a mapping at the top level")
+        raw = {_snake(str(key)): value for key, value in loaded.items()}
+    if driver_name is not None:
+        raw["driver_name"] = driver_name
+    if exclude_gpus:
+        raw["exclude_gpus"] = tuple(raw.get("exclude_gpus", ()) or ()) + tuple(exclude_gpus)  # type: ignore[arg-type]
+    try:
+        return DeviceModelConfig.model_validate(raw)
+    except ValidationError as exc:
+        where = f" in {path}" if path else ""
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigurationError(f"invalid device model configuration{where}: {problems}") from exc
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()

@@ -7,6 +7,7 @@ to library code; no logic of its own beyond presentation lives here.
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,8 +18,9 @@ import click
 from dra_driver import __version__
 from dra_driver.cli import inventory_view
 from dra_driver.cli.sim_commands import sim
+from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.errors import MigdraError
-from dra_driver.settings import build_nvml_settings
+from dra_driver.settings import build_nvml_settings, load_device_model_config
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,6 +88,46 @@ def gpus(
 
 
 cli.add_command(sim)
+
+
+@cli.command()
+@nvml_options
+@click.option("--node-name", default=None, help="node (and pool) name [default: this host's name]")
+@click.option("--driver-name", default=None, help=f"DRA driver name [default: {DEFAULT_DRIVER_NAME}]")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="device model configuration (YAML: driverName, profiles, excludeGpus)",
+)
+@click.option("--exclude-gpu", multiple=True, help="leave out a GPU (UUID or PCI bus id); repeatable")
+@click.option("-o", "--output", type=click.Choice(["table", "yaml", "json"]), default="table", show_default=True)
+def slices(
+    nvml: str | None,
+    sim_state: Path | None,
+    sim_gpus: str | None,
+    sim_mig_enabled: bool | None,
+    node_name: str | None,
+    driver_name: str | None,
+    config_file: Path | None,
+    exclude_gpu: tuple[str, ...],
+    output: str,
+) -> None:
+    """Print the ResourceSlices this node would publish, without a cluster."""
+    from dra_driver.cli import slices_view  # noqa: PLC0415 -- keep `migdra --help` free of NVML
+    from dra_driver.devicemodel.layout import render_slices  # noqa: PLC0415
+    from dra_driver.devicemodel.pool import build_pool  # noqa: PLC0415
+    from dra_driver.nvml.inventory import read_inventory  # noqa: PLC0415
+    from dra_driver.nvml.session import open_nvml  # noqa: PLC0415
+
+    settings = build_nvml_settings(nvml=nvml, sim_state=sim_state, sim_gpus=sim_gpus, sim_mig_enabled=sim_mig_enabled)
+    config = load_device_model_config(config_file, driver_name=driver_name, exclude_gpus=exclude_gpu)
+    with open_nvml(settings) as session:
+        inventory = read_inventory(session)
+    pool = build_pool(inventory, config)
+    node = node_name or socket.gethostname().lower()
+    click.echo(slices_view.render(render_slices(pool, node, generation=1), pool, output), nl=False)
 
 
 def main() -> None:

@@ -51,6 +51,7 @@ class AttributeSpec:
 class CapacitySpec:
     name: str
     counter: str  # the DNS-label counter that meters this capacity per GPU
+    resource_field: str  # the GPU-instance profile field (catalog and NVML) it comes from
     on: frozenset[DeviceType]
     description: str
 
@@ -78,13 +79,13 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
 )
 
 CAPACITIES: tuple[CapacitySpec, ...] = (
-    CapacitySpec("memory", "memory", _BOTH, "framebuffer bytes"),
-    CapacitySpec("multiprocessors", "multiprocessors", _BOTH, "streaming multiprocessors (SMs)"),
-    CapacitySpec("copyEngines", "copy-engines", _BOTH, "copy engines"),
-    CapacitySpec("decoders", "decoders", _BOTH, "video decoders (NVDEC)"),
-    CapacitySpec("encoders", "encoders", _BOTH, "video encoders (NVENC)"),
-    CapacitySpec("jpegEngines", "jpeg-engines", _BOTH, "JPEG decoders (NVJPG)"),
-    CapacitySpec("ofaEngines", "ofa-engines", _BOTH, "optical flow accelerators (OFA)"),
+    CapacitySpec("memory", "memory", "memory_size_mb", _BOTH, "framebuffer bytes (profile MiB x 2^20)"),
+    CapacitySpec("multiprocessors", "multiprocessors", "multiprocessor_count", _BOTH, "streaming multiprocessors"),
+    CapacitySpec("copyEngines", "copy-engines", "copy_engine_count", _BOTH, "copy engines"),
+    CapacitySpec("decoders", "decoders", "decoder_count", _BOTH, "video decoders (NVDEC)"),
+    CapacitySpec("encoders", "encoders", "encoder_count", _BOTH, "video encoders (NVENC)"),
+    CapacitySpec("jpegEngines", "jpeg-engines", "jpeg_count", _BOTH, "JPEG decoders (NVJPG)"),
+    CapacitySpec("ofaEngines", "ofa-engines", "ofa_count", _BOTH, "optical flow accelerators (OFA)"),
 )
 
 MEMORY_SLICE_COUNTER_PREFIX = "memory-slice-"

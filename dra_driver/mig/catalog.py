@@ -12,10 +12,11 @@ Every model is frozen.  Values that were not read off real hardware output are n
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from fractions import Fraction
 from functools import cache
 from importlib import resources
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -30,6 +31,42 @@ RESOURCE_FIELDS: tuple[str, ...] = (
     "ofa_count",
     "memory_size_mb",
 )
+
+
+class HasResources(Protocol):
+    """A GPU-instance profile as the catalog or NVML describes it (same field names in both)."""
+
+    @property
+    def multiprocessor_count(self) -> int: ...
+    @property
+    def copy_engine_count(self) -> int: ...
+    @property
+    def decoder_count(self) -> int: ...
+    @property
+    def encoder_count(self) -> int: ...
+    @property
+    def jpeg_count(self) -> int: ...
+    @property
+    def ofa_count(self) -> int: ...
+    @property
+    def memory_size_mb(self) -> int: ...
+
+
+def resource_amounts(profile: HasResources) -> dict[str, int]:
+    """One instance's share of each :data:`RESOURCE_FIELDS` resource."""
+    return {field: int(getattr(profile, field)) for field in RESOURCE_FIELDS}
+
+
+def resource_budget(profiles: Iterable[HasResources]) -> dict[str, int]:
+    """What the whole GPU has of each :data:`RESOURCE_FIELDS` resource: the largest profile's amount.
+
+    The largest profile (``7g``, or ``4g`` on A30 / RTX PRO) owns every engine of the GPU, so the GPU
+    instances present at any time can together hold no more than it does.  This is why a second
+    ``+me`` instance (the GPU has one OFA) or any media profile beside ``+me.all`` cannot exist.
+    INFERRED from the profile tables; NVML reports it only as INSUFFICIENT_RESOURCES.
+    """
+    amounts = [resource_amounts(p) for p in profiles]
+    return {field: max((a[field] for a in amounts), default=0) for field in RESOURCE_FIELDS}
 
 
 class Architecture(enum.StrEnum):
@@ -232,14 +269,8 @@ class GpuModel(_Frozen):
 
     @property
     def resource_budget(self) -> dict[str, int]:
-        """What the whole GPU has of each :data:`RESOURCE_FIELDS` resource: the largest profile's amount.
-
-        The largest profile (``7g``, or ``4g`` on A30 / RTX PRO) owns every engine of the GPU, so the GPU
-        instances present at any time can together hold no more than it does.  This is why a second
-        ``+me`` instance (the GPU has one OFA) or any media profile beside ``+me.all`` cannot exist.
-        INFERRED from the profile tables; NVML reports it only as INSUFFICIENT_RESOURCES.
-        """
-        return {field: max(getattr(p, field) for p in self.gpu_instance_profiles) for field in RESOURCE_FIELDS}
+        """See :func:`resource_budget`."""
+        return resource_budget(self.gpu_instance_profiles)
 
     @property
     def max_compute_instances(self) -> int:

@@ -115,3 +115,21 @@ class GpuInstanceInfo:
     profile_id: int
     placement: Placement
     compute_instances: tuple[ComputeInstanceInfo, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInventory:
+    """Everything NVML reports about one GPU that the device model needs."""
+
+    gpu: GpuInfo
+    profiles: tuple[GpuInstanceProfileInfo, ...]  # empty when the GPU has no MIG
+    gpu_instances: tuple[GpuInstanceInfo, ...]  # every GI present, ours or not
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInventory:
+    """A snapshot of the node's GPUs, as read through NVML at one moment."""
+
+    driver_version: str
+    cuda_driver_version: str
+    gpus: tuple[GpuInventory, ...]

@@ -1,0 +1,52 @@
+"""``migdra slices``: the ResourceSlices this node would publish, computed without a cluster.
+
+Reads the inventory through NVML (real or simulated), runs the pure device model and layout, and
+prints the result as YAML / JSON (exactly what would be sent to the API server) or a table.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from dra_driver.devicemodel.pool import NodePool
+
+
+def render(slices: list[dict[str, Any]], pool: NodePool, output: str) -> str:
+    if output == "json":
+        return json.dumps({"apiVersion": "v1", "kind": "List", "items": slices}, indent=2) + "\n"
+    if output == "yaml":
+        return yaml.safe_dump_all(slices, sort_keys=False)
+    return _table(slices, pool)
+
+
+def _table(slices: list[dict[str, Any]], pool: NodePool) -> str:
+    lines = []
+    for item in slices:
+        spec = item["spec"]
+        heading = f"{item['metadata']['name']}  (pool {spec['pool']['name']} gen {spec['pool']['generation']})"
+        if "sharedCounters" in spec:
+            lines.append(f"{heading}: {', '.join(cs['name'] for cs in spec['sharedCounters'])}")
+            continue
+        lines.append(f"{heading}: {len(spec['devices'])} devices")
+        lines.append(f"  {'DEVICE':<30}{'TYPE':<6}{'PROFILE':<16}{'PLACEMENT':>10}{'SMS':>6}{'MEMORY':>12}")
+        for device in spec["devices"]:
+            attributes, capacity = device["attributes"], device["capacity"]
+            kind = attributes["type"]["string"]
+            profile = attributes.get("profile", {}).get("string", "-")
+            placement = (
+                f"{attributes['placementStart']['int']}:{attributes['placementSize']['int']}" if kind == "mig" else "-"
+            )
+            memory = f"{int(capacity['memory']['value']) // 2**20} MiB"
+            sms = capacity.get("multiprocessors", {}).get("value", "-")
+            lines.append(f"  {device['name']:<30}{kind:<6}{profile:<16}{placement:>10}{sms:>6}{memory:>12}")
+    for foreign in pool.foreign_instances:
+        lines.append(
+            f"withheld: GPU {foreign.gpu_minor} holds GI {foreign.gpu_instance_id} ({foreign.profile_name} at "
+            f"{foreign.placement}) that migdra did not create; overlapping placements are not published"
+        )
+    for uuid in pool.excluded_gpus:
+        lines.append(f"excluded by configuration: {uuid}")
+    return "\n".join(lines) + "\n"

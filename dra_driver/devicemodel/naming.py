@@ -1,0 +1,49 @@
+"""Device and counter-set names: stable DNS labels derived from what does not change.
+
+Scheme (the same as NVIDIA's DRA driver, so tooling and habits carry over):
+
+- whole GPU: ``gpu-<minor>``
+- MIG placement: ``gpu-<minor>-mig-<profile>-<gi profile id>-<placement start>``, where ``<profile>`` is
+  the profile name lower-cased with dots removed and any other character outside ``[a-z0-9-]``
+  turned into ``-``: ``1g.10gb`` -> ``1g10gb``, ``1g.10gb+me`` -> ``1g10gb-me``.
+  Example: ``gpu-0-mig-1g20gb-15-6`` is H100 GPU minor 0, profile 1g.20gb (ID 15), memory slices 6-7.
+- counter set of a GPU: ``gpu-<minor>-counter-set``
+
+The GPU *minor* number (``/dev/nvidia<minor>``) is used, not the NVML index, which can change with
+``CUDA_VISIBLE_DEVICES``-like enumeration order; minors are fixed by the driver.
+"""
+
+from __future__ import annotations
+
+import re
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_NAME = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")
+
+
+def profile_token(profile_name: str) -> str:
+    token = re.sub(r"[^a-z0-9-]", "-", profile_name.lower().replace(".", ""))
+    return token.strip("-")
+
+
+def gpu_device_name(minor: int) -> str:
+    return f"gpu-{minor}"
+
+
+def mig_device_name(minor: int, profile_name: str, profile_id: int, placement_start: int) -> str:
+    name = f"gpu-{minor}-mig-{profile_token(profile_name)}-{profile_id}-{placement_start}"
+    if len(name) > 63 or not _DNS_LABEL.match(name):
+        raise ValueError(f"device name {name!r} is not a DNS label")
+    return name
+
+
+def counter_set_name(minor: int) -> str:
+    return f"gpu-{minor}-counter-set"
+
+
+def parse_mig_device_name(name: str) -> tuple[int, int, int] | None:
+    """``gpu-0-mig-1g20gb-15-6`` -> (minor 0, profile id 15, start 6); None if not a MIG device name."""
+    match = _NAME.match(name)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(3)), int(match.group(4))

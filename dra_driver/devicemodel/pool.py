@@ -1,0 +1,296 @@
+"""Compute the node's DRA devices and counter sets from an NVML inventory.
+
+``build_pool`` is a pure, deterministic function of (inventory, config, instances we own): kubelet
+may ask again at any time and must get the same answer for the same hardware.  It never touches
+NVML, the Kubernetes API or the disk (the catalog is package data, loaded once).
+
+What it decides:
+
+- a MIG-enabled GPU publishes one device per (profile, placement) NVML reports, after the
+  administrator's profile filters; a MIG-disabled GPU publishes one whole-GPU device and nothing else;
+- every MIG device consumes its memory slices and its SM / engine / memory amounts from its GPU's
+  counter set, so kube-scheduler's counter arithmetic alone forbids overlapping placements and
+  engine over-subscription (a second ``+me``, anything beside ``+me.all``);
+- GPU instances we did not create (*foreign* ones) are never touched: every placement overlapping
+  one is withheld, their memory slices are published as used (0) and their SMs, engines and memory
+  are taken off the counter set, so whatever remains allocatable is also creatable.  Instances we own
+  (from the checkpoint) stay published so their allocations remain valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from dra_driver.devicemodel.config import DeviceModelConfig, normalise_pci_bus_id
+from dra_driver.devicemodel.naming import counter_set_name, gpu_device_name, mig_device_name
+from dra_driver.devicemodel.vocabulary import (
+    CAPACITIES,
+    STANDARD_DOMAIN,
+    DeviceType,
+    ValueType,
+    memory_slice_counter,
+)
+from dra_driver.mig.catalog import (
+    RESOURCE_FIELDS,
+    GpuModel,
+    MigCatalog,
+    Placement,
+    load_catalog,
+    resource_amounts,
+    resource_budget,
+)
+from dra_driver.nvml.types import GpuInstanceInfo, GpuInstanceProfileInfo, GpuInventory, NodeInventory
+
+# NVML_DEVICE_ARCH_* -> the name published in the `architecture` attribute.
+_ARCHITECTURE_NAMES = {7: "Ampere", 8: "Ada", 9: "Hopper", 10: "Blackwell"}
+
+# catalog/NVML resource field -> its published capacity and counter.
+_CAPACITY_OF_FIELD = {spec.resource_field: spec for spec in CAPACITIES}
+assert set(_CAPACITY_OF_FIELD) == set(RESOURCE_FIELDS), "every GPU resource is published, once"
+
+AttributeValue = tuple[ValueType, int | bool | str]
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One published device: a MIG (profile, placement) or a whole GPU."""
+
+    name: str
+    type: DeviceType
+    gpu_uuid: str
+    gpu_minor: int
+    attributes: Mapping[str, AttributeValue]
+    capacity: Mapping[str, int]
+    profile_name: str | None = None
+    profile_id: int | None = None
+    placement: Placement | None = None
+    compute_slices: int = 0
+    counter_set: str | None = None
+    consumes: Mapping[str, int] = field(default_factory=dict)
+
+    def to_api(self) -> dict[str, object]:
+        """The ``resource.k8s.io/v1`` Device object."""
+        body: dict[str, object] = {
+            "name": self.name,
+            "attributes": {key: {kind.value: value} for key, (kind, value) in self.attributes.items()},
+            "capacity": {key: {"value": str(value)} for key, value in self.capacity.items()},
+        }
+        if self.counter_set is not None:
+            body["consumesCounters"] = [
+                {"counterSet": self.counter_set, "counters": {k: {"value": str(v)} for k, v in self.consumes.items()}}
+            ]
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSet:
+    """A GPU's shared counters: its memory slices and what it has of each SM / engine / memory."""
+
+    name: str
+    gpu_minor: int
+    memory_slices: int
+    counters: Mapping[str, int]
+
+    def to_api(self) -> dict[str, object]:
+        return {"name": self.name, "counters": {k: {"value": str(v)} for k, v in self.counters.items()}}
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignInstance:
+    """A GPU instance on the node that migdra did not create: left alone, its placement withheld."""
+
+    gpu_uuid: str
+    gpu_minor: int
+    gpu_instance_id: int
+    profile_id: int
+    profile_name: str
+    placement: Placement
+
+
+@dataclass(frozen=True, slots=True)
+class NodePool:
+    """Everything the node publishes, before it is cut into ResourceSlices."""
+
+    driver_name: str
+    devices: tuple[Device, ...]
+    counter_sets: tuple[CounterSet, ...]
+    foreign_instances: tuple[ForeignInstance, ...] = ()
+    excluded_gpus: tuple[str, ...] = ()
+
+
+def build_pool(
+    inventory: NodeInventory,
+    config: DeviceModelConfig,
+    owned_instances: Iterable[tuple[str, int]] = (),
+    catalog: MigCatalog | None = None,
+) -> NodePool:
+    """The node's devices and counter sets.  ``owned_instances``: (GPU UUID, GI ID) pairs we created."""
+    catalog = catalog or load_catalog()
+    owned = frozenset(owned_instances)
+    devices: list[Device] = []
+    counter_sets: list[CounterSet] = []
+    foreign: list[ForeignInstance] = []
+    excluded: list[str] = []
+    for entry in sorted(inventory.gpus, key=lambda g: g.gpu.minor_number):
+        gpu = entry.gpu
+        if config.excludes(gpu.uuid, gpu.pci_bus_id):
+            excluded.append(gpu.uuid)
+            continue
+        model = catalog.by_pci_device_id(gpu.pci_device_id) or catalog.by_nvml_name(gpu.name)
+        common = _common_attributes(inventory, entry, model)
+        if not gpu.mig_enabled:
+            devices.append(_whole_gpu_device(entry, model, common))
+            continue
+        gpu_devices, counter_set, gpu_foreign = _mig_devices(entry, model, common, config, owned)
+        devices.extend(gpu_devices)
+        counter_sets.append(counter_set)
+        foreign.extend(gpu_foreign)
+    return NodePool(config.driver_name, tuple(devices), tuple(counter_sets), tuple(foreign), tuple(excluded))
+
+
+def _semver(text: str) -> str:
+    """A version attribute value: NVML's ``580.65.06`` -> ``580.65.6``; ``13.0`` -> ``13.0.0``."""
+    parts = [str(int(p)) for p in text.split(".")[:3] if p.isdigit()]
+    return ".".join(parts + ["0"] * (3 - len(parts)))
+
+
+def _common_attributes(
+    inventory: NodeInventory, entry: GpuInventory, model: GpuModel | None
+) -> dict[str, AttributeValue]:
+    gpu = entry.gpu
+    architecture = (
+        model.architecture.value.capitalize()
+        if model is not None
+        else _ARCHITECTURE_NAMES.get(gpu.nvml_architecture, f"nvml-{gpu.nvml_architecture}")
+    )
+    major, minor = gpu.cuda_compute_capability
+    attributes: dict[str, AttributeValue] = {
+        "productName": (ValueType.STRING, gpu.name),
+        "architecture": (ValueType.STRING, architecture),
+        "cudaComputeCapability": (ValueType.VERSION, f"{major}.{minor}.0"),
+        "driverVersion": (ValueType.VERSION, _semver(inventory.driver_version)),
+        "cudaDriverVersion": (ValueType.VERSION, _semver(inventory.cuda_driver_version)),
+        f"{STANDARD_DOMAIN}/pciBusID": (ValueType.STRING, normalise_pci_bus_id(gpu.pci_bus_id)),
+    }
+    if gpu.numa_node is not None:
+        attributes[f"{STANDARD_DOMAIN}/numaNode"] = (ValueType.INT, gpu.numa_node)
+    return attributes
+
+
+def _whole_gpu_device(entry: GpuInventory, model: GpuModel | None, common: dict[str, AttributeValue]) -> Device:
+    gpu = entry.gpu
+    capacity = {"memory": gpu.memory_total_bytes}
+    if model is not None:
+        budget = model.resource_budget
+        for resource_field, spec in _CAPACITY_OF_FIELD.items():
+            if spec.name != "memory":
+                capacity[spec.name] = budget[resource_field]
+        capacity["multiprocessors"] = model.sm_total
+    return Device(
+        name=gpu_device_name(gpu.minor_number),
+        type=DeviceType.GPU,
+        gpu_uuid=gpu.uuid,
+        gpu_minor=gpu.minor_number,
+        attributes={"type": (ValueType.STRING, DeviceType.GPU.value), "uuid": (ValueType.STRING, gpu.uuid), **common},
+        capacity=capacity,
+    )
+
+
+def _profile_name(profile: GpuInstanceProfileInfo, model: GpuModel | None) -> str:
+    if model is not None:
+        known = next((p for p in model.gpu_instance_profiles if p.profile_id == profile.profile_id), None)
+        if known is not None:
+            return known.name
+    return profile.name.removeprefix("MIG ").strip() or f"profile-{profile.profile_id}"
+
+
+def _as_counters(amounts: Mapping[str, int]) -> dict[str, int]:
+    """Resource amounts in catalog units (MiB for memory) as counter values (bytes for memory)."""
+    return {
+        spec.counter: amounts[resource_field] * (2**20 if resource_field == "memory_size_mb" else 1)
+        for resource_field, spec in _CAPACITY_OF_FIELD.items()
+    }
+
+
+def _consumption(profile: GpuInstanceProfileInfo) -> dict[str, int]:
+    """Counter name -> amount for the SM / engine / memory share of one instance (zeros left out)."""
+    return {counter: value for counter, value in _as_counters(resource_amounts(profile)).items() if value}
+
+
+def _mig_devices(
+    entry: GpuInventory,
+    model: GpuModel | None,
+    common: dict[str, AttributeValue],
+    config: DeviceModelConfig,
+    owned: frozenset[tuple[str, int]],
+) -> tuple[list[Device], CounterSet, list[ForeignInstance]]:
+    gpu = entry.gpu
+    profiles_by_id = {p.profile_id: p for p in entry.profiles}
+    names = {p.profile_id: _profile_name(p, model) for p in entry.profiles}
+    foreign_gis: list[GpuInstanceInfo] = [
+        gi for gi in entry.gpu_instances if (gpu.uuid, gi.gpu_instance_id) not in owned
+    ]
+
+    # The counter set: the whole GPU's slices and resources, less what foreign instances hold.
+    slices = max((p.end for profile in entry.profiles for p in profile.placements), default=0)
+    taken = {s for gi in foreign_gis for s in gi.placement.slices()}
+    available = _as_counters(resource_budget(entry.profiles))
+    for gi in foreign_gis:
+        if gi.profile_id in profiles_by_id:
+            for counter, value in _consumption(profiles_by_id[gi.profile_id]).items():
+                available[counter] = max(0, available[counter] - value)
+    counters = {memory_slice_counter(i): 0 if i in taken else 1 for i in range(slices)}
+    counters.update(available)
+    set_name = counter_set_name(gpu.minor_number)
+
+    devices: list[Device] = []
+    profile_filter = config.profile_filter(model.key if model else None)
+    for profile in entry.profiles:
+        name = names[profile.profile_id]
+        if not profile_filter.admits(name):
+            continue
+        consumption = _consumption(profile)
+        if any(consumption[c] > available[c] for c in consumption):
+            continue  # foreign instances already hold what this profile needs
+        for placement in profile.placements:
+            if any(placement.overlaps(gi.placement) for gi in foreign_gis):
+                continue
+            consumes = {memory_slice_counter(i): 1 for i in placement.slices()}
+            consumes.update(consumption)
+            devices.append(
+                Device(
+                    name=mig_device_name(gpu.minor_number, name, profile.profile_id, placement.start),
+                    type=DeviceType.MIG,
+                    gpu_uuid=gpu.uuid,
+                    gpu_minor=gpu.minor_number,
+                    attributes={
+                        "type": (ValueType.STRING, DeviceType.MIG.value),
+                        "profile": (ValueType.STRING, name),
+                        "parentUUID": (ValueType.STRING, gpu.uuid),
+                        **common,
+                        "placementStart": (ValueType.INT, placement.start),
+                        "placementSize": (ValueType.INT, placement.size),
+                        "computeSlices": (ValueType.INT, profile.slice_count),
+                    },
+                    capacity={spec.name: consumption.get(spec.counter, 0) for spec in CAPACITIES},
+                    profile_name=name,
+                    profile_id=profile.profile_id,
+                    placement=placement,
+                    compute_slices=profile.slice_count,
+                    counter_set=set_name,
+                    consumes=consumes,
+                )
+            )
+    foreign = [
+        ForeignInstance(
+            gpu_uuid=gpu.uuid,
+            gpu_minor=gpu.minor_number,
+            gpu_instance_id=gi.gpu_instance_id,
+            profile_id=gi.profile_id,
+            profile_name=names.get(gi.profile_id, f"profile-{gi.profile_id}"),
+            placement=gi.placement,
+        )
+        for gi in foreign_gis
+    ]
+    return devices, CounterSet(set_name, gpu.minor_number, slices, counters), foreign

@@ -1,0 +1,24 @@
+"""Read the node's MIG inventory through NVML in one pass.
+
+The device model is pure and takes a :class:`~dra_driver.nvml.types.NodeInventory`; this module is the
+side-effecting half that fills it from :class:`~dra_driver.nvml.backend.Nvml`.
+"""
+
+from __future__ import annotations
+
+from dra_driver.nvml.backend import Nvml
+from dra_driver.nvml.types import GpuInventory, NodeInventory
+
+
+def read_inventory(nvml: Nvml) -> NodeInventory:
+    """Every GPU with its GI profiles (and placements) and existing GPU instances."""
+    gpus = []
+    for gpu in nvml.list_gpus():
+        profiles = tuple(nvml.gpu_instance_profiles(gpu.uuid)) if gpu.mig_capable else ()
+        instances = tuple(nvml.gpu_instances(gpu.uuid)) if gpu.mig_enabled else ()
+        gpus.append(GpuInventory(gpu=gpu, profiles=profiles, gpu_instances=instances))
+    return NodeInventory(
+        driver_version=nvml.driver_version(),
+        cuda_driver_version=nvml.cuda_driver_version(),
+        gpus=tuple(gpus),
+    )
