@@ -1,0 +1,295 @@
+"""The pure device model: which devices a node publishes and how counters keep them honest."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dra_driver.controlplane.apiserver.validation import validate
+from dra_driver.devicemodel import example_inventory, example_slices
+from dra_driver.devicemodel.config import DeviceModelConfig, ProfileFilter
+from dra_driver.devicemodel.layout import render_slices
+from dra_driver.devicemodel.naming import parse_mig_device_name
+from dra_driver.devicemodel.pool import Device, NodePool, build_pool
+from dra_driver.devicemodel.vocabulary import ATTRIBUTES, CAPACITIES, DeviceType
+from dra_driver.mig import load_catalog
+from dra_driver.nvml import sim
+from dra_driver.nvml.inventory import read_inventory
+from tests.conftest import OpenSimulatedNode
+
+CATALOG = load_catalog()
+MODELS = sorted(CATALOG.gpus)
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+def pool_of(*models: str, config: DeviceModelConfig | None = None, mig_enabled: bool = True) -> NodePool:
+    return build_pool(example_inventory(list(models), mig_enabled), config or DeviceModelConfig())
+
+
+@pytest.mark.parametrize("model_key", MODELS)
+def test_one_device_per_legal_profile_placement(model_key: str) -> None:
+    model = CATALOG.model(model_key)
+    pool = pool_of(model_key)
+    expected = {(p.profile_id, pl.start) for p in model.gpu_instance_profiles for pl in p.placements}
+    assert {(d.profile_id, d.placement.start) for d in pool.devices if d.placement} == expected
+    assert len(pool.devices) == len(expected)
+    assert all(d.type is DeviceType.MIG for d in pool.devices)
+    for device in pool.devices:
+        assert parse_mig_device_name(device.name) == (0, device.profile_id, device.placement.start)  # type: ignore[union-attr]
+
+
+def _fits(pool: NodePool, devices: list[Device]) -> bool:
+    """kube-scheduler's counter rule: no counter of any set may go negative."""
+    available = {cs.name: dict(cs.counters) for cs in pool.counter_sets}
+    for device in devices:
+        assert device.counter_set is not None
+        for counter, amount in device.consumes.items():
+            available[device.counter_set][counter] -= amount
+    return all(value >= 0 for counters in available.values() for value in counters.values())
+
+
+def _nvml_accepts(model_key: str, devices: list[Device]) -> bool:
+    with tempfile.TemporaryDirectory(prefix="counters-") as directory:
+        sim.install(Path(directory) / "state.json", gpus=[model_key], mig_enabled=True, faults=sim.FaultPlan())
+        try:
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            for device in devices:
+                assert device.placement is not None
+                placement = pynvml.c_nvmlGpuInstancePlacement_t()
+                placement.start, placement.size = device.placement.start, device.placement.size
+                try:
+                    pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, device.profile_id, pynvml.byref(placement))
+                except pynvml.NVMLError_InsufficientResources:
+                    return False
+            return True
+        finally:
+            pynvml.nvmlShutdown()
+            sim.uninstall()
+
+
+@pytest.mark.parametrize("model_key", MODELS)
+def test_counters_admit_exactly_the_sets_nvml_can_create(model_key: str) -> None:
+    """For random sets of placements: co-allocatable by counters iff the simulated NVML creates them all."""
+    pool = pool_of(model_key)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(picks=st.lists(st.integers(0, len(pool.devices) - 1), min_size=1, max_size=7, unique=True))
+    def check(picks: list[int]) -> None:
+        chosen = [pool.devices[i] for i in picks]
+        assert _fits(pool, chosen) == _nvml_accepts(model_key, chosen), [d.name for d in chosen]
+
+    os.environ.pop(sim.FAULTS_ENV, None)
+    check()
+
+
+@pytest.mark.parametrize("model_key", ["H100-SXM5-80GB", "A30", "RTX-PRO-6000-Blackwell-Server-Edition"])
+def test_every_full_packing_of_one_profile_fits_the_counters(model_key: str) -> None:
+    """All placements of a non-media profile together fit (e.g. 7x 1g); a second +me never does."""
+    pool = pool_of(model_key)
+    by_profile: dict[int, list[Device]] = {}
+    for device in pool.devices:
+        by_profile.setdefault(device.profile_id or 0, []).append(device)
+    model = CATALOG.model(model_key)
+    for profile_id, devices in by_profile.items():
+        profile = model.profile_by_id(profile_id)
+        disjoint = [d for d in devices if d.placement and d.placement.start % d.placement.size == 0]
+        take = disjoint[: profile.instance_count]
+        assert _fits(pool, take), profile.name
+        if profile.instance_count == 1 and len(devices) > 1:
+            first = devices[0]
+            assert first.placement is not None
+            apart = [d for d in devices[1:] if d.placement and not d.placement.overlaps(first.placement)]
+            assert not _fits(pool, [first, apart[0]]), f"two {profile.name} instances must not fit"
+
+
+def test_mig_disabled_gpu_publishes_one_whole_gpu_device() -> None:
+    pool = pool_of("H100-SXM5-80GB", "A100-SXM4-40GB", mig_enabled=False)
+    assert [d.name for d in pool.devices] == ["gpu-0", "gpu-1"]
+    assert pool.counter_sets == ()
+    h100 = pool.devices[0]
+    assert h100.type is DeviceType.GPU
+    assert h100.attributes["uuid"][1].startswith("GPU-")  # type: ignore[union-attr]
+    assert h100.capacity["memory"] == CATALOG.model("H100").total_memory_mib * 2**20
+    assert h100.capacity["multiprocessors"] == 132
+    assert h100.counter_set is None
+
+
+def test_mixed_node_publishes_no_whole_gpu_for_a_mig_gpu() -> None:
+    inventory = example_inventory(["H100-SXM5-80GB", "H100-SXM5-80GB"])
+    first, second = inventory.gpus
+    disabled = dataclasses.replace(
+        second,
+        gpu=dataclasses.replace(second.gpu, mig_mode=dataclasses.replace(second.gpu.mig_mode, current=0)),  # type: ignore[arg-type]
+    )
+    pool = build_pool(dataclasses.replace(inventory, gpus=(first, disabled)), DeviceModelConfig())
+    assert [d.name for d in pool.devices if d.type is DeviceType.GPU] == ["gpu-1"]
+    assert {d.gpu_minor for d in pool.devices if d.type is DeviceType.MIG} == {0}
+    assert [cs.name for cs in pool.counter_sets] == ["gpu-0-counter-set"]
+
+
+def test_profile_filters_per_model_and_default() -> None:
+    config = DeviceModelConfig(
+        profiles={"*": ProfileFilter(deny=("*+me",)), "A100-SXM4-40GB": ProfileFilter(allow=("1g.*", "7g.*"))}
+    )
+    pool = pool_of("H100-SXM5-80GB", "A100-SXM4-40GB", config=config)
+    h100 = {d.profile_name for d in pool.devices if d.gpu_minor == 0}
+    a100 = {d.profile_name for d in pool.devices if d.gpu_minor == 1}
+    assert "1g.10gb+me" not in h100
+    assert "1g.10gb" in h100
+    assert a100 == {"1g.5gb", "1g.5gb+me", "1g.10gb", "7g.40gb"}  # the model's own entry replaces '*'
+    # filters hide devices; they never change what the hardware has
+    assert pool.counter_sets == pool_of("H100-SXM5-80GB", "A100-SXM4-40GB").counter_sets
+
+
+def test_excluded_gpus_by_uuid_and_pci_bus_id() -> None:
+    inventory = example_inventory(["H100", "H100", "H100"])
+    uuid1, bus2 = inventory.gpus[1].gpu.uuid, inventory.gpus[2].gpu.pci_bus_id
+    config = DeviceModelConfig(exclude_gpus=(uuid1.lower(), "0000:" + bus2.split(":", 1)[1].lower()))
+    pool = build_pool(inventory, config)
+    assert {d.gpu_minor for d in pool.devices} == {0}
+    assert pool.excluded_gpus == (uuid1, inventory.gpus[2].gpu.uuid)
+
+
+def test_attributes_and_capacities_follow_the_vocabulary() -> None:
+    pool = pool_of("H100-SXM5-80GB")
+    device = next(d for d in pool.devices if d.profile_name == "1g.20gb" and d.placement.start == 6)  # type: ignore[union-attr]
+    names = {a.name for a in ATTRIBUTES if DeviceType.MIG in a.on}
+    assert set(device.attributes) <= names
+    assert {a.name for a in ATTRIBUTES if DeviceType.MIG in a.on and a.always} <= set(device.attributes)
+    assert set(device.capacity) == {c.name for c in CAPACITIES}
+    assert device.attributes["profile"][1] == "1g.20gb"
+    assert device.attributes["placementStart"][1] == 6
+    assert device.attributes["placementSize"][1] == 2
+    assert device.attributes["computeSlices"][1] == 1
+    assert device.attributes["architecture"][1] == "Hopper"
+    assert device.attributes["cudaComputeCapability"][1] == "9.0.0"
+    assert device.attributes["driverVersion"][1] == "580.65.6"
+    assert device.attributes["resource.kubernetes.io/pciBusID"][1] == "0000:1b:00.0"
+    assert device.capacity["multiprocessors"] == 26
+    assert device.capacity["memory"] == 20096 * 2**20
+    assert device.consumes == {
+        "memory-slice-6": 1,
+        "memory-slice-7": 1,
+        "multiprocessors": 26,
+        "copy-engines": 1,
+        "decoders": 1,
+        "jpeg-engines": 1,
+        "memory": 20096 * 2**20,
+    }
+
+
+def test_static_policy_lists_small_profiles_from_the_top_and_large_from_the_bottom() -> None:
+    devices = render_slices(pool_of("H100-SXM5-80GB"), "node-a", generation=1)[1]["spec"]["devices"]
+    starts = {}
+    for device in devices:
+        starts.setdefault(device["attributes"]["profile"]["string"], []).append(
+            device["attributes"]["placementStart"]["int"]
+        )
+    assert starts["1g.10gb"] == [6, 5, 4, 3, 2, 1, 0]
+    assert starts["2g.20gb"] == [4, 2, 0]
+    assert starts["3g.40gb"] == [0, 4]
+    profiles_in_order = list(dict.fromkeys(d["attributes"]["profile"]["string"] for d in devices))
+    assert profiles_in_order.index("1g.10gb") < profiles_in_order.index("3g.40gb") < profiles_in_order.index("7g.80gb")
+
+
+@pytest.mark.parametrize("model_key", MODELS)
+def test_eight_gpus_of_each_model_stay_within_the_api_limits(model_key: str) -> None:
+    slices = example_slices([model_key] * 8, node_name="big-node")
+    names: set[str] = set()
+    for item in slices:
+        assert validate("resource.k8s.io", "v1", "ResourceSlice", item, None, None) == []
+        spec = item["spec"]
+        assert spec["pool"]["resourceSliceCount"] == len(slices)
+        assert ("devices" in spec) != ("sharedCounters" in spec)
+        for device in spec.get("devices", []):
+            assert device["name"] not in names
+            names.add(device["name"])
+    counter_slices = [s for s in slices if "sharedCounters" in s["spec"]]
+    assert sum(len(s["spec"]["sharedCounters"]) for s in counter_slices) == 8
+
+
+def test_several_gpus_share_a_device_slice() -> None:
+    slices = example_slices(["H100"] * 3)
+    device_slices = [s for s in slices if "devices" in s["spec"]]
+    assert [len(s["spec"]["devices"]) for s in device_slices] == [50, 25]  # 25 per H100, 64 per slice at most
+
+
+@pytest.mark.parametrize("model_key", MODELS)
+def test_example_inventory_equals_what_the_simulated_nvml_reports(
+    simulated_node: OpenSimulatedNode, model_key: str
+) -> None:
+    with simulated_node(model_key) as nvml:
+        read = read_inventory(nvml)
+    example = example_inventory([model_key], driver_version=read.driver_version)
+    assert read.cuda_driver_version == example.cuda_driver_version
+    (got,), (want,) = read.gpus, example.gpus
+    assert got.profiles == want.profiles
+    assert got.gpu_instances == want.gpu_instances
+    ignore = {"uuid": "", "pci_bus_id": "", "numa_node": None}
+    assert dataclasses.replace(got.gpu, **ignore) == dataclasses.replace(want.gpu, **ignore)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("model_key", ["H100-SXM5-80GB", "A100-SXM4-40GB"])
+def test_golden_slices(model_key: str) -> None:
+    """Reviewed by hand against mig-profiles.yaml; regenerate with UPDATE_GOLDEN=1 and review the diff."""
+    path = GOLDEN / f"slices-1x{model_key}.yaml"
+    rendered = yaml.safe_dump_all(example_slices([model_key], node_name="node-a"), sort_keys=False)
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(rendered)
+    assert rendered == path.read_text()
+
+
+def _slice_devices(slices: list[dict[str, Any]]) -> dict[str, Any]:
+    return {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
+
+
+def test_foreign_instance_withholds_its_overlapping_placements_and_nothing_else(
+    simulated_node: OpenSimulatedNode,
+) -> None:
+    h100 = CATALOG.model("H100-SXM5-80GB")
+    three_g = h100.profile_by_name("3g.40gb")
+    with simulated_node("H100-SXM5-80GB:2") as nvml:
+        before_inventory = read_inventory(nvml)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)  # an admin, not migdra, carves GPU 0
+        placement = pynvml.c_nvmlGpuInstancePlacement_t()
+        placement.start, placement.size = 4, 4
+        pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, three_g.profile_id, pynvml.byref(placement))
+        after_inventory = read_inventory(nvml)
+    config = DeviceModelConfig()
+    before, after = build_pool(before_inventory, config), build_pool(after_inventory, config)
+    before_slices = _slice_devices(render_slices(before, "n", 1))
+    after_slices = _slice_devices(render_slices(after, "n", 1))
+
+    withheld = set(before_slices) - set(after_slices)
+    assert withheld == {d.name for d in before.devices if d.gpu_minor == 0 and d.placement and d.placement.end > 4}
+    assert "gpu-0-mig-3g40gb-9-4" in withheld
+    assert "gpu-0-mig-7g80gb-0-0" in withheld
+    assert "gpu-0-mig-3g40gb-9-0" in after_slices
+    assert set(after_slices) <= set(before_slices)
+    assert all(after_slices[name] == before_slices[name] for name in after_slices)  # untouched devices
+    assert [(f.gpu_minor, f.gpu_instance_id, f.profile_name, str(f.placement)) for f in after.foreign_instances] == [
+        (0, 2, "3g.40gb", "4:4")
+    ]
+
+    counters_before = {cs.name: dict(cs.counters) for cs in before.counter_sets}
+    counters_after = {cs.name: dict(cs.counters) for cs in after.counter_sets}
+    assert counters_after["gpu-1-counter-set"] == counters_before["gpu-1-counter-set"]
+    gpu0 = counters_after["gpu-0-counter-set"]
+    assert [gpu0[f"memory-slice-{i}"] for i in range(8)] == [1, 1, 1, 1, 0, 0, 0, 0]
+    assert gpu0["multiprocessors"] == 132 - 60
+    assert gpu0["memory"] == (81152 - 40448) * 2**20
+
+    # once migdra owns that instance (it is in the checkpoint), everything is published again
+    owned = build_pool(after_inventory, config, owned_instances={(after_inventory.gpus[0].gpu.uuid, 2)})
+    assert _slice_devices(render_slices(owned, "n", 1)) == before_slices
+    assert owned.foreign_instances == ()
