@@ -13,6 +13,8 @@ import json
 import logging
 import select
 import socket
+import ssl
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from dra_driver.controlplane.apiserver.errors import (
     MethodNotAllowed,
     NotAcceptable,
     NotFound,
+    UnsupportedMediaType,
 )
 from dra_driver.controlplane.apiserver.openapi import OpenAPIV3
 from dra_driver.controlplane.apiserver.operations import DeleteOptions, Operations, WriteOptions
@@ -69,11 +72,19 @@ class ApiHTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], context: ApiContext) -> None:
+    def __init__(self, address: tuple[str, int], context: ApiContext, tls: ssl.SSLContext | None = None) -> None:
         self.context = context
+        self.tls = tls
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__(address, ApiRequestHandler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """Accept; with TLS, wrap without handshaking so a slow client cannot stall the accept loop."""
+        connection, address = self.socket.accept()
+        if self.tls is not None:
+            connection = self.tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False)
+        return connection, address
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
@@ -84,6 +95,13 @@ class ApiHTTPServer(ThreadingHTTPServer):
         with self._connections_lock:
             self._connections.discard(request)
         super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client dropping its connection is normal; anything else is logged with its traceback."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError, ssl.SSLError)):
+            log.debug("connection from %s closed abruptly", client_address)
+        else:
+            log.exception("unexpected error on the connection from %s", client_address)
 
     def close_connections(self) -> None:
         """Shut down every open connection so idle keep-alive threads end."""
@@ -108,6 +126,16 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     server_version = "migdra-local-apiserver"
+    # Headers and body go out in separate writes; with Nagle's algorithm on, each response would wait
+    # for the client's delayed ACK (~40 ms).
+    disable_nagle_algorithm = True
+
+    def setup(self) -> None:
+        """Finish the TLS handshake in this connection's own thread."""
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.do_handshake()
+        super().setup()
+
     server: ApiHTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -178,6 +206,11 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         if not raw:
             raise BadRequest("the request body is empty")
         content_type = self.headers.get("Content-Type", "application/json")
+        if "protobuf" in content_type or "cbor" in content_type:
+            raise UnsupportedMediaType(
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"application/json, application/yaml (got {content_type})"
+            )
         try:
             if "yaml" in content_type:
                 return yaml.safe_load(raw)
@@ -448,6 +481,11 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         """A watch client that closed its end shows as a readable socket with nothing to read."""
         try:
             readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            if not readable:
+                return False
+            if isinstance(self.connection, ssl.SSLSocket):
+                return True  # a watch client sends nothing: readable means close_notify or EOF
+            peeked: bytes = self.connection.recv(1, socket.MSG_PEEK)
+            return peeked == b""
         except OSError:
             return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import tempfile
 from pathlib import Path
@@ -12,13 +13,16 @@ import yaml
 CONTEXT_NAME = "migdra-local"
 
 
-def build_kubeconfig(url: str, token: str | None, namespace: str = "default") -> dict[str, Any]:
-    """A one-cluster, one-user, one-context kubeconfig for ``url`` (plain HTTP on loopback)."""
+def build_kubeconfig(url: str, token: str | None, ca_pem: bytes | None, namespace: str = "default") -> dict[str, Any]:
+    """A one-cluster, one-user, one-context kubeconfig for ``url``; ``ca_pem`` is the CA for HTTPS."""
     user: dict[str, Any] = {"token": token} if token else {"username": "anonymous"}
+    cluster: dict[str, Any] = {"server": url}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": CONTEXT_NAME, "cluster": {"server": url}}],
+        "clusters": [{"name": CONTEXT_NAME, "cluster": cluster}],
         "users": [{"name": CONTEXT_NAME, "user": user}],
         "contexts": [
             {"name": CONTEXT_NAME, "context": {"cluster": CONTEXT_NAME, "user": CONTEXT_NAME, "namespace": namespace}}
@@ -28,13 +32,13 @@ def build_kubeconfig(url: str, token: str | None, namespace: str = "default") ->
     }
 
 
-def write_kubeconfig(path: Path, url: str, token: str | None) -> Path:
+def write_kubeconfig(path: Path, url: str, token: str | None, ca_pem: bytes | None = None) -> Path:
     """Write the kubeconfig atomically with mode 0600 (it may hold a token)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".kubeconfig-", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
-            yaml.safe_dump(build_kubeconfig(url, token), handle, sort_keys=False)
+            yaml.safe_dump(build_kubeconfig(url, token, ca_pem), handle, sort_keys=False)
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:

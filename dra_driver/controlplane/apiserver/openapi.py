@@ -10,10 +10,10 @@ v2 is served (kubectl would want it in protobuf).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
+import threading
 from typing import Any
 
 from dra_driver.controlplane.apiserver.registry import Registry, ResourceType
@@ -169,8 +169,13 @@ def _paths(r: ResourceType) -> dict[str, Any]:
     return paths
 
 
+_DOCUMENTS: dict[int, tuple[object, dict[str, bytes]]] = {}
+_DOCUMENTS_LOCK = threading.Lock()
+
+
 class OpenAPIV3:
-    """The ``/openapi/v3`` documents of one registry, built once and cached with their hashes."""
+    """The ``/openapi/v3`` documents of one registry, built once per resource table (process-wide cache:
+    generating the schemas takes a noticeable fraction of a second) and served with their hashes."""
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
@@ -180,8 +185,16 @@ class OpenAPIV3:
         """``api/v1`` or ``apis/<group>/<version>``: the key of a group-version in the root index."""
         return f"apis/{group}/{version}" if group else f"api/{version}"
 
-    @functools.cached_property
+    @property
     def _documents(self) -> dict[str, bytes]:
+        with _DOCUMENTS_LOCK:
+            resources = self.registry.resources
+            cached = _DOCUMENTS.get(id(resources))
+            if cached is None or cached[0] is not resources:
+                cached = _DOCUMENTS[id(resources)] = (resources, self._build())
+            return cached[1]
+
+    def _build(self) -> dict[str, bytes]:
         documents: dict[str, bytes] = {}
         gvs = [("", "v1")] + [(g, v) for g, vs in self.registry.group_versions().items() for v in vs]
         for group, version in gvs:

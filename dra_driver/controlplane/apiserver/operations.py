@@ -469,6 +469,8 @@ class Operations:
                     del marked["metadata"]["finalizers"]
                 return self.store.put(resource.key, marked)
             final = self.store.remove(resource.key, obj)
+        if resource.delete_returns_object:
+            return final
         return {
             "kind": "Status",
             "apiVersion": "v1",

@@ -49,6 +49,8 @@ class ResourceType:
     kube's create strategies do); ``None`` keeps what the client sent (nodes register their status)."""
     create_defaults: Mapping[str, Any] = field(default_factory=dict)
     """Fields filled in on create when the client left them out (merged beneath the body)."""
+    delete_returns_object: bool = False
+    """Whether DELETE answers with the deleted object (kube's ``ReturnDeletedObject``) or a ``Status``."""
     validate: Validator | None = None
     """Validation hook for this kind; ``None`` means the shared ``apiserver.validation.validate``."""
 
@@ -141,6 +143,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         singular="pod",
         namespaced=True,
         model="V1Pod",
+        delete_returns_object=True,
         short_names=("po",),
         categories=("all",),
         subresources=("status", "binding"),
@@ -174,6 +177,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         singular="serviceaccount",
         namespaced=True,
         model="V1ServiceAccount",
+        delete_returns_object=True,
         short_names=("sa",),
     ),
     ResourceType(
@@ -214,6 +218,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         singular="resourceslice",
         namespaced=False,
         model="V1ResourceSlice",
+        delete_returns_object=True,
         field_selectors={
             "spec.nodeName": "spec.nodeName",
             "spec.driver": "spec.driver",
@@ -228,6 +233,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         singular="resourceclaim",
         namespaced=True,
         model="ResourceV1ResourceClaim",
+        delete_returns_object=True,
         subresources=("status",),
         initial_status={},
     ),
@@ -239,6 +245,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         singular="resourceclaimtemplate",
         namespaced=True,
         model="V1ResourceClaimTemplate",
+        delete_returns_object=True,
     ),
     ResourceType(
         group="resource.k8s.io",
@@ -248,6 +255,18 @@ RESOURCES: tuple[ResourceType, ...] = (
         singular="deviceclass",
         namespaced=False,
         model="V1DeviceClass",
+        delete_returns_object=True,
+    ),
+    ResourceType(
+        group="resource.k8s.io",
+        version="v1",
+        kind="DeviceTaintRule",
+        plural="devicetaintrules",
+        singular="devicetaintrule",
+        namespaced=False,
+        model="V1DeviceTaintRule",
+        subresources=("status",),
+        initial_status={},
     ),
 )
 

@@ -5,9 +5,11 @@ and stopped together.
         api.url, api.kubeconfig_path
         api.write_kubeconfig(path)
 
-Start-up creates the ``default``, ``kube-system``, ``kube-public`` and ``kube-node-lease`` namespaces
-(unless a snapshot already has them).  Stop ends every watch and connection and joins every thread it
-started, so tests that check for leaked threads stay green.
+With a token file the server speaks HTTPS (client-go sends bearer tokens only over TLS) with a CA made
+at start; the kubeconfig it writes carries that CA.  Start-up creates the ``default``, ``kube-system``,
+``kube-public`` and ``kube-node-lease`` namespaces (unless a snapshot already has them).  Stop ends
+every watch and connection and joins every thread it started, so tests that check for leaked threads
+stay green.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dra_driver.controlplane.apiserver.registry import Registry
 from dra_driver.controlplane.apiserver.settings import ApiServerSettings
 from dra_driver.controlplane.apiserver.snapshot import SnapshotWriter, load_snapshot
 from dra_driver.controlplane.apiserver.store import Store
+from dra_driver.controlplane.apiserver.tls import ServingCertificate, write_serving_certificate
 
 log = logging.getLogger(__name__)
 BOOTSTRAP_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -55,6 +58,7 @@ class LocalAPIServer:
         self._serve_thread: threading.Thread | None = None
         self._tmpdir: Path | None = None
         self.kubeconfig_path: Path | None = None
+        self.certificate: ServingCertificate | None = None
 
     @property
     def url(self) -> str:
@@ -62,7 +66,13 @@ class LocalAPIServer:
         if self._httpd is None:
             raise RuntimeError("the API server is not started")
         host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        scheme = "https" if self._httpd.tls is not None else "http"
+        return f"{scheme}://{host!s}:{port}"
+
+    @property
+    def ca_cert_path(self) -> Path | None:
+        """The CA that signed the serving certificate (HTTPS only), e.g. for ``Configuration.ssl_ca_cert``."""
+        return self.certificate.ca_path if self.certificate else None
 
     @property
     def port(self) -> int:
@@ -81,7 +91,15 @@ class LocalAPIServer:
             bookmark_interval=self.settings.bookmark_interval,
             watch_max_pending=self.settings.watch_max_pending,
         )
-        self._httpd = ApiHTTPServer((self.settings.host, self.settings.port), context)
+        self._tmpdir = Path(tempfile.mkdtemp(prefix="migdra-apiserver-"))
+        tls = self.settings.tls if self.settings.tls is not None else self.settings.token_file is not None
+        if tls:
+            self.certificate = write_serving_certificate(self._tmpdir, self.settings.host)
+        self._httpd = ApiHTTPServer(
+            (self.settings.host, self.settings.port),
+            context,
+            self.certificate.server_context() if self.certificate else None,
+        )
         self._serve_thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="apiserver-http"
         )
@@ -89,7 +107,6 @@ class LocalAPIServer:
         self._gc.start()
         if self._snapshots:
             self._snapshots.start()
-        self._tmpdir = Path(tempfile.mkdtemp(prefix="migdra-apiserver-"))
         self.kubeconfig_path = self.write_kubeconfig(self._tmpdir / "kubeconfig")
         log.info("local API server listening on %s", self.url)
         return self
@@ -104,7 +121,8 @@ class LocalAPIServer:
         """Write a kubeconfig for this server (with ``token``, or the token file's first one) to ``path``."""
         if token is None and self.authenticator is not None:
             token = self.authenticator.first_token()
-        return write_kubeconfig(Path(path), self.url, token)
+        ca_pem = self.certificate.ca_path.read_bytes() if self.certificate else None
+        return write_kubeconfig(Path(path), self.url, token, ca_pem)
 
     def stop(self) -> None:
         """End watches and connections, stop every thread, write the final snapshot."""
@@ -123,6 +141,7 @@ class LocalAPIServer:
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
+            self.certificate = None
 
     def __enter__(self) -> LocalAPIServer:
         return self.start()

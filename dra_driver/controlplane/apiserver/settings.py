@@ -24,6 +24,11 @@ class ApiServerSettings(BaseSettings):
     token_file: Path | None = Field(
         default=None, description="static token file 'token,user,uid[,groups]'; unset = no authentication"
     )
+    tls: bool | None = Field(
+        default=None,
+        description="serve HTTPS with a fresh self-signed CA; default: on exactly when a token file is given "
+        "(kubectl never sends a token over plain HTTP)",
+    )
     history_limit: int = Field(
         default=10_000, ge=10, description="events kept for watch resumption; older versions answer 410 Expired"
     )

