@@ -1,0 +1,227 @@
+"""The ResourceSlice publisher against the local API server over HTTP, with the official client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pynvml
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.devicemodel import example_inventory
+from dra_driver.devicemodel.config import DeviceModelConfig
+from dra_driver.devicemodel.layout import render_slices
+from dra_driver.devicemodel.pool import NodePool, build_pool
+from dra_driver.mig import load_catalog
+from dra_driver.nvml.inventory import read_inventory
+from kubeletplugin.publisher import PublishLoop, SlicePublisher
+from tests.conftest import OpenSimulatedNode
+
+NODE = "node-a"
+DRIVER = "gpu.migdra.io"
+
+
+@pytest.fixture
+def api() -> Iterator[LocalAPIServer]:
+    with LocalAPIServer() as server:
+        yield server
+
+
+@pytest.fixture
+def api_client(api: LocalAPIServer) -> Iterator[client.ApiClient]:
+    with client.ApiClient(client.Configuration(host=api.url)) as c:
+        yield c
+
+
+@pytest.fixture
+def node(api_client: client.ApiClient) -> dict[str, Any]:
+    created = client.CoreV1Api(api_client).create_node({"metadata": {"name": NODE}})
+    return {"name": created.metadata.name, "uid": created.metadata.uid}
+
+
+def pool_of(*models: str, config: DeviceModelConfig | None = None) -> NodePool:
+    return build_pool(example_inventory(list(models)), config or DeviceModelConfig())
+
+
+def stored_slices(api_client: client.ApiClient) -> list[dict[str, Any]]:
+    items = client.ResourceV1Api(api_client).list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
+    return sorted((api_client.sanitize_for_serialization(i) for i in items), key=lambda s: s["metadata"]["name"])
+
+
+def test_first_publish_creates_exactly_the_rendered_slices_owned_by_the_node(
+    api_client: client.ApiClient, node: dict[str, Any]
+) -> None:
+    pool = pool_of("H100-SXM5-80GB", "A100-SXM4-40GB", "H100-SXM5-80GB")
+    result = SlicePublisher(api_client, NODE, DRIVER).publish(pool)
+    expected = render_slices(pool, NODE, generation=1)
+    assert (result.created, result.updated, result.deleted, result.generation) == (len(expected), 0, 0, 1)
+    stored = stored_slices(api_client)
+    assert [s["metadata"]["name"] for s in stored] == sorted(s["metadata"]["name"] for s in expected)
+    by_name = {s["metadata"]["name"]: s for s in expected}
+    for item in stored:
+        assert item["spec"] == by_name[item["metadata"]["name"]]["spec"]
+        assert item["metadata"]["ownerReferences"] == [
+            {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node["uid"], "controller": True}
+        ]
+
+
+def test_unchanged_republish_writes_nothing(api: LocalAPIServer, api_client: client.ApiClient, node: Any) -> None:
+    publisher = SlicePublisher(api_client, NODE, DRIVER)
+    publisher.publish(pool_of("H100-SXM5-80GB", "B200"))
+    writes: list[Any] = []
+    api.store.add_listener(writes.append)
+    version = api.store.resource_version
+    result = publisher.publish(pool_of("H100-SXM5-80GB", "B200"))
+    assert result.writes == 0
+    assert result.generation == 1
+    assert writes == []
+    assert api.store.resource_version == version
+
+
+def test_a_change_bumps_the_generation_in_every_slice_and_removes_surplus_slices(
+    api_client: client.ApiClient, node: Any
+) -> None:
+    publisher = SlicePublisher(api_client, NODE, DRIVER)
+    inventory = example_inventory(["H100"] * 3)
+    publisher.publish(build_pool(inventory, DeviceModelConfig()))
+    assert len(stored_slices(api_client)) == 3  # counters + 2 device slices (50 + 25 devices)
+
+    shrunk = DeviceModelConfig(exclude_gpus=(inventory.gpus[1].gpu.uuid, inventory.gpus[2].gpu.uuid))
+    result = publisher.publish(build_pool(inventory, shrunk))
+    stored = stored_slices(api_client)
+    assert (result.updated, result.deleted, result.generation) == (2, 1, 2)
+    assert len(stored) == 2
+    assert {s["spec"]["pool"]["generation"] for s in stored} == {2}
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in stored} == {2}
+
+    regrown = publisher.publish(build_pool(inventory, DeviceModelConfig()))
+    assert (regrown.created, regrown.generation) == (1, 3)
+    assert {s["spec"]["pool"]["generation"] for s in stored_slices(api_client)} == {3}
+
+
+def test_mig_mode_change_on_one_gpu_republishes(api_client: client.ApiClient, node: Any) -> None:
+    """One GPU switching MIG off: its MIG devices and counter set go, a whole-GPU device appears."""
+    publisher = SlicePublisher(api_client, NODE, DRIVER)
+    inventory = example_inventory(["H100"] * 2)
+    publisher.publish(build_pool(inventory, DeviceModelConfig()))
+    mig_off = example_inventory(["H100"] * 2, mig_enabled=False).gpus[1]
+    result = publisher.publish(
+        build_pool(
+            type(inventory)(inventory.driver_version, inventory.cuda_driver_version, (inventory.gpus[0], mig_off)),
+            DeviceModelConfig(),
+        )
+    )
+    assert result.generation == 2
+    devices = {d["name"] for s in stored_slices(api_client) for d in s["spec"].get("devices", [])}
+    assert "gpu-1" in devices
+    assert not any(name.startswith("gpu-1-mig-") for name in devices)
+    counter_sets = [cs["name"] for s in stored_slices(api_client) for cs in s["spec"].get("sharedCounters", [])]
+    assert counter_sets == ["gpu-0-counter-set"]
+
+
+def test_someone_elses_edit_is_reverted_and_a_conflict_is_retried(
+    api_client: client.ApiClient, node: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publisher = SlicePublisher(api_client, NODE, DRIVER, backoff_seconds=0.01)
+    publisher.publish(pool_of("H100"))
+    resource = client.ResourceV1Api(api_client)
+    victim = stored_slices(api_client)[1]
+    victim["spec"]["devices"] = victim["spec"]["devices"][:3]
+    resource.replace_resource_slice(victim["metadata"]["name"], victim)
+
+    # The first replace races with another writer and gets 409; the publisher must list again and retry.
+    original = resource.replace_resource_slice
+    raced: list[str] = []
+
+    def racing_replace(name: str, body: Any, **kwargs: Any) -> Any:
+        if not raced:
+            raced.append(name)
+            current = client.ResourceV1Api(api_client).read_resource_slice(name)
+            current.metadata.labels = {"touched": "yes"}
+            client.ResourceV1Api(api_client).replace_resource_slice(name, current)
+        return original(name, body, **kwargs)
+
+    monkeypatch.setattr(
+        client.ResourceV1Api, "replace_resource_slice", lambda self, n, b, **k: racing_replace(n, b, **k)
+    )
+    result = publisher.publish(pool_of("H100"))
+    assert raced
+    assert result.generation >= 2
+    stored = stored_slices(api_client)
+    assert sum(len(s["spec"].get("devices", [])) for s in stored) == 25
+    assert {s["spec"]["pool"]["generation"] for s in stored} == {result.generation}
+
+
+def test_node_deletion_garbage_collects_the_slices(api_client: client.ApiClient, node: Any) -> None:
+    SlicePublisher(api_client, NODE, DRIVER).publish(pool_of("A30"))
+    assert stored_slices(api_client)
+    client.CoreV1Api(api_client).delete_node(NODE)
+    deadline = time.monotonic() + 10
+    while stored_slices(api_client) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stored_slices(api_client) == []
+
+
+def test_cleanup_on_exit_deletes_the_pool_and_only_it(api_client: client.ApiClient, node: Any) -> None:
+    mine = SlicePublisher(api_client, NODE, DRIVER)
+    mine.publish(pool_of("H100"))
+    other_driver = SlicePublisher(api_client, NODE, "other.example.com")
+    other_driver.publish(build_pool(example_inventory(["A30"]), DeviceModelConfig(driver_name="other.example.com")))
+    assert mine.delete_all() == 2
+    remaining = stored_slices(api_client)
+    assert {s["spec"]["driver"] for s in remaining} == {"other.example.com"}
+
+
+@pytest.mark.parametrize("model_key", sorted(load_catalog().gpus))
+def test_a_node_with_eight_gpus_of_each_model_is_accepted_by_the_api(
+    api_client: client.ApiClient, node: Any, model_key: str
+) -> None:
+    result = SlicePublisher(api_client, NODE, DRIVER).publish(pool_of(*[model_key] * 8))
+    assert result.created == len(stored_slices(api_client))
+
+
+def test_invalid_slices_are_refused_by_the_server(api_client: client.ApiClient, node: Any) -> None:
+    """The publisher does not paper over validation: a pool the API refuses is an error, not a retry loop."""
+    bad = DeviceModelConfig(driver_name=DRIVER)
+    pool = pool_of("H100", config=bad)
+    broken = NodePool(DRIVER, (*pool.devices, pool.devices[0]), pool.counter_sets)  # a duplicate device
+    with pytest.raises(ApiException) as info:
+        SlicePublisher(api_client, NODE, DRIVER, backoff_seconds=0.01).publish(broken)
+    assert info.value.status == 422
+
+
+def test_publish_loop_rescans_when_triggered(
+    api_client: client.ApiClient, node: Any, simulated_node: OpenSimulatedNode
+) -> None:
+    three_g = load_catalog().model("H100").profile_by_name("3g.40gb")
+    with simulated_node("H100-SXM5-80GB") as nvml:
+        loop = PublishLoop(
+            SlicePublisher(api_client, NODE, DRIVER),
+            lambda: build_pool(read_inventory(nvml), DeviceModelConfig()),
+            interval=60,
+        )
+        loop.start()
+        try:
+            deadline = time.monotonic() + 10
+            while loop.rounds < 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert loop.last_result is not None
+            assert loop.last_result.generation == 1
+            placement = pynvml.c_nvmlGpuInstancePlacement_t()
+            placement.start, placement.size = 0, 4
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, three_g.profile_id, pynvml.byref(placement))
+            loop.trigger()
+            while loop.rounds < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            loop.stop()
+    assert loop.last_result is not None
+    assert loop.last_result.generation == 2
+    names = {d["name"] for s in stored_slices(api_client) for d in s["spec"].get("devices", [])}
+    assert "gpu-0-mig-3g40gb-9-0" not in names
+    assert "gpu-0-mig-3g40gb-9-4" in names
