@@ -19,7 +19,7 @@ from dra_driver import __version__
 from dra_driver.cli import inventory_view
 from dra_driver.cli.sim_commands import sim
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
-from dra_driver.errors import MigdraError
+from dra_driver.errors import ConfigurationError, MigdraError
 from dra_driver.settings import build_nvml_settings, load_device_model_config
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -128,6 +128,51 @@ def slices(
     pool = build_pool(inventory, config)
     node = node_name or socket.gethostname().lower()
     click.echo(slices_view.render(render_slices(pool, node, generation=1), pool, output), nl=False)
+
+
+@cli.command("kubelet-plugin")
+@nvml_options
+@click.option("--node-name", default=None, help="this node's name [env MIGDRA_NODE_NAME]")
+@click.option("--driver-name", default=None, help=f"DRA driver name [default: {DEFAULT_DRIVER_NAME}]")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option("--device-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None)
+@click.option("--rescan-interval", type=float, default=None, help="seconds between NVML rescans [60]")
+@click.option("--cleanup-on-exit/--keep-slices-on-exit", default=None, help="delete the slices on exit")
+@click.option("--publish-only", is_flag=True, help="only publish ResourceSlices (no kubelet gRPC yet)")
+def kubelet_plugin(
+    nvml: str | None,
+    sim_state: Path | None,
+    sim_gpus: str | None,
+    sim_mig_enabled: bool | None,
+    node_name: str | None,
+    driver_name: str | None,
+    kubeconfig: Path | None,
+    device_config: Path | None,
+    rescan_interval: float | None,
+    cleanup_on_exit: bool | None,
+    publish_only: bool,
+) -> None:
+    """Run the node plugin: publish this node's ResourceSlices and keep them current."""
+    from kubeletplugin import app  # noqa: PLC0415 -- the node process is loaded only here
+
+    nvml_settings = build_nvml_settings(
+        nvml=nvml, sim_state=sim_state, sim_gpus=sim_gpus, sim_mig_enabled=sim_mig_enabled
+    )
+    given = {
+        "node_name": node_name,
+        "driver_name": driver_name,
+        "kubeconfig": kubeconfig,
+        "device_config": device_config,
+        "rescan_interval": rescan_interval,
+        "cleanup_on_exit": cleanup_on_exit,
+    }
+    try:
+        plugin = app.PluginSettings(**{k: v for k, v in given.items() if v is not None})  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid kubelet plugin settings: {exc}") from exc
+    if not publish_only:
+        raise click.UsageError("only --publish-only is available yet: the kubelet gRPC servers come next")
+    sys.exit(app.run_publish_only(plugin, nvml_settings, app.stop_on_signals()))
 
 
 def main() -> None:

@@ -1,0 +1,106 @@
+"""`migdra kubelet-plugin --publish-only` as a process: publishes, keeps slices on SIGTERM, or cleans up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from dra_driver.controlplane.apiserver import LocalAPIServer
+
+MIGDRA = str(Path(sys.executable).with_name("migdra"))
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[LocalAPIServer]:
+    with LocalAPIServer() as server:
+        server.write_kubeconfig(tmp_path / "kubeconfig")
+        with client.ApiClient(client.Configuration(host=server.url)) as c:
+            client.CoreV1Api(c).create_node({"metadata": {"name": "node-p"}})
+        yield server
+
+
+def _slices(api: LocalAPIServer) -> list[client.V1ResourceSlice]:
+    with client.ApiClient(client.Configuration(host=api.url)) as c:
+        return list(client.ResourceV1Api(c).list_resource_slice(field_selector="spec.nodeName=node-p").items)
+
+
+def _start(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
+    return subprocess.Popen(
+        [
+            MIGDRA,
+            "kubelet-plugin",
+            "--publish-only",
+            "--node-name",
+            "node-p",
+            "--kubeconfig",
+            str(tmp_path / "kubeconfig"),
+            "--nvml",
+            "simulated",
+            "--sim-state",
+            str(tmp_path / "nvml.json"),
+            "--sim-gpus",
+            "H100-SXM5-80GB:2",
+            *extra,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _wait_for_slices(api: LocalAPIServer, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 30
+    while not _slices(api) and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_publishes_and_keeps_the_slices_after_sigterm(api: LocalAPIServer, tmp_path: Path) -> None:
+    process = _start(tmp_path)
+    try:
+        _wait_for_slices(api, process)
+        slices = _slices(api)
+        assert len(slices) == 2
+        assert sum(len(s.spec.devices or []) for s in slices) == 50
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output
+    assert len(_slices(api)) == 2  # kubelet removes them if the plugin stays away; we do not
+
+
+@pytest.mark.slow
+def test_cleanup_on_exit_removes_the_slices(api: LocalAPIServer, tmp_path: Path) -> None:
+    process = _start(tmp_path, "--cleanup-on-exit")
+    try:
+        _wait_for_slices(api, process)
+        assert _slices(api)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output
+    assert _slices(api) == []
+
+
+def test_missing_node_name_is_a_clear_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
+    result = subprocess.run(
+        [MIGDRA, "kubelet-plugin", "--publish-only", "--kubeconfig", str(tmp_path / "k")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "node_name" in result.stderr
+    assert "Traceback" not in result.stderr
