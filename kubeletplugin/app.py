@@ -11,17 +11,22 @@ import logging
 import signal
 import threading
 from pathlib import Path
+from wsgiref.simple_server import WSGIServer
 
 from kubernetes import client, config
+from prometheus_client import CollectorRegistry, start_http_server
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from dra_driver.devicemodel.pool import build_pool
+from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
+from dra_driver.errors import ConfigurationError
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.settings import NvmlSettings, load_device_model_config
-from kubeletplugin.publisher import PublishLoop, SlicePublisher
+from kubeletplugin.metrics import PublishMetrics
+from kubeletplugin.pool_report import PoolReporter
+from kubeletplugin.publisher import PublishLoop, PublishResult, SlicePublisher
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +42,9 @@ class PluginSettings(BaseSettings):
     device_config: Path | None = Field(default=None, description="device model configuration (YAML)")
     rescan_interval: float = Field(default=60.0, gt=0, description="seconds between NVML rescans")
     cleanup_on_exit: bool = Field(default=False, description="delete this node's ResourceSlices on exit")
+    metrics_address: str | None = Field(
+        default=None, description="serve Prometheus metrics on HOST:PORT (e.g. 0.0.0.0:9400); off when unset"
+    )
 
 
 def api_client_for(kubeconfig: Path | None) -> client.ApiClient:
@@ -57,6 +65,14 @@ def run_publish_only(plugin: PluginSettings, nvml_settings: NvmlSettings, stop: 
         fatal.append(exc)
         stop.set()
 
+    registry = CollectorRegistry()
+    reporter = PoolReporter(PublishMetrics(registry))
+    metrics_server = serve_metrics(plugin.metrics_address, registry)
+
+    def on_round(pool: NodePool, result: PublishResult) -> None:
+        reporter.report_pool(pool)
+        reporter.report_publish(result)
+
     with api_client_for(plugin.kubeconfig) as api_client, open_nvml(nvml_settings) as nvml:
         publisher = SlicePublisher(api_client, plugin.node_name, device_config.driver_name)
         loop = PublishLoop(
@@ -64,6 +80,7 @@ def run_publish_only(plugin: PluginSettings, nvml_settings: NvmlSettings, stop: 
             lambda: build_pool(read_inventory(nvml), device_config),
             interval=plugin.rescan_interval,
             on_fatal=on_fatal,
+            on_round=on_round,
         )
         loop.start()
         log.info("publishing ResourceSlices of node %s for %s", plugin.node_name, device_config.driver_name)
@@ -71,10 +88,24 @@ def run_publish_only(plugin: PluginSettings, nvml_settings: NvmlSettings, stop: 
         loop.stop()
         if plugin.cleanup_on_exit:
             log.info("deleted %d ResourceSlices on exit", publisher.delete_all())
+    if metrics_server is not None:
+        metrics_server.shutdown()
     if fatal:
         log.error("stopping: publishing kept failing: %s", fatal[0])
         return 1
     return 0
+
+
+def serve_metrics(address: str | None, registry: CollectorRegistry) -> WSGIServer | None:
+    """Start the Prometheus endpoint on ``HOST:PORT`` (``:PORT`` = all interfaces), or nothing."""
+    if not address:
+        return None
+    host, _, port = address.rpartition(":")
+    try:
+        server, _thread = start_http_server(int(port), addr=host or "0.0.0.0", registry=registry)
+    except (ValueError, OSError) as exc:
+        raise ConfigurationError(f"metrics_address {address!r}: {exc}") from exc
+    return server
 
 
 def stop_on_signals() -> threading.Event:

@@ -204,7 +204,8 @@ def _as_dict(api_client: client.ApiClient, model: object) -> dict[str, Any]:
 class PublishLoop:
     """Republish periodically (an NVML rescan) and whenever :meth:`trigger` is called.
 
-    ``compute_pool`` reads the hardware and builds the pool; it runs on the loop's thread.  A failed
+    ``compute_pool`` reads the hardware and builds the pool; it runs on the loop's thread, and
+    ``on_round`` sees each pool and publish result (logs and metrics).  A failed
     round is logged and retried at the next tick; ``on_fatal`` is called (and the loop stops) if
     rounds keep failing for ``fatal_after`` consecutive attempts, so the process can exit loudly.
     """
@@ -216,12 +217,14 @@ class PublishLoop:
         interval: float,
         on_fatal: Callable[[BaseException], None] | None = None,
         fatal_after: int = 10,
+        on_round: Callable[[NodePool, PublishResult], None] | None = None,
     ) -> None:
         self._publisher = publisher
         self._compute_pool = compute_pool
         self._interval = interval
         self._on_fatal = on_fatal
         self._fatal_after = fatal_after
+        self._on_round = on_round
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -244,8 +247,11 @@ class PublishLoop:
 
     def publish_now(self) -> PublishResult:
         """One synchronous round on the caller's thread (start-up, tests)."""
-        self.last_result = self._publisher.publish(self._compute_pool())
+        pool = self._compute_pool()
+        self.last_result = self._publisher.publish(pool)
         self.rounds += 1
+        if self._on_round is not None:
+            self._on_round(pool, self.last_result)
         return self.last_result
 
     def _run(self) -> None:

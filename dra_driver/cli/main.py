@@ -138,6 +138,7 @@ def slices(
 @click.option("--device-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None)
 @click.option("--rescan-interval", type=float, default=None, help="seconds between NVML rescans [60]")
 @click.option("--cleanup-on-exit/--keep-slices-on-exit", default=None, help="delete the slices on exit")
+@click.option("--metrics-address", default=None, metavar="HOST:PORT", help="serve Prometheus metrics here")
 @click.option("--publish-only", is_flag=True, help="only publish ResourceSlices (no kubelet gRPC yet)")
 def kubelet_plugin(
     nvml: str | None,
@@ -150,6 +151,7 @@ def kubelet_plugin(
     device_config: Path | None,
     rescan_interval: float | None,
     cleanup_on_exit: bool | None,
+    metrics_address: str | None,
     publish_only: bool,
 ) -> None:
     """Run the node plugin: publish this node's ResourceSlices and keep them current."""
@@ -165,6 +167,7 @@ def kubelet_plugin(
         "device_config": device_config,
         "rescan_interval": rescan_interval,
         "cleanup_on_exit": cleanup_on_exit,
+        "metrics_address": metrics_address,
     }
     try:
         plugin = app.PluginSettings(**{k: v for k, v in given.items() if v is not None})  # type: ignore[arg-type]

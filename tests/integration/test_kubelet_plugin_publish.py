@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,14 +66,27 @@ def _wait_for_slices(api: LocalAPIServer, process: subprocess.Popen[str]) -> Non
         time.sleep(0.1)
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @pytest.mark.slow
 def test_publishes_and_keeps_the_slices_after_sigterm(api: LocalAPIServer, tmp_path: Path) -> None:
-    process = _start(tmp_path)
+    port = _free_port()
+    process = _start(tmp_path, "--metrics-address", f"127.0.0.1:{port}")
     try:
         _wait_for_slices(api, process)
         slices = _slices(api)
         assert len(slices) == 2
         assert sum(len(s.spec.devices or []) for s in slices) == 50
+        deadline, metrics = time.monotonic() + 10, ""
+        while 'migdra_published_devices{type="mig"} 50.0' not in metrics and time.monotonic() < deadline:
+            time.sleep(0.05)  # the metrics are set right after the publish round that made the slices
+            metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert 'migdra_published_devices{type="mig"} 50.0' in metrics
+        assert "migdra_pool_generation 1.0" in metrics
     finally:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=30)
