@@ -40,7 +40,12 @@ PATHS = {
 def body(kind: str, name: str, generation: int) -> dict[str, Any]:
     labels = {"bench": "yes", "round": str(generation)}
     if kind == "configmaps":
-        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"n": str(generation)}}
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": labels},
+            "data": {"n": str(generation)},
+        }
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -113,7 +118,17 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="apiserver-bench-"))
     kubeconfig = workdir / "kubeconfig"
     server = subprocess.Popen(
-        [sys.executable, "-m", "dra_driver.cli.main", "sim", "apiserver", "--port", "0", "--kubeconfig-out", str(kubeconfig)],
+        [
+            sys.executable,
+            "-m",
+            "dra_driver.cli.main",
+            "sim",
+            "apiserver",
+            "--port",
+            "0",
+            "--kubeconfig-out",
+            str(kubeconfig),
+        ],
         stderr=subprocess.DEVNULL,
     )
     try:
@@ -174,7 +189,9 @@ def main() -> None:
         p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000
         print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
         print()
-        print("| resource | writers | watches | seconds | writes | writes/s | p50 ms | p99 ms | events per watch (min) |")
+        print(
+            "| resource | writers | watches | seconds | writes | writes/s | p50 ms | p99 ms | events per watch (min) |"
+        )
         print("|---|---|---|---|---|---|---|---|---|")
         print(
             f"| {args.kind} | {args.writers} | {args.watches} | {elapsed:.1f} | {writes} | {writes / elapsed:.0f} | "

@@ -593,6 +593,39 @@ def test_field_selectors(core: client.CoreV1Api, resource: client.ResourceV1Api,
     assert events.list_namespaced_event("default", field_selector="regarding.name=q").items == []
 
 
+def test_events_k8s_io_and_core_events_share_storage(api_client: client.ApiClient, core: client.CoreV1Api) -> None:
+    events = client.EventsV1Api(api_client)
+    created = events.create_namespaced_event("default", RESOURCES["events.events.k8s.io"][3]("shared"))
+    assert created.event_time.microsecond == 0
+    raw = json.loads(events.read_namespaced_event("shared", "default", _preload_content=False).read())
+    assert raw["eventTime"] == "2026-01-01T00:00:00.000000Z", "MicroTime is rendered with six digits, as kube does"
+    as_core = core.read_namespaced_event("shared", "default")
+    assert (as_core.involved_object.name, as_core.reporting_component, as_core.metadata.uid) == (
+        "p",
+        "migdra.dev/test",
+        created.metadata.uid,
+    )
+    core.patch_namespaced_event("shared", "default", {"message": "seen through core"})
+    assert events.read_namespaced_event("shared", "default").note == "seen through core"
+    listed = core.list_namespaced_event("default", field_selector="involvedObject.name=p")
+    assert [e.metadata.name for e in listed.items] == ["shared"]
+
+
+def test_timestamps_are_rendered_like_kube(core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod(
+        "default", {"metadata": {"name": "ts"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    )
+    condition = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-03-04T05:06:07.891+01:00"}
+    core.patch_namespaced_pod_status("ts", "default", {"status": {"conditions": [condition]}})
+    raw = json.loads(core.read_namespaced_pod("ts", "default", _preload_content=False).read())
+    assert raw["status"]["conditions"][0]["lastTransitionTime"] == "2026-03-04T04:06:07Z"
+    with pytest.raises(ApiException) as info:
+        core.patch_namespaced_pod_status(
+            "ts", "default", {"status": {"startTime": "yesterday"}}, _content_type="application/merge-patch+json"
+        )
+    assert info.value.status == 400
+
+
 def test_limit_and_continue_page_through_a_list(api: LocalAPIServer, core: client.CoreV1Api) -> None:
     for index in range(7):
         core.create_namespaced_config_map("default", {"metadata": {"name": f"page-{index}"}})

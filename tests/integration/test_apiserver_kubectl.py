@@ -203,6 +203,26 @@ def test_describe_resource_claim_shows_status_and_events(
                 "count": 1,
             },
         )
+        client.EventsV1Api(c).create_namespaced_event(
+            "default",
+            {
+                "metadata": {"name": "claim-1.allocated"},
+                "eventTime": "2026-01-01T00:00:00Z",
+                "reason": "Allocated",
+                "action": "Allocate",
+                "type": "Normal",
+                "note": "allocated by the scheduler",
+                "reportingController": "migdra.dev/test",
+                "reportingInstance": "test-1",
+                "regarding": {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "name": "claim-1",
+                    "namespace": "default",
+                    "uid": claim.metadata.uid,
+                },
+            },
+        )
     described = kubectl("describe", "resourceclaim", "claim-1").stdout
     assert "Status:" in described
     assert "gpu-0-mig-1g-10gb-0" in described
@@ -210,6 +230,7 @@ def test_describe_resource_claim_shows_status_and_events(
     events = described.split("Events:", 1)[1]
     assert "Prepared" in events
     assert "MIG device gpu-0-mig-1g-10gb-0 created" in events
+    assert "allocated by the scheduler" in events, "events.k8s.io Events are core Events too, as in kube"
 
 
 def test_label_annotate_and_merge_patch(kubectl: Kubectl) -> None:

@@ -9,6 +9,7 @@ client-go and urllib3 expect.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import select
@@ -26,6 +27,7 @@ import yaml
 
 from dra_driver.controlplane.apiserver import discovery
 from dra_driver.controlplane.apiserver.auth import ANONYMOUS, TokenAuthenticator, UserInfo
+from dra_driver.controlplane.apiserver.conversion import from_storage
 from dra_driver.controlplane.apiserver.errors import (
     ApiError,
     BadRequest,
@@ -388,11 +390,12 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         except ValueError as exc:
             raise BadRequest(f"invalid watch parameter: {exc}") from exc
         watcher = Watcher(
-            resource.key,
+            resource.storage_key,
             route.namespace,
             parse_label_selector(_single(query, "labelSelector")),
             parse_field_selector(_single(query, "fieldSelector"), resource),
             context.watch_max_pending,
+            view=None if resource.storage is None else functools.partial(from_storage, resource),
         )
         bookmarks = _flag(query, "allowWatchBookmarks")
         self.send_response(200)

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dra_driver.controlplane.apiserver.admission import admit
+from dra_driver.controlplane.apiserver.conversion import from_storage, to_storage
 from dra_driver.controlplane.apiserver.errors import (
     AlreadyExists,
     BadRequest,
@@ -42,7 +43,7 @@ from dra_driver.controlplane.apiserver.patch import (
     apply_strategic_merge_patch,
 )
 from dra_driver.controlplane.apiserver.registry import Registry, ResourceType
-from dra_driver.controlplane.apiserver.schema import prune_unknown_fields
+from dra_driver.controlplane.apiserver.schema import decode_fields
 from dra_driver.controlplane.apiserver.selectors import FieldSelector, LabelSelector
 from dra_driver.controlplane.apiserver.store import Store
 
@@ -126,7 +127,7 @@ class Operations:
             raise BadRequest(f"the kind in the data ({kind}) does not match the expected kind ({resource.kind})")
         if options.field_validation not in _FIELD_VALIDATION:
             raise BadRequest(f"fieldValidation must be one of {', '.join(_FIELD_VALIDATION)}")
-        unknown = prune_unknown_fields(resource.model, body)
+        unknown = decode_fields(resource.model, body)
         if unknown and options.field_validation == "Strict":
             listed = ", ".join(f'unknown field "{path}"' for path in unknown)
             raise BadRequest(
@@ -147,10 +148,25 @@ class Operations:
     def get(self, resource: ResourceType, namespace: str, name: str) -> dict[str, Any]:
         """The object, or 404."""
         with self.store.lock:
-            obj = self.store.get(resource.key, namespace, name)
+            obj = self._load(resource, namespace, name)
         if obj is None:
             raise _not_found(resource, name)
         return obj
+
+    # -- storage, in the served form -----------------------------------------------------------------
+
+    def _load(self, resource: ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
+        stored = self.store.get(resource.storage_key, namespace, name)
+        return None if stored is None else from_storage(resource, stored)
+
+    def _load_all(self, resource: ResourceType, namespace: str | None) -> list[dict[str, Any]]:
+        return [from_storage(resource, obj) for obj in self.store.objects(resource.storage_key, namespace)]
+
+    def _save(self, resource: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        return from_storage(resource, self.store.put(resource.storage_key, to_storage(resource, obj)))
+
+    def _drop(self, resource: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        return from_storage(resource, self.store.remove(resource.storage_key, to_storage(resource, obj)))
 
     def list_objects(
         self,
@@ -173,7 +189,7 @@ class Operations:
                         "You can start a new list without the continue parameter."
                     )
                 list_version = token_version
-            objects = self.store.objects(resource.key, namespace)
+            objects = self._load_all(resource, namespace)
         items = [
             obj
             for obj in objects
@@ -238,7 +254,7 @@ class Operations:
         with self.store.lock:
             if resource.namespaced:
                 self._require_namespace(meta["namespace"], creating=True)
-            if self.store.get(resource.key, meta.get("namespace", ""), meta["name"]) is not None:
+            if self.store.get(resource.storage_key, meta.get("namespace", ""), meta["name"]) is not None:
                 raise AlreadyExists(
                     f'{resource.key} "{meta["name"]}" already exists',
                     name=meta["name"],
@@ -250,7 +266,7 @@ class Operations:
             meta["generation"] = 1
             if options.dry_run:
                 return obj
-            return self.store.put(resource.key, obj)
+            return self._save(resource, obj)
 
     def _require_namespace(self, namespace: str, *, creating: bool) -> None:
         ns = self.store.get("namespaces", "", namespace)
@@ -282,7 +298,7 @@ class Operations:
         if resource.namespaced and meta.get("namespace") and meta["namespace"] != namespace:
             raise BadRequest("the namespace of the provided object does not match the namespace sent on the request")
         with self.store.lock:
-            old = self.store.get(resource.key, namespace, name)
+            old = self._load(resource, namespace, name)
             if old is None:
                 raise _not_found(resource, name)
             return self._write_update(resource, old, obj, subresource, options)
@@ -306,7 +322,7 @@ class Operations:
                 f"{JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_MERGE_PATCH}"
             )
         with self.store.lock:
-            old = self.store.get(resource.key, namespace, name)
+            old = self._load(resource, namespace, name)
             if old is None:
                 raise _not_found(resource, name)
             if patch_type == JSON_PATCH:
@@ -393,8 +409,8 @@ class Operations:
             and not new["metadata"].get("finalizers")
             and resource.key != "namespaces"  # the namespace cleaner removes those once empty
         ):
-            return self.store.remove(resource.key, new)
-        return self.store.put(resource.key, new)
+            return self._drop(resource, new)
+        return self._save(resource, new)
 
     def bind(self, namespace: str, name: str, body: Any) -> dict[str, Any]:
         """``pods/binding``: set ``spec.nodeName`` once, as the scheduler does; Conflict if already bound."""
@@ -427,7 +443,7 @@ class Operations:
                 f"propagationPolicy {options.propagation_policy!r} is not one of Orphan, Background, Foreground"
             )
         with self.store.lock:
-            obj = self.store.get(resource.key, namespace, name)
+            obj = self._load(resource, namespace, name)
             if obj is None:
                 raise _not_found(resource, name)
             meta = obj["metadata"]
@@ -467,8 +483,8 @@ class Operations:
                     marked.setdefault("status", {})["phase"] = "Terminating"
                 if not marked["metadata"]["finalizers"]:
                     del marked["metadata"]["finalizers"]
-                return self.store.put(resource.key, marked)
-            final = self.store.remove(resource.key, obj)
+                return self._save(resource, marked)
+            final = self._drop(resource, obj)
         if resource.delete_returns_object:
             return final
         return {
@@ -494,9 +510,7 @@ class Operations:
     ) -> dict[str, Any]:
         """Delete every matching object; returns the list of what was deleted or marked."""
         with self.store.lock:
-            targets = [
-                o for o in self.store.objects(resource.key, namespace) if labels.matches(o) and fields.matches(o)
-            ]
+            targets = [o for o in self._load_all(resource, namespace) if labels.matches(o) and fields.matches(o)]
             deleted = []
             for obj in targets:
                 meta = obj["metadata"]

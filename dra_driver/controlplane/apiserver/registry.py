@@ -51,6 +51,9 @@ class ResourceType:
     """Fields filled in on create when the client left them out (merged beneath the body)."""
     delete_returns_object: bool = False
     """Whether DELETE answers with the deleted object (kube's ``ReturnDeletedObject``) or a ``Status``."""
+    storage: str | None = None
+    """Key of the resource whose storage this one shares (conversions in ``conversion.py``), as
+    ``events.k8s.io`` Events share core Events'; ``None``: its own storage."""
     validate: Validator | None = None
     """Validation hook for this kind; ``None`` means the shared ``apiserver.validation.validate``."""
 
@@ -63,6 +66,11 @@ class ResourceType:
     def key(self) -> str:
         """Storage key: ``<plural>.<group>``; stable across versions, unique across groups."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def storage_key(self) -> str:
+        """Where the store keeps this resource's objects: its own key, or the shared storage's."""
+        return self.storage or self.key
 
     @property
     def qualified_kind(self) -> str:
@@ -199,6 +207,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         namespaced=True,
         model="EventsV1Event",
         short_names=("ev",),
+        storage="events",
         field_selectors=_EVENTS_V1_FIELDS,
     ),
     ResourceType(

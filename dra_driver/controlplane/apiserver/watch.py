@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,8 +63,10 @@ class Watcher:
         label_selector: LabelSelector,
         field_selector: FieldSelector,
         max_pending: int,
+        view: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.resource_key = resource_key
+        self.view = view
         self.namespace = namespace
         self.label_selector = label_selector
         self.field_selector = field_selector
@@ -114,19 +117,21 @@ class Watcher:
         self.last_resource_version = event.resource_version
         if self.namespace is not None and event.namespace != self.namespace:
             return None
-        if not self._filtered:
+        if self.view is None and not self._filtered:
             return event.line()
-        matches_now = self._matches(event.obj)
+        obj = event.obj if self.view is None else self.view(event.obj)
+        old = event.old if self.view is None or event.old is None else self.view(event.old)
+        matches_now = self._matches(obj)
         if event.type == MODIFIED:
-            matched_before = event.old is not None and self._matches(event.old)
+            matched_before = old is not None and self._matches(old)
             if matches_now and matched_before:
-                return event.line()
+                return encode_event(MODIFIED, obj)
             if matches_now:
-                return encode_event(ADDED, event.obj)
+                return encode_event(ADDED, obj)
             if matched_before:
-                return encode_event(DELETED, event.obj)
+                return encode_event(DELETED, obj)
             return None
-        return event.line() if matches_now else None
+        return encode_event(event.type, obj) if matches_now else None
 
     def _matches(self, obj: dict[str, Any]) -> bool:
         return self.label_selector.matches(obj) and self.field_selector.matches(obj)
