@@ -173,6 +173,8 @@ def _common_attributes(
         "cudaDriverVersion": (ValueType.VERSION, _semver(inventory.cuda_driver_version)),
         f"{STANDARD_DOMAIN}/pciBusID": (ValueType.STRING, normalise_pci_bus_id(gpu.pci_bus_id)),
     }
+    if gpu.pcie_root is not None:
+        attributes[f"{STANDARD_DOMAIN}/pcieRoot"] = (ValueType.STRING, gpu.pcie_root)
     if gpu.numa_node is not None:
         attributes[f"{STANDARD_DOMAIN}/numaNode"] = (ValueType.INT, gpu.numa_node)
     return attributes

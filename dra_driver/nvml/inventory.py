@@ -6,14 +6,20 @@ side-effecting half that fills it from :class:`~dra_driver.nvml.backend.Nvml`.
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
+from dra_driver.devicemodel.config import normalise_pci_bus_id
+from dra_driver.host.pci import pcie_root
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.types import GpuInventory, NodeInventory
 
 
-def read_inventory(nvml: Nvml) -> NodeInventory:
-    """Every GPU with its GI profiles (and placements) and existing GPU instances."""
+def read_inventory(nvml: Nvml, sysfs: Path = Path("/sys")) -> NodeInventory:
+    """Every GPU with its GI profiles (and placements), existing GPU instances and PCIe root."""
     gpus = []
-    for gpu in nvml.list_gpus():
+    for listed in nvml.list_gpus():
+        gpu = dataclasses.replace(listed, pcie_root=pcie_root(normalise_pci_bus_id(listed.pci_bus_id), sysfs))
         profiles = tuple(nvml.gpu_instance_profiles(gpu.uuid)) if gpu.mig_capable else ()
         instances = tuple(nvml.gpu_instances(gpu.uuid)) if gpu.mig_enabled else ()
         gpus.append(GpuInventory(gpu=gpu, profiles=profiles, gpu_instances=instances))

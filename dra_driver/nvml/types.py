@@ -51,6 +51,7 @@ class GpuInfo:
     memory_total_bytes: int
     mig_mode: MigModeState | None  # None: the GPU does not support MIG at all
     numa_node: int | None = None
+    pcie_root: str | None = None  # from sysfs, not NVML (dra_driver.host.pci); None when unknown
 
     @property
     def mig_capable(self) -> bool:

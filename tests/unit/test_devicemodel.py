@@ -293,3 +293,16 @@ def test_foreign_instance_withholds_its_overlapping_placements_and_nothing_else(
     owned = build_pool(after_inventory, config, owned_instances={(after_inventory.gpus[0].gpu.uuid, 2)})
     assert _slice_devices(render_slices(owned, "n", 1)) == before_slices
     assert owned.foreign_instances == ()
+
+
+def test_pcie_root_and_numa_node_are_published_only_when_known() -> None:
+    inventory = example_inventory(["A30"])
+    entry = inventory.gpus[0]
+    known = dataclasses.replace(entry, gpu=dataclasses.replace(entry.gpu, pcie_root="pci0000:17", numa_node=1))
+    unknown = dataclasses.replace(entry, gpu=dataclasses.replace(entry.gpu, pcie_root=None, numa_node=None))
+    with_root = build_pool(dataclasses.replace(inventory, gpus=(known,)), DeviceModelConfig()).devices[0]
+    without = build_pool(dataclasses.replace(inventory, gpus=(unknown,)), DeviceModelConfig()).devices[0]
+    assert with_root.attributes["resource.kubernetes.io/pcieRoot"][1] == "pci0000:17"
+    assert with_root.attributes["resource.kubernetes.io/numaNode"][1] == 1
+    assert "resource.kubernetes.io/pcieRoot" not in without.attributes
+    assert "resource.kubernetes.io/numaNode" not in without.attributes

@@ -1,0 +1,1 @@
+"""Facts about the host that NVML does not report (read from sysfs; never written)."""
