@@ -9,6 +9,7 @@ resource.k8s.io validation belong to the validation package's own tests; here on
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -94,7 +95,7 @@ def claim_spec() -> dict[str, Any]:
     return {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "mig.nvidia.com"}}]}}
 
 
-# (api class, method suffix, namespaced, body factory): one row per served resource.
+# Registry key -> (api class, method suffix, namespaced, body factory): one row per served resource.
 RESOURCES: dict[str, tuple[type, str, bool, Callable[[str], dict[str, Any]]]] = {
     "namespaces": (client.CoreV1Api, "namespace", False, lambda n: {"metadata": {"name": n}}),
     "nodes": (client.CoreV1Api, "node", False, lambda n: {"metadata": {"name": n}}),
@@ -127,30 +128,42 @@ RESOURCES: dict[str, tuple[type, str, bool, Callable[[str], dict[str, Any]]]] = 
             "regarding": {"kind": "Pod", "name": "p", "namespace": "default"},
         },
     ),
-    "leases": (
+    "leases.coordination.k8s.io": (
         client.CoordinationV1Api,
         "lease",
         True,
         lambda n: {"metadata": {"name": n}, "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15}},
     ),
-    "resourceslices": (client.ResourceV1Api, "resource_slice", False, slice_body),
-    "resourceclaims": (
+    "resourceslices.resource.k8s.io": (client.ResourceV1Api, "resource_slice", False, slice_body),
+    "resourceclaims.resource.k8s.io": (
         client.ResourceV1Api,
         "resource_claim",
         True,
         lambda n: {"metadata": {"name": n}, "spec": claim_spec()},
     ),
-    "resourceclaimtemplates": (
+    "resourceclaimtemplates.resource.k8s.io": (
         client.ResourceV1Api,
         "resource_claim_template",
         True,
         lambda n: {"metadata": {"name": n}, "spec": {"spec": claim_spec()}},
     ),
-    "deviceclasses": (
+    "deviceclasses.resource.k8s.io": (
         client.ResourceV1Api,
         "device_class",
         False,
         lambda n: {"metadata": {"name": n}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}},
+    ),
+    "devicetaintrules.resource.k8s.io": (
+        client.ResourceV1Api,
+        "device_taint_rule",
+        False,
+        lambda n: {
+            "metadata": {"name": n},
+            "spec": {
+                "deviceSelector": {"driver": DRIVER},
+                "taint": {"key": "migdra.dev/broken", "effect": "NoSchedule"},
+            },
+        },
     ),
 }
 
@@ -225,7 +238,7 @@ def test_update_without_resource_version_is_unconditional(core: client.CoreV1Api
 
 
 def test_generation_bumps_on_spec_changes_only(resource: client.ResourceV1Api) -> None:
-    body = RESOURCES["deviceclasses"][3]("gen-class")
+    body = RESOURCES["deviceclasses.resource.k8s.io"][3]("gen-class")
     created = resource.create_device_class(body)
     assert created.metadata.generation == 1
     labelled = resource.patch_device_class("gen-class", {"metadata": {"labels": {"a": "b"}}})
@@ -710,3 +723,29 @@ def test_token_authentication(tmp_path: Path) -> None:
             assert client.CoreV1Api(c).list_namespace().items
             watched = watch.Watch().stream(client.CoreV1Api(c).list_namespace, timeout_seconds=1)
             assert "default" in [event["object"].metadata.name for event in watched], "watches work over TLS"
+
+
+def test_every_registered_resource_has_a_crud_test(api: LocalAPIServer) -> None:
+    assert {r.key for r in api.registry.resources} == set(RESOURCES)
+
+
+def test_stop_ends_watches_and_connections_and_joins_its_threads() -> None:
+    before = set(threading.enumerate())
+    server = LocalAPIServer().start()
+    configuration = client.Configuration(host=server.url)
+    with client.ApiClient(configuration) as c:
+        core = client.CoreV1Api(c)
+        core.list_namespace()  # leaves a keep-alive connection open
+        response = core.list_namespaced_config_map("default", watch=True, _preload_content=False)
+        server.stop()
+        assert response.read() == b"", "the open watch ends cleanly at stop"
+    assert set(threading.enumerate()) - before == set()
+
+
+def test_single_object_watch_path(api: LocalAPIServer, core: client.CoreV1Api) -> None:
+    core.create_namespaced_config_map("default", {"metadata": {"name": "one"}})
+    core.create_namespaced_config_map("default", {"metadata": {"name": "two"}})
+    with client.ApiClient(client.Configuration(host=api.url)) as c:
+        response = c.call_api("GET", f"{api.url}/api/v1/namespaces/default/configmaps/two?watch=1&timeoutSeconds=1")
+        events = [json.loads(line) for line in response.read().splitlines() if line.strip()]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "two")]

@@ -334,7 +334,11 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 raise MethodNotAllowed("the server does not allow this method on the requested resource")
             self._send_json(201, ops.bind(namespace, name, self._decode_body(raw)))
             return
-        if method == "GET":
+        if method == "GET" and sub is None and _flag(query, "watch"):
+            # The old single-object watch form: a collection watch narrowed to this name.
+            query = {**query, "fieldSelector": [f"metadata.name={name}"]}
+            self._serve_watch(ResourceRoute(resource, route.namespace, None, None), query)
+        elif method == "GET":
             obj = ops.get(resource, namespace, name)
             if wants_table(self.headers.get("Accept", "")):
                 obj = to_table(resource, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]})
