@@ -153,8 +153,11 @@ def test_create_from_yaml_and_get_yaml(kubectl: Kubectl) -> None:
     assert pod["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "one-mig"}]
     assert pod["status"]["phase"] == "Pending"
     table = kubectl("get", "resourceclaims").stdout.splitlines()
-    assert table[0].split() == ["NAME", "AGE"]
-    assert table[1].split()[0] == "claim-1"
+    assert table[0].split() == ["NAME", "STATE", "AGE"]
+    assert table[1].split()[:2] == ["claim-1", "pending"]
+    slices = kubectl("get", "resourceslices").stdout.splitlines()
+    assert slices[0].split() == ["NAME", "NODE", "DRIVER", "POOL", "AGE"]
+    assert slices[1].split()[:4] == ["node-1-gpu.migdra.dev", "node-1", "gpu.migdra.dev", "node-1"]
     assert kubectl("get", "deviceclasses", "-o", "name").stdout.strip() == "deviceclass.resource.k8s.io/mig.nvidia.com"
 
 
@@ -223,6 +226,7 @@ def test_describe_resource_claim_shows_status_and_events(
                 },
             },
         )
+    assert kubectl("get", "resourceclaim", "claim-1").stdout.splitlines()[1].split()[1] == "allocated,reserved"
     described = kubectl("describe", "resourceclaim", "claim-1").stdout
     assert "Status:" in described
     assert "gpu-0-mig-1g-10gb-0" in described

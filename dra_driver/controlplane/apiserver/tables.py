@@ -1,16 +1,79 @@
 """Server-side printing: the ``meta.k8s.io/v1 Table`` that ``kubectl get`` asks for.
 
-kubectl prints whatever columns the server sends; we send NAME and AGE (like kube-apiserver does for
-kinds without printer columns) and the whole object in each row, so ``-o wide``/``--show-labels`` and
-``-A`` work from it.
+kubectl prints whatever columns the server sends.  We send NAME, the kind's columns from
+:data:`COLUMNS` (the ones kube-apiserver's printers show, where they can be read off the object) and
+AGE, with the whole object in each row so ``--show-labels`` and ``-A`` work from it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from dra_driver.controlplane.apiserver.registry import ResourceType
+from dra_driver.controlplane.apiserver.registry import ResourceType, field_value
+
+Column = tuple[str, Callable[[Mapping[str, Any]], str]]
+
+
+def _path(path: str) -> Callable[[Mapping[str, Any]], str]:
+    return lambda obj: field_value(obj, path)
+
+
+def _count(path: str) -> Callable[[Mapping[str, Any]], str]:
+    def read(obj: Mapping[str, Any]) -> str:
+        value: Any = obj
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        return str(len(value or ()))
+
+    return read
+
+
+def _claim_state(obj: Mapping[str, Any]) -> str:
+    """kube's ResourceClaim STATE: pending / allocated[,reserved] / deleted."""
+    status = obj.get("status") or {}
+    states = ["allocated" if status.get("allocation") else "pending"]
+    if status.get("reservedFor"):
+        states.append("reserved")
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        states.append("deleted")
+    return ",".join(states)
+
+
+def _pod_ready(obj: Mapping[str, Any]) -> str:
+    statuses = (obj.get("status") or {}).get("containerStatuses") or []
+    containers = (obj.get("spec") or {}).get("containers") or []
+    return f"{sum(1 for s in statuses if s.get('ready'))}/{len(containers)}"
+
+
+def _pod_restarts(obj: Mapping[str, Any]) -> str:
+    statuses = (obj.get("status") or {}).get("containerStatuses") or []
+    return str(sum(int(s.get("restartCount") or 0) for s in statuses))
+
+
+def _node_status(obj: Mapping[str, Any]) -> str:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    status = "Ready" if ready and ready.get("status") == "True" else "NotReady" if ready else "Unknown"
+    return status + (",SchedulingDisabled" if (obj.get("spec") or {}).get("unschedulable") else "")
+
+
+# Registry key -> columns between NAME and AGE (kube's printers for these kinds).
+COLUMNS: Mapping[str, tuple[Column, ...]] = {
+    "namespaces": (("Status", _path("status.phase")),),
+    "nodes": (("Status", _node_status), ("Version", _path("status.nodeInfo.kubeletVersion"))),
+    "pods": (("Ready", _pod_ready), ("Status", _path("status.phase")), ("Restarts", _pod_restarts)),
+    "events": (("Type", _path("type")), ("Reason", _path("reason")), ("Message", _path("message"))),
+    "configmaps": (("Data", _count("data")),),
+    "leases.coordination.k8s.io": (("Holder", _path("spec.holderIdentity")),),
+    "resourceslices.resource.k8s.io": (
+        ("Node", _path("spec.nodeName")),
+        ("Driver", _path("spec.driver")),
+        ("Pool", _path("spec.pool.name")),
+    ),
+    "resourceclaims.resource.k8s.io": (("State", _claim_state),),
+}
 
 
 def wants_table(accept: str) -> bool:
@@ -44,20 +107,28 @@ def human_age(timestamp: str | None, now: datetime | None = None) -> str:
 
 
 def to_table(resource: ResourceType, items: list[dict[str, Any]], list_metadata: dict[str, Any]) -> dict[str, Any]:
-    """A Table of ``items`` with NAME and AGE columns."""
+    """A Table of ``items``: NAME, the kind's columns, AGE."""
+    columns = COLUMNS.get(resource.key, ())
+    definitions = [
+        {"name": "Name", "type": "string", "format": "name", "description": "Name of the object", "priority": 0},
+        *({"name": name, "type": "string", "format": "", "description": name, "priority": 0} for name, _ in columns),
+        {"name": "Age", "type": "string", "format": "", "description": "Time since creation", "priority": 0},
+    ]
+    rows = [
+        {
+            "cells": [
+                obj["metadata"]["name"],
+                *(read(obj) for _, read in columns),
+                human_age(obj["metadata"].get("creationTimestamp")),
+            ],
+            "object": obj,
+        }
+        for obj in items
+    ]
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": list_metadata,
-        "columnDefinitions": [
-            {"name": "Name", "type": "string", "format": "name", "description": "Name of the object", "priority": 0},
-            {"name": "Age", "type": "string", "format": "", "description": "Time since creation", "priority": 0},
-        ],
-        "rows": [
-            {
-                "cells": [obj["metadata"]["name"], human_age(obj["metadata"].get("creationTimestamp"))],
-                "object": obj,
-            }
-            for obj in items
-        ],
+        "columnDefinitions": definitions,
+        "rows": rows,
     }
