@@ -451,6 +451,14 @@ def test_namespace_deletion_removes_its_objects(core: client.CoreV1Api) -> None:
     assert gone(lambda: core.read_namespaced_config_map("inside", "doomed"))
 
 
+def test_system_namespaces_cannot_be_deleted(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as info:
+        core.delete_namespace("default")
+    body = status_of(info.value)
+    assert (info.value.status, body["reason"]) == (403, "Forbidden")
+    assert body["message"] == 'namespaces "default" is forbidden: this namespace may not be deleted'
+
+
 def test_error_bodies_are_status_objects(api_client: client.ApiClient, core: client.CoreV1Api) -> None:
     with pytest.raises(ApiException) as info:
         core.read_namespaced_config_map("missing", "default")

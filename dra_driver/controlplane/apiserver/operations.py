@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from dra_driver.controlplane.apiserver.admission import admit
+from dra_driver.controlplane.apiserver.admission import admit, invalid_error
 from dra_driver.controlplane.apiserver.conversion import from_storage, to_storage
 from dra_driver.controlplane.apiserver.errors import (
     AlreadyExists,
@@ -28,7 +28,6 @@ from dra_driver.controlplane.apiserver.errors import (
     Conflict,
     Forbidden,
     Gone,
-    Invalid,
     MethodNotAllowed,
     NotFound,
     UnsupportedMediaType,
@@ -46,11 +45,12 @@ from dra_driver.controlplane.apiserver.registry import Registry, ResourceType
 from dra_driver.controlplane.apiserver.schema import decode_fields
 from dra_driver.controlplane.apiserver.selectors import FieldSelector, LabelSelector
 from dra_driver.controlplane.apiserver.store import Store
+from dra_driver.controlplane.apiserver.validation import FieldError
 
 FOREGROUND_FINALIZER = "foregroundDeletion"
-ORPHAN_FINALIZER = "orphan"
 _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
+_UNDELETABLE_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
 _SERVER_METADATA = ("uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds")
 
 
@@ -95,10 +95,6 @@ def _conflict(resource: ResourceType, name: str, why: str) -> Conflict:
 def _spec_view(obj: dict[str, Any]) -> dict[str, Any]:
     """What ``generation`` tracks: everything except metadata, status and type information."""
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
-
-
-def _without_resource_version(obj: dict[str, Any]) -> dict[str, Any]:
-    return {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}}
 
 
 class Operations:
@@ -380,19 +376,9 @@ class Operations:
             if old_meta.get("deletionTimestamp"):
                 added = set(new_meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
                 if added:
-                    raise Invalid(
-                        f'{resource.qualified_kind} "{name}" is invalid: metadata.finalizers: Forbidden: '
-                        "no new finalizers can be added if the object is being deleted",
-                        name=name,
-                        group=resource.group,
-                        kind=resource.kind,
-                        causes=[
-                            {
-                                "reason": "FieldValueForbidden",
-                                "field": "metadata.finalizers",
-                                "message": "Forbidden: no new finalizers can be added if the object is being deleted",
-                            }
-                        ],
+                    message = "no new finalizers can be added if the object is being deleted"
+                    raise invalid_error(
+                        resource, name, [FieldError("metadata.finalizers", "FieldValueForbidden", message)]
                     )
             if _spec_view(new) != _spec_view(old):
                 new_meta["generation"] = int(old_meta.get("generation", 1)) + 1
@@ -415,7 +401,8 @@ class Operations:
     def bind(self, namespace: str, name: str, body: Any) -> dict[str, Any]:
         """``pods/binding``: set ``spec.nodeName`` once, as the scheduler does; Conflict if already bound."""
         pods = self.registry.lookup("", "v1", "pods")
-        assert pods is not None
+        if pods is None:
+            raise NotFound("the server could not find the requested resource")
         if not isinstance(body, dict) or not isinstance(body.get("target"), dict) or not body["target"].get("name"):
             raise BadRequest("a Binding needs target.name")
         with self.store.lock:
@@ -464,6 +451,10 @@ class Operations:
                     "Precondition failed: ResourceVersion in precondition: "
                     f"{options.precondition_resource_version}, "
                     f"ResourceVersion in object meta: {meta['resourceVersion']}",
+                )
+            if resource.key == "namespaces" and name in _UNDELETABLE_NAMESPACES:
+                raise Forbidden(
+                    f'namespaces "{name}" is forbidden: this namespace may not be deleted', name=name, kind="namespaces"
                 )
             if options.dry_run:
                 return obj
