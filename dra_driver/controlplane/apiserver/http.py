@@ -174,6 +174,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         self.warnings: list[str] = []
         self.user: UserInfo = ANONYMOUS
+        self.streaming = False
         url = urlsplit(self.path)
         query = parse_qs(url.query, keep_blank_values=True)
         try:
@@ -181,14 +182,17 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             if url.path not in _UNAUTHENTICATED_PATHS and self.context.authenticator is not None:
                 self.user = self.context.authenticator.authenticate(self.headers.get("Authorization"))
             self._route(method, url.path.rstrip("/") or "/", query, raw)
-        except ApiError as exc:
-            self._send_json(exc.code, exc.to_status())
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as exc:  # any bug must still answer with a Status, and be logged loudly
-            log.exception("internal error serving %s %s", method, self.path)
-            status = ApiError(f"Internal error occurred: {exc}").to_status()
-            self._send_json(500, status)
+            if self.streaming:  # a watch's headers are out: no Status can follow, only a closed stream
+                log.exception("watch stream failed: %s %s", method, self.path)
+                self.close_connection = True
+            elif isinstance(exc, ApiError):
+                self._send_json(exc.code, exc.to_status())
+            else:
+                log.exception("internal error serving %s %s", method, self.path)
+                self._send_json(500, ApiError(f"Internal error occurred: {exc}").to_status())
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -201,7 +205,10 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 chunks.append(self.rfile.read(size))
                 self.rfile.readline()
             return b"".join(chunks)
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError as exc:
+            raise BadRequest(f"invalid Content-Length: {exc}") from exc
         return self.rfile.read(length) if length else b""
 
     def _decode_body(self, raw: bytes) -> Any:
@@ -402,6 +409,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             view=None if resource.storage is None else functools.partial(from_storage, resource),
         )
         bookmarks = _flag(query, "allowWatchBookmarks")
+        self.streaming = True
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
