@@ -123,15 +123,15 @@ class Operations:
             raise BadRequest(f"the kind in the data ({kind}) does not match the expected kind ({resource.kind})")
         if options.field_validation not in _FIELD_VALIDATION:
             raise BadRequest(f"fieldValidation must be one of {', '.join(_FIELD_VALIDATION)}")
-        unknown = decode_fields(resource.model, body)
-        if unknown and options.field_validation == "Strict":
-            listed = ", ".join(f'unknown field "{path}"' for path in unknown)
-            raise BadRequest(
-                f'{resource.kind} in version "{resource.version}" cannot be handled as a {resource.kind}: '
-                f"strict decoding error: {listed}"
-            )
+        decoded = decode_fields(resource.model, body)
+        cannot = f'{resource.kind} in version "{resource.version}" cannot be handled as a {resource.kind}'
+        if decoded.errors:
+            raise BadRequest(f"{cannot}: {decoded.errors[0]}")
+        if decoded.unknown and options.field_validation == "Strict":
+            listed = ", ".join(f'unknown field "{path}"' for path in decoded.unknown)
+            raise BadRequest(f"{cannot}: strict decoding error: {listed}")
         if options.field_validation == "Warn":
-            options.warnings.extend(f'unknown field "{path}"' for path in unknown)
+            options.warnings.extend(f'unknown field "{path}"' for path in decoded.unknown)
         body["apiVersion"] = resource.group_version
         body["kind"] = resource.kind
         if not isinstance(body.get("metadata", {}), dict):

@@ -8,24 +8,23 @@ types) generated from the 1.37 OpenAPI document.  This module owns walking an ob
 Decoding also re-renders timestamps the way kube serializes its typed values: ``metav1.Time`` as UTC
 whole seconds (``2026-01-02T03:04:05Z``), ``metav1.MicroTime`` (the fields in :data:`MICRO_TIME_FIELDS`)
 with six fraction digits.  Clients write them in other RFC 3339 spellings (the Python client sends
-``+00:00``), and Go clients such as kubectl cannot read a MicroTime without its fraction.  Other values
-are never judged here (validation does that).
+``+00:00``), and Go clients such as kubectl cannot read a MicroTime without its fraction.  Values are
+checked only for their JSON type, as Go's decoder does; what they mean is validation's business.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import kubernetes.client.models as client_models
 
-from dra_driver.controlplane.apiserver.errors import BadRequest
-
 _LIST = re.compile(r"^List\[(.+)\]$")
 _DICT = re.compile(r"^Dict\[str, (.+)\]$")
-_SCALARS = frozenset({"str", "int", "bool", "float", "date", "bytes"})
 MICRO_TIME_FIELDS = frozenset({"eventTime", "lastObservedTime", "acquireTime", "renewTime"})
 
 
@@ -38,54 +37,105 @@ def fields_of(model: str) -> dict[str, str]:
     return {names[attr]: type_name for attr, type_name in types.items()}
 
 
-def decode_fields(model: str, obj: dict[str, Any]) -> list[str]:
-    """Remove fields ``model`` does not declare from ``obj`` in place and normalize its timestamps.
+@dataclass
+class Decoded:
+    """What decoding found: unknown fields (removed) and values of the wrong JSON type (kept)."""
 
-    Returns the removed fields' paths, kube-style (``spec.devices[0].foo``; map keys such as labels are
-    data, not fields).  A timestamp that is not RFC 3339 is a :class:`BadRequest`, as in kube.
+    unknown: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    """Messages in Go's ``encoding/json`` words; kube refuses the body at the first one."""
+
+
+def decode_fields(model: str, obj: dict[str, Any]) -> Decoded:
+    """Check ``obj`` against ``model`` as kube's typed decoding would, in place.
+
+    Unknown fields are removed and reported by path, kube-style (``spec.devices[0].foo``; map keys such
+    as labels are data, not fields).  A value of the wrong JSON type (a string for an integer, a map for
+    a list) or a timestamp that is not RFC 3339 is an error.  Scalars typed as strings also accept
+    numbers, because the models type ``resource.Quantity`` as a string and kube reads ``10`` there.
     """
-    unknown: list[str] = []
-    _walk_model(model, obj, "", unknown)
-    return unknown
+    decoded = Decoded()
+    _walk_model(model, obj, "", model, decoded)
+    return decoded
 
 
-def _walk_model(model: str, obj: dict[str, Any], path: str, unknown: list[str]) -> None:
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _mismatch(decoded: Decoded, value: Any, struct_path: str, go_type: str) -> None:
+    decoded.errors.append(
+        f"json: cannot unmarshal {_json_type(value)} into Go struct field {struct_path} of type {go_type}"
+    )
+
+
+def _walk_model(model: str, obj: dict[str, Any], path: str, struct_path: str, decoded: Decoded) -> None:
     known = fields_of(model)
     for name in list(obj):
         field_path = f"{path}.{name}" if path else name
         type_name = known.get(name)
         if type_name is None:
-            unknown.append(field_path)
+            decoded.unknown.append(field_path)
             del obj[name]
         elif type_name == "datetime" and isinstance(obj[name], str):
-            obj[name] = _normalize_time(obj[name], field_path, micro=name in MICRO_TIME_FIELDS)
+            try:
+                obj[name] = _normalize_time(obj[name], micro=name in MICRO_TIME_FIELDS)
+            except ValueError as exc:
+                decoded.errors.append(f'{field_path}: parsing time "{obj[name]}" as RFC 3339: {exc}')
         else:
-            _walk_type(type_name, obj[name], field_path, unknown)
+            _walk_type(type_name, obj[name], field_path, f"{struct_path}.{name}", decoded)
 
 
-def _normalize_time(text: str, path: str, *, micro: bool) -> str:
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise BadRequest(f'{path}: parsing time "{text}" as RFC 3339 failed: {exc}') from exc
+def _normalize_time(text: str, *, micro: bool) -> str:
+    moment = datetime.fromisoformat(text)
     if moment.tzinfo is None:
-        raise BadRequest(f'{path}: time "{text}" has no time zone (RFC 3339 needs one)')
+        raise ValueError("no time zone")
     moment = moment.astimezone(UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
-def _walk_type(type_name: str, value: Any, path: str, unknown: list[str]) -> None:
-    if value is None or type_name in _SCALARS or type_name.startswith("object") or "object" in type_name:
+# openapi scalar type -> (Go type named in errors, which JSON values decode into it)
+_SCALAR_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "str": ("string", lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool)),
+    "bytes": ("[]uint8", lambda v: isinstance(v, str)),
+    "date": ("string", lambda v: isinstance(v, str)),
+    "datetime": ("v1.Time", lambda v: isinstance(v, str)),
+    "int": ("int64", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": ("float64", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "bool": ("bool", lambda v: isinstance(v, bool)),
+}
+
+
+def _walk_type(type_name: str, value: Any, path: str, struct_path: str, decoded: Decoded) -> None:
+    if value is None or "object" in type_name:
+        return
+    if type_name in _SCALAR_CHECKS:
+        go_type, accepts = _SCALAR_CHECKS[type_name]
+        if not accepts(value):
+            _mismatch(decoded, value, struct_path, go_type)
         return
     if match := _LIST.match(type_name):
-        if isinstance(value, list):
-            for index, item in enumerate(value):
-                _walk_type(match.group(1), item, f"{path}[{index}]", unknown)
+        if not isinstance(value, list):
+            _mismatch(decoded, value, struct_path, f"[]{match.group(1)}")
+            return
+        for index, item in enumerate(value):
+            _walk_type(match.group(1), item, f"{path}[{index}]", struct_path, decoded)
         return
     if match := _DICT.match(type_name):
-        if isinstance(value, dict):
-            for key, item in value.items():
-                _walk_type(match.group(1), item, f"{path}.{key}", unknown)
+        if not isinstance(value, dict):
+            _mismatch(decoded, value, struct_path, f"map[string]{match.group(1)}")
+            return
+        for key, item in value.items():
+            _walk_type(match.group(1), item, f"{path}.{key}", struct_path, decoded)
         return
-    if isinstance(value, dict) and hasattr(client_models, type_name):
-        _walk_model(type_name, value, path, unknown)
+    if hasattr(client_models, type_name):
+        if not isinstance(value, dict):
+            _mismatch(decoded, value, struct_path, type_name)
+            return
+        _walk_model(type_name, value, path, struct_path, decoded)
