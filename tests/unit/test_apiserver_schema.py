@@ -77,4 +77,5 @@ def test_micro_times_keep_six_fraction_digits() -> None:
 @pytest.mark.parametrize("sent", ["yesterday", "2026-01-01T00:00:00"], ids=["not-a-time", "no-time-zone"])
 def test_bad_times_are_errors(sent: str) -> None:
     decoded = decode_fields("V1Lease", {"spec": {"renewTime": sent}})
-    assert decoded.errors and decoded.errors[0].startswith("spec.renewTime: parsing time")
+    assert decoded.errors
+    assert decoded.errors[0].startswith("spec.renewTime: parsing time")
