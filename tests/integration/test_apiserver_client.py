@@ -757,3 +757,17 @@ def test_single_object_watch_path(api: LocalAPIServer, core: client.CoreV1Api) -
         response = c.call_api("GET", f"{api.url}/api/v1/namespaces/default/configmaps/two?watch=1&timeoutSeconds=1")
         events = [json.loads(line) for line in response.read().splitlines() if line.strip()]
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "two")]
+
+
+def test_snapshot_is_written_while_running_and_restored(tmp_path: Path) -> None:
+    snapshot = tmp_path / "state.json"
+    with LocalAPIServer(snapshot=snapshot, snapshot_interval=0.1) as server:
+        with client.ApiClient(client.Configuration(host=server.url)) as c:
+            created = client.CoreV1Api(c).create_namespaced_config_map("default", {"metadata": {"name": "kept"}})
+        eventually(lambda: snapshot.exists() and "kept" in snapshot.read_text())
+    with LocalAPIServer(snapshot=snapshot) as server, client.ApiClient(client.Configuration(host=server.url)) as c:
+        restored = client.CoreV1Api(c).read_namespaced_config_map("kept", "default")
+        assert (restored.metadata.uid, restored.metadata.resource_version) == (
+            created.metadata.uid,
+            created.metadata.resource_version,
+        )
