@@ -58,7 +58,7 @@ def configmap(name: str, data: dict[str, str]) -> str:
 
 def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [kubectl_binary(), "--kubeconfig", str(kubeconfig), *args],
+        [kubectl_binary(), "--kubeconfig", str(kubeconfig), "--cache-dir", str(kubeconfig.parent / "cache"), *args],
         capture_output=True,
         text=True,
         input=stdin,
