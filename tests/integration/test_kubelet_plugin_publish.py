@@ -61,8 +61,12 @@ def _start(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
 
 
 def _wait_for_slices(api: LocalAPIServer, process: subprocess.Popen[str]) -> None:
+    """Until the whole pool is there: the publisher writes its slices one request at a time."""
     deadline = time.monotonic() + 30
-    while not _slices(api) and time.monotonic() < deadline and process.poll() is None:
+    while time.monotonic() < deadline and process.poll() is None:
+        slices = _slices(api)
+        if slices and len(slices) == slices[0].spec.pool.resource_slice_count:
+            return
         time.sleep(0.1)
 
 
