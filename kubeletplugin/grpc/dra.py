@@ -1,0 +1,138 @@
+"""The DRAPlugin service kubelet calls to prepare and unprepare claims, in both API versions.
+
+Owns the call contract of kubelet-grpc.md §3 on our side of the socket: every claim UID of a request
+gets exactly one entry in the response, and nothing short of a bug in this module makes the call
+itself fail -- kubelet discards the whole response on a gRPC error, so failures are reported per
+claim.  The work is delegated to a :class:`~kubeletplugin.service.DraService`; this module never
+looks at devices.
+
+One implementation, :class:`DraPluginServicer`, serves ``k8s.io.kubelet.pkg.apis.dra.v1``;
+:class:`DraPluginV1beta1Servicer` serves ``...v1beta1`` by transcoding to and from it (see
+:mod:`kubeletplugin.grpc.convert`), so both versions give identical answers.
+
+Handlers run on the gRPC server's worker threads, concurrently; the service must be thread-safe.
+In rolling-update mode a :class:`~kubeletplugin.grpc.serialize.SerializeLock` is held around each
+call to the service (see that module for why).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import TypeVar
+
+import grpc
+
+from kubeletplugin.grpc import convert
+from kubeletplugin.grpc.gen import dra_v1_pb2 as v1
+from kubeletplugin.grpc.gen import dra_v1beta1_pb2 as v1beta1
+from kubeletplugin.service import ClaimRef, DraService, PrepareResult, UnprepareResult
+
+log = logging.getLogger(__name__)
+
+_Result = TypeVar("_Result", PrepareResult, UnprepareResult)
+
+# The supported_versions strings kubelet matches (kubelet-grpc.md §2), in our order of preference:
+# a 1.34+ kubelet takes the first one it knows.
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+
+
+def _describe(claim: ClaimRef) -> str:
+    return f"{claim.namespace}/{claim.name} (uid {claim.uid})"
+
+
+def complete_results(
+    operation: str,
+    claims: Sequence[ClaimRef],
+    results: Mapping[str, _Result],
+    failed: Callable[[str], _Result],
+) -> dict[str, _Result]:
+    """Exactly the requested UIDs: a missing result becomes an error, an unrequested one is dropped.
+
+    Why not trust the service: kubelet retries claims without an entry silently, so a missing
+    result would turn a driver bug into an endless retry nobody sees.
+    """
+    completed: dict[str, _Result] = {}
+    for claim in claims:
+        result = results.get(claim.uid)
+        if result is None:
+            log.error("the driver returned no %s result for claim %s", operation, _describe(claim))
+            result = failed(f"{operation} of claim {_describe(claim)}: the driver returned no result; this is a bug")
+        completed[claim.uid] = result
+    extra = sorted(set(results) - completed.keys())
+    if extra:
+        log.warning("ignoring %s results for claims kubelet did not ask about: %s", operation, ", ".join(extra))
+    return completed
+
+
+class DraPluginServicer:
+    """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` over a :class:`DraService`."""
+
+    def __init__(
+        self,
+        service: DraService,
+        serialize: Callable[[], AbstractContextManager[None]] = nullcontext,
+    ) -> None:
+        self._service = service
+        self._serialize = serialize
+
+    def _call(
+        self,
+        operation: str,
+        claims: Sequence[ClaimRef],
+        call: Callable[[Sequence[ClaimRef]], Mapping[str, _Result]],
+        failed: Callable[[str], _Result],
+    ) -> dict[str, _Result]:
+        if not claims:
+            return {}
+        try:
+            with self._serialize():
+                results = call(claims)
+        except Exception as e:
+            # An unexpected failure fails every claim of this call, not the call: kubelet would
+            # otherwise drop the results and retry without telling the user anything.
+            log.exception("%s of claims %s failed unexpectedly", operation, ", ".join(c.uid for c in claims))
+            return {
+                claim.uid: failed(
+                    f"{operation} of claim {_describe(claim)} failed unexpectedly in the driver "
+                    f"({type(e).__name__}: {e}); see the DRA plugin's log on this node"
+                )
+                for claim in claims
+            }
+        return complete_results(operation, claims, results, failed)
+
+    def NodePrepareResources(
+        self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1.NodePrepareResourcesResponse:
+        claims = convert.claim_refs(request.claims)
+        log.debug("NodePrepareResources for claims %s", ", ".join(_describe(c) for c in claims))
+        results = self._call("prepare", claims, self._service.prepare, lambda error: PrepareResult(error=error))
+        return convert.prepare_response(results)
+
+    def NodeUnprepareResources(
+        self, request: v1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1.NodeUnprepareResourcesResponse:
+        claims = convert.claim_refs(request.claims)
+        log.debug("NodeUnprepareResources for claims %s", ", ".join(_describe(c) for c in claims))
+        results = self._call("unprepare", claims, self._service.unprepare, lambda error: UnprepareResult(error=error))
+        return convert.unprepare_response(results)
+
+
+class DraPluginV1beta1Servicer:
+    """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin``: the v1 servicer behind a transcoding step."""
+
+    def __init__(self, v1_servicer: DraPluginServicer) -> None:
+        self._v1 = v1_servicer
+
+    def NodePrepareResources(
+        self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1beta1.NodePrepareResourcesResponse:
+        response = self._v1.NodePrepareResources(convert.prepare_request_from_v1beta1(request), context)
+        return convert.prepare_response_to_v1beta1(response)
+
+    def NodeUnprepareResources(
+        self, request: v1beta1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1beta1.NodeUnprepareResourcesResponse:
+        response = self._v1.NodeUnprepareResources(convert.unprepare_request_from_v1beta1(request), context)
+        return convert.unprepare_response_to_v1beta1(response)

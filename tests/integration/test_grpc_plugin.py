@@ -1,0 +1,331 @@
+"""The kubelet-facing gRPC services over real unix sockets, driven by the test kubelet.
+
+Covers registration (what kubelet learns, version choice, a rejection made visible), DRAPlugin v1
+and v1beta1 giving identical answers from one DraService, per-claim failure reporting, and the
+health stream.  Socket handling and shutdown are in test_grpc_sockets.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from prometheus_client import CollectorRegistry
+
+from kubeletplugin.grpc import PluginServers, RegistrationStatus
+from kubeletplugin.service import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
+from tests.kubelet_client import KubeletClient, RecordingDraService, RegistrationRejected, short_socket_dir
+
+DRIVER = "gpu.migdra.example.com"
+CLAIM_A = ClaimRef(namespace="team-a", name="train", uid="uid-a")
+CLAIM_B = ClaimRef(namespace="team-a", name="eval", uid="uid-b")
+DEVICE_A = PreparedDevice(
+    pool_name="node-1",
+    device_name="gpu-0-mig-1g10gb-0",
+    request_names=("gpu",),
+    cdi_device_ids=("k8s.gpu.migdra.example.com/mig=uid-a-gpu-0-mig-1g10gb-0",),
+)
+DEVICE_B = PreparedDevice(pool_name="node-1", device_name="gpu-1-mig-3g40gb-4")  # all requests, no CDI
+
+
+@pytest.fixture
+def base_dir() -> Iterator[Path]:
+    with short_socket_dir() as path:
+        yield path
+
+
+def _servers(
+    base_dir: Path, service: RecordingDraService, metrics_registry: CollectorRegistry | None = None, **kwargs: Any
+) -> PluginServers:
+    return PluginServers(
+        DRIVER,
+        base_dir / "plugins_registry",
+        base_dir / "plugins" / DRIVER,
+        service,
+        metrics_registry=metrics_registry or CollectorRegistry(),
+        **kwargs,
+    )
+
+
+def _registrations(registry: CollectorRegistry, registered: str) -> float | None:
+    return registry.get_sample_value("migdra_registration_status_total", {"registered": registered})
+
+
+def test_register_tells_kubelet_the_driver_endpoint_and_versions(base_dir: Path) -> None:
+    metrics = CollectorRegistry()
+    with (
+        _servers(base_dir, RecordingDraService(), metrics_registry=metrics) as servers,
+        KubeletClient(servers.paths.registration) as kubelet,
+    ):
+        assert servers.registration.status is None
+        assert kubelet.register() == "v1.DRAPlugin"  # 1.34+: the first of the plugin's list it knows
+        assert kubelet.info.type == "DRAPlugin"
+        assert kubelet.info.name == DRIVER
+        assert kubelet.info.endpoint == str(base_dir / "plugins" / DRIVER / "dra.sock")
+        assert list(kubelet.info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        assert servers.registration.wait(timeout=5) == RegistrationStatus(registered=True)
+        assert _registrations(metrics, "true") == 1
+        assert _registrations(metrics, "false") == 0
+
+
+def test_a_v1beta1_only_kubelet_chooses_v1beta1(base_dir: Path) -> None:
+    with (
+        _servers(base_dir, RecordingDraService()) as servers,
+        KubeletClient(servers.paths.registration, versions=("v1beta1.DRAPlugin",)) as kubelet,
+    ):
+        assert kubelet.register() == "v1beta1.DRAPlugin"
+
+
+def test_a_rejected_registration_is_visible_in_status_and_metric(base_dir: Path) -> None:
+    metrics = CollectorRegistry()
+    with (
+        _servers(base_dir, RecordingDraService(), metrics_registry=metrics) as servers,
+        KubeletClient(servers.paths.registration, versions=("v1alpha3.NodeService",)) as kubelet,
+    ):
+        with pytest.raises(RegistrationRejected):
+            kubelet.register()
+        status = servers.registration.wait(timeout=5)
+        assert status is not None
+        assert not status.registered
+        assert "none of services supported by the plugin (v1.DRAPlugin, v1beta1.DRAPlugin)" in status.error
+        assert status.describe().startswith("kubelet rejected us: none of services")
+        assert _registrations(metrics, "false") == 1
+        assert _registrations(metrics, "true") == 0
+
+
+def test_the_last_registration_status_wins(base_dir: Path) -> None:
+    metrics = CollectorRegistry()
+    with _servers(base_dir, RecordingDraService(), metrics_registry=metrics) as servers:
+        with (
+            KubeletClient(servers.paths.registration, reject_with="driver name is in use") as kubelet,
+            pytest.raises(RegistrationRejected),
+        ):
+            kubelet.register()
+        assert servers.registration.status == RegistrationStatus(registered=False, error="driver name is in use")
+        with KubeletClient(servers.paths.registration) as kubelet:
+            kubelet.register()  # kubelet retries the registration later
+        assert servers.registration.status == RegistrationStatus(registered=True)
+        assert (_registrations(metrics, "false"), _registrations(metrics, "true")) == (1, 1)
+
+
+@pytest.mark.parametrize("versions", [("v1.DRAPlugin",), ("v1beta1.DRAPlugin",)], ids=["v1", "v1beta1"])
+def test_prepare_and_unprepare_give_the_service_results_on_each_version(base_dir: Path, versions: tuple[str]) -> None:
+    service = RecordingDraService(
+        prepare_results={"uid-a": PrepareResult(devices=(DEVICE_A,)), "uid-b": PrepareResult(devices=(DEVICE_B,))},
+        unprepare_results={"uid-a": UnprepareResult(), "uid-b": UnprepareResult()},
+    )
+    with (
+        _servers(base_dir, service) as servers,
+        KubeletClient(servers.paths.registration, versions=versions) as kubelet,
+    ):
+        assert kubelet.register() == versions[0]
+        assert kubelet.prepare([CLAIM_A, CLAIM_B]) == {
+            "uid-a": PrepareResult(devices=(DEVICE_A,)),
+            "uid-b": PrepareResult(devices=(DEVICE_B,)),
+        }
+        assert kubelet.unprepare([CLAIM_A, CLAIM_B]) == {"uid-a": UnprepareResult(), "uid-b": UnprepareResult()}
+    assert service.calls == [("prepare", (CLAIM_A, CLAIM_B)), ("unprepare", (CLAIM_A, CLAIM_B))]
+
+
+def test_v1_and_v1beta1_answer_identically(base_dir: Path) -> None:
+    service = RecordingDraService(
+        prepare_results={
+            "uid-a": PrepareResult(devices=(DEVICE_A, DEVICE_B)),
+            "uid-b": PrepareResult(error="claim team-a/eval: no free 3g.40gb placement on node-1"),
+        },
+        unprepare_results={"uid-a": UnprepareResult(), "uid-b": UnprepareResult(error="GPU 1 is busy")},
+    )
+    answers = []
+    with _servers(base_dir, service) as servers:
+        for versions in [("v1.DRAPlugin",), ("v1beta1.DRAPlugin",)]:
+            with KubeletClient(servers.paths.registration, versions=versions) as kubelet:
+                kubelet.register()
+                raw = kubelet.prepare_raw([CLAIM_A, CLAIM_B])
+                answers.append((raw.SerializeToString(deterministic=True), kubelet.unprepare([CLAIM_A, CLAIM_B])))
+    assert answers[0] == answers[1]  # byte for byte: one implementation behind both versions
+
+
+def test_a_failed_claim_does_not_fail_the_others(base_dir: Path) -> None:
+    service = RecordingDraService(
+        prepare_results={
+            "uid-a": PrepareResult(devices=(DEVICE_A,)),
+            "uid-b": PrepareResult(devices=(DEVICE_B,), error="claim team-a/eval: GPU 1 has MIG mode disabled"),
+        },
+        unprepare_results={"uid-a": UnprepareResult(error="CDI spec not writable"), "uid-b": UnprepareResult()},
+    )
+    with _servers(base_dir, service) as servers, KubeletClient(servers.paths.registration) as kubelet:
+        kubelet.register()
+        assert kubelet.prepare([CLAIM_A, CLAIM_B]) == {
+            "uid-a": PrepareResult(devices=(DEVICE_A,)),
+            # kubelet ignores the devices of a failed claim; they are not sent at all
+            "uid-b": PrepareResult(error="claim team-a/eval: GPU 1 has MIG mode disabled"),
+        }
+        assert kubelet.unprepare([CLAIM_A, CLAIM_B]) == {
+            "uid-a": UnprepareResult(error="CDI spec not writable"),
+            "uid-b": UnprepareResult(),
+        }
+
+
+@pytest.mark.parametrize("versions", [("v1.DRAPlugin",), ("v1beta1.DRAPlugin",)], ids=["v1", "v1beta1"])
+def test_a_service_exception_becomes_an_error_for_every_claim_of_the_call(
+    base_dir: Path, versions: tuple[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    service = RecordingDraService(raise_for=frozenset({"uid-b"}))
+    with (
+        _servers(base_dir, service) as servers,
+        KubeletClient(servers.paths.registration, versions=versions) as kubelet,
+    ):
+        kubelet.register()
+        with caplog.at_level(logging.ERROR, logger="kubeletplugin.grpc.dra"):
+            prepared = kubelet.prepare([CLAIM_A, CLAIM_B])  # no grpc.RpcError: kubelet would drop everything
+            unprepared = kubelet.unprepare([CLAIM_A, CLAIM_B])
+    assert set(prepared) == set(unprepared) == {"uid-a", "uid-b"}
+    for claim in (CLAIM_A, CLAIM_B):
+        assert not prepared[claim.uid].devices
+        for error in (prepared[claim.uid].error, unprepared[claim.uid].error):
+            assert f"{claim.namespace}/{claim.name} (uid {claim.uid})" in error
+            assert "RuntimeError: NVML call failed: GPU is lost" in error
+    tracebacks = [r for r in caplog.records if r.exc_info is not None]
+    assert len(tracebacks) == 2  # one per failed call, with the traceback
+
+
+def test_every_requested_claim_gets_exactly_one_entry(base_dir: Path) -> None:
+    service = RecordingDraService(
+        # nothing for uid-b; an entry for a claim kubelet did not send
+        prepare_results={"uid-a": PrepareResult(devices=(DEVICE_A,)), "uid-z": PrepareResult()},
+    )
+    with _servers(base_dir, service) as servers, KubeletClient(servers.paths.registration) as kubelet:
+        kubelet.register()
+        prepared = kubelet.prepare([CLAIM_A, CLAIM_B])
+        unprepared = kubelet.unprepare([CLAIM_A])
+    assert set(prepared) == {"uid-a", "uid-b"}
+    assert prepared["uid-a"] == PrepareResult(devices=(DEVICE_A,))
+    assert "team-a/eval (uid uid-b): the driver returned no result" in prepared["uid-b"].error
+    assert "the driver returned no result" in unprepared["uid-a"].error
+
+
+def test_share_id_reaches_a_v1_kubelet_and_fails_the_claim_on_v1beta1(base_dir: Path) -> None:
+    shared = PreparedDevice(pool_name="node-1", device_name="gpu-0", share_id="7f3c")
+    service = RecordingDraService(
+        prepare_results={"uid-a": PrepareResult(devices=(shared,)), "uid-b": PrepareResult(devices=(DEVICE_B,))}
+    )
+    with _servers(base_dir, service) as servers:
+        with KubeletClient(servers.paths.registration) as kubelet:
+            kubelet.register()
+            assert kubelet.prepare([CLAIM_A])["uid-a"] == PrepareResult(devices=(shared,))
+        with KubeletClient(servers.paths.registration, versions=("v1beta1.DRAPlugin",)) as kubelet:
+            kubelet.register()
+            prepared = kubelet.prepare([CLAIM_A, CLAIM_B])
+    assert not prepared["uid-a"].devices
+    assert "share_id" in prepared["uid-a"].error
+    assert "gpu-0" in prepared["uid-a"].error
+    assert prepared["uid-b"] == PrepareResult(devices=(DEVICE_B,))
+
+
+class _Devices:
+    """A health source the test changes while the stream is open."""
+
+    def __init__(self) -> None:
+        self.devices: list[tuple[str, str, bool | None]] = [
+            ("node-1", "gpu-0-mig-1g10gb-0", True),
+            ("node-1", "gpu-1-mig-3g40gb-4", None),
+        ]
+
+    def __call__(self) -> list[tuple[str, str, bool | None]]:
+        return list(self.devices)
+
+
+def test_health_stream_sends_the_device_list_then_changes(base_dir: Path) -> None:
+    source = _Devices()
+    with (
+        _servers(
+            base_dir, RecordingDraService(), health=source, health_interval=30, health_poll_interval=0.02
+        ) as servers,
+        KubeletClient(servers.paths.registration) as kubelet,
+    ):
+        kubelet.register()
+        assert list(kubelet.info.supported_versions) == [
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1alpha1.DRAResourceHealth",
+        ]
+        stream = kubelet.watch_health(timeout=10)
+        first = next(stream)
+        assert [(d.pool_name, d.device_name, d.health) for d in first] == [
+            ("node-1", "gpu-0-mig-1g10gb-0", "HEALTHY"),
+            ("node-1", "gpu-1-mig-3g40gb-4", "UNKNOWN"),
+        ]
+        assert abs(first[0].last_updated_time - time.time()) < 5
+        started = time.monotonic()
+        source.devices[0] = ("node-1", "gpu-0-mig-1g10gb-0", False)
+        second = next(stream)
+        assert time.monotonic() - started < 5  # on change, long before the 30 s resend
+        assert [d.health for d in second] == ["UNHEALTHY", "UNKNOWN"]
+        stream.close()
+
+
+def test_health_stream_resends_an_unchanged_list_every_interval(base_dir: Path) -> None:
+    with (
+        _servers(
+            base_dir, RecordingDraService(), health=_Devices(), health_interval=0.3, health_poll_interval=0.02
+        ) as servers,
+        KubeletClient(servers.paths.registration) as kubelet,
+    ):
+        kubelet.register()
+        stream = kubelet.watch_health(timeout=10)
+        arrivals, messages = [], []
+        for _ in range(3):
+            messages.append(next(stream))
+            arrivals.append(time.monotonic())
+        stream.close()
+    assert all([d.health for d in m] == ["HEALTHY", "UNKNOWN"] for m in messages)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
+    assert all(0.2 < gap < 3 for gap in gaps), gaps  # the interval, not every poll
+
+
+def test_health_stream_ends_when_the_servers_stop(base_dir: Path) -> None:
+    servers = _servers(base_dir, RecordingDraService(), health=_Devices(), health_poll_interval=0.02)
+    servers.start()
+    try:
+        with KubeletClient(servers.paths.registration) as kubelet:
+            kubelet.register()
+            stream = kubelet.watch_health(timeout=10)
+            next(stream)
+            started = time.monotonic()
+            servers.stop(grace=10)
+            assert time.monotonic() - started < 5  # the open stream did not hold shutdown for the grace
+            with pytest.raises((StopIteration, grpc.RpcError)):
+                next(stream)
+    finally:
+        servers.stop()
+
+
+def test_without_a_health_source_the_health_service_is_absent(base_dir: Path) -> None:
+    with _servers(base_dir, RecordingDraService()) as servers, KubeletClient(servers.paths.registration) as kubelet:
+        kubelet.register()
+        assert "v1alpha1.DRAResourceHealth" not in kubelet.info.supported_versions
+        kubelet.info.supported_versions.append("v1alpha1.DRAResourceHealth")  # call it anyway
+        with pytest.raises(grpc.RpcError) as raised:
+            next(kubelet.watch_health(timeout=5))
+    assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_a_failing_health_source_ends_the_stream_with_unavailable(base_dir: Path) -> None:
+    def broken() -> list[tuple[str, str, bool | None]]:
+        raise RuntimeError("NVML event set lost")
+
+    with (
+        _servers(base_dir, RecordingDraService(), health=broken, health_poll_interval=0.02) as servers,
+        KubeletClient(servers.paths.registration) as kubelet,
+    ):
+        kubelet.register()
+        with pytest.raises(grpc.RpcError) as raised:
+            next(kubelet.watch_health(timeout=5))
+    assert raised.value.code() == grpc.StatusCode.UNAVAILABLE  # kubelet reopens the stream after 5 s
+    assert "NVML event set lost" in raised.value.details()

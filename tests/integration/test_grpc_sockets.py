@@ -1,0 +1,236 @@
+"""The plugin's unix sockets: permissions, stale and foreign files, rolling-update names and lock, shutdown."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from prometheus_client import CollectorRegistry
+
+from kubeletplugin.grpc import NotASocketError, PluginServers, SocketInUseError, SocketPathError
+from kubeletplugin.grpc.sockets import SocketFile
+from kubeletplugin.service import ClaimRef, PrepareResult
+from tests.kubelet_client import KubeletClient, RecordingDraService, short_socket_dir
+
+DRIVER = "gpu.migdra.example.com"
+CLAIM = ClaimRef(namespace="ns", name="claim", uid="uid-1")
+
+
+@pytest.fixture
+def base_dir() -> Iterator[Path]:
+    with short_socket_dir() as path:
+        yield path
+
+
+def _servers(base_dir: Path, service: RecordingDraService | None = None, **kwargs: Any) -> PluginServers:
+    return PluginServers(
+        DRIVER,
+        base_dir / "registry",
+        base_dir / "plugins" / DRIVER,
+        service or RecordingDraService(prepare_results={CLAIM.uid: PrepareResult()}),
+        metrics_registry=CollectorRegistry(),
+        **kwargs,
+    )
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def _dead_socket(path: Path) -> None:
+    """What a crashed plugin leaves behind: a socket file nobody listens on."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(path))
+
+
+def test_sockets_are_owner_only_and_missing_directories_are_0750(base_dir: Path) -> None:
+    with _servers(base_dir) as servers:
+        for path in (servers.paths.registration, servers.paths.dra):
+            assert stat.S_ISSOCK(os.stat(path).st_mode)
+            assert _mode(path) == 0o600
+        for directory in (base_dir / "registry", base_dir / "plugins", base_dir / "plugins" / DRIVER):
+            assert _mode(directory) == 0o750
+        assert _mode(base_dir) == 0o700  # existing directories keep their mode
+
+
+def test_a_stale_socket_from_a_crashed_process_is_replaced(base_dir: Path) -> None:
+    servers = _servers(base_dir)
+    _dead_socket(servers.paths.registration)
+    _dead_socket(servers.paths.dra)
+    with servers, KubeletClient(servers.paths.registration) as kubelet:
+        kubelet.register()
+        assert kubelet.prepare([CLAIM]) == {CLAIM.uid: PrepareResult()}
+
+
+@pytest.mark.parametrize("which", ["registration", "dra"])
+def test_a_live_socket_is_refused_and_left_alone(base_dir: Path, which: str) -> None:
+    servers = _servers(base_dir)
+    path = getattr(servers.paths, which)
+    path.parent.mkdir(parents=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as other_instance:
+        other_instance.bind(str(path))
+        other_instance.listen()
+        with pytest.raises(SocketInUseError, match="second instance"):
+            servers.start()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.connect(str(path))  # the other instance still owns its socket
+    ours = servers.paths.dra if which == "registration" else servers.paths.registration
+    assert not ours.exists()  # nothing of ours is left behind after the failed start
+
+
+@pytest.mark.parametrize("which", ["registration", "dra"])
+def test_a_file_that_is_not_a_socket_is_refused_and_left_alone(base_dir: Path, which: str) -> None:
+    servers = _servers(base_dir)
+    path = getattr(servers.paths, which)
+    path.parent.mkdir(parents=True)
+    path.write_text("precious")
+    with pytest.raises(NotASocketError, match="not a socket"):
+        servers.start()
+    assert path.read_text() == "precious"
+
+
+def test_a_socket_path_over_the_unix_limit_is_refused_clearly(base_dir: Path) -> None:
+    with pytest.raises(SocketPathError, match="longer than 107 bytes"):
+        SocketFile(base_dir / ("d" * 100) / "dra.sock").prepare()
+
+
+def test_shutdown_removes_only_our_own_socket_files(base_dir: Path) -> None:
+    servers = _servers(base_dir)
+    servers.start()
+    servers.stop(grace=1)
+    assert not servers.paths.registration.exists()
+    assert not servers.paths.dra.exists()
+    assert sorted(p.name for p in (base_dir / "plugins" / DRIVER).iterdir()) == []
+
+    replaced = SocketFile(base_dir / "replaced.sock")
+    _dead_socket(replaced.path)
+    replaced.secure()
+    _dead_socket(base_dir / "other.sock")
+    (base_dir / "other.sock").rename(replaced.path)  # another process's socket now sits at the path
+    replaced.remove()
+    assert replaced.path.exists()
+
+
+def test_shutdown_deregisters_first_and_waits_for_the_call_in_flight(base_dir: Path) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def block(operation: str, claims: Sequence[ClaimRef]) -> None:
+        entered.set()
+        assert release.wait(10)
+
+    servers = _servers(base_dir, RecordingDraService(prepare_results={CLAIM.uid: PrepareResult()}, on_call=block))
+    servers.start()
+    with KubeletClient(servers.paths.registration) as kubelet, ThreadPoolExecutor(2) as pool:
+        kubelet.register()
+        call = pool.submit(kubelet.prepare, [CLAIM])
+        assert entered.wait(5)
+        stopping = pool.submit(servers.stop, 10)
+        time.sleep(0.3)
+        assert not stopping.done()  # waiting for the call
+        assert not servers.paths.registration.exists()  # but kubelet already saw us go
+        with pytest.raises(grpc.RpcError):  # and no new work is accepted
+            kubelet.unprepare([CLAIM])
+        release.set()
+        assert call.result(timeout=5) == {CLAIM.uid: PrepareResult()}
+        stopping.result(timeout=5)
+    assert not servers.paths.dra.exists()
+
+
+def test_shutdown_cancels_a_call_that_outlives_the_grace_period(base_dir: Path) -> None:
+    release = threading.Event()
+    entered = threading.Event()
+
+    def block(operation: str, claims: Sequence[ClaimRef]) -> None:
+        entered.set()
+        release.wait(10)
+
+    servers = _servers(base_dir, RecordingDraService(on_call=block))
+    servers.start()
+    try:
+        with KubeletClient(servers.paths.registration) as kubelet, ThreadPoolExecutor(1) as pool:
+            kubelet.register()
+            call = pool.submit(kubelet.prepare, [CLAIM])
+            assert entered.wait(5)
+            started = time.monotonic()
+            servers.stop(grace=0.3)
+            assert time.monotonic() - started < 3
+            with pytest.raises(grpc.RpcError) as raised:
+                call.result(timeout=5)
+            assert raised.value.code() in {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}  # kubelet retries
+    finally:
+        release.set()
+
+
+def test_rolling_update_sockets_carry_the_pod_uid(base_dir: Path) -> None:
+    with _servers(base_dir, pod_uid="pod-old") as old, _servers(base_dir, pod_uid="pod-new") as new:
+        assert old.paths.registration == base_dir / "registry" / f"{DRIVER}-pod-old-reg.sock"
+        assert old.paths.dra == base_dir / "plugins" / DRIVER / "dra-pod-old.sock"
+        assert new.paths.dra == base_dir / "plugins" / DRIVER / "dra-pod-new.sock"
+        assert old.paths.serialize_lock == new.paths.serialize_lock == base_dir / "plugins" / DRIVER / "serialize.lock"
+        for servers in (old, new):
+            with KubeletClient(servers.paths.registration) as kubelet:
+                kubelet.register()
+                assert kubelet.info.endpoint == str(servers.paths.dra)
+                assert kubelet.prepare([CLAIM]) == {CLAIM.uid: PrepareResult()}
+
+
+class _Overlap:
+    """Records when each service call runs; the calls sleep so that unserialised ones overlap."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.max_running = 0
+
+    def __call__(self, operation: str, claims: Sequence[ClaimRef]) -> None:
+        with self.lock:
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
+        time.sleep(0.1)
+        with self.lock:
+            self.running -= 1
+
+
+def _concurrent_calls(servers: Sequence[PluginServers], calls_each: int) -> None:
+    kubelets = [KubeletClient(s.paths.registration) for s in servers]
+    try:
+        for kubelet in kubelets:
+            kubelet.register()
+        with ThreadPoolExecutor(len(kubelets) * calls_each) as pool:
+            futures = [
+                pool.submit(kubelet.prepare if i % 2 else kubelet.unprepare, [CLAIM])
+                for kubelet in kubelets
+                for i in range(calls_each)
+            ]
+            for future in futures:
+                future.result(timeout=10)
+    finally:
+        for kubelet in kubelets:
+            kubelet.close()
+
+
+def test_rolling_update_instances_never_run_calls_concurrently(base_dir: Path) -> None:
+    overlap = _Overlap()
+    service = RecordingDraService(on_call=overlap)
+    with _servers(base_dir, service, pod_uid="pod-old") as old, _servers(base_dir, service, pod_uid="pod-new") as new:
+        _concurrent_calls([old, new], calls_each=3)
+    assert len(service.calls) == 6
+    assert overlap.max_running == 1
+
+
+def test_without_rolling_update_calls_do_run_concurrently(base_dir: Path) -> None:
+    """The control for the test above: the same load overlaps when nothing serialises it."""
+    overlap = _Overlap()
+    with _servers(base_dir, RecordingDraService(on_call=overlap)) as servers:
+        _concurrent_calls([servers], calls_each=4)
+    assert overlap.max_running > 1
