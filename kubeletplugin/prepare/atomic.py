@@ -1,0 +1,54 @@
+"""Durable, atomic replacement and removal of the small files the prepare path owns.
+
+A reader (the container runtime scanning the CDI directory, or migdra itself after a crash) sees the
+old content or the new, never a torn file: write a temporary file in the same directory, fsync it,
+rename it over the target, fsync the directory.  Temporary names start with ``.`` and end in
+``.tmp`` so that CDI's directory scan (``*.json`` / ``*.yaml``) never loads them.
+
+This module never decides *what* to write or where; callers own their paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from pathlib import Path
+
+
+def write_file_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` so that a crash at any moment leaves the old or the new file."""
+    directory = path.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    fsync_directory(directory)
+
+
+def remove_file_durably(path: Path) -> bool:
+    """Delete ``path`` and make the deletion durable; False if it did not exist."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    fsync_directory(path.parent)
+    return True
+
+
+def fsync_directory(directory: Path) -> None:
+    """Persist a rename or unlink in ``directory`` (the entry, not just the file's data)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

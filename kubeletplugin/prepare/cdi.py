@@ -1,0 +1,225 @@
+"""CDI specs for prepared claims: one transient spec file per claim, written atomically.
+
+Owns the CDI side of prepare (nvml-mig.md §14-15, prior-art.md §6.7):
+
+- file ``<cdi dir>/<driver>-claim_<claimUID>.json`` (the CDI producer's transient spec name), kind
+  ``<driver>/claim``, device names ``<claimUID>-<device name>``, device IDs
+  ``<driver>/claim=<claimUID>-<device name>``;
+- a MIG device gets ``/dev/nvidia<gpu minor>`` and its two capability nodes
+  ``/dev/nvidia-caps/nvidia-cap<gi minor>`` / ``nvidia-cap<ci minor>`` (NVIDIA #787: without them a
+  container sees only the parent GPU).  Minors come from ``<proc>/driver/nvidia/capabilities/
+  gpu<minor>/mig/gi<gi>/access`` and ``.../ci<ci>/access`` when present, else from the documented
+  formula ``gi_minor = 3 + 135*gpu + 9*gi``, ``ci_minor = gi_minor + 1 + ci``; the character major
+  comes from the ``nvidia-caps`` line of ``<proc>/devices`` (without it only the path is given and
+  the runtime takes the rest from the host node);
+- a whole GPU gets ``/dev/nvidia<minor>``; every spec adds the control nodes ``/dev/nvidiactl``,
+  ``/dev/nvidia-uvm``, ``/dev/nvidia-uvm-tools``;
+- environment: ``NVIDIA_VISIBLE_DEVICES=void`` (devices arrive through CDI; the NVIDIA runtime
+  hook must not inject any again -- the toolkit's own CDI convention), informational
+  ``MIGDRA_MIG_UUIDS`` (the claim's MIG devices) and per device ``MIGDRA_MIG_UUID`` /
+  ``MIGDRA_GPU_UUID`` and the opaque config's ``env``.
+
+``build_``/``compute_`` functions are pure; ``read_``/``write_``/``delete_`` touch files.  This
+module never talks to NVML or the API server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubeletplugin.prepare.atomic import remove_file_durably, write_file_atomically
+
+log = logging.getLogger(__name__)
+
+CDI_CLASS = "claim"
+CONTROL_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+CAPS_DEVICE_DIR = "/dev/nvidia-caps"
+# mig-minors layout: per GPU 15 GIs x (1 GI + 8 CIs) minors, starting after config (1) and monitor (2).
+_CAP_MINOR_BASE = 3
+_CAP_MINORS_PER_GPU = 135
+_CAP_MINORS_PER_GI = 9
+_DEVICE_FILE_MINOR = re.compile(r"^DeviceFileMinor:\s*(\d+)\s*$", re.MULTILINE)
+_DEVICE_FILE_MODE = re.compile(r"^DeviceFileMode:\s*(\d+)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceNode:
+    """A CDI ``deviceNodes`` entry; ``major``/``minor`` None: the runtime reads the host node."""
+
+    path: str
+    major: int | None = None
+    minor: int | None = None
+    file_mode: int | None = None
+
+    def to_cdi(self) -> dict[str, Any]:
+        node: dict[str, Any] = {"path": self.path}
+        if self.major is not None and self.minor is not None:
+            node.update(type="c", major=self.major, minor=self.minor)
+            if self.file_mode is not None:
+                node["fileMode"] = self.file_mode
+        return node
+
+
+@dataclass(frozen=True, slots=True)
+class CdiDevice:
+    """One device of a claim's spec: its migdra device name, nodes and environment."""
+
+    device_name: str
+    device_nodes: tuple[DeviceNode, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def cdi_kind(driver_name: str) -> str:
+    return f"{driver_name}/{CDI_CLASS}"
+
+
+def compute_cdi_device_name(claim_uid: str, device_name: str) -> str:
+    return f"{claim_uid}-{device_name}"
+
+
+def compute_cdi_device_id(driver_name: str, claim_uid: str, device_name: str) -> str:
+    """The fully qualified CDI device ID kubelet passes to the runtime."""
+    return f"{cdi_kind(driver_name)}={compute_cdi_device_name(claim_uid, device_name)}"
+
+
+def spec_path(cdi_dir: Path, driver_name: str, claim_uid: str) -> Path:
+    """``<vendor>-<class>_<claimUID>.json``: the transient spec name of the CDI producer library."""
+    return cdi_dir / f"{driver_name}-{CDI_CLASS}_{claim_uid}.json"
+
+
+def claim_uid_of_spec(path: Path, driver_name: str) -> str | None:
+    """The claim UID a spec file of this driver belongs to; None for any other file."""
+    prefix, suffix = f"{driver_name}-{CDI_CLASS}_", ".json"
+    name = path.name
+    if not (name.startswith(prefix) and name.endswith(suffix)) or len(name) == len(prefix) + len(suffix):
+        return None
+    return name[len(prefix) : -len(suffix)]
+
+
+def compute_cap_minor(gpu_minor: int, gpu_instance_id: int, compute_instance_id: int | None = None) -> int:
+    """The documented mig-minors formula (nvml-mig.md §14); fits every listed sample."""
+    gi_minor = _CAP_MINOR_BASE + _CAP_MINORS_PER_GPU * gpu_minor + _CAP_MINORS_PER_GI * gpu_instance_id
+    return gi_minor if compute_instance_id is None else gi_minor + 1 + compute_instance_id
+
+
+def read_cap_access_file(
+    proc_root: Path, gpu_minor: int, gpu_instance_id: int, compute_instance_id: int | None = None
+) -> tuple[int, int | None] | None:
+    """(DeviceFileMinor, DeviceFileMode) from the capability's ``access`` file; None when absent."""
+    path = proc_root / "driver" / "nvidia" / "capabilities" / f"gpu{gpu_minor}" / "mig" / f"gi{gpu_instance_id}"
+    if compute_instance_id is not None:
+        path = path / f"ci{compute_instance_id}"
+    try:
+        text = (path / "access").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    minor = _DEVICE_FILE_MINOR.search(text)
+    if minor is None:
+        log.warning("%s has no DeviceFileMinor line; using the documented minor formula", path / "access")
+        return None
+    mode = _DEVICE_FILE_MODE.search(text)
+    return int(minor.group(1)), int(mode.group(1)) if mode else None
+
+
+def read_caps_major(proc_root: Path) -> int | None:
+    """The dynamic character major of ``nvidia-caps`` from ``<proc>/devices``; None when absent."""
+    try:
+        text = (proc_root / "devices").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    in_char = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.endswith(":"):
+            in_char = stripped == "Character devices:"
+            continue
+        parts = stripped.split()
+        if in_char and len(parts) == 2 and parts[1] == "nvidia-caps" and parts[0].isdigit():
+            return int(parts[0])
+    return None
+
+
+def read_cap_device_node(
+    proc_root: Path, caps_major: int | None, gpu_minor: int, gpu_instance_id: int, compute_instance_id: int | None
+) -> DeviceNode:
+    """The ``nvidia-cap<minor>`` node of a GI (``compute_instance_id`` None) or CI."""
+    found = read_cap_access_file(proc_root, gpu_minor, gpu_instance_id, compute_instance_id)
+    if found is not None:
+        minor, mode = found
+    else:
+        minor, mode = compute_cap_minor(gpu_minor, gpu_instance_id, compute_instance_id), None
+    return DeviceNode(f"{CAPS_DEVICE_DIR}/nvidia-cap{minor}", caps_major, minor, mode)
+
+
+def read_mig_device_nodes(
+    proc_root: Path, gpu_minor: int, gpu_instance_id: int, compute_instance_id: int, caps_major: int | None
+) -> tuple[DeviceNode, ...]:
+    """Parent GPU node plus the GI and CI capability nodes of one MIG device."""
+    return (
+        DeviceNode(f"/dev/nvidia{gpu_minor}"),
+        read_cap_device_node(proc_root, caps_major, gpu_minor, gpu_instance_id, None),
+        read_cap_device_node(proc_root, caps_major, gpu_minor, gpu_instance_id, compute_instance_id),
+    )
+
+
+def gpu_device_nodes(gpu_minor: int) -> tuple[DeviceNode, ...]:
+    return (DeviceNode(f"/dev/nvidia{gpu_minor}"),)
+
+
+def compute_cdi_version(device_names: Sequence[str]) -> str:
+    """The lowest CDI version that accepts the spec: 0.5.0 once a device name starts with a digit
+    (claim UIDs often do), else 0.3.0 (the oldest the CDI library still reads)."""
+    return "0.5.0" if any(name and not name[0].isalpha() for name in device_names) else "0.3.0"
+
+
+def build_cdi_spec(
+    driver_name: str, claim_uid: str, devices: Sequence[CdiDevice], mig_uuids: Sequence[str]
+) -> dict[str, Any]:
+    """The spec document for one claim; pure and deterministic (same input, same bytes)."""
+    cdi_devices = [
+        {
+            "name": compute_cdi_device_name(claim_uid, device.device_name),
+            "containerEdits": {
+                "env": [f"{key}={value}" for key, value in sorted(device.env.items())],
+                "deviceNodes": [node.to_cdi() for node in device.device_nodes],
+            },
+        }
+        for device in devices
+    ]
+    env = ["NVIDIA_VISIBLE_DEVICES=void"]
+    if mig_uuids:
+        env.append(f"MIGDRA_MIG_UUIDS={','.join(mig_uuids)}")
+    return {
+        "cdiVersion": compute_cdi_version([compute_cdi_device_name(claim_uid, d.device_name) for d in devices]),
+        "kind": cdi_kind(driver_name),
+        "devices": cdi_devices,
+        "containerEdits": {
+            "env": env,
+            "deviceNodes": [{"path": path} for path in CONTROL_DEVICE_NODES],
+        },
+    }
+
+
+def write_cdi_spec(cdi_dir: Path, driver_name: str, claim_uid: str, spec: Mapping[str, Any]) -> Path:
+    """Write (or atomically replace) the claim's spec; the runtime never sees a partial file."""
+    path = spec_path(cdi_dir, driver_name, claim_uid)
+    write_file_atomically(path, (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode("utf-8"), mode=0o644)
+    return path
+
+
+def delete_cdi_spec(cdi_dir: Path, driver_name: str, claim_uid: str) -> bool:
+    """Remove the claim's spec; False if there was none (idempotent)."""
+    return remove_file_durably(spec_path(cdi_dir, driver_name, claim_uid))
+
+
+def list_cdi_spec_claims(cdi_dir: Path, driver_name: str) -> set[str]:
+    """Claim UIDs with a spec file of this driver in ``cdi_dir`` (other vendors' files are ignored)."""
+    if not cdi_dir.is_dir():
+        return set()
+    return {uid for path in cdi_dir.iterdir() if (uid := claim_uid_of_spec(path, driver_name)) is not None}

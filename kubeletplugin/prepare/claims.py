@@ -1,0 +1,204 @@
+"""Read a ResourceClaim and extract what this driver was allocated on this node.
+
+This module owns the boundary with the claim as the API server stores it: a pydantic view of the
+fields migdra reads (``metadata``, ``status.allocation.devices.{results,config}``), one read through
+the official client, and the pure extraction :func:`compute_claim_allocation`.  It never writes to
+the API server (``status.py`` does) and never interprets opaque parameters (``config.py`` does).
+
+Rules (kubelet-grpc.md §3, resource-api.md §5):
+
+- kubelet names the claim by namespace, name *and* UID; a claim of that name with another UID is a
+  different (re-created) claim and is refused;
+- only results whose ``driver`` is this driver are ours; results of other drivers are ignored and
+  never touched (NVIDIA #1328 rolled back other drivers' results);
+- our results must be in this node's pool (pool name = node name); anything else is an error;
+- configs are this driver's ``opaque`` entries of ``allocation.devices.config``, in order, each with
+  its ``source`` and ``requests``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from urllib3.exceptions import HTTPError
+
+from kubeletplugin.prepare.errors import ClaimMismatchError, ClaimReadError
+from kubeletplugin.service import ClaimRef
+
+log = logging.getLogger(__name__)
+
+
+class _ApiView(BaseModel):
+    # A view, not a copy: fields migdra does not read are ignored, never refused.
+    model_config = ConfigDict(frozen=True, extra="ignore", validate_by_name=True, validate_by_alias=True)
+
+
+class OpaqueDeviceConfiguration(_ApiView):
+    driver: str
+    parameters: Any = None
+
+
+class DeviceAllocationConfiguration(_ApiView):
+    source: str
+    requests: tuple[str, ...] = ()
+    opaque: OpaqueDeviceConfiguration | None = None
+
+
+class DeviceRequestAllocationResult(_ApiView):
+    request: str
+    driver: str
+    pool: str
+    device: str
+    admin_access: bool | None = Field(default=None, alias="adminAccess")
+
+
+class DeviceAllocationResult(_ApiView):
+    results: tuple[DeviceRequestAllocationResult, ...] = ()
+    config: tuple[DeviceAllocationConfiguration, ...] = ()
+
+
+class AllocationResult(_ApiView):
+    devices: DeviceAllocationResult | None = None
+
+
+class ResourceClaimStatusView(_ApiView):
+    allocation: AllocationResult | None = None
+
+
+class ObjectMetaView(_ApiView):
+    name: str
+    namespace: str
+    uid: str
+    generation: int | None = None
+    resource_version: str | None = Field(default=None, alias="resourceVersion")
+
+
+class ResourceClaimView(_ApiView):
+    metadata: ObjectMetaView
+    status: ResourceClaimStatusView | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    """One allocation result of this driver in this node's pool."""
+
+    request: str
+    device_name: str
+    admin_access: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DriverConfigEntry:
+    """One opaque config of this driver; ``index`` is its position in ``allocation.devices.config``."""
+
+    index: int
+    source: str
+    requests: tuple[str, ...]
+    parameters: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAllocation:
+    claim: ClaimRef
+    generation: int | None
+    devices: tuple[AllocatedDevice, ...]
+    configs: tuple[DriverConfigEntry, ...]
+
+
+def claim_label(ref: ClaimRef) -> str:
+    return f"{ref.namespace}/{ref.name}"
+
+
+class ClaimApi:
+    """ResourceClaims as raw JSON, both ways.
+
+    The official client's models refuse unknown fields on the way out and drop them on the way in,
+    so a read-modify-write of ``status`` through them would fail or lose what a newer API server
+    added; this goes through the client's transport (auth, TLS, timeouts) without its models.
+    """
+
+    _PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+
+    def __init__(self, api_client: client.ApiClient, timeout: float) -> None:
+        self._api_client = api_client
+        self._timeout = timeout
+
+    def read(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._call("GET", self._PATH, namespace, name, None)
+
+    def replace_status(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT ``/status`` (optimistic concurrency: ``body``'s resourceVersion, 409 on a race)."""
+        return self._call("PUT", self._PATH + "/status", namespace, name, body)
+
+    def _call(self, method: str, path: str, namespace: str, name: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        request = self._api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            path_params={"namespace": namespace, "name": name},
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._api_client.call_api(*request, _request_timeout=self._timeout)
+        payload = response.read()  # type: ignore[no-untyped-call]
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        document = json.loads(payload or b"null")
+        if not isinstance(document, dict):
+            raise ValueError(f"{method} {path}: the API server answered with a {type(document).__name__}")
+        return document
+
+
+def read_claim(api: ClaimApi, ref: ClaimRef) -> ResourceClaimView:
+    """GET the claim; every failure is a per-claim :class:`ClaimReadError` (kubelet retries)."""
+    try:
+        raw = api.read(ref.namespace, ref.name)
+    except ApiException as e:
+        if e.status == 404:
+            raise ClaimReadError(f"not found in the API server (kubelet asked for UID {ref.uid})") from e
+        raise ClaimReadError(f"reading it from the API server failed: {e.status} {e.reason}") from e
+    except (HTTPError, OSError, ValueError) as e:
+        raise ClaimReadError(f"reading it from the API server failed: {e}") from e
+    try:
+        return ResourceClaimView.model_validate(raw)
+    except ValidationError as e:
+        raise ClaimReadError(f"the API server returned a claim migdra cannot read: {e}") from e
+
+
+def compute_claim_allocation(
+    claim: ResourceClaimView, ref: ClaimRef, driver_name: str, pool_name: str
+) -> ClaimAllocation:
+    """This driver's results and configs of ``claim``; pure (raises :class:`ClaimMismatchError`)."""
+    if claim.metadata.uid != ref.uid:
+        raise ClaimMismatchError(
+            f"claim {claim_label(ref)} has UID {claim.metadata.uid}, kubelet asked for {ref.uid}", names_claim=True
+        )
+    allocation = claim.status.allocation if claim.status is not None else None
+    if allocation is None:
+        raise ClaimMismatchError("is not allocated (no status.allocation); nothing to prepare")
+    devices = allocation.devices or DeviceAllocationResult()
+    ours: list[AllocatedDevice] = []
+    for position, result in enumerate(devices.results):
+        if result.driver != driver_name:
+            continue  # another driver's device: not ours to prepare, check or touch
+        if result.pool != pool_name:
+            raise ClaimMismatchError(
+                f"status.allocation.devices.results[{position}]: device {result.device} of driver {driver_name} "
+                f"is in pool {result.pool!r}, but this node's pool is {pool_name!r}"
+            )
+        ours.append(AllocatedDevice(result.request, result.device, bool(result.admin_access)))
+    configs = tuple(
+        DriverConfigEntry(position, entry.source, entry.requests, entry.opaque.parameters)
+        for position, entry in enumerate(devices.config)
+        if entry.opaque is not None and entry.opaque.driver == driver_name
+    )
+    return ClaimAllocation(ref, claim.metadata.generation, tuple(ours), configs)

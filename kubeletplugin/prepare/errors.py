@@ -1,0 +1,89 @@
+"""Errors of the prepare path: what one claim's prepare or unprepare can fail with, and why.
+
+Every per-claim failure is a :class:`PrepareError`; the service turns it into that claim's
+``PrepareResult.error`` / ``UnprepareResult.error`` (kubelet retries, the other claims of the request
+are not affected).  :class:`CheckpointError` is different: the node's record of what migdra created is
+unusable, so the plugin refuses to start rather than guess.
+
+    MigdraError
+     ├── PrepareError                one claim cannot be prepared / unprepared now
+     │    ├── ClaimReadError         the claim could not be read from the API server       (retryable)
+     │    ├── ClaimMismatchError     UID differs, not allocated, allocated to another pool  (permanent)
+     │    ├── DeviceConfigError      an opaque config of this driver is invalid             (permanent)
+     │    ├── DeviceResolutionError  unknown device, GPU, profile or illegal placement      (permanent)
+     │    ├── DeviceConflictError    placement held by another claim or by an instance
+     │    │                          migdra did not create; never resolved by falling back  (permanent*)
+     │    ├── RealizeError           NVML failed to create the GPU / compute instance       (retryable)
+     │    │    └── CapacityMismatchError  no CI profile covers the GI, or the CI delivers
+     │    │                               fewer SMs than the profile advertises            (permanent)
+     │    └── ReleaseError           an instance could not be destroyed (a process holds it) (retryable)
+     └── CheckpointError             checkpoint unreadable, corrupt (checksum) or of an unknown
+                                     schema, or the state directory is held by another process
+                                     (fatal: refuse to start; an admin inspects the file)
+
+*permanent until someone frees the placement; kubelet's retries succeed once it is free.
+"""
+
+from __future__ import annotations
+
+from dra_driver.errors import MigdraError
+
+
+class PrepareError(MigdraError):
+    """One claim failed; ``describe(claim)`` is the message kubelet shows (claim, device, cause).
+
+    ``names_claim``: the message already names the claim (e.g. the UID mismatch), so ``describe``
+    does not prefix it again.
+    """
+
+    def __init__(self, message: str, *, names_claim: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.names_claim = names_claim
+
+    def describe(self, claim_label: str) -> str:
+        return self.message if self.names_claim else f"claim {claim_label}: {self.message}"
+
+
+class ClaimReadError(PrepareError):
+    """The API server did not answer with the claim (network, 5xx, 404)."""
+
+    retryable = True
+
+
+class ClaimMismatchError(PrepareError):
+    """The claim is not the one kubelet meant, or is not allocated to this node's pool."""
+
+
+class DeviceConfigError(PrepareError):
+    """An opaque configuration entry for this driver does not parse; the message names the field."""
+
+
+class DeviceResolutionError(PrepareError):
+    """A device name does not resolve to a GPU, profile and legal placement on this node."""
+
+
+class DeviceConflictError(PrepareError):
+    """The placement is taken: by another prepared claim, or by an instance migdra did not create."""
+
+
+class RealizeError(PrepareError):
+    """NVML refused or failed to create an instance; what this call created was rolled back."""
+
+    retryable = True
+
+
+class CapacityMismatchError(RealizeError):
+    """The compute instance would not deliver the SMs the device advertises (NVIDIA #1454/#1480)."""
+
+    retryable = False
+
+
+class ReleaseError(PrepareError):
+    """An instance could not be destroyed, typically because a process still holds it."""
+
+    retryable = True
+
+
+class CheckpointError(MigdraError):
+    """The checkpoint cannot be trusted or owned; the plugin must not start (never silently discard)."""

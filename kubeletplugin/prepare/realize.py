@@ -1,0 +1,275 @@
+"""Create exactly the allocated MIG instance, and destroy only what a record says migdra created.
+
+Owns the NVML mutations of the prepare path:
+
+- :func:`realize_mig_instance` creates the GPU instance of the allocated profile at **exactly** the
+  allocated placement (never another: an occupied placement is an error, not a reason to move), then
+  the compute instance that covers the whole GI -- the CI profile whose SM count equals the GI
+  profile's (CI profile 7, not 0, in Hopper's 1g.20gb-type GIs; NVIDIA #1454/#1480) -- and checks
+  the created CI delivers those SMs.  On any failure it destroys what *this call* created, CI first
+  (NVIDIA #1452 left the GI behind), and reports what it could not destroy.
+- :func:`release_device` destroys the instance a checkpoint record names, checking its identity
+  (GI ID, profile, placement, MIG UUID) first; an instance that does not match is someone else's and
+  is left alone.  An instance already gone counts as released (idempotence).
+
+It never decides *which* device a claim gets, never destroys an instance no record names, and never
+falls back to another placement or CI profile.  Callers hold the GPU's lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from dra_driver.mig.catalog import Placement
+from dra_driver.nvml.backend import Nvml
+from dra_driver.nvml.errors import NvmlError, NvmlInsufficientResources, NvmlInUse, NvmlNotFound
+from dra_driver.nvml.types import ComputeInstanceProfileInfo, GpuInstanceInfo
+from kubeletplugin.prepare.checkpoint import DeviceRecord
+from kubeletplugin.prepare.crashpoints import CrashPoint
+from kubeletplugin.prepare.devices import DeviceTarget
+from kubeletplugin.prepare.errors import (
+    CapacityMismatchError,
+    DeviceConflictError,
+    RealizeError,
+    ReleaseError,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RealizedInstance:
+    """A GPU instance and its full compute instance, as NVML reported them after creation."""
+
+    gpu_uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    compute_instance_profile_id: int
+    mig_uuid: str
+    multiprocessor_count: int
+
+
+class RealizeFailed(RealizeError):
+    """:class:`RealizeError` plus the GI this call created and could not destroy (None: clean)."""
+
+    def __init__(self, cause: RealizeError | DeviceConflictError, leftover_gpu_instance_id: int | None) -> None:
+        super().__init__(cause.message)
+        self.cause = cause
+        self.leftover_gpu_instance_id = leftover_gpu_instance_id
+
+
+def compute_full_ci_profile(
+    profiles: Sequence[ComputeInstanceProfileInfo], gi_multiprocessor_count: int
+) -> ComputeInstanceProfileInfo | None:
+    """The CI profile that delivers all of a GI's SMs; pure.  None when no profile does.
+
+    Several matches (not seen on any recorded GPU) resolve to the one spanning the most compute
+    slices, then the lowest profile index, so the choice is deterministic.
+    """
+    full = [p for p in profiles if p.multiprocessor_count == gi_multiprocessor_count]
+    if not full:
+        return None
+    return min(full, key=lambda p: (-p.slice_count, p.ci_profile_index))
+
+
+def find_overlapping_instance(instances: Sequence[GpuInstanceInfo], placement: Placement) -> GpuInstanceInfo | None:
+    """The first GPU instance whose memory slices overlap ``placement``; pure."""
+    return next((gi for gi in instances if gi.placement.overlaps(placement)), None)
+
+
+def realize_mig_instance(nvml: Nvml, target: DeviceTarget, crash: Callable[[CrashPoint], None]) -> RealizedInstance:
+    """Create the GI at ``target.placement`` and its full CI.  Raises :class:`RealizeFailed`."""
+    profile, placement = target.profile, target.placement
+    assert profile is not None, "realize_mig_instance needs a MIG target"
+    assert placement is not None, "realize_mig_instance needs a MIG target"
+    profile_name = target.profile_name or profile.name
+    where = f"device {target.device_name}: GPU {target.gpu_uuid}"
+    try:
+        gi = nvml.create_gpu_instance(target.gpu_uuid, profile.profile_id, placement)
+    except NvmlInsufficientResources as e:
+        occupant = _describe_occupant(nvml, target.gpu_uuid, placement)
+        raise RealizeFailed(
+            DeviceConflictError(
+                f"{where} placement {placement} of {profile_name} is occupied{occupant}; migdra never falls back to "
+                f"another placement (NVML: {e.nvml_message})"
+            ),
+            None,
+        ) from e
+    except NvmlError as e:
+        raise RealizeFailed(RealizeError(f"{where}: creating the GPU instance failed: {e}"), None) from e
+    log.info(
+        "created GI %d (%s, profile %d) at %s on GPU %s for device %s",
+        gi.gpu_instance_id,
+        profile_name,
+        profile.profile_id,
+        placement,
+        target.gpu_uuid,
+        target.device_name,
+    )
+    crash(CrashPoint.AFTER_GPU_INSTANCE)
+    created_ci: int | None = None
+    try:
+        ci_profiles = nvml.compute_instance_profiles(target.gpu_uuid, gi.gpu_instance_id)
+        ci_profile = compute_full_ci_profile(ci_profiles, profile.multiprocessor_count)
+        if ci_profile is None:
+            offered = ", ".join(f"{p.ci_profile_index} ({p.multiprocessor_count} SMs)" for p in ci_profiles)
+            raise CapacityMismatchError(
+                f"{where} {profile_name} advertises {profile.multiprocessor_count} SMs, but no compute-instance "
+                f"profile of GI {gi.gpu_instance_id} delivers {profile.multiprocessor_count} (offered: {offered})"
+            )
+        ci = nvml.create_compute_instance(target.gpu_uuid, gi.gpu_instance_id, ci_profile.ci_profile_index)
+        created_ci = ci.compute_instance_id
+        crash(CrashPoint.AFTER_COMPUTE_INSTANCE)
+        if ci.multiprocessor_count < profile.multiprocessor_count:
+            raise CapacityMismatchError(
+                f"{where} {profile_name} advertises {profile.multiprocessor_count} SMs, but compute instance "
+                f"{ci.compute_instance_id} (CI profile {ci_profile.ci_profile_index}) of GI {gi.gpu_instance_id} "
+                f"delivers {ci.multiprocessor_count}"
+            )
+    except (RealizeError, NvmlError) as e:
+        cause: RealizeError = (
+            e if isinstance(e, RealizeError) else RealizeError(f"{where}: creating the compute instance failed: {e}")
+        )
+        leftover = _roll_back(nvml, target.gpu_uuid, gi.gpu_instance_id, created_ci)
+        if leftover is not None:
+            cause = RealizeError(f"{cause.message}; rolling back GI {gi.gpu_instance_id} failed ({leftover})")
+        raise RealizeFailed(cause, gi.gpu_instance_id if leftover is not None else None) from e
+    log.info(
+        "created CI %d (CI profile %d, %d SMs, %s) in GI %d on GPU %s",
+        ci.compute_instance_id,
+        ci_profile.ci_profile_index,
+        ci.multiprocessor_count,
+        ci.mig_uuid,
+        gi.gpu_instance_id,
+        target.gpu_uuid,
+    )
+    return RealizedInstance(
+        target.gpu_uuid,
+        gi.gpu_instance_id,
+        ci.compute_instance_id,
+        ci_profile.ci_profile_index,
+        ci.mig_uuid,
+        ci.multiprocessor_count,
+    )
+
+
+def roll_back_realized(nvml: Nvml, realized: RealizedInstance) -> str | None:
+    """Destroy an instance this prepare call created (CI, then GI); the failure text, or None."""
+    return _roll_back(nvml, realized.gpu_uuid, realized.gpu_instance_id, realized.compute_instance_id)
+
+
+def _roll_back(nvml: Nvml, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int | None) -> str | None:
+    try:
+        if compute_instance_id is not None:
+            _destroy_compute_instance(nvml, gpu_uuid, gpu_instance_id, compute_instance_id)
+        _destroy_gpu_instance(nvml, gpu_uuid, gpu_instance_id)
+    except NvmlError as e:
+        log.error(
+            "ROLLBACK FAILED: GI %d on GPU %s created by this prepare call could not be destroyed: %s; it stays "
+            "recorded in the checkpoint and is retried",
+            gpu_instance_id,
+            gpu_uuid,
+            e,
+        )
+        return str(e)
+    log.info("rolled back GI %d on GPU %s", gpu_instance_id, gpu_uuid)
+    return None
+
+
+def release_device(nvml: Nvml, device: DeviceRecord) -> None:
+    """Destroy the instance ``device`` records (CI first, then GI), checking it is still ours.
+
+    - GI ID recorded: that GI, if its profile and placement still match; else it is gone (success).
+    - GI ID unknown (a crash before the record was updated): the GI at exactly the recorded placement
+      with the recorded profile, if any.
+    - CI with the recorded MIG UUID destroyed; a CI of another UUID is not ours and is left, and so
+      is its GI.  With no CI identity recorded, the CIs inside the (ours) GI are destroyed.
+
+    Raises :class:`ReleaseError` when NVML refuses (a process holds the device: kubelet retries).
+    """
+    intent = device.intent
+    if intent.admin_access or not intent.is_mig:
+        return  # admin access and whole GPUs created nothing
+    assert intent.placement is not None
+    assert intent.profile_id is not None
+    gpu_uuid = intent.gpu_uuid
+    where = f"device {intent.device_name}: GPU {gpu_uuid}"
+    try:
+        gi = _find_recorded_gpu_instance(nvml, device)
+        if gi is None:
+            log.info("%s: no GPU instance left at %s, nothing to destroy", where, intent.placement)
+            return
+        if device.mig_uuid is not None:
+            theirs = [ci for ci in gi.compute_instances if ci.mig_uuid != device.mig_uuid]
+            ours = [ci for ci in gi.compute_instances if ci.mig_uuid == device.mig_uuid]
+            if theirs:
+                log.error(
+                    "%s: GI %d at %s holds compute instance(s) %s that migdra did not record; leaving the GI alone",
+                    where,
+                    gi.gpu_instance_id,
+                    intent.placement,
+                    ", ".join(ci.mig_uuid for ci in theirs),
+                )
+                for ci in ours:
+                    _destroy_compute_instance(nvml, gpu_uuid, gi.gpu_instance_id, ci.compute_instance_id)
+                return
+        for ci in gi.compute_instances:
+            _destroy_compute_instance(nvml, gpu_uuid, gi.gpu_instance_id, ci.compute_instance_id)
+        _destroy_gpu_instance(nvml, gpu_uuid, gi.gpu_instance_id)
+        log.info("destroyed GI %d at %s on GPU %s (%s)", gi.gpu_instance_id, intent.placement, gpu_uuid, where)
+    except NvmlInUse as e:
+        raise ReleaseError(f"{where}: the MIG device is still in use ({e}); kubelet retries") from e
+    except NvmlError as e:
+        raise ReleaseError(f"{where}: destroying the instance at {intent.placement} failed: {e}") from e
+
+
+def _find_recorded_gpu_instance(nvml: Nvml, device: DeviceRecord) -> GpuInstanceInfo | None:
+    intent = device.intent
+    if device.gpu_instance_id is not None:
+        try:
+            gi = nvml.gpu_instance(intent.gpu_uuid, device.gpu_instance_id)
+        except NvmlNotFound:
+            return None
+        if gi.profile_id != intent.profile_id or gi.placement != intent.placement:
+            log.warning(
+                "GI %d on GPU %s is now profile %d at %s, not the recorded %s at %s: not ours, left alone",
+                gi.gpu_instance_id,
+                intent.gpu_uuid,
+                gi.profile_id,
+                gi.placement,
+                intent.profile_id,
+                intent.placement,
+            )
+            return None
+        return gi
+    return next(
+        (
+            gi
+            for gi in nvml.gpu_instances(intent.gpu_uuid)
+            if gi.placement == intent.placement and gi.profile_id == intent.profile_id
+        ),
+        None,
+    )
+
+
+def _describe_occupant(nvml: Nvml, gpu_uuid: str, placement: Placement) -> str:
+    try:
+        occupant = find_overlapping_instance(nvml.gpu_instances(gpu_uuid), placement)
+    except NvmlError:
+        return ""
+    if occupant is None:
+        return ""
+    return f" by GPU instance {occupant.gpu_instance_id} (profile {occupant.profile_id} at {occupant.placement})"
+
+
+def _destroy_compute_instance(nvml: Nvml, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int) -> None:
+    with contextlib.suppress(NvmlNotFound):  # already gone: the goal of a destroy is reached
+        nvml.destroy_compute_instance(gpu_uuid, gpu_instance_id, compute_instance_id)
+
+
+def _destroy_gpu_instance(nvml: Nvml, gpu_uuid: str, gpu_instance_id: int) -> None:
+    with contextlib.suppress(NvmlNotFound):
+        nvml.destroy_gpu_instance(gpu_uuid, gpu_instance_id)

@@ -1,0 +1,148 @@
+"""Start-up recovery: reconcile the checkpoint with what NVML reports, before serving kubelet.
+
+Rules (prior-art.md §6.5, §7.5, and the safety list at its end):
+
+- a ``PrepareCompleted`` record is **adopted** only after NVML confirms every instance it names: the
+  GI with the recorded ID exists at the recorded placement with the recorded profile, and holds the
+  CI with the recorded ID and MIG UUID;
+- a completed record that does not verify is logged loudly and rolled back like a started one;
+- a ``PrepareStarted`` record (a crash mid-prepare, or a rollback that failed) is rolled back:
+  instances at *its recorded* placement with *its recorded* profile (and IDs, where recorded) are
+  destroyed, compute instances first;
+- an instance that no record names is **never** destroyed (pre-existing and foreign instances stay),
+  and a GPU whose instances cannot be read is not touched at all (never act on a failed read);
+- a record whose rollback fails stays, as ``PrepareStarted`` with what is left, for the next
+  prepare, unprepare or start-up.
+
+This module decides and destroys; it never writes CDI specs or claim status (the service does, from
+the report), and never creates anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from dra_driver.nvml.backend import Nvml
+from dra_driver.nvml.errors import NvmlError
+from dra_driver.nvml.types import GpuInstanceInfo
+from kubeletplugin.prepare.checkpoint import CheckpointStore, ClaimRecord, ClaimState, DeviceRecord
+from kubeletplugin.prepare.errors import ReleaseError
+from kubeletplugin.prepare.locks import KeyedLocks
+from kubeletplugin.prepare.realize import release_device
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What start-up recovery did, per claim record."""
+
+    adopted: tuple[ClaimRecord, ...] = ()
+    rolled_back: tuple[ClaimRecord, ...] = ()  # fully released and dropped
+    kept: tuple[ClaimRecord, ...] = ()  # rollback incomplete, or GPU unreadable: still recorded
+    discarded: tuple[ClaimRecord, ...] = ()  # from another boot
+
+
+def compute_verification_problems(record: ClaimRecord, instances: Mapping[str, Sequence[GpuInstanceInfo]]) -> list[str]:
+    """Why ``record``'s instances do not match NVML's ``instances`` (per GPU UUID); [] = verified.  Pure."""
+    problems: list[str] = []
+    for device in record.devices:
+        intent = device.intent
+        if intent.admin_access or not intent.is_mig:
+            continue
+        name = intent.device_name
+        if device.gpu_instance_id is None or device.compute_instance_id is None or device.mig_uuid is None:
+            problems.append(f"{name}: the record lacks the realized GI/CI identity")
+            continue
+        gi = next((g for g in instances.get(intent.gpu_uuid, ()) if g.gpu_instance_id == device.gpu_instance_id), None)
+        if gi is None:
+            problems.append(f"{name}: GI {device.gpu_instance_id} no longer exists on GPU {intent.gpu_uuid}")
+            continue
+        if gi.placement != intent.placement or gi.profile_id != intent.profile_id:
+            problems.append(
+                f"{name}: GI {gi.gpu_instance_id} is profile {gi.profile_id} at {gi.placement}, the record says "
+                f"profile {intent.profile_id} at {intent.placement}"
+            )
+            continue
+        ci = next((c for c in gi.compute_instances if c.compute_instance_id == device.compute_instance_id), None)
+        if ci is None:
+            problems.append(f"{name}: CI {device.compute_instance_id} of GI {gi.gpu_instance_id} no longer exists")
+        elif ci.mig_uuid != device.mig_uuid:
+            problems.append(f"{name}: CI {ci.compute_instance_id} is {ci.mig_uuid}, the record says {device.mig_uuid}")
+    return problems
+
+
+def read_instances(nvml: Nvml, gpu_uuids: set[str]) -> tuple[dict[str, list[GpuInstanceInfo]], set[str]]:
+    """GPU instances per GPU, and the GPUs that could not be read (to be left alone)."""
+    found: dict[str, list[GpuInstanceInfo]] = {}
+    unreadable: set[str] = set()
+    for gpu_uuid in sorted(gpu_uuids):
+        try:
+            found[gpu_uuid] = nvml.gpu_instances(gpu_uuid)
+        except NvmlError as e:
+            log.error("recovery: cannot read the instances of GPU %s (%s); its records are left untouched", gpu_uuid, e)
+            unreadable.add(gpu_uuid)
+    return found, unreadable
+
+
+def release_record(
+    nvml: Nvml, gpu_locks: KeyedLocks, record: ClaimRecord
+) -> tuple[tuple[DeviceRecord, ...], ReleaseError | None]:
+    """Destroy every instance ``record`` names (last device first); the devices not released, and why."""
+    remaining: list[DeviceRecord] = []
+    first_error: ReleaseError | None = None
+    for device in reversed(record.devices):
+        try:
+            with gpu_locks.hold(device.intent.gpu_uuid):
+                release_device(nvml, device)
+        except ReleaseError as e:
+            log.error("claim %s (UID %s): %s", record.label, record.claim_uid, e.message)
+            remaining.insert(0, device)
+            first_error = first_error or e
+    return tuple(remaining), first_error
+
+
+def recover(nvml: Nvml, store: CheckpointStore, gpu_locks: KeyedLocks) -> RecoveryReport:
+    """Adopt verified records, roll back the rest; see the module docstring for the rules."""
+    records = store.records()
+    gpu_uuids = {d.intent.gpu_uuid for r in records for d in r.devices if d.intent.is_mig and not d.intent.admin_access}
+    instances, unreadable = read_instances(nvml, gpu_uuids)
+    adopted: list[ClaimRecord] = []
+    rolled_back: list[ClaimRecord] = []
+    kept: list[ClaimRecord] = []
+    for record in records:
+        touched = {d.intent.gpu_uuid for d in record.devices if d.intent.is_mig and not d.intent.admin_access}
+        if touched & unreadable:
+            kept.append(record)
+            continue
+        if record.state is ClaimState.PREPARE_COMPLETED:
+            problems = compute_verification_problems(record, instances)
+            if not problems:
+                log.info(
+                    "recovery: adopted claim %s (UID %s): NVML confirms its instances", record.label, record.claim_uid
+                )
+                adopted.append(record)
+                continue
+            log.error(
+                "RECOVERY: prepared claim %s (UID %s) does not match NVML and is rolled back: %s",
+                record.label,
+                record.claim_uid,
+                "; ".join(problems),
+            )
+        else:
+            log.warning(
+                "recovery: claim %s (UID %s) was being prepared or released when the plugin stopped; rolling back",
+                record.label,
+                record.claim_uid,
+            )
+        remaining, error = release_record(nvml, gpu_locks, record)
+        if error is None:
+            store.drop(record.claim_uid)
+            rolled_back.append(record)
+        else:
+            left = record.model_copy(update={"state": ClaimState.PREPARE_STARTED, "devices": remaining})
+            store.put(left)
+            kept.append(left)
+    return RecoveryReport(tuple(adopted), tuple(rolled_back), tuple(kept))

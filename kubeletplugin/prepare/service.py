@@ -1,0 +1,576 @@
+"""``PrepareService``: NodePrepareResources / NodeUnprepareResources through NVML, CDI and the checkpoint.
+
+Implements :class:`kubeletplugin.service.DraService`.  The path of one claim (docs/prepare.md):
+
+    checkpoint says PrepareCompleted?  → return its devices (no NVML, no API call: kubelet retries)
+    checkpoint says PrepareStarted?    → roll that attempt back first
+    read the claim (UID checked) → this driver's results in this node's pool → opaque configs
+    → device names → (GPU, GI profile, placement) checked against NVML → placements free?
+    → checkpoint PrepareStarted (intent) → GI at exactly that placement + full CI, per GPU lock
+    → CDI spec → checkpoint PrepareCompleted → status.devices + Event (background)
+
+Unprepare destroys CI then GI of what the record names, deletes the spec, drops the record and
+clears the status.  Per-claim failures become that claim's ``error`` (naming claim, device and
+cause); one claim never fails another, and an unexpected exception is a per-claim error too.
+
+Concurrency: the claims of one call, and concurrent calls, run on a small thread pool; a claim is
+handled by one thread at a time (claim lock), a GPU is mutated by one thread at a time (GPU lock),
+so claims on different GPUs are created in parallel.  This module never imports ``grpc``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
+
+from kubernetes import client
+
+from dra_driver.nvml.backend import Nvml
+from dra_driver.nvml.errors import NvmlError
+from dra_driver.nvml.types import GpuInstanceInfo
+from kubeletplugin.prepare.cdi import (
+    CdiDevice,
+    build_cdi_spec,
+    compute_cdi_device_id,
+    delete_cdi_spec,
+    gpu_device_nodes,
+    list_cdi_spec_claims,
+    read_caps_major,
+    read_mig_device_nodes,
+    spec_path,
+    write_cdi_spec,
+)
+from kubeletplugin.prepare.checkpoint import (
+    CheckpointStore,
+    ClaimRecord,
+    ClaimState,
+    DeviceIntent,
+    DeviceRecord,
+    StateDirLock,
+    compute_conflicting_device,
+    read_node_boot_id,
+)
+from kubeletplugin.prepare.claims import AllocatedDevice, ClaimApi, claim_label, compute_claim_allocation, read_claim
+from kubeletplugin.prepare.config import compute_device_config, parse_driver_configs
+from kubeletplugin.prepare.crashpoints import CrashHook, CrashPoint
+from kubeletplugin.prepare.devices import DeviceTarget, GpuTopology, compute_device_target, read_gpu_topology
+from kubeletplugin.prepare.errors import DeviceConflictError, PrepareError, RealizeError
+from kubeletplugin.prepare.locks import KeyedLocks
+from kubeletplugin.prepare.realize import (
+    RealizedInstance,
+    RealizeFailed,
+    find_overlapping_instance,
+    realize_mig_instance,
+    roll_back_realized,
+)
+from kubeletplugin.prepare.recovery import RecoveryReport, recover, release_record
+from kubeletplugin.prepare.settings import PrepareSettings
+from kubeletplugin.prepare.status import EVENT_PREPARE_FAILED, EVENT_UNPREPARE_FAILED, ClaimReporter
+from kubeletplugin.service import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
+
+log = logging.getLogger(__name__)
+
+_R = TypeVar("_R")
+
+
+class _TopologyOnce:
+    """The GPUs and their profiles, read from NVML at most once per prepare call, when first needed."""
+
+    def __init__(self, nvml: Nvml) -> None:
+        self._nvml = nvml
+        self._lock = threading.Lock()
+        self._value: tuple[GpuTopology, ...] | None = None
+
+    def get(self) -> tuple[GpuTopology, ...]:
+        with self._lock:
+            if self._value is None:
+                try:
+                    self._value = read_gpu_topology(self._nvml)
+                except NvmlError as e:
+                    raise RealizeError(f"reading the node's GPUs through NVML failed: {e}") from e
+            return self._value
+
+
+class PrepareService:
+    """Prepares and unprepares claims of one driver on one node.  Thread-safe; see the module docstring.
+
+    Construct with explicit dependencies, then :meth:`start` (takes the state directory's lock, loads
+    the checkpoint -- raising :class:`~kubeletplugin.prepare.errors.CheckpointError` if it cannot be
+    trusted -- and runs start-up recovery) before serving kubelet; :meth:`close` at shutdown.
+    """
+
+    def __init__(
+        self,
+        *,
+        nvml: Nvml,
+        api_client: client.ApiClient,
+        node_name: str,
+        driver_name: str,
+        cdi_dir: Path,
+        state_dir: Path,
+        proc_root: Path = Path("/proc"),
+        read_boot_id: Callable[[], str] = read_node_boot_id,
+        workers: int = 8,
+        crash_at: CrashPoint | None = None,
+        state_lock_timeout: float = 30.0,
+        api_timeout: float = 10.0,
+        reporter: ClaimReporter | None = None,
+    ) -> None:
+        self.nvml = nvml
+        self.node_name = node_name
+        self.pool_name = node_name  # one pool per node, named after it
+        self.driver_name = driver_name
+        self.cdi_dir = cdi_dir
+        self.state_dir = state_dir
+        self.proc_root = proc_root
+        self._claims = ClaimApi(api_client, api_timeout)
+        self._read_boot_id = read_boot_id
+        self._workers = workers
+        self._crash = CrashHook(crash_at)
+        self._api_timeout = api_timeout
+        self._state_lock = StateDirLock(state_dir, state_lock_timeout)
+        self._reporter = reporter or ClaimReporter(api_client, driver_name, node_name, request_timeout=api_timeout)
+        self._claim_locks = KeyedLocks()
+        self._gpu_locks = KeyedLocks()
+        self._store: CheckpointStore | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: PrepareSettings,
+        *,
+        nvml: Nvml,
+        api_client: client.ApiClient,
+        node_name: str,
+        driver_name: str,
+        read_boot_id: Callable[[], str] = read_node_boot_id,
+    ) -> PrepareService:
+        """The service the node process runs, from its settings (``MIGDRA_CDI_DIR``, ``MIGDRA_STATE_DIR``, ...)."""
+        return cls(
+            nvml=nvml,
+            api_client=api_client,
+            node_name=node_name,
+            driver_name=driver_name,
+            cdi_dir=settings.cdi_dir,
+            state_dir=settings.state_dir,
+            proc_root=settings.proc_root,
+            read_boot_id=read_boot_id,
+            workers=settings.prepare_workers,
+            crash_at=settings.test_crash_at,
+            state_lock_timeout=settings.state_lock_timeout,
+            api_timeout=settings.api_timeout,
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> RecoveryReport:
+        """Own the state directory, load the checkpoint, recover; then calls may be served."""
+        self._state_lock.acquire()
+        try:
+            store = CheckpointStore(self.state_dir, self._read_boot_id())
+            loaded = store.load()
+            report = recover(self.nvml, store, self._gpu_locks)
+        except BaseException:
+            self._state_lock.release()
+            raise
+        self._store = store
+        self._reporter.start()
+        for record in loaded.discarded + report.rolled_back:
+            self._delete_spec(record.claim_uid)
+        for record in report.rolled_back:
+            if record.state is ClaimState.PREPARE_COMPLETED:
+                self._reporter.report_cleared(ClaimRef(record.namespace, record.name, record.claim_uid), record)
+        for record in report.adopted:
+            self._ensure_spec(record)
+        recorded = {r.claim_uid for r in store.records()}
+        for orphan in sorted(list_cdi_spec_claims(self.cdi_dir, self.driver_name) - recorded):
+            log.warning("removing CDI spec of claim UID %s: no checkpoint record names it", orphan)
+            self._delete_spec(orphan)
+        self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="migdra-prepare")
+        log.info(
+            "prepare service started: %d claim(s) adopted, %d rolled back, %d kept for retry, %d from another boot",
+            len(report.adopted),
+            len(report.rolled_back),
+            len(report.kept),
+            len(loaded.discarded),
+        )
+        return RecoveryReport(report.adopted, report.rolled_back, report.kept, loaded.discarded)
+
+    def close(self, report_timeout: float = 1.0) -> None:
+        """Stop serving: wait for running claims, give queued status writes a moment, release the state."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+            self._reporter.flush(report_timeout)
+        self._reporter.close()
+        self._store = None
+        self._state_lock.release()
+
+    def __enter__(self) -> PrepareService:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- DraService ----------------------------------------------------------------------------
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        topology = _TopologyOnce(self.nvml)
+        return self._fan_out(claims, lambda ref: self._prepare_claim_reported(ref, topology))
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
+        return self._fan_out(claims, self._unprepare_claim_reported)
+
+    def owned_instances(self) -> set[tuple[str, int]]:
+        """(GPU UUID, GPU-instance ID) of every GI migdra created and still records (for the publisher)."""
+        return self._require_store().owned_instances()
+
+    def flush_reports(self, timeout: float = 10.0) -> bool:
+        """Wait until queued claim status writes and Events are done (tests, shutdown)."""
+        return self._reporter.flush(timeout)
+
+    # -- per claim -----------------------------------------------------------------------------
+
+    def _fan_out(self, claims: Sequence[ClaimRef], handle: Callable[[ClaimRef], _R]) -> dict[str, _R]:
+        if self._executor is None:
+            raise RuntimeError("PrepareService.start() must run before prepare/unprepare calls")
+        unique = {ref.uid: ref for ref in claims}
+        futures: dict[str, Future[_R]] = {uid: self._executor.submit(handle, ref) for uid, ref in unique.items()}
+        return {uid: future.result() for uid, future in futures.items()}
+
+    def _prepare_claim_reported(self, ref: ClaimRef, topology: _TopologyOnce) -> PrepareResult:
+        label = claim_label(ref)
+        try:
+            return self._prepare_claim(ref, topology)
+        except PrepareError as e:
+            message = e.describe(label)
+            log.warning("prepare failed: %s", message)
+        except Exception as e:
+            message = f"claim {label}: unexpected error while preparing: {e!r}"
+            log.exception("prepare of claim %s (UID %s) failed unexpectedly", label, ref.uid)
+        self._reporter.report_failure(ref, EVENT_PREPARE_FAILED, message)
+        return PrepareResult(error=message)
+
+    def _unprepare_claim_reported(self, ref: ClaimRef) -> UnprepareResult:
+        label = claim_label(ref)
+        try:
+            self._unprepare_claim(ref)
+            return UnprepareResult()
+        except PrepareError as e:
+            message = e.describe(label)
+            log.warning("unprepare failed: %s", message)
+        except Exception as e:
+            message = f"claim {label}: unexpected error while unpreparing: {e!r}"
+            log.exception("unprepare of claim %s (UID %s) failed unexpectedly", label, ref.uid)
+        self._reporter.report_failure(ref, EVENT_UNPREPARE_FAILED, message)
+        return UnprepareResult(error=message)
+
+    def _prepare_claim(self, ref: ClaimRef, topology: _TopologyOnce) -> PrepareResult:
+        store = self._require_store()
+        with self._claim_locks.hold(ref.uid):
+            record = store.get(ref.uid)
+            if record is not None and record.state is ClaimState.PREPARE_COMPLETED:
+                self._ensure_spec(record)
+                return self._result_of(record)
+            if record is not None:
+                log.warning("claim %s (UID %s): rolling back an unfinished prepare first", record.label, ref.uid)
+                self._release_or_keep(record)
+
+            claim = read_claim(self._claims, ref)
+            allocation = compute_claim_allocation(claim, ref, self.driver_name, self.pool_name)
+            configs = parse_driver_configs(allocation.configs, self.driver_name)
+            grouped = _group_by_device(allocation.devices)
+            if not grouped:
+                return PrepareResult()
+            gpus = topology.get()
+            intents: list[DeviceIntent] = []
+            targets: dict[str, DeviceTarget] = {}
+            for device_name, (requests, admin_access) in grouped.items():
+                targets[device_name] = compute_device_target(device_name, gpus, admin_access=admin_access)
+                env = compute_device_config(configs, requests)
+                intents.append(_intent_of(targets[device_name], requests, admin_access, env))
+            self._check_placements_free(ref, intents)
+
+            started = ClaimRecord(
+                claim_uid=ref.uid,
+                namespace=ref.namespace,
+                name=ref.name,
+                state=ClaimState.PREPARE_STARTED,
+                devices=tuple(DeviceRecord(intent=intent) for intent in intents),
+            )
+            store.begin(started)
+            self._crash(CrashPoint.AFTER_CHECKPOINT_STARTED)
+            completed = self._realize_claim(started, targets)
+            self._reporter.report_prepared(ref, completed, allocation.generation)
+            log.info(
+                "prepared claim %s (UID %s): %s",
+                completed.label,
+                ref.uid,
+                ", ".join(d.intent.device_name for d in completed.devices),
+            )
+            return self._result_of(completed)
+
+    def _realize_claim(self, started: ClaimRecord, targets: dict[str, DeviceTarget]) -> ClaimRecord:
+        """Create every device's instance, write CDI, record completion; undo this call's work on failure."""
+        store = self._require_store()
+        created: list[RealizedInstance] = []
+        realized: list[DeviceRecord] = []
+        try:
+            for device in started.devices:
+                intent = device.intent
+                if intent.admin_access:
+                    realized.append(self._admin_device(device))
+                    continue
+                if not intent.is_mig:
+                    realized.append(device)
+                    continue
+                try:
+                    with self._gpu_locks.hold(intent.gpu_uuid):
+                        instance = realize_mig_instance(self.nvml, targets[intent.device_name], self._crash)
+                except RealizeFailed as e:
+                    if e.leftover_gpu_instance_id is not None:
+                        realized.append(device.model_copy(update={"gpu_instance_id": e.leftover_gpu_instance_id}))
+                    raise e.cause from e
+                created.append(instance)
+                realized.append(
+                    device.model_copy(
+                        update={
+                            "gpu_instance_id": instance.gpu_instance_id,
+                            "compute_instance_id": instance.compute_instance_id,
+                            "compute_instance_profile_id": instance.compute_instance_profile_id,
+                            "mig_uuid": instance.mig_uuid,
+                        }
+                    )
+                )
+            completed = started.model_copy(
+                update={
+                    "state": ClaimState.PREPARE_COMPLETED,
+                    "devices": tuple(
+                        d.model_copy(
+                            update={
+                                "cdi_device_ids": (
+                                    compute_cdi_device_id(self.driver_name, started.claim_uid, d.intent.device_name),
+                                )
+                            }
+                        )
+                        for d in realized
+                    ),
+                }
+            )
+            self._write_spec(completed)
+            self._crash(CrashPoint.AFTER_CDI)
+            store.put(completed)
+            self._crash(CrashPoint.AFTER_CHECKPOINT_COMPLETED)
+            return completed
+        except BaseException:
+            self._undo(started, created, realized)
+            raise
+
+    def _undo(self, started: ClaimRecord, created: list[RealizedInstance], realized: list[DeviceRecord]) -> None:
+        """Destroy what this prepare call created; record what could not be destroyed."""
+        store = self._require_store()
+        leftovers: list[DeviceRecord] = [d for d in realized if d.owns_instance and d.mig_uuid is None]
+        for instance in reversed(created):
+            with self._gpu_locks.hold(instance.gpu_uuid):
+                failure = roll_back_realized(self.nvml, instance)
+            if failure is not None:
+                leftovers.extend(
+                    d
+                    for d in realized
+                    if d.gpu_instance_id == instance.gpu_instance_id and d.mig_uuid == instance.mig_uuid
+                )
+        self._delete_spec(started.claim_uid)
+        if leftovers:
+            store.put(started.model_copy(update={"devices": tuple(leftovers)}))
+        else:
+            store.drop(started.claim_uid)
+
+    def _admin_device(self, device: DeviceRecord) -> DeviceRecord:
+        """Admin access: the instance at that placement if migdra created it, else the parent GPU only."""
+        intent = device.intent
+        if not intent.is_mig:
+            return device
+        assert intent.profile_id is not None
+        assert intent.placement is not None
+        owner = self._require_store().find_owner(intent.gpu_uuid, intent.profile_id, intent.placement)
+        if owner is None:
+            return device
+        return device.model_copy(
+            update={
+                "gpu_instance_id": owner.gpu_instance_id,
+                "compute_instance_id": owner.compute_instance_id,
+                "compute_instance_profile_id": owner.compute_instance_profile_id,
+                "mig_uuid": owner.mig_uuid,
+            }
+        )
+
+    def _check_placements_free(self, ref: ClaimRef, intents: Sequence[DeviceIntent]) -> None:
+        """Refuse before touching anything: overlapping devices in the claim, or an occupied placement."""
+        instances: dict[str, list[GpuInstanceInfo]] = {}
+        store = self._require_store()
+        for position, intent in enumerate(intents):
+            earlier = [DeviceRecord(intent=i) for i in intents[:position]]
+            clash = compute_conflicting_device(intent, earlier)
+            if clash is not None:
+                raise DeviceConflictError(
+                    f"devices {clash.intent.device_name} and {intent.device_name} overlap on GPU {intent.gpu_uuid}"
+                )
+            if intent.admin_access or not intent.is_mig:
+                continue
+            assert intent.placement is not None
+            if intent.gpu_uuid not in instances:
+                try:
+                    instances[intent.gpu_uuid] = self.nvml.gpu_instances(intent.gpu_uuid)
+                except NvmlError as e:
+                    raise RealizeError(f"device {intent.device_name}: reading GPU {intent.gpu_uuid} failed: {e}") from e
+            occupant = find_overlapping_instance(instances[intent.gpu_uuid], intent.placement)
+            if occupant is None:
+                continue
+            holder = next(
+                (
+                    r
+                    for r in store.records()
+                    if r.claim_uid != ref.uid
+                    and any(
+                        d.owns_instance
+                        and d.intent.gpu_uuid == intent.gpu_uuid
+                        and d.gpu_instance_id == occupant.gpu_instance_id
+                        for d in r.devices
+                    )
+                ),
+                None,
+            )
+            who = (
+                f"prepared for claim {holder.label} (UID {holder.claim_uid})"
+                if holder is not None
+                else "that migdra did not create"
+            )
+            raise DeviceConflictError(
+                f"device {intent.device_name}: placement {intent.placement} on GPU {intent.gpu_uuid} is occupied by "
+                f"GPU instance {occupant.gpu_instance_id} (profile {occupant.profile_id} at {occupant.placement}) "
+                f"{who}; migdra never falls back to another placement"
+            )
+
+    def _unprepare_claim(self, ref: ClaimRef) -> None:
+        store = self._require_store()
+        with self._claim_locks.hold(ref.uid):
+            record = store.get(ref.uid)
+            if record is None:
+                if self._delete_spec(ref.uid):
+                    log.info(
+                        "unprepare of unknown claim %s (UID %s): removed a stale CDI spec", claim_label(ref), ref.uid
+                    )
+                return
+            self._release_or_keep(record)
+            self._delete_spec(ref.uid)
+            store.drop(ref.uid)
+            self._reporter.report_unprepared(ref, record)
+            log.info("unprepared claim %s (UID %s)", record.label, ref.uid)
+
+    def _release_or_keep(self, record: ClaimRecord) -> None:
+        """Destroy the record's instances; on failure keep what is left as PrepareStarted and raise."""
+        store = self._require_store()
+        remaining, error = release_record(self.nvml, self._gpu_locks, record)
+        if error is None:
+            store.drop(record.claim_uid)
+            return
+        store.put(record.model_copy(update={"state": ClaimState.PREPARE_STARTED, "devices": remaining}))
+        raise error
+
+    # -- CDI -----------------------------------------------------------------------------------
+
+    def _write_spec(self, record: ClaimRecord) -> None:
+        if not record.devices:
+            return
+        caps_major = read_caps_major(self.proc_root)
+        devices: list[CdiDevice] = []
+        mig_uuids: list[str] = []
+        for device in record.devices:
+            intent = device.intent
+            env = dict(intent.env)
+            env["MIGDRA_GPU_UUID"] = intent.gpu_uuid
+            if (
+                device.mig_uuid is not None
+                and device.gpu_instance_id is not None
+                and device.compute_instance_id is not None
+            ):
+                nodes = read_mig_device_nodes(
+                    self.proc_root, intent.gpu_minor, device.gpu_instance_id, device.compute_instance_id, caps_major
+                )
+                env["MIGDRA_MIG_UUID"] = device.mig_uuid
+                mig_uuids.append(device.mig_uuid)
+            else:
+                nodes = gpu_device_nodes(intent.gpu_minor)
+            devices.append(CdiDevice(intent.device_name, nodes, env))
+        spec = build_cdi_spec(self.driver_name, record.claim_uid, devices, mig_uuids)
+        path = write_cdi_spec(self.cdi_dir, self.driver_name, record.claim_uid, spec)
+        log.info("wrote CDI spec %s for claim %s (UID %s)", path, record.label, record.claim_uid)
+
+    def _ensure_spec(self, record: ClaimRecord) -> None:
+        if record.devices and not spec_path(self.cdi_dir, self.driver_name, record.claim_uid).exists():
+            log.warning(
+                "CDI spec of prepared claim %s (UID %s) is missing; writing it again", record.label, record.claim_uid
+            )
+            self._write_spec(record)
+
+    def _delete_spec(self, claim_uid: str) -> bool:
+        return delete_cdi_spec(self.cdi_dir, self.driver_name, claim_uid)
+
+    # -- helpers of this service ----------------------------------------------------------------
+
+    def _result_of(self, record: ClaimRecord) -> PrepareResult:
+        return PrepareResult(
+            devices=tuple(
+                PreparedDevice(
+                    pool_name=self.pool_name,
+                    device_name=device.intent.device_name,
+                    request_names=device.intent.request_names,
+                    cdi_device_ids=device.cdi_device_ids,
+                )
+                for device in record.devices
+            )
+        )
+
+    def _require_store(self) -> CheckpointStore:
+        if self._store is None:
+            raise RuntimeError("PrepareService.start() must run before prepare/unprepare calls")
+        return self._store
+
+
+def _group_by_device(devices: Sequence[AllocatedDevice]) -> dict[str, tuple[tuple[str, ...], bool]]:
+    """Results per device name (a device listed twice is one instance): its requests, admin-only?"""
+    requests: dict[str, list[str]] = {}
+    admin: dict[str, bool] = {}
+    for device in devices:
+        requests.setdefault(device.device_name, [])
+        if device.request not in requests[device.device_name]:
+            requests[device.device_name].append(device.request)
+        admin[device.device_name] = admin.get(device.device_name, True) and device.admin_access
+    return {name: (tuple(reqs), admin[name]) for name, reqs in requests.items()}
+
+
+def _intent_of(
+    target: DeviceTarget, requests: tuple[str, ...], admin_access: bool, env: dict[str, str]
+) -> DeviceIntent:
+    profile = target.profile
+    return DeviceIntent(
+        device_name=target.device_name,
+        request_names=requests,
+        admin_access=admin_access,
+        gpu_uuid=target.gpu_uuid,
+        gpu_minor=target.gpu_minor,
+        profile_id=profile.profile_id if profile is not None else None,
+        profile_name=target.profile_name,
+        placement=target.placement,
+        multiprocessor_count=profile.multiprocessor_count if profile is not None else None,
+        env=env,
+    )

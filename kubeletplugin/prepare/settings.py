@@ -1,0 +1,39 @@
+"""Settings of the prepare path (flags of ``migdra kubelet-plugin`` or ``MIGDRA_*`` variables).
+
+Built once at start-up by the node process and passed to :class:`~kubeletplugin.prepare.service.
+PrepareService` explicitly; nothing in the prepare package reads the environment itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from kubeletplugin.prepare.crashpoints import CrashPoint
+
+
+class PrepareSettings(BaseSettings):
+    """Where prepare keeps its files, how much it does at once, and the test-only crash point."""
+
+    model_config = SettingsConfigDict(env_prefix="MIGDRA_", extra="forbid", frozen=True)
+
+    cdi_dir: Path = Field(default=Path("/var/run/cdi"), description="directory of the per-claim CDI spec files")
+    state_dir: Path = Field(
+        default=Path("/var/lib/kubelet/plugins/gpu.migdra.io"),
+        description="directory of the checkpoint (checkpoint.json) and its lock (prepare.lock)",
+    )
+    proc_root: Path = Field(
+        default=Path("/proc"), description="procfs root for the NVIDIA capability files and /proc/devices"
+    )
+    prepare_workers: int = Field(
+        default=8, ge=1, le=64, description="claims prepared / unprepared concurrently (threads)"
+    )
+    state_lock_timeout: float = Field(
+        default=30.0, ge=0, description="seconds to wait for another process to release the state directory"
+    )
+    api_timeout: float = Field(default=10.0, gt=0, description="seconds per API server request")
+    test_crash_at: CrashPoint | None = Field(
+        default=None, description="TESTS ONLY: SIGKILL this process at that point of prepare"
+    )

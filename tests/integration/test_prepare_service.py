@@ -1,0 +1,418 @@
+"""PrepareService against the simulated NVML and the local API server (official client).
+
+Idempotency, repeated devices, parallelism across GPUs, per-claim errors, occupied placements, the
+SM check of compute instances, busy devices on unprepare, admin access, whole GPUs and CDI files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.mig.catalog import Placement
+from dra_driver.nvml import sim
+from dra_driver.nvml.backend import Nvml
+from dra_driver.nvml.types import ComputeInstanceInfo, ComputeInstanceProfileInfo, GpuInstanceInfo
+from kubeletplugin.prepare.cdi import spec_path
+from kubeletplugin.service import ClaimRef, UnprepareResult
+from tests.integration.test_prepare_support import DRIVER, Node, mig_config, opaque, result, simulated_node
+
+H100 = "H100-SXM5-80GB"
+A100 = "A100-SXM4-40GB"
+ONE_G_20 = "gpu-0-mig-1g20gb-15-6"  # H100 1g.20gb at 6:2: CI profile 7, 26 SMs
+
+
+@pytest.fixture
+def api() -> Iterator[LocalAPIServer]:
+    with LocalAPIServer() as server:
+        yield server
+
+
+@pytest.fixture
+def node(api: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+    with simulated_node(tmp_path, [H100, H100], api=api) as simulated:
+        yield simulated
+
+
+def spec_of(node: Node, ref: ClaimRef) -> dict[str, Any]:
+    return json.loads(spec_path(node.cdi_dir, DRIVER, ref.uid).read_text())
+
+
+def test_second_prepare_returns_the_same_devices_without_any_nvml_call(node: Node) -> None:
+    service = node.service()
+    ref = node.claim("idempotent", [result(ONE_G_20)])
+    first = service.prepare([ref])[ref.uid]
+    assert first.error == ""
+    instances = node.instances()
+    calls = node.nvml_calls()
+
+    again = service.prepare([ref])[ref.uid]
+    assert again == first
+    assert node.nvml_calls() == calls
+    assert node.instances() == instances
+
+
+def test_a_device_listed_twice_is_one_instance_serving_both_requests(node: Node) -> None:
+    service = node.service()
+    ref = node.claim("twice", [result(ONE_G_20, request="train"), result(ONE_G_20, request="eval")])
+    prepared = service.prepare([ref])[ref.uid]
+    assert prepared.error == ""
+    (device,) = prepared.devices
+    assert device.request_names == ("train", "eval")
+    assert device.cdi_device_ids == (f"{DRIVER}/claim={ref.uid}-{ONE_G_20}",)
+    assert len(node.instances()) == 1
+
+
+class RecordingNvml(Nvml):
+    """Records when each GPU-instance creation ran, per GPU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.intervals: dict[str, tuple[float, float]] = {}
+
+    def create_gpu_instance(self, gpu_uuid: str, profile_id: int, placement: Placement) -> GpuInstanceInfo:
+        began = time.monotonic()
+        try:
+            return super().create_gpu_instance(gpu_uuid, profile_id, placement)
+        finally:
+            self.intervals[gpu_uuid] = (began, time.monotonic())
+
+
+@pytest.mark.parametrize("calls", ["one-call", "concurrent-calls"])
+def test_claims_on_different_gpus_are_created_in_parallel(api: LocalAPIServer, tmp_path: Path, calls: str) -> None:
+    latency = {"nvmlDeviceCreateGpuInstanceWithPlacement": 0.3}
+    with simulated_node(tmp_path, [H100, H100], api=api, latency=latency) as node:
+        recording = RecordingNvml()
+        recording.init()
+        try:
+            service = node.service(nvml=recording)
+            first = node.claim(f"gpu0-{calls}", [result("gpu-0-mig-3g40gb-9-0")])
+            second = node.claim(f"gpu1-{calls}", [result("gpu-1-mig-3g40gb-9-0")])
+            if calls == "one-call":
+                results = service.prepare([first, second])
+            else:
+                results = {}
+                threads = [
+                    threading.Thread(target=lambda r=ref: results.update(service.prepare([r])))
+                    for ref in (first, second)
+                ]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+            assert [results[r.uid].error for r in (first, second)] == ["", ""]
+            (a_start, a_end), (b_start, b_end) = recording.intervals.values()
+            assert a_start < b_end, recording.intervals
+            assert b_start < a_end, recording.intervals
+        finally:
+            recording.shutdown()
+
+
+def test_one_bad_claim_never_fails_the_others(node: Node) -> None:
+    service = node.service()
+    good = node.claim("good", [result("gpu-1-mig-1g10gb-19-0")])
+    real = node.claim("renamed", [result("gpu-0-mig-1g10gb-19-1")])
+    wrong_uid = ClaimRef(real.namespace, real.name, "00000000-0000-0000-0000-000000000000")
+    other_pool = node.claim("other-pool", [result("gpu-0-mig-1g10gb-19-2", pool="node-b")])
+    no_gpu = node.claim("no-gpu", [result("gpu-7-mig-1g10gb-19-0")])
+    illegal = node.claim("illegal-start", [result("gpu-0-mig-1g20gb-15-1")])
+    bad_config = node.claim(
+        "bad-config",
+        [result("gpu-0-mig-1g10gb-19-3")],
+        [opaque(mig_config(A="b")), opaque({**mig_config(), "sharing": {"strategy": "MPS"}})],
+    )
+    results = service.prepare([good, wrong_uid, other_pool, no_gpu, illegal, bad_config])
+
+    assert results[good.uid].error == ""
+    assert results[wrong_uid.uid].error == (
+        f"claim default/renamed has UID {real.uid}, kubelet asked for 00000000-0000-0000-0000-000000000000"
+    )
+    assert results[other_pool.uid].error.startswith("claim default/other-pool: status.allocation.devices.results[0]")
+    assert "pool 'node-b'" in results[other_pool.uid].error
+    assert results[no_gpu.uid].error.startswith("claim default/no-gpu: device gpu-7-mig-1g10gb-19-0: no GPU with minor")
+    assert results[illegal.uid].error.startswith(
+        "claim default/illegal-start: device gpu-0-mig-1g20gb-15-1: start 1 is not a legal placement of 1g.20gb"
+    )
+    assert results[bad_config.uid].error == (
+        "claim default/bad-config: config[1].opaque.parameters.sharing: extra fields not permitted"
+    )
+    # Only the good claim created anything.
+    assert [(gpu, start) for gpu, _, _, start, _ in node.instances()] == [(1, 0)]
+    assert service.owned_instances() == {(node.gpu_uuid(1), 7)}
+
+
+def test_other_drivers_results_are_ignored(node: Node) -> None:
+    service = node.service()
+    ref = node.claim(
+        "mixed",
+        [result("eth0", request="nic", driver="net.example.com", pool="rack-1"), result("gpu-0-mig-1g10gb-19-0")],
+    )
+    prepared = service.prepare([ref])[ref.uid]
+    assert prepared.error == ""
+    assert [d.device_name for d in prepared.devices] == ["gpu-0-mig-1g10gb-19-0"]
+
+
+@pytest.mark.parametrize(
+    ("foreign", "device"),
+    [
+        pytest.param((19, 6, 1), "gpu-0-mig-1g10gb-19-6", id="same-placement"),
+        pytest.param((19, 5, 1), "gpu-0-mig-2g20gb-14-4", id="overlapping-placement"),
+    ],
+)
+def test_a_placement_held_by_a_foreign_instance_is_an_error_and_it_survives(
+    node: Node, foreign: tuple[int, int, int], device: str
+) -> None:
+    profile_id, start, size = foreign
+    foreign_gi, foreign_uuid = node.foreign_instance(0, profile_id, start, size)
+    service = node.service()
+    ref = node.claim("occupied", [result(device)])
+    error = service.prepare([ref])[ref.uid].error
+    assert error.startswith(f"claim default/occupied: device {device}: placement")
+    assert f"occupied by GPU instance {foreign_gi}" in error
+    assert "that migdra did not create; migdra never falls back to another placement" in error
+    assert node.instances() == [(0, foreign_gi, profile_id, start, [(0, 0, foreign_uuid)])]
+    assert service.owned_instances() == set()
+
+    # After a restart the failed claim is not recorded, so nothing is rolled back either.
+    service.close()
+    node.service()
+    assert node.instances() == [(0, foreign_gi, profile_id, start, [(0, 0, foreign_uuid)])]
+
+
+def test_an_occupied_placement_reported_by_nvml_destroys_nothing(api: LocalAPIServer, tmp_path: Path) -> None:
+    """The placement was free when checked, but NVML refuses the create (someone was faster)."""
+    faults = {
+        "rules": [{"symbol": "nvmlDeviceCreateGpuInstanceWithPlacement", "nth": 2, "error": "InsufficientResources"}]
+    }
+    with simulated_node(tmp_path, [H100], api=api, faults=faults) as node:
+        foreign_gi, foreign_uuid = node.foreign_instance(0, 19, 0, 1)  # the first create call
+        service = node.service()
+        ref = node.claim("raced", [result(ONE_G_20)])
+        error = service.prepare([ref])[ref.uid].error
+        assert "placement 6:2 of 1g.20gb is occupied" in error
+        assert "migdra never falls back to another placement" in error
+        assert node.instances() == [(0, foreign_gi, 19, 0, [(0, 0, foreign_uuid)])]
+        assert service.owned_instances() == set()
+
+
+class ShortchangingNvml(Nvml):
+    """A driver that creates compute instances with fewer SMs than the GI profile advertises."""
+
+    def create_compute_instance(
+        self, gpu_uuid: str, gpu_instance_id: int, ci_profile_index: int
+    ) -> ComputeInstanceInfo:
+        created = super().create_compute_instance(gpu_uuid, gpu_instance_id, ci_profile_index)
+        return dataclasses.replace(created, multiprocessor_count=created.multiprocessor_count - 10)
+
+
+class NoFullProfileNvml(Nvml):
+    """A GI whose CI profiles all deliver fewer SMs than the GI profile (NVIDIA #1454)."""
+
+    def compute_instance_profiles(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstanceProfileInfo]:
+        return [p for p in super().compute_instance_profiles(gpu_uuid, gpu_instance_id) if p.multiprocessor_count < 26]
+
+
+@pytest.mark.parametrize(
+    ("backend", "message"),
+    [
+        pytest.param(
+            ShortchangingNvml,
+            "1g.20gb advertises 26 SMs, but compute instance 0 (CI profile 7) of GI 6 delivers 16",
+            id="ci-delivers-fewer-sms",
+        ),
+        pytest.param(
+            NoFullProfileNvml,
+            "1g.20gb advertises 26 SMs, but no compute-instance profile of GI 6 delivers 26 (offered: 0 (16 SMs))",
+            id="no-ci-profile-covers-the-gi",
+        ),
+    ],
+)
+def test_a_compute_instance_short_of_sms_fails_loudly_and_leaves_nothing(
+    node: Node, backend: type[Nvml], message: str
+) -> None:
+    nvml = backend()
+    nvml.init()
+    try:
+        service = node.service(nvml=nvml)
+        ref = node.claim("short", [result(ONE_G_20)])
+        error = service.prepare([ref])[ref.uid].error
+        assert error == f"claim default/short: device {ONE_G_20}: GPU {node.gpu_uuid(0)} {message}"
+        assert node.instances() == []
+        assert service.owned_instances() == set()
+        assert not spec_path(node.cdi_dir, DRIVER, ref.uid).exists()
+    finally:
+        nvml.shutdown()
+
+
+def test_a_failed_device_rolls_back_the_claims_other_devices(api: LocalAPIServer, tmp_path: Path) -> None:
+    faults = {"rules": [{"symbol": "nvmlDeviceCreateGpuInstanceWithPlacement", "nth": 2, "error": "Unknown"}]}
+    with simulated_node(tmp_path, [H100, H100], api=api, faults=faults) as node:
+        service = node.service()
+        ref = node.claim("half", [result("gpu-1-mig-1g10gb-19-0", request="a"), result(ONE_G_20, request="b")])
+        error = service.prepare([ref])[ref.uid].error
+        assert error.startswith(
+            f"claim default/half: device {ONE_G_20}: GPU {node.gpu_uuid(0)}: creating the GPU instance"
+        )
+        assert node.instances() == []  # the first device's instance was destroyed again
+        assert service.owned_instances() == set()
+        assert service.prepare([ref])[ref.uid].error == ""  # kubelet's retry
+        assert len(node.instances()) == 2
+
+
+def test_a_rollback_that_fails_is_recorded_and_finished_by_the_next_prepare(
+    api: LocalAPIServer, tmp_path: Path
+) -> None:
+    """NVIDIA #1452: GI created, CI failed, and the GI could not be destroyed -- it must not leak."""
+    faults = {
+        "rules": [
+            {"symbol": "nvmlGpuInstanceCreateComputeInstance", "nth": 1, "error": "Unknown"},
+            {"symbol": "nvmlGpuInstanceDestroy", "nth": 1, "error": "InUse"},
+        ]
+    }
+    with simulated_node(tmp_path, [H100], api=api, faults=faults) as node:
+        service = node.service()
+        ref = node.claim("leaky", [result(ONE_G_20)])
+        error = service.prepare([ref])[ref.uid].error
+        assert "creating the compute instance failed" in error
+        assert "rolling back GI 6 failed" in error
+        assert [(gi, cis) for _, gi, _, _, cis in node.instances()] == [(6, [])]
+        assert service.owned_instances() == {(node.gpu_uuid(0), 6)}  # still ours, still published as ours
+
+        prepared = service.prepare([ref])[ref.uid]
+        assert prepared.error == ""
+        ((_, gi, profile, start, [(_, ci_profile, _)]),) = node.instances()
+        assert (gi, profile, start, ci_profile) == (6, 15, 6, 7)
+
+
+def test_busy_device_fails_unprepare_until_released(node: Node) -> None:
+    service = node.service()
+    ref = node.claim("busy", [result(ONE_G_20)])
+    assert service.prepare([ref])[ref.uid].error == ""
+    ((_, gi, _, _, [(_, _, mig_uuid)]),) = node.instances()
+    sim.set_busy(node.state_path, mig_uuid, True)
+
+    error = service.unprepare([ref])[ref.uid].error
+    assert error.startswith(
+        f"claim default/busy: device {ONE_G_20}: GPU {node.gpu_uuid(0)}: the MIG device is still in use"
+    )
+    assert [i[1] for i in node.instances()] == [gi]
+    assert service.owned_instances() == {(node.gpu_uuid(0), gi)}
+    assert spec_path(node.cdi_dir, DRIVER, ref.uid).exists()
+
+    sim.set_busy(node.state_path, mig_uuid, False)
+    assert service.unprepare([ref])[ref.uid].error == ""
+    assert node.instances() == []
+    assert service.owned_instances() == set()
+    assert not spec_path(node.cdi_dir, DRIVER, ref.uid).exists()
+    assert service.unprepare([ref])[ref.uid].error == ""  # idempotent
+
+
+def test_unprepare_of_an_unknown_claim_succeeds_without_any_call(node: Node) -> None:
+    service = node.service()
+    calls = node.nvml_calls()
+    assert service.unprepare([ClaimRef("default", "never-prepared", "uid-x")]) == {"uid-x": UnprepareResult()}
+    assert node.nvml_calls() == calls
+
+
+def test_cdi_spec_has_the_devices_nodes_config_env_and_is_deleted_on_unprepare(node: Node) -> None:
+    caps = node.proc_root / "driver/nvidia/capabilities/gpu0/mig/gi6"
+    (caps / "ci0").mkdir(parents=True)
+    (caps / "access").write_text("DeviceFileMinor: 1001\nDeviceFileMode: 292\n")
+    (caps / "ci0" / "access").write_text("DeviceFileMinor: 1002\nDeviceFileMode: 292\n")
+    (node.proc_root / "devices").write_text("Character devices:\n195 nvidia-frontend\n508 nvidia-caps\n")
+    service = node.service()
+    ref = node.claim(
+        "cdi",
+        [result(ONE_G_20, request="train"), result("gpu-1-mig-1g10gb-19-3", request="eval")],
+        [
+            opaque(mig_config(NCCL_DEBUG="WARN", TEAM="ml"), source="FromClass"),
+            opaque(mig_config(NCCL_DEBUG="INFO"), requests=["train"]),
+        ],
+    )
+    prepared = service.prepare([ref])[ref.uid]
+    assert prepared.error == ""
+    spec = spec_of(node, ref)
+    assert spec["kind"] == "gpu.migdra.io/claim"
+    by_name = {d["name"]: d["containerEdits"] for d in spec["devices"]}
+    assert set(by_name) == {f"{ref.uid}-{ONE_G_20}", f"{ref.uid}-gpu-1-mig-1g10gb-19-3"}
+    train = by_name[f"{ref.uid}-{ONE_G_20}"]
+    assert train["deviceNodes"] == [
+        {"path": "/dev/nvidia0"},
+        {"path": "/dev/nvidia-caps/nvidia-cap1001", "type": "c", "major": 508, "minor": 1001, "fileMode": 292},
+        {"path": "/dev/nvidia-caps/nvidia-cap1002", "type": "c", "major": 508, "minor": 1002, "fileMode": 292},
+    ]
+    eval_ = by_name[f"{ref.uid}-gpu-1-mig-1g10gb-19-3"]
+    # no capability files for GPU 1: the formula (GI 10 = 7 + start 3): 3 + 135 + 90 = 228, CI 0 = 229
+    assert eval_["deviceNodes"] == [
+        {"path": "/dev/nvidia1"},
+        {"path": "/dev/nvidia-caps/nvidia-cap228", "type": "c", "major": 508, "minor": 228},
+        {"path": "/dev/nvidia-caps/nvidia-cap229", "type": "c", "major": 508, "minor": 229},
+    ]
+    ((_, _, _, _, [(_, _, train_uuid)]), (_, _, _, _, [(_, _, eval_uuid)])) = node.instances()
+    assert train["env"] == [
+        "MIGDRA_GPU_UUID=" + node.gpu_uuid(0),
+        f"MIGDRA_MIG_UUID={train_uuid}",
+        "NCCL_DEBUG=INFO",
+        "TEAM=ml",
+    ]
+    assert eval_["env"] == [
+        "MIGDRA_GPU_UUID=" + node.gpu_uuid(1),
+        f"MIGDRA_MIG_UUID={eval_uuid}",
+        "NCCL_DEBUG=WARN",
+        "TEAM=ml",
+    ]
+    assert spec["containerEdits"]["env"] == [
+        "NVIDIA_VISIBLE_DEVICES=void",
+        f"MIGDRA_MIG_UUIDS={train_uuid},{eval_uuid}",
+    ]
+    assert {d.cdi_device_ids[0] for d in prepared.devices} == {f"gpu.migdra.io/claim={name}" for name in by_name}
+
+    assert service.unprepare([ref])[ref.uid].error == ""
+    assert list(node.cdi_dir.iterdir()) == []
+
+
+def test_whole_gpu_needs_nothing_created(api: LocalAPIServer, tmp_path: Path) -> None:
+    with simulated_node(tmp_path, [A100], api=api, mig_enabled=False) as node:
+        service = node.service()
+        ref = node.claim("whole", [result("gpu-0")])
+        prepared = service.prepare([ref])[ref.uid]
+        assert prepared.error == ""
+        assert node.instances() == []
+        (device,) = spec_of(node, ref)["devices"]
+        assert device["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia0"}]
+        mig = node.claim("mig-on-whole", [result("gpu-0-mig-1g5gb-19-0")])
+        assert "MIG mode is disabled on GPU" in service.prepare([mig])[mig.uid].error
+        assert service.unprepare([ref])[ref.uid].error == ""
+
+
+def test_admin_access_creates_nothing_and_sees_what_exists(node: Node) -> None:
+    service = node.service()
+    owner = node.claim("owner", [result(ONE_G_20)])
+    assert service.prepare([owner])[owner.uid].error == ""
+    before = node.instances()
+    ((_, gi, _, _, [(_, _, mig_uuid)]),) = before
+
+    admin = node.claim("admin", [result(ONE_G_20, adminAccess=True), result("gpu-1-mig-1g10gb-19-0", adminAccess=True)])
+    prepared = service.prepare([admin])[admin.uid]
+    assert prepared.error == ""
+    assert node.instances() == before
+    by_name = {d["name"]: d["containerEdits"] for d in spec_of(node, admin)["devices"]}
+    assert by_name[f"{admin.uid}-{ONE_G_20}"]["deviceNodes"] == [
+        {"path": "/dev/nvidia0"},
+        {"path": f"/dev/nvidia-caps/nvidia-cap{3 + 9 * gi}"},
+        {"path": f"/dev/nvidia-caps/nvidia-cap{3 + 9 * gi + 1}"},
+    ]
+    assert f"MIGDRA_MIG_UUID={mig_uuid}" in by_name[f"{admin.uid}-{ONE_G_20}"]["env"]
+    assert by_name[f"{admin.uid}-gpu-1-mig-1g10gb-19-0"]["deviceNodes"] == [{"path": "/dev/nvidia1"}]
+
+    assert service.unprepare([admin])[admin.uid].error == ""
+    assert node.instances() == before  # the owner's instance is never the admin claim's to destroy
+    assert service.owned_instances() == {(node.gpu_uuid(0), gi)}

@@ -1,0 +1,241 @@
+"""Harness for the prepare tests (no tests here): a simulated node, a local API server, claims, a service.
+
+Also the child process of the crash-recovery tests: ``python test_prepare_support.py '<json>'`` runs
+one PrepareService on the given simulator state, checkpoint and CDI directories against the given
+API server, prepares the given claims and prints the results -- unless a crash point or a simulator
+fault plan (``MIGDRA_SIM_FAULTS``) kills it first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pynvml
+from kubernetes import client
+
+from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.mig.catalog import Placement
+from dra_driver.nvml import sim
+from dra_driver.nvml.backend import Nvml
+from dra_driver.nvml.sim import SimulatedNvmlLibrary
+from kubeletplugin.prepare import PrepareService, PrepareSettings
+from kubeletplugin.service import ClaimRef
+
+NODE = "node-a"
+DRIVER = "gpu.migdra.io"
+BOOT_ID = "11111111-2222-3333-4444-555555555555"
+
+
+def result(device: str, request: str = "gpu", driver: str = DRIVER, pool: str = NODE, **extra: Any) -> dict[str, Any]:
+    """One ``status.allocation.devices.results`` entry."""
+    return {"request": request, "driver": driver, "pool": pool, "device": device, **extra}
+
+
+def opaque(
+    parameters: Any, requests: Sequence[str] = (), source: str = "FromClaim", driver: str = DRIVER
+) -> dict[str, Any]:
+    """One ``status.allocation.devices.config`` entry."""
+    entry: dict[str, Any] = {"source": source, "opaque": {"driver": driver, "parameters": parameters}}
+    if requests:
+        entry["requests"] = list(requests)
+    return entry
+
+
+def mig_config(**env: str) -> dict[str, Any]:
+    return {"apiVersion": f"{DRIVER}/v1alpha1", "kind": "MigDeviceConfig", "env": env}
+
+
+def create_claim(
+    api_client: client.ApiClient,
+    name: str,
+    results: Sequence[dict[str, Any]],
+    config: Sequence[dict[str, Any]] = (),
+    namespace: str = "default",
+) -> ClaimRef:
+    """A ResourceClaim with ``status.allocation`` set through the status subresource, as the scheduler does."""
+    requests = sorted(
+        {r["request"].split("/")[0] for r in results} | {q for c in config for q in c.get("requests", [])}
+    )
+    resource = client.ResourceV1Api(api_client)
+    created = resource.create_namespaced_resource_claim(
+        namespace,
+        client.ResourceV1ResourceClaim.from_dict(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {
+                    "devices": {
+                        "requests": [{"name": r, "exactly": {"deviceClassName": "mig.gpu.migdra.io"}} for r in requests]
+                    }
+                },
+            }
+        ),
+    )
+    body = api_client.sanitize_for_serialization(created)
+    body["status"] = {
+        "allocation": {
+            "devices": {"results": list(results), "config": list(config)},
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]
+            },
+        }
+    }
+    resource.replace_namespaced_resource_claim_status(name, namespace, body)
+    return ClaimRef(namespace=namespace, name=name, uid=created.metadata.uid)
+
+
+def read_claim_json(api_client: client.ApiClient, ref: ClaimRef) -> dict[str, Any]:
+    response = client.ResourceV1Api(api_client).read_namespaced_resource_claim(
+        ref.name, ref.namespace, _preload_content=False
+    )
+    return json.loads(response.data)
+
+
+@dataclass
+class Node:
+    """One simulated node: NVML over a state file, the API server, and the prepare directories."""
+
+    root: Path
+    api: LocalAPIServer
+    api_client: client.ApiClient
+    nvml: Nvml
+    library: SimulatedNvmlLibrary
+    services: list[PrepareService] = field(default_factory=list)
+
+    @property
+    def state_path(self) -> Path:
+        return self.root / "nvml-sim.json"
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.root / "cdi"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def proc_root(self) -> Path:
+        return self.root / "proc"
+
+    def service(self, *, start: bool = True, nvml: Nvml | None = None, **kwargs: Any) -> PrepareService:
+        """A PrepareService of this node (started unless ``start=False``); closed at the end of the test."""
+        options: dict[str, Any] = {
+            "nvml": nvml or self.nvml,
+            "api_client": self.api_client,
+            "node_name": NODE,
+            "driver_name": DRIVER,
+            "cdi_dir": self.cdi_dir,
+            "state_dir": self.state_dir,
+            "proc_root": self.proc_root,
+            "read_boot_id": lambda: BOOT_ID,
+            "workers": 4,
+            "state_lock_timeout": 5.0,
+            **kwargs,
+        }
+        service = PrepareService(**options)
+        if start:
+            service.start()
+        self.services.append(service)
+        return service
+
+    def close_services(self) -> None:
+        while self.services:
+            with contextlib.suppress(Exception):
+                self.services.pop().close()
+
+    def claim(self, name: str, results: Sequence[dict[str, Any]], config: Sequence[dict[str, Any]] = ()) -> ClaimRef:
+        return create_claim(self.api_client, name, results, config)
+
+    def gpu_uuid(self, index: int = 0) -> str:
+        return sim.snapshot(self.state_path).gpus[index].uuid
+
+    def instances(self) -> list[tuple[int, int, int, int, list[tuple[int, int, str]]]]:
+        """Every GI of the machine: (GPU index, GI ID, profile ID, start, [(CI ID, CI profile, MIG UUID)])."""
+        return [
+            (
+                gpu.index,
+                gi.gpu_instance_id,
+                gi.profile_id,
+                gi.placement.start,
+                [(ci.compute_instance_id, ci.ci_profile_id, ci.uuid) for ci in gi.compute_instances],
+            )
+            for gpu in sim.snapshot(self.state_path).gpus
+            for gi in gpu.gpu_instances
+        ]
+
+    def foreign_instance(self, gpu: int, profile_id: int, start: int, size: int) -> tuple[int, str]:
+        """A GI + full CI created behind migdra's back (an operator's nvidia-smi): (GI ID, MIG UUID)."""
+        uuid = self.gpu_uuid(gpu)
+        gi = self.nvml.create_gpu_instance(uuid, profile_id, Placement(start=start, size=size))
+        profile = next(p for p in self.nvml.gpu_instance_profiles(uuid) if p.profile_id == profile_id)
+        full = next(
+            c
+            for c in self.nvml.compute_instance_profiles(uuid, gi.gpu_instance_id)
+            if c.multiprocessor_count == profile.multiprocessor_count
+        )
+        ci = self.nvml.create_compute_instance(uuid, gi.gpu_instance_id, full.ci_profile_index)
+        return gi.gpu_instance_id, ci.mig_uuid
+
+    def nvml_calls(self) -> int:
+        """NVML C calls this process made so far (the simulator counts every symbol)."""
+        return sum(self.library.faults.calls(name) for name in dir(self.library) if name.startswith("nvml"))
+
+
+@contextlib.contextmanager
+def simulated_node(
+    root: Path, gpus: Sequence[str], *, api: LocalAPIServer | None = None, mig_enabled: bool = True, **install: Any
+) -> Iterator[Node]:
+    """A node with ``gpus`` in ``root``; uses ``api`` or starts its own API server."""
+    root.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        server = api or stack.enter_context(LocalAPIServer())
+        api_client = stack.enter_context(client.ApiClient(client.Configuration(host=server.url)))
+        library = sim.install(root / "nvml-sim.json", gpus=list(gpus), mig_enabled=mig_enabled, **install)
+        stack.callback(sim.uninstall)
+        nvml = Nvml()
+        nvml.init()
+        stack.callback(_shutdown, nvml)
+        node = Node(root, server, api_client, nvml, library)
+        stack.callback(node.close_services)
+        yield node
+
+
+def _shutdown(nvml: Nvml) -> None:
+    with contextlib.suppress(pynvml.NVMLError, Exception):
+        nvml.shutdown()
+
+
+def _child(arguments: dict[str, Any]) -> None:
+    """Crash-test child: one service, prepare the claims, print the results (if it survives)."""
+    sim.install(arguments["state_path"])  # MIGDRA_SIM_FAULTS, when set, is this process's fault plan
+    nvml = Nvml()
+    nvml.init()
+    # The crash point comes from MIGDRA_TEST_CRASH_AT, as in the node process.
+    settings = PrepareSettings(
+        cdi_dir=Path(arguments["cdi_dir"]),
+        state_dir=Path(arguments["state_dir"]),
+        proc_root=Path(arguments["proc_root"]),
+    )
+    with client.ApiClient(client.Configuration(host=arguments["api_url"])) as api_client:
+        service = PrepareService.from_settings(
+            settings, nvml=nvml, api_client=api_client, node_name=NODE, driver_name=DRIVER, read_boot_id=lambda: BOOT_ID
+        )
+        with service:
+            refs = [ClaimRef(**ref) for ref in arguments["claims"]]
+            results = {uid: r.error for uid, r in service.prepare(refs).items()}
+            if arguments.get("unprepare"):
+                results.update({uid: r.error for uid, r in service.unprepare(refs).items()})
+            service.flush_reports(5)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    _child(json.loads(sys.argv[1]))

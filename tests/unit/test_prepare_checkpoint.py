@@ -1,0 +1,177 @@
+"""The checkpoint: round trip, checksum refusal, other boot discarded, double-allocation guard."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dra_driver.mig.catalog import Placement
+from kubeletplugin.prepare.checkpoint import (
+    CheckpointStore,
+    ClaimRecord,
+    ClaimState,
+    DeviceIntent,
+    DeviceRecord,
+    StateDirLock,
+    compute_checksum,
+)
+from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError
+
+BOOT = "boot-a"
+GPU = "GPU-00000000-0000-0000-0000-000000000000"
+
+
+def intent(name: str, start: int | None, size: int = 1, admin: bool = False, gpu: str = GPU) -> DeviceIntent:
+    mig = start is not None
+    return DeviceIntent(
+        device_name=name,
+        request_names=("gpu",),
+        admin_access=admin,
+        gpu_uuid=gpu,
+        gpu_minor=0,
+        profile_id=19 if mig else None,
+        profile_name="1g.10gb" if mig else None,
+        placement=Placement(start=start, size=size) if mig else None,
+        multiprocessor_count=16 if mig else None,
+        env={"A": "b"},
+    )
+
+
+def completed(uid: str, *devices: DeviceRecord) -> ClaimRecord:
+    return ClaimRecord(claim_uid=uid, namespace="ns", name=uid, state=ClaimState.PREPARE_COMPLETED, devices=devices)
+
+
+def realized(name: str, start: int, gi: int) -> DeviceRecord:
+    return DeviceRecord(
+        intent=intent(name, start),
+        gpu_instance_id=gi,
+        compute_instance_id=0,
+        compute_instance_profile_id=0,
+        mig_uuid=f"MIG-{gi}",
+        cdi_device_ids=(f"gpu.migdra.io/claim=x-{name}",),
+    )
+
+
+def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, BOOT)
+    store.load()
+    record = completed("uid-1", realized("gpu-0-mig-1g10gb-19-6", 6, 13))
+    store.put(record)
+    started = ClaimRecord(
+        claim_uid="uid-2",
+        namespace="ns",
+        name="two",
+        state=ClaimState.PREPARE_STARTED,
+        devices=(DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-0", 0)),),
+    )
+    store.put(started)
+
+    reloaded = CheckpointStore(tmp_path, BOOT)
+    outcome = reloaded.load()
+    assert outcome.discarded == ()
+    assert reloaded.get("uid-1") == record
+    assert reloaded.get("uid-2") == started
+    assert reloaded.owned_instances() == {(GPU, 13)}
+
+
+def test_checksum_mismatch_refuses_to_load_and_keeps_the_file(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, BOOT)
+    store.load()
+    store.put(completed("uid-1", realized("gpu-0-mig-1g10gb-19-6", 6, 13)))
+    document = json.loads(store.path.read_text())
+    document["data"]["claims"]["uid-1"]["devices"][0]["gpuInstanceID"] = 14  # a flipped bit
+    store.path.write_text(json.dumps(document))
+    tampered = store.path.read_bytes()
+
+    with pytest.raises(CheckpointError, match="corrupt: checksum"):
+        CheckpointStore(tmp_path, BOOT).load()
+    assert store.path.read_bytes() == tampered  # never silently discarded
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param(b"{not json", "not valid JSON", id="torn"),
+        pytest.param(b'{"data": {}}', "lacks 'data' or 'checksum'", id="no-checksum"),
+        pytest.param(
+            json.dumps({"checksum": compute_checksum({"schemaVersion": 9}), "data": {"schemaVersion": 9}}).encode(),
+            "schema version 9",
+            id="future-schema",
+        ),
+    ],
+)
+def test_unreadable_checkpoint_refuses_to_start(tmp_path: Path, content: bytes, message: str) -> None:
+    (tmp_path / "checkpoint.json").write_bytes(content)
+    with pytest.raises(CheckpointError, match=message):
+        CheckpointStore(tmp_path, BOOT).load()
+
+
+def test_checksum_covers_the_stored_json_so_unknown_fields_still_verify(tmp_path: Path) -> None:
+    """A newer migdra's extra field must not break an older reader (NVIDIA #1080)."""
+    store = CheckpointStore(tmp_path, BOOT)
+    store.load()
+    store.put(completed("uid-1", realized("gpu-0-mig-1g10gb-19-6", 6, 13)))
+    document = json.loads(store.path.read_text())
+    document["data"]["claims"]["uid-1"]["addedLater"] = {"x": 1}
+    document["checksum"] = compute_checksum(document["data"])
+    store.path.write_text(json.dumps(document))
+    assert CheckpointStore(tmp_path, BOOT).load().records[0].claim_uid == "uid-1"
+
+
+def test_checkpoint_of_another_boot_is_discarded(tmp_path: Path) -> None:
+    old = CheckpointStore(tmp_path, "boot-before-reboot")
+    old.load()
+    old.put(completed("uid-1", realized("gpu-0-mig-1g10gb-19-6", 6, 13)))
+
+    store = CheckpointStore(tmp_path, BOOT)
+    outcome = store.load()
+    assert [r.claim_uid for r in outcome.discarded] == ["uid-1"]
+    assert outcome.previous_boot_id == "boot-before-reboot"
+    assert store.records() == ()
+    assert CheckpointStore(tmp_path, BOOT).load().records == ()  # the fresh checkpoint is on disk
+
+
+def test_a_placement_held_by_another_claim_is_refused(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, BOOT)
+    store.load()
+    store.put(
+        completed(
+            "uid-1",
+            realized("gpu-0-mig-2g-14-4", 4, 5).model_copy(update={"intent": intent("gpu-0-mig-2g-14-4", 4, 2)}),
+        )
+    )
+    overlapping = ClaimRecord(
+        claim_uid="uid-2",
+        namespace="ns",
+        name="two",
+        state=ClaimState.PREPARE_STARTED,
+        devices=(DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-5", 5)),),
+    )
+    with pytest.raises(DeviceConflictError, match="already prepared for claim ns/uid-1"):
+        store.begin(overlapping)
+    assert store.get("uid-2") is None
+
+    elsewhere = overlapping.model_copy(update={"devices": (DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-6", 6)),)})
+    store.begin(elsewhere)
+    admin = overlapping.model_copy(
+        update={"claim_uid": "uid-3", "devices": (DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-5", 5, admin=True)),)}
+    )
+    store.begin(admin)  # admin access never conflicts
+    whole_gpu = overlapping.model_copy(
+        update={"claim_uid": "uid-4", "devices": (DeviceRecord(intent=intent("gpu-0", None)),)}
+    )
+    with pytest.raises(DeviceConflictError):
+        store.begin(whole_gpu)
+
+
+def test_state_directory_is_owned_by_one_process_at_a_time(tmp_path: Path) -> None:
+    first = StateDirLock(tmp_path, timeout=0)
+    first.acquire()
+    with pytest.raises(CheckpointError, match="locked by another process"):
+        StateDirLock(tmp_path, timeout=0.1).acquire()
+    first.release()
+    second = StateDirLock(tmp_path, timeout=0)
+    second.acquire()
+    second.release()
