@@ -53,7 +53,7 @@ def read_inventory(session: Nvml) -> Inventory:
     catalog = load_catalog()
     views = []
     for gpu in session.list_gpus():
-        model = catalog.by_pci_device_id(gpu.pci_device_id) or catalog.by_nvml_name(gpu.name)
+        model = catalog.identify(gpu.pci_device_id, gpu.name)
         instances = tuple(session.gpu_instances(gpu.uuid)) if gpu.mig_enabled else ()
         profiles = []
         for profile in session.gpu_instance_profiles(gpu.uuid):

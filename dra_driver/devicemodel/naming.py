@@ -17,8 +17,24 @@ from __future__ import annotations
 
 import re
 
+from dra_driver.mig.catalog import GpuModel
+from dra_driver.nvml.types import GpuInstanceProfileInfo
+
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _NAME = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")
+
+
+def profile_name(profile: GpuInstanceProfileInfo, model: GpuModel | None) -> str:
+    """The profile name devices carry: the catalog's (``1g.20gb``), else NVML's without its ``MIG `` prefix.
+
+    NVML's struct name field is not confirmed on hardware, so the catalog name wins when the model is
+    known; device names, the ``profile`` attribute and the prepare path all use this one rule.
+    """
+    if model is not None:
+        known = next((p for p in model.gpu_instance_profiles if p.profile_id == profile.profile_id), None)
+        if known is not None:
+            return known.name
+    return profile.name.removeprefix("MIG ").strip() or f"profile-{profile.profile_id}"
 
 
 def profile_token(profile_name: str) -> str:

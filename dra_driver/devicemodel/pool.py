@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from dra_driver.devicemodel.config import DeviceModelConfig, normalise_pci_bus_id
-from dra_driver.devicemodel.naming import counter_set_name, gpu_device_name, mig_device_name
+from dra_driver.devicemodel.naming import counter_set_name, gpu_device_name, mig_device_name, profile_name
 from dra_driver.devicemodel.vocabulary import (
     CAPACITIES,
     STANDARD_DOMAIN,
@@ -137,7 +137,7 @@ def build_pool(
         if config.excludes(gpu.uuid, gpu.pci_bus_id):
             excluded.append(gpu.uuid)
             continue
-        model = catalog.by_pci_device_id(gpu.pci_device_id) or catalog.by_nvml_name(gpu.name)
+        model = catalog.identify(gpu.pci_device_id, gpu.name)
         common = _common_attributes(inventory, entry, model)
         if not gpu.mig_enabled:
             devices.append(_whole_gpu_device(entry, model, common))
@@ -199,14 +199,6 @@ def _whole_gpu_device(entry: GpuInventory, model: GpuModel | None, common: dict[
     )
 
 
-def _profile_name(profile: GpuInstanceProfileInfo, model: GpuModel | None) -> str:
-    if model is not None:
-        known = next((p for p in model.gpu_instance_profiles if p.profile_id == profile.profile_id), None)
-        if known is not None:
-            return known.name
-    return profile.name.removeprefix("MIG ").strip() or f"profile-{profile.profile_id}"
-
-
 def _as_counters(amounts: Mapping[str, int]) -> dict[str, int]:
     """Resource amounts in catalog units (MiB for memory) as counter values (bytes for memory)."""
     return {
@@ -229,7 +221,7 @@ def _mig_devices(
 ) -> tuple[list[Device], CounterSet, list[ForeignInstance]]:
     gpu = entry.gpu
     profiles_by_id = {p.profile_id: p for p in entry.profiles}
-    names = {p.profile_id: _profile_name(p, model) for p in entry.profiles}
+    names = {p.profile_id: profile_name(p, model) for p in entry.profiles}
     foreign_gis: list[GpuInstanceInfo] = [
         gi for gi in entry.gpu_instances if (gpu.uuid, gi.gpu_instance_id) not in owned
     ]

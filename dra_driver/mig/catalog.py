@@ -303,6 +303,10 @@ class MigCatalog(_Frozen):
     def by_pci_device_id(self, pci_device_id: int) -> GpuModel | None:
         return next((g for g in self.gpus.values() if int(g.pci_device_id, 16) == pci_device_id), None)
 
+    def identify(self, pci_device_id: int, nvml_name: str) -> GpuModel | None:
+        """The model of a GPU NVML reports: by PCI device ID, else by name; None for unknown boards."""
+        return self.by_pci_device_id(pci_device_id) or self.by_nvml_name(nvml_name)
+
 
 @cache
 def load_catalog() -> MigCatalog:

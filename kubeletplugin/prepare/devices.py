@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dra_driver.devicemodel.naming import gpu_device_name, mig_device_name, parse_mig_device_name
+from dra_driver.devicemodel.naming import gpu_device_name, mig_device_name, parse_mig_device_name, profile_name
 from dra_driver.mig.catalog import MigCatalog, Placement, load_catalog
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.types import GpuInfo, GpuInstanceProfileInfo
@@ -56,19 +56,6 @@ def read_gpu_topology(nvml: Nvml) -> tuple[GpuTopology, ...]:
     )
 
 
-def compute_profile_name(gpu: GpuInfo, profile: GpuInstanceProfileInfo, catalog: MigCatalog) -> str:
-    """The profile name device names use: the catalog's, else NVML's without its ``MIG `` prefix.
-
-    The same rule as the device model's (``dra_driver.devicemodel.pool``), so a published name resolves.
-    """
-    model = catalog.by_pci_device_id(gpu.pci_device_id) or catalog.by_nvml_name(gpu.name)
-    if model is not None:
-        known = next((p for p in model.gpu_instance_profiles if p.profile_id == profile.profile_id), None)
-        if known is not None:
-            return known.name
-    return profile.name.removeprefix("MIG ").strip() or f"profile-{profile.profile_id}"
-
-
 def compute_device_target(
     device_name: str,
     topology: tuple[GpuTopology, ...],
@@ -108,20 +95,20 @@ def compute_device_target(
         raise DeviceResolutionError(
             f"device {device_name}: GPU {entry.gpu.uuid} has no GPU-instance profile {profile_id} (profiles: {known})"
         )
-    profile_name = compute_profile_name(entry.gpu, profile, catalog or load_catalog())
+    catalog = catalog or load_catalog()
+    name = profile_name(profile, catalog.identify(entry.gpu.pci_device_id, entry.gpu.name))
     placement = next((p for p in profile.placements if p.start == start), None)
     if placement is None:
         legal = ", ".join(str(p) for p in profile.placements)
         raise DeviceResolutionError(
-            f"device {device_name}: start {start} is not a legal placement of {profile_name} (profile {profile_id}) "
+            f"device {device_name}: start {start} is not a legal placement of {name} (profile {profile_id}) "
             f"on GPU {entry.gpu.uuid}; NVML's placements: {legal}"
         )
-    expected = mig_device_name(minor, profile_name, profile_id, start)
+    expected = mig_device_name(minor, name, profile_id, start)
     if expected != device_name:
         raise DeviceResolutionError(
-            f"device {device_name}: profile {profile_id} of GPU {minor} is {profile_name}; "
-            f"the device is named {expected}"
+            f"device {device_name}: profile {profile_id} of GPU {minor} is {name}; the device is named {expected}"
         )
     if not entry.gpu.mig_enabled and not admin_access:
         raise DeviceResolutionError(f"device {device_name}: MIG mode is disabled on GPU {entry.gpu.uuid}")
-    return DeviceTarget(device_name, entry.gpu.uuid, minor, profile, placement, profile_name)
+    return DeviceTarget(device_name, entry.gpu.uuid, minor, profile, placement, name)

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from kubeletplugin.prepare.claims import ClaimApi
 from kubeletplugin.prepare.status import ClaimReporter
 from kubeletplugin.service import ClaimRef
-from tests.integration.test_prepare_support import DRIVER, NODE, Node, read_claim_json, result, simulated_node
+from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, result, simulated_node
 
 ONE_G_20 = "gpu-0-mig-1g20gb-15-6"
 NETWORK_ENTRY = {

@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-import tests.integration.test_prepare_support as support
+import tests.prepare_harness as support
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.errors import CheckpointError
 from kubeletplugin.service import ClaimRef
-from tests.integration.test_prepare_support import DRIVER, Node, result, simulated_node
+from tests.prepare_harness import DRIVER, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
 DEVICE_A = "gpu-0-mig-1g20gb-15-4"  # GPU 0, 1g.20gb at 4:2 -> GI 5, CI profile 7

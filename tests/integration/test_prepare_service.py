@@ -23,7 +23,7 @@ from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.types import ComputeInstanceInfo, ComputeInstanceProfileInfo, GpuInstanceInfo
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.service import ClaimRef, UnprepareResult
-from tests.integration.test_prepare_support import DRIVER, Node, mig_config, opaque, result, simulated_node
+from tests.prepare_harness import DRIVER, Node, mig_config, opaque, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
 A100 = "A100-SXM4-40GB"

@@ -1,6 +1,6 @@
 """Harness for the prepare tests (no tests here): a simulated node, a local API server, claims, a service.
 
-Also the child process of the crash-recovery tests: ``python test_prepare_support.py '<json>'`` runs
+Also the child process of the crash-recovery tests: ``python prepare_harness.py '<json>'`` runs
 one PrepareService on the given simulator state, checkpoint and CDI directories against the given
 API server, prepares the given claims and prints the results -- unless a crash point or a simulator
 fault plan (``MIGDRA_SIM_FAULTS``) kills it first.
