@@ -1,8 +1,12 @@
-"""The node process: wires settings, NVML, the device model and the API client together and runs.
+"""The node process: wires settings, NVML, the device model, prepare and gRPC together and runs.
 
 This is the only place the kubelet plugin's parts are assembled; each part stays testable alone.
-The concurrency model is threads: the publish loop runs on its own thread, the main thread waits for
-SIGTERM/SIGINT (later roadmap steps add the gRPC servers' thread pools).
+
+Concurrency model (threads, no asyncio): the publish loop on its own thread (periodic NVML rescan +
+triggers); the gRPC servers' thread pools calling the thread-safe :class:`PrepareService` (which runs
+claims on its own worker pool under per-GPU locks, and writes claim status on one background
+thread); the main thread waits for SIGTERM/SIGINT and then shuts down in order: deregister from
+kubelet, let in-flight calls finish, stop publishing, close prepare (instances are kept).
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
@@ -18,17 +24,24 @@ from prometheus_client import CollectorRegistry, start_http_server
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ConfigurationError
+from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.settings import NvmlSettings, load_device_model_config
+from kubeletplugin.grpc import PluginServers, SocketPathError
 from kubeletplugin.metrics import PublishMetrics
 from kubeletplugin.pool_report import PoolReporter
+from kubeletplugin.prepare import CheckpointError, PrepareService, PrepareSettings
 from kubeletplugin.publisher import PublishLoop, PublishResult, SlicePublisher
 
 log = logging.getLogger(__name__)
+
+KUBELET_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
+KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 
 
 class PluginSettings(BaseSettings):
@@ -45,6 +58,18 @@ class PluginSettings(BaseSettings):
     metrics_address: str | None = Field(
         default=None, description="serve Prometheus metrics on HOST:PORT (e.g. 0.0.0.0:9400); off when unset"
     )
+    registry_dir: Path = Field(default=KUBELET_REGISTRY_DIR, description="kubelet's plugin registration directory")
+    plugin_dir: Path | None = Field(
+        default=None, description="directory of dra.sock; default /var/lib/kubelet/plugins/<driver name>"
+    )
+    pod_uid: str | None = Field(
+        default=None, description="rolling-update mode: socket names carry this pod UID (from the downward API)"
+    )
+    shutdown_grace: float = Field(default=30.0, ge=0, description="seconds in-flight kubelet calls get at shutdown")
+
+    @property
+    def plugin_directory(self) -> Path:
+        return self.plugin_dir or KUBELET_PLUGINS_DIR / self.driver_name
 
 
 def api_client_for(kubeconfig: Path | None) -> client.ApiClient:
@@ -56,56 +81,143 @@ def api_client_for(kubeconfig: Path | None) -> client.ApiClient:
     return client.ApiClient()
 
 
-def run_publish_only(plugin: PluginSettings, nvml_settings: NvmlSettings, stop: threading.Event) -> int:
-    """Publish and keep the node's ResourceSlices current until ``stop`` is set; returns an exit code."""
-    device_config = load_device_model_config(plugin.device_config, driver_name=plugin.driver_name)
-    fatal: list[BaseException] = []
+class _Publishing:
+    """The publish loop with its metrics and fatal-error handling, shared by both run modes."""
 
-    def on_fatal(exc: BaseException) -> None:
-        fatal.append(exc)
-        stop.set()
+    def __init__(self, plugin: PluginSettings, registry: CollectorRegistry, stop: threading.Event) -> None:
+        self.plugin = plugin
+        self.device_config: DeviceModelConfig = load_device_model_config(
+            plugin.device_config, driver_name=plugin.driver_name
+        )
+        self.reporter = PoolReporter(PublishMetrics(registry))
+        self.fatal: list[BaseException] = []
+        self._stop = stop
 
-    registry = CollectorRegistry()
-    reporter = PoolReporter(PublishMetrics(registry))
-    metrics_server = serve_metrics(plugin.metrics_address, registry)
+    def on_fatal(self, exc: BaseException) -> None:
+        self.fatal.append(exc)
+        self._stop.set()
 
-    def on_round(pool: NodePool, result: PublishResult) -> None:
-        reporter.report_pool(pool)
-        reporter.report_publish(result)
+    def on_round(self, pool: NodePool, result: PublishResult) -> None:
+        self.reporter.report_pool(pool)
+        self.reporter.report_publish(result)
 
-    with api_client_for(plugin.kubeconfig) as api_client, open_nvml(nvml_settings) as nvml:
-        publisher = SlicePublisher(api_client, plugin.node_name, device_config.driver_name)
+    @contextmanager
+    def running(
+        self, api_client: client.ApiClient, nvml: Nvml, owned: Callable[[], set[tuple[str, int]]]
+    ) -> Iterator[SlicePublisher]:
+        publisher = SlicePublisher(api_client, self.plugin.node_name, self.device_config.driver_name)
         loop = PublishLoop(
             publisher,
-            lambda: build_pool(read_inventory(nvml), device_config),
-            interval=plugin.rescan_interval,
-            on_fatal=on_fatal,
-            on_round=on_round,
+            lambda: build_pool(read_inventory(nvml), self.device_config, owned_instances=owned()),
+            interval=self.plugin.rescan_interval,
+            on_fatal=self.on_fatal,
+            on_round=self.on_round,
         )
         loop.start()
-        log.info("publishing ResourceSlices of node %s for %s", plugin.node_name, device_config.driver_name)
+        log.info("publishing ResourceSlices of node %s for %s", self.plugin.node_name, self.device_config.driver_name)
+        try:
+            yield publisher
+        finally:
+            loop.stop()
+            if self.plugin.cleanup_on_exit:
+                log.info("deleted %d ResourceSlices on exit", publisher.delete_all())
+
+    def exit_code(self) -> int:
+        if self.fatal:
+            log.error("stopping: publishing kept failing: %s", self.fatal[0])
+            return 1
+        return 0
+
+
+def run_publish_only(plugin: PluginSettings, nvml_settings: NvmlSettings, stop: threading.Event) -> int:
+    """Publish and keep the node's ResourceSlices current until ``stop`` is set; returns an exit code."""
+    registry = CollectorRegistry()
+    publishing = _Publishing(plugin, registry, stop)
+    with (
+        serving_metrics(plugin.metrics_address, registry),
+        api_client_for(plugin.kubeconfig) as api_client,
+        open_nvml(nvml_settings) as nvml,
+        publishing.running(api_client, nvml, owned=set),
+    ):
         stop.wait()
-        loop.stop()
-        if plugin.cleanup_on_exit:
-            log.info("deleted %d ResourceSlices on exit", publisher.delete_all())
-    if metrics_server is not None:
-        metrics_server.shutdown()
-    if fatal:
-        log.error("stopping: publishing kept failing: %s", fatal[0])
-        return 1
-    return 0
+    return publishing.exit_code()
 
 
-def serve_metrics(address: str | None, registry: CollectorRegistry) -> WSGIServer | None:
-    """Start the Prometheus endpoint on ``HOST:PORT`` (``:PORT`` = all interfaces), or nothing."""
+def run_plugin(
+    plugin: PluginSettings, prepare: PrepareSettings, nvml_settings: NvmlSettings, stop: threading.Event
+) -> int:
+    """The whole node plugin: publish slices, register with kubelet, serve prepare/unprepare."""
+    registry = CollectorRegistry()
+    publishing = _Publishing(plugin, registry, stop)
+    driver_name = publishing.device_config.driver_name
+    with (
+        serving_metrics(plugin.metrics_address, registry),
+        api_client_for(plugin.kubeconfig) as api_client,
+        open_nvml(nvml_settings) as nvml,
+    ):
+        service = PrepareService.from_settings(
+            prepare, nvml=nvml, api_client=api_client, node_name=plugin.node_name, driver_name=driver_name
+        )
+        try:
+            recovery = service.start()
+        except CheckpointError as exc:
+            log.error("cannot trust the checkpoint, refusing to start: %s", exc)
+            return 1
+        log.info("start-up recovery: %s", recovery)
+        try:
+            with publishing.running(api_client, nvml, owned=service.owned_instances):
+                servers = PluginServers(
+                    driver_name,
+                    plugin.registry_dir,
+                    plugin.plugin_directory,
+                    service,
+                    metrics_registry=registry,
+                    pod_uid=plugin.pod_uid,
+                )
+                try:
+                    servers.start()
+                except SocketPathError as exc:
+                    log.error("cannot serve kubelet: %s", exc)
+                    return 1
+                _log_registration(servers, stop)
+                stop.wait()
+                servers.stop(plugin.shutdown_grace)  # deregister, then let in-flight calls finish
+        finally:
+            service.close()
+    return publishing.exit_code()
+
+
+def _log_registration(servers: PluginServers, stop: threading.Event) -> None:
+    """Say loudly whether kubelet accepted us, without blocking start-up on it."""
+
+    def wait() -> None:
+        while not stop.is_set():
+            status = servers.registration.wait(timeout=5.0)
+            if status is not None:
+                if status.registered:
+                    log.info("registered with kubelet")
+                else:
+                    log.error("kubelet rejected the registration: %s", status.describe())
+                return
+
+    threading.Thread(target=wait, name="registration-status", daemon=True).start()
+
+
+@contextmanager
+def serving_metrics(address: str | None, registry: CollectorRegistry) -> Iterator[WSGIServer | None]:
+    """The Prometheus endpoint on ``HOST:PORT`` (``:PORT`` = all interfaces) while the block runs."""
     if not address:
-        return None
+        yield None
+        return
     host, _, port = address.rpartition(":")
     try:
         server, _thread = start_http_server(int(port), addr=host or "0.0.0.0", registry=registry)
     except (ValueError, OSError) as exc:
         raise ConfigurationError(f"metrics_address {address!r}: {exc}") from exc
-    return server
+    try:
+        yield server
+    finally:
+        server.shutdown()
 
 
 def stop_on_signals() -> threading.Event:

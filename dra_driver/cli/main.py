@@ -23,6 +23,7 @@ from dra_driver.errors import ConfigurationError, MigdraError
 from dra_driver.settings import build_nvml_settings, load_device_model_config
 
 F = TypeVar("F", bound=Callable[..., Any])
+SettingsT = TypeVar("SettingsT")
 
 
 def nvml_options(command: F) -> F:
@@ -136,10 +137,15 @@ def slices(
 @click.option("--driver-name", default=None, help=f"DRA driver name [default: {DEFAULT_DRIVER_NAME}]")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), default=None)
 @click.option("--device-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None)
+@click.option("--registry-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--plugin-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--cdi-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--pod-uid", default=None, help="rolling-update mode: socket names carry this pod UID")
 @click.option("--rescan-interval", type=float, default=None, help="seconds between NVML rescans [60]")
 @click.option("--cleanup-on-exit/--keep-slices-on-exit", default=None, help="delete the slices on exit")
 @click.option("--metrics-address", default=None, metavar="HOST:PORT", help="serve Prometheus metrics here")
-@click.option("--publish-only", is_flag=True, help="only publish ResourceSlices (no kubelet gRPC yet)")
+@click.option("--publish-only", is_flag=True, help="only publish ResourceSlices; do not serve kubelet")
 def kubelet_plugin(
     nvml: str | None,
     sim_state: Path | None,
@@ -149,33 +155,51 @@ def kubelet_plugin(
     driver_name: str | None,
     kubeconfig: Path | None,
     device_config: Path | None,
+    registry_dir: Path | None,
+    plugin_dir: Path | None,
+    cdi_dir: Path | None,
+    state_dir: Path | None,
+    pod_uid: str | None,
     rescan_interval: float | None,
     cleanup_on_exit: bool | None,
     metrics_address: str | None,
     publish_only: bool,
 ) -> None:
-    """Run the node plugin: publish this node's ResourceSlices and keep them current."""
+    """Run the node plugin: publish ResourceSlices, register with kubelet, prepare and unprepare claims."""
     from kubeletplugin import app  # noqa: PLC0415 -- the node process is loaded only here
+    from kubeletplugin.prepare import PrepareSettings  # noqa: PLC0415
 
     nvml_settings = build_nvml_settings(
         nvml=nvml, sim_state=sim_state, sim_gpus=sim_gpus, sim_mig_enabled=sim_mig_enabled
     )
-    given = {
-        "node_name": node_name,
-        "driver_name": driver_name,
-        "kubeconfig": kubeconfig,
-        "device_config": device_config,
-        "rescan_interval": rescan_interval,
-        "cleanup_on_exit": cleanup_on_exit,
-        "metrics_address": metrics_address,
-    }
+    plugin = _settings(
+        app.PluginSettings,
+        "kubelet plugin",
+        node_name=node_name,
+        driver_name=driver_name,
+        kubeconfig=kubeconfig,
+        device_config=device_config,
+        registry_dir=registry_dir,
+        plugin_dir=plugin_dir,
+        pod_uid=pod_uid,
+        rescan_interval=rescan_interval,
+        cleanup_on_exit=cleanup_on_exit,
+        metrics_address=metrics_address,
+    )
+    stop = app.stop_on_signals()
+    if publish_only:
+        sys.exit(app.run_publish_only(plugin, nvml_settings, stop))
+    # the checkpoint lives beside dra.sock unless told otherwise
+    prepare = _settings(PrepareSettings, "prepare", cdi_dir=cdi_dir, state_dir=state_dir or plugin.plugin_directory)
+    sys.exit(app.run_plugin(plugin, prepare, nvml_settings, stop))
+
+
+def _settings(model: Callable[..., SettingsT], what: str, **given: object) -> SettingsT:
+    """A settings group from flags (None = not given) plus ``MIGDRA_*`` variables; errors name the field."""
     try:
-        plugin = app.PluginSettings(**{k: v for k, v in given.items() if v is not None})  # type: ignore[arg-type]
+        return model(**{key: value for key, value in given.items() if value is not None})
     except ValueError as exc:
-        raise ConfigurationError(f"invalid kubelet plugin settings: {exc}") from exc
-    if not publish_only:
-        raise click.UsageError("only --publish-only is available yet: the kubelet gRPC servers come next")
-    sys.exit(app.run_publish_only(plugin, nvml_settings, app.stop_on_signals()))
+        raise ConfigurationError(f"invalid {what} settings: {exc}") from exc
 
 
 def main() -> None:
