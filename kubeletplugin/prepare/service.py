@@ -115,7 +115,7 @@ class PrepareService:
         state_dir: Path,
         proc_root: Path = Path("/proc"),
         read_boot_id: Callable[[], str] = read_node_boot_id,
-        workers: int = 8,
+        workers: int = 64,
         crash_at: CrashPoint | None = None,
         state_lock_timeout: float = 30.0,
         api_timeout: float = 10.0,

@@ -28,7 +28,11 @@ class PrepareSettings(BaseSettings):
         default=Path("/proc"), description="procfs root for the NVIDIA capability files and /proc/devices"
     )
     prepare_workers: int = Field(
-        default=8, ge=1, le=64, description="claims prepared / unprepared concurrently (threads)"
+        default=64,
+        ge=1,
+        le=256,
+        description="claims prepared / unprepared concurrently (threads). A thread waits on its GPU's lock, so "
+        "fewer threads than the claims of one request would queue claims of idle GPUs behind a busy one",
     )
     state_lock_timeout: float = Field(
         default=30.0, ge=0, description="seconds to wait for another process to release the state directory"

@@ -21,6 +21,7 @@ from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.types import ComputeInstanceInfo, ComputeInstanceProfileInfo, GpuInstanceInfo
+from kubeletplugin.prepare import PrepareSettings
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.service import ClaimRef, UnprepareResult
 from tests.prepare_harness import DRIVER, Node, mig_config, opaque, result, simulated_node
@@ -72,11 +73,12 @@ def test_a_device_listed_twice_is_one_instance_serving_both_requests(node: Node)
 
 
 class RecordingNvml(Nvml):
-    """Records when each GPU-instance creation ran, per GPU."""
+    """Records when each GPU-instance creation ran, per GPU (the last one in ``intervals``, all in ``runs``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.intervals: dict[str, tuple[float, float]] = {}
+        self.runs: dict[str, list[tuple[float, float]]] = {}
 
     def create_gpu_instance(self, gpu_uuid: str, profile_id: int, placement: Placement) -> GpuInstanceInfo:
         began = time.monotonic()
@@ -84,6 +86,26 @@ class RecordingNvml(Nvml):
             return super().create_gpu_instance(gpu_uuid, profile_id, placement)
         finally:
             self.intervals[gpu_uuid] = (began, time.monotonic())
+            self.runs.setdefault(gpu_uuid, []).append(self.intervals[gpu_uuid])
+
+
+def test_claims_of_an_idle_gpu_do_not_queue_behind_a_busy_one(api: LocalAPIServer, tmp_path: Path) -> None:
+    """Seven claims on GPU 0 listed before one on GPU 1: GPU 1's instance is made while GPU 0's first is."""
+    latency = {"nvmlDeviceCreateGpuInstanceWithPlacement": 0.2}
+    with simulated_node(tmp_path, [H100, H100], api=api, latency=latency) as node:
+        recording = RecordingNvml()
+        recording.init()
+        try:
+            service = node.service(nvml=recording, workers=PrepareSettings().prepare_workers)
+            busy = [node.claim(f"busy-{s}", [result(f"gpu-0-mig-1g10gb-19-{s}")]) for s in range(7)]
+            idle = node.claim("idle", [result("gpu-1-mig-1g10gb-19-6")])
+            results = service.prepare([*busy, idle])
+            assert all(r.error == "" for r in results.values())
+            first_on_gpu0 = min(recording.runs[node.gpu_uuid(0)])
+            ((gpu1_start, _),) = recording.runs[node.gpu_uuid(1)]
+            assert gpu1_start < first_on_gpu0[1], recording.runs
+        finally:
+            recording.shutdown()
 
 
 @pytest.mark.parametrize("calls", ["one-call", "concurrent-calls"])
