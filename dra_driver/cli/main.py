@@ -17,6 +17,7 @@ import click
 
 from dra_driver import __version__
 from dra_driver.cli import inventory_view
+from dra_driver.cli.cel_commands import cel
 from dra_driver.cli.sim_commands import sim
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ConfigurationError, MigdraError
@@ -89,6 +90,7 @@ def gpus(
 
 
 cli.add_command(sim)
+cli.add_command(cel)
 
 
 @cli.command()
