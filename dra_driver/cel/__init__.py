@@ -9,24 +9,53 @@ Built on celpy (cel-python); see ``docs/deviceclasses.md`` for what differs from
 workarounds), ``functions`` (operators and the Kubernetes libraries), ``quantity``/``semver`` (pure
 value types), ``device`` (the ``device`` variable), ``environment`` (celpy runners, budget hooks),
 ``budget`` (cost limit and wall-clock guard), ``program`` (compile cache, ``CompiledSelector``),
-``explain`` and ``lint`` (tooling).
+``explain`` and ``lint`` (tooling), ``documents`` (manifests and slices from files).
 
-Nothing here imports the Kubernetes client, NVML or gRPC.
+The names below load on first use, so ``dra_driver.cel.quantity`` and ``dra_driver.cel.semver`` stay
+importable (by API validation, say) without celpy and its parser.  Nothing here imports the
+Kubernetes client, NVML or gRPC.
 """
 
-from dra_driver.cel.budget import KUBERNETES_COST_LIMIT, Limits
-from dra_driver.cel.device import ActivationCache, DeviceActivation, build_device_activation
-from dra_driver.cel.environment import RunnerKind
-from dra_driver.cel.errors import (
-    CELCompileError,
-    CELCostLimitError,
-    CELError,
-    CELRuntimeError,
-    DeviceValueError,
-)
-from dra_driver.cel.program import CompiledSelector, ProgramCache, compile_selector
-from dra_driver.cel.quantity import Quantity, QuantityError
-from dra_driver.cel.semver import Semver, SemverError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dra_driver.cel.budget import KUBERNETES_COST_LIMIT, Limits
+    from dra_driver.cel.device import ActivationCache, DeviceActivation, build_device_activation
+    from dra_driver.cel.environment import RunnerKind
+    from dra_driver.cel.errors import (
+        CELCompileError,
+        CELCostLimitError,
+        CELError,
+        CELRuntimeError,
+        DeviceValueError,
+    )
+    from dra_driver.cel.program import CompiledSelector, ProgramCache, compile_selector
+    from dra_driver.cel.quantity import Quantity, QuantityError
+    from dra_driver.cel.semver import Semver, SemverError
+
+_EXPORTS: dict[str, str] = {
+    "KUBERNETES_COST_LIMIT": "budget",
+    "Limits": "budget",
+    "ActivationCache": "device",
+    "DeviceActivation": "device",
+    "build_device_activation": "device",
+    "RunnerKind": "environment",
+    "CELCompileError": "errors",
+    "CELCostLimitError": "errors",
+    "CELError": "errors",
+    "CELRuntimeError": "errors",
+    "DeviceValueError": "errors",
+    "CompiledSelector": "program",
+    "ProgramCache": "program",
+    "compile_selector": "program",
+    "Quantity": "quantity",
+    "QuantityError": "quantity",
+    "Semver": "semver",
+    "SemverError": "semver",
+}
 
 __all__ = [
     "KUBERNETES_COST_LIMIT",
@@ -48,3 +77,16 @@ __all__ = [
     "build_device_activation",
     "compile_selector",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

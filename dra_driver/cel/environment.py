@@ -22,7 +22,6 @@ import enum
 import importlib.metadata
 import re
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 import lark
@@ -105,11 +104,6 @@ def device_activation(device: DeviceActivation) -> BudgetActivation:
         runtime = BudgetActivation(functions=FUNCTIONS, vars=device.context)
         device.runtime = runtime
     return runtime
-
-
-def context_activation(context: Mapping[str, Any]) -> BudgetActivation:
-    """A one-off activation for variables other than a device (tests, the expression table)."""
-    return BudgetActivation(functions=FUNCTIONS, vars=dict(context))
 
 
 # -- runners ----------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from dra_driver.cel.syntax import Ident, Index, Literal, Node, Select
 
 DEVICE = "device"
-DEVICE_FIELDS = ("driver", "attributes", "capacity", "allowMultipleAllocations")
 MAP_FIELDS = ("attributes", "capacity")
 
 

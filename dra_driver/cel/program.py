@@ -27,7 +27,6 @@ from dra_driver.cel.environment import (
     RunnerKind,
     as_bool,
     build_runner,
-    context_activation,
     device_activation,
     translate_error,
     type_name,
@@ -81,10 +80,6 @@ class CompiledSelector:
                 self.expression, f"CEL result of type {type_name(value)} could not be converted to bool"
             )
         return result
-
-    def evaluate(self, variables: Mapping[str, Any], *, limits: Limits | None = None) -> Any:
-        """The raw CEL value for arbitrary celpy ``variables`` (for tests and tools, not scheduling)."""
-        return self._run(context_activation(variables), limits)
 
     def _activation(self, device: Device, driver: str | None, activations: ActivationCache | None) -> DeviceActivation:
         if isinstance(device, DeviceActivation):

@@ -39,7 +39,13 @@ def cel() -> None:
     default=None,
     help=f"only devices of this driver's slices; also the driver of slices naming none [{DEFAULT_DRIVER_NAME}]",
 )
-@click.option("--runner", type=click.Choice(["compiled", "interpreted"]), default="compiled", show_default=True)
+@click.option(
+    "--runner",
+    type=click.Choice(["compiled", "interpreted"]),
+    default="compiled",
+    show_default=True,
+    help="celpy runner (both give the same answers)",
+)
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def eval_command(
     expression: str,

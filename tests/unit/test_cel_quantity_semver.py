@@ -6,6 +6,8 @@ import itertools
 from fractions import Fraction
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dra_driver.cel.quantity import INT64_MAX, Quantity, QuantityError
 from dra_driver.cel.semver import Semver, SemverError
@@ -157,3 +159,20 @@ def test_semver_precedence() -> None:
     assert versions == sorted(versions)
     assert all(a < b for a, b in itertools.pairwise(versions))
     assert Semver.parse("1.0.0+a") == Semver.parse("1.0.0+b")
+
+
+@given(
+    number=st.integers(min_value=-(10**12), max_value=10**12),
+    suffix=st.sampled_from(["", "n", "u", "m", "k", "M", "G", "Ki", "Mi", "Gi", "e3", "e-2"]),
+)
+def test_canonical_spelling_parses_back_to_the_same_value(number: int, suffix: str) -> None:
+    quantity = Quantity.parse(f"{number}{suffix}")
+    assert Quantity.parse(quantity.canonical()) == quantity
+
+
+@given(number=st.integers(min_value=0, max_value=2**30), power=st.integers(min_value=1, max_value=3))
+def test_binary_units_are_equal_across_scales(number: int, power: int) -> None:
+    """Below the binary-SI cap of 2^63-1 (which Kubernetes applies to Ki..Ei values only)."""
+    units = ["", "Ki", "Mi", "Gi"]
+    assert Quantity.parse(f"{number * 1024**power}{units[0]}") == Quantity.parse(f"{number}{units[power]}")
+    assert Quantity.parse(f"{number * 1024}{units[power - 1]}") == Quantity.parse(f"{number}{units[power]}")

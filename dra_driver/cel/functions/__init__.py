@@ -20,8 +20,6 @@ celpy's runners handle alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from dra_driver.cel.functions.kube import (
     as_approximate_float,
     as_integer,
@@ -179,11 +177,6 @@ FUNCTIONS: dict[str, Function] = {
     INTERNAL_NAMES["sets.intersects"]: sets_intersects,
     INTERNAL_NAMES["strings.quote"]: quote,
 }
-
-
-def all_functions() -> Iterable[tuple[str, Function]]:
-    """Every (CEL name, function) pair, for the environment to register."""
-    return FUNCTIONS.items()
 
 
 __all__ = ["EXACTLY_ONE", "FUNCTIONS", "HAS", "INTERNAL_NAMES", "KEEP", "SELECT", "STRICT_LIST", "kind_of"]
