@@ -1,44 +1,36 @@
-"""The syntax of a Kubernetes ``resource.Quantity`` (``80Gi``, ``100m``, ``1.5``, ``2e3``): syntax only.
+"""Validation of Kubernetes ``resource.Quantity`` fields (``80Gi``, ``100m``, ``1.5``, ``2e3``).
 
-The grammar is apimachinery's (``api/resource/quantity.go``)::
-
-    <quantity>  ::= <sign>? <number> <suffix>
-    <number>    ::= <digits> | <digits>.<digits>? | .<digits>
-    <suffix>    ::= Ki | Mi | Gi | Ti | Pi | Ei | n | u | m | "" | k | M | G | T | P | E | (e|E) <sign>? <digits>
-
-A JSON number is a quantity too (Go's ``Quantity.UnmarshalJSON`` accepts it unquoted).  This module never
-computes a quantity's value.
+The grammar and its error texts live in one place, :mod:`dra_driver.cel.quantity` (a port of
+apimachinery's ``ParseQuantity``); this module only turns its verdict into field errors.  A JSON
+number is a quantity too (Go's ``Quantity.UnmarshalJSON`` accepts it unquoted).
 """
 
 from __future__ import annotations
 
-import re
-from typing import Final
-
+from dra_driver.cel.quantity import Quantity, QuantityError
 from dra_driver.controlplane.apiserver.validation.errors import FieldError, invalid, required
 from dra_driver.controlplane.apiserver.validation.paths import FieldPath
 
-_QUANTITY: Final = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?")
 
-# What kube-apiserver's decoder answers for a malformed quantity (resource.ErrFormatWrong).
-QUANTITY_FORMAT_MESSAGE: Final = (
-    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-)
+def quantity_problem(value: object) -> str | None:
+    """Why ``value`` (a JSON string or number) is not a Quantity, in kube's words; None if it is one."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return "quantities must be strings or numbers"
+    try:
+        Quantity.parse(value if isinstance(value, str) else repr(value))
+    except QuantityError as exc:
+        return str(exc)
+    return None
 
 
 def is_quantity(value: object) -> bool:
     """Whether ``value`` (a JSON string or number) parses as a Quantity."""
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int | float):
-        value = repr(value)
-    return isinstance(value, str) and _QUANTITY.fullmatch(value) is not None
+    return quantity_problem(value) is None
 
 
 def validate_quantity(value: object, path: FieldPath) -> list[FieldError]:
     """A required Quantity at ``path``."""
     if value is None or value == "":
         return [required(path)]
-    if not is_quantity(value):
-        return [invalid(path, value, QUANTITY_FORMAT_MESSAGE)]
-    return []
+    problem = quantity_problem(value)
+    return [invalid(path, value, problem)] if problem else []
