@@ -64,7 +64,8 @@ class NvmlSettings(BaseSettings):
     )
     sim_state: Path | None = Field(
         default=None,
-        description="state file of the simulated hardware (created if absent); required with nvml=simulated",
+        description="state file of the simulated hardware (created if absent); unset: a throw-away node that "
+        "lives as long as the process",
     )
     sim_gpus: Annotated[tuple[str, ...], NoDecode, BeforeValidator(parse_sim_gpus)] = Field(
         default=(),
@@ -77,10 +78,21 @@ class NvmlSettings(BaseSettings):
     def _absolute(cls, value: Path | None) -> Path | None:
         return value.expanduser().absolute() if value is not None else None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _simulated_gpus_imply_the_simulator(cls, data: object) -> object:
+        """``--sim-gpus`` alone means the simulator: nobody asks for simulated GPUs on real NVML."""
+        if isinstance(data, dict) and data.get("sim_gpus") and "nvml" not in data:
+            return {**data, "nvml": "simulated"}
+        return data
+
     @model_validator(mode="after")
-    def _simulated_needs_state(self) -> NvmlSettings:
-        if self.nvml == "simulated" and self.sim_state is None:
-            raise ValueError("sim_state (--sim-state / MIGDRA_SIM_STATE) is required when nvml is 'simulated'")
+    def _simulated_needs_hardware(self) -> NvmlSettings:
+        if self.nvml == "simulated" and self.sim_state is None and not self.sim_gpus:
+            raise ValueError(
+                "nvml 'simulated' needs sim_gpus (--sim-gpus / MIGDRA_SIM_GPUS) for a throw-away node, "
+                "or sim_state (--sim-state / MIGDRA_SIM_STATE) for a persistent one"
+            )
         return self
 
 

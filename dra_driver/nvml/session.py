@@ -7,8 +7,10 @@ library *beneath* ``pynvml`` rather than the backend.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 from dra_driver.nvml.backend import Nvml
 from dra_driver.settings import NvmlSettings
@@ -23,10 +25,11 @@ def open_nvml(settings: NvmlSettings) -> Iterator[Nvml]:
         return
     from dra_driver.nvml import sim  # noqa: PLC0415 -- the simulator is loaded only when asked for
 
-    assert settings.sim_state is not None  # enforced by NvmlSettings
-    sim.install(settings.sim_state, gpus=list(settings.sim_gpus) or None, mig_enabled=settings.sim_mig_enabled)
-    try:
+    with ExitStack() as stack:
+        state = settings.sim_state
+        if state is None:  # a throw-away node for this process only (e.g. `migdra slices --sim-gpus ...`)
+            state = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="migdra-sim-"))) / "state.json"
+        sim.install(state, gpus=list(settings.sim_gpus) or None, mig_enabled=settings.sim_mig_enabled)
+        stack.callback(sim.uninstall)
         with Nvml() as nvml:
             yield nvml
-    finally:
-        sim.uninstall()

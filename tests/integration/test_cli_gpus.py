@@ -93,3 +93,19 @@ def test_real_nvml_without_a_driver_fails_cleanly(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "migdra: error: nvmlInit" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_slices_for_simulated_gpus_need_no_state_file_and_no_cluster(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [MIGDRA, "slices", "--sim-gpus", "H100-SXM5-80GB:8", "--node-name", "n1", "-o", "json"],
+        env={k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")},
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    items = json.loads(result.stdout)["items"]
+    assert sum(len(i["spec"].get("devices", [])) for i in items) == 8 * 25
+    assert {i["spec"]["pool"]["name"] for i in items} == {"n1"}
+    assert list(tmp_path.iterdir()) == []  # nothing left behind

@@ -49,10 +49,15 @@ def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert settings.sim_gpus == ("B200",)
 
 
-def test_simulator_requires_a_state_file(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("MIGDRA_SIM_STATE", raising=False)
-    with pytest.raises(ConfigurationError, match="sim_state"):
+def test_simulator_needs_gpus_or_a_state_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("MIGDRA_SIM_STATE", "MIGDRA_SIM_GPUS", "MIGDRA_NVML"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigurationError, match=r"sim_gpus .* or sim_state"):
         build_nvml_settings(nvml="simulated")
+    throw_away = build_nvml_settings(sim_gpus="H100:8")
+    assert throw_away.nvml == "simulated"
+    assert throw_away.sim_state is None
+    assert build_nvml_settings(nvml="real", sim_gpus="H100").nvml == "real"  # an explicit choice wins
 
 
 def test_real_nvml_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
