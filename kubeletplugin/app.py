@@ -33,6 +33,7 @@ from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.settings import NvmlSettings, load_device_model_config
 from kubeletplugin.grpc import PluginServers, SocketPathError
+from kubeletplugin.health import NvmlDeviceHealth
 from kubeletplugin.metrics import PublishMetrics
 from kubeletplugin.pool_report import PoolReporter
 from kubeletplugin.prepare import CheckpointError, PrepareService, PrepareSettings
@@ -66,6 +67,12 @@ class PluginSettings(BaseSettings):
         default=None, description="rolling-update mode: socket names carry this pod UID (from the downward API)"
     )
     shutdown_grace: float = Field(default=30.0, ge=0, description="seconds in-flight kubelet calls get at shutdown")
+    health: bool = Field(
+        default=False,
+        description="serve kubelet's DRA resource-health stream (v1alpha1.DRAResourceHealth; kubelet feature "
+        "gate ResourceHealthStatus): a device is unhealthy while its GPU does not answer NVML",
+    )
+    health_interval: float = Field(default=10.0, gt=0, description="seconds between health reports to kubelet")
 
     @property
     def plugin_directory(self) -> Path:
@@ -91,6 +98,7 @@ class _Publishing:
         )
         self.reporter = PoolReporter(PublishMetrics(registry))
         self.fatal: list[BaseException] = []
+        self.last_pool: NodePool | None = None
         self._stop = stop
 
     def on_fatal(self, exc: BaseException) -> None:
@@ -98,6 +106,7 @@ class _Publishing:
         self._stop.set()
 
     def on_round(self, pool: NodePool, result: PublishResult) -> None:
+        self.last_pool = pool
         self.reporter.report_pool(pool)
         self.reporter.report_publish(result)
 
@@ -173,6 +182,12 @@ def run_plugin(
                     service,
                     metrics_registry=registry,
                     pod_uid=plugin.pod_uid,
+                    health=(
+                        NvmlDeviceHealth(nvml, plugin.node_name, lambda: publishing.last_pool)
+                        if plugin.health
+                        else None
+                    ),
+                    health_interval=plugin.health_interval,
                 )
                 try:
                     servers.start()

@@ -147,6 +147,7 @@ def slices(
 @click.option("--rescan-interval", type=float, default=None, help="seconds between NVML rescans [60]")
 @click.option("--cleanup-on-exit/--keep-slices-on-exit", default=None, help="delete the slices on exit")
 @click.option("--metrics-address", default=None, metavar="HOST:PORT", help="serve Prometheus metrics here")
+@click.option("--health/--no-health", default=None, help="serve kubelet's DRA resource-health stream")
 @click.option("--publish-only", is_flag=True, help="only publish ResourceSlices; do not serve kubelet")
 def kubelet_plugin(
     nvml: str | None,
@@ -165,6 +166,7 @@ def kubelet_plugin(
     rescan_interval: float | None,
     cleanup_on_exit: bool | None,
     metrics_address: str | None,
+    health: bool | None,
     publish_only: bool,
 ) -> None:
     """Run the node plugin: publish ResourceSlices, register with kubelet, prepare and unprepare claims."""
@@ -187,6 +189,7 @@ def kubelet_plugin(
         rescan_interval=rescan_interval,
         cleanup_on_exit=cleanup_on_exit,
         metrics_address=metrics_address,
+        health=health,
     )
     stop = app.stop_on_signals()
     if publish_only:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -47,7 +48,7 @@ class PluginProcess:
     def registration_socket(self) -> Path:
         return self.root / "registry" / f"{DRIVER}-reg.sock"
 
-    def start(self, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    def start(self, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen[str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
         process = subprocess.Popen(
             [
@@ -69,6 +70,7 @@ class PluginProcess:
                 str(self.state),
                 "--sim-gpus",
                 "H100-SXM5-80GB:2",
+                *args,
             ],
             env={**base, "MIGDRA_PROC_ROOT": str(self.root / "proc"), **(env or {})},
             stdout=subprocess.PIPE,
@@ -228,3 +230,18 @@ def test_kill_9_during_prepare_then_restart_leaks_nothing(plugin: PluginProcess,
         assert plugin.instances() == [foreign]
         assert not list((plugin.root / "cdi").glob("*"))
     _stop(survivor)
+
+
+def test_health_stream_reports_every_published_device(plugin: PluginProcess) -> None:
+    process = plugin.start(args=("--health",))
+    with plugin.kubelet() as kubelet:
+        assert "v1alpha1.DRAResourceHealth" in list(kubelet.info.supported_versions)
+        deadline = time.monotonic() + 20
+        devices: list[Any] = []
+        for devices in kubelet.watch_health(timeout=20):
+            if devices or time.monotonic() > deadline:
+                break
+    assert len(devices) == 50
+    assert {d.health for d in devices} == {"HEALTHY"}
+    assert {d.pool_name for d in devices} == {NODE}
+    _stop(process)
