@@ -7,7 +7,8 @@ permanent until a person or the configuration changes (an illegal placement, a m
 
     MigdraError
      ├── ConfigurationError        bad settings or CLI input (permanent)
-     └── NvmlError                 dra_driver.nvml.errors: everything the hardware boundary reports
+     ├── NvmlError                 dra_driver.nvml.errors: everything the hardware boundary reports
+     └── SimulatorError            dra_driver.nvml.sim.errors: the simulated hardware's own refusals
 """
 
 from __future__ import annotations

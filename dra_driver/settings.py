@@ -69,7 +69,8 @@ class NvmlSettings(BaseSettings):
     )
     sim_gpus: Annotated[tuple[str, ...], NoDecode, BeforeValidator(parse_sim_gpus)] = Field(
         default=(),
-        description="simulated GPUs, 'MODEL[:COUNT],...' (catalog keys); used only when the state file is new",
+        description="simulated GPUs, 'MODEL[:COUNT],...' (catalog keys): creates a new state file; an existing "
+        "one must hold the same models",
     )
     sim_mig_enabled: bool = Field(default=True, description="start simulated GPUs with MIG mode enabled")
 
@@ -81,8 +82,9 @@ class NvmlSettings(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _simulated_gpus_imply_the_simulator(cls, data: object) -> object:
-        """``--sim-gpus`` alone means the simulator: nobody asks for simulated GPUs on real NVML."""
-        if isinstance(data, dict) and data.get("sim_gpus") and "nvml" not in data:
+        """``--sim-gpus`` or ``--sim-state`` alone means the simulator: nobody asks for simulated GPUs on
+        real NVML."""
+        if isinstance(data, dict) and (data.get("sim_gpus") or data.get("sim_state")) and "nvml" not in data:
             return {**data, "nvml": "simulated"}
         return data
 

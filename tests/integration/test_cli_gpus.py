@@ -109,3 +109,12 @@ def test_slices_for_simulated_gpus_need_no_state_file_and_no_cluster(tmp_path: P
     assert sum(len(i["spec"].get("devices", [])) for i in items) == 8 * 25
     assert {i["spec"]["pool"]["name"] for i in items} == {"n1"}
     assert list(tmp_path.iterdir()) == []  # nothing left behind
+
+
+def test_a_state_file_of_other_gpus_is_one_clear_error_line(tmp_path: Path) -> None:
+    state = str(tmp_path / "s.json")
+    assert run_migdra("gpus", "--sim-state", state, "--sim-gpus", "A30", env={}).returncode == 0
+    result = run_migdra("gpus", "--sim-state", state, "--sim-gpus", "H100", env={})
+    assert result.returncode == 1
+    assert result.stderr.startswith("migdra: error: simulator state file")
+    assert "Traceback" not in result.stderr

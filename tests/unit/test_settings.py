@@ -57,6 +57,7 @@ def test_simulator_needs_gpus_or_a_state_file(monkeypatch: pytest.MonkeyPatch) -
     throw_away = build_nvml_settings(sim_gpus="H100:8")
     assert throw_away.nvml == "simulated"
     assert throw_away.sim_state is None
+    assert build_nvml_settings(sim_state=Path("/tmp/node.json")).nvml == "simulated"
     assert build_nvml_settings(nvml="real", sim_gpus="H100").nvml == "real"  # an explicit choice wins
 
 

@@ -4,7 +4,7 @@ This module owns the simulator's exception tree; it never imports ctypes or touc
 
 ::
 
-    SimulatorError                 base of everything the simulator raises
+    SimulatorError                 base of everything the simulator raises (a dra_driver MigdraError)
     ├── SimNvmlError               an NVML return code the simulated hardware answers with.  Raised by
     │                              the pure rules (hardware.py); the fake library turns it into the int
     │                              return code, so callers only ever see pynvml's NVMLError_* classes.
@@ -20,9 +20,12 @@ This module owns the simulator's exception tree; it never imports ctypes or touc
 
 from __future__ import annotations
 
+from dra_driver.errors import MigdraError
 
-class SimulatorError(Exception):
-    """Base of every error the NVML simulator raises."""
+
+class SimulatorError(MigdraError):
+    """Base of every error the NVML simulator raises (a :class:`MigdraError`, so the CLI reports it
+    in one line instead of a traceback)."""
 
 
 class SimNvmlError(SimulatorError):
