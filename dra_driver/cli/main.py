@@ -194,8 +194,9 @@ def kubelet_plugin(
     stop = app.stop_on_signals()
     if publish_only:
         sys.exit(app.run_publish_only(plugin, nvml_settings, stop))
-    # the checkpoint lives beside dra.sock unless told otherwise
-    prepare = _settings(PrepareSettings, "prepare", cdi_dir=cdi_dir, state_dir=state_dir or plugin.plugin_directory)
+    prepare = _settings(PrepareSettings, "prepare", cdi_dir=cdi_dir, state_dir=state_dir)
+    if "state_dir" not in prepare.model_fields_set:  # neither flag nor variable: beside dra.sock
+        prepare = prepare.model_copy(update={"state_dir": plugin.plugin_directory})
     sys.exit(app.run_plugin(plugin, prepare, nvml_settings, stop))
 
 

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Regenerate the settings tables of docs/configuration.md from the settings models themselves.
+
+The models (pydantic-settings) are the one place each setting is defined: name, environment variable,
+default and meaning.  The tables between ``<!-- settings:NAME -->`` and ``<!-- /settings:NAME -->``
+markers are generated; ``--check`` fails when they are stale (``tests/unit/test_config_docs.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import click
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings
+
+from dra_driver.cli.main import cli
+from dra_driver.settings import NvmlSettings
+from kubeletplugin.app import PluginSettings
+from kubeletplugin.prepare import PrepareSettings
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+# settings group -> (model, the CLI command whose flags set it)
+GROUPS: dict[str, tuple[type[BaseSettings], str]] = {
+    "nvml": (NvmlSettings, "gpus"),
+    "plugin": (PluginSettings, "kubelet-plugin"),
+    "prepare": (PrepareSettings, "kubelet-plugin"),
+}
+
+
+def _flags(command_name: str) -> dict[str, str]:
+    """Parameter name -> its flags as the CLI spells them (``--health/--no-health``)."""
+    command = cli.commands[command_name]
+    flags = {}
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name:
+            spelled = "/".join([*param.opts, *param.secondary_opts])
+            flags[param.name] = f"`{spelled}`"
+    return flags
+
+
+def _default(info: FieldInfo) -> str:
+    if info.is_required():
+        return "required"
+    value = info.get_default(call_default_factory=True)
+    if value is None or value == ():
+        return "-"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"`{value}`"
+
+
+def table(model: type[BaseSettings], command_name: str) -> str:
+    prefix = str(model.model_config.get("env_prefix", ""))
+    flags = _flags(command_name)
+    rows = ["| Flag | Variable | Default | Meaning |", "|---|---|---|---|"]
+    for name, info in model.model_fields.items():
+        flag = flags.get(name, "(variable only)")
+        description = (info.description or "").replace("|", "\\|")
+        rows.append(f"| {flag} | `{prefix}{name.upper()}` | {_default(info)} | {description} |")
+    return "\n".join(rows)
+
+
+def render(text: str) -> str:
+    for group, (model, command_name) in GROUPS.items():
+        pattern = re.compile(rf"(<!-- settings:{group} -->\n).*?(<!-- /settings:{group} -->)", re.S)
+        if not pattern.search(text):
+            raise SystemExit(f"{DOC}: no <!-- settings:{group} --> markers")
+        generated = table(model, command_name)
+        text = pattern.sub(lambda m, body=generated: m.group(1) + body + "\n" + m.group(2), text)
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/configuration.md is stale")
+    args = parser.parse_args()
+    current = DOC.read_text()
+    wanted = render(current)
+    if args.check:
+        if wanted != current:
+            print(f"{DOC} is stale: run hack/gen_config_docs.py", file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(wanted)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
