@@ -1,10 +1,14 @@
 """The node's record of what migdra prepared: versioned, checksummed, written atomically.
 
 This module owns the checkpoint schema (pydantic), its file format and its store.  The service
-writes ``PrepareStarted`` (the intended devices: GPU, profile, placement) **before** it touches NVML
-and ``PrepareCompleted`` (plus the realized GPU instance, compute instance, MIG UUID and CDI IDs)
-after the CDI spec is on disk, so after a crash the record tells recovery exactly which instances
-may be migdra's.  It never talks to NVML or the API server and never decides what to destroy.
+writes ``PrepareStarted`` (the intended devices: GPU, profile, placement) **before** it touches NVML;
+then, per MIG device and under the GPU's lock, the GPU instances standing on the GPU just before it
+asks NVML for the GI (``gpuInstancesBefore``: "creation requested"), and the GI ID as soon as NVML
+returns it (before the compute instance is created); and ``PrepareCompleted`` (plus the compute
+instance, MIG UUID and CDI IDs) after the CDI spec is on disk.  So after a crash the record tells
+recovery exactly which instances may be migdra's, and :meth:`CheckpointStore.owned_instances` /
+:meth:`~CheckpointStore.owned_placements` tell the slice publisher about an instance from the moment
+it exists.  It never talks to NVML or the API server and never decides what to destroy.
 
 File format (``<state dir>/checkpoint.json``)::
 
@@ -96,11 +100,27 @@ class DeviceRecord(_Record):
     compute_instance_profile_id: int | None = Field(default=None, alias="computeInstanceProfileID")
     mig_uuid: str | None = Field(default=None, alias="migUUID")
     cdi_device_ids: tuple[str, ...] = Field(default=(), alias="cdiDeviceIDs")
+    gpu_instances_before: tuple[int, ...] | None = Field(
+        default=None,
+        alias="gpuInstancesBefore",
+        description="IDs of the GIs on the GPU when migdra, holding the GPU's lock and having found the placement "
+        "free, was about to ask NVML for this device's GI; None: NVML was never asked",
+    )
 
     @property
     def owns_instance(self) -> bool:
         """Whether this record names a GPU instance migdra created for this claim (admin access never)."""
         return not self.intent.admin_access and self.intent.is_mig and self.gpu_instance_id is not None
+
+    @property
+    def creation_requested(self) -> bool:
+        """Whether migdra may have asked NVML for this device's GI (recorded before the call is made)."""
+        return not self.intent.admin_access and self.intent.is_mig and self.gpu_instances_before is not None
+
+    @property
+    def creation_in_flight(self) -> bool:
+        """NVML was (maybe) asked for the GI, and its ID is not recorded yet."""
+        return self.creation_requested and self.gpu_instance_id is None
 
 
 class ClaimRecord(_Record):
@@ -246,14 +266,50 @@ class CheckpointStore:
             if claim_uid in self._checkpoint.claims:
                 self._replace({uid: r for uid, r in self._checkpoint.claims.items() if uid != claim_uid})
 
+    def update_device(self, claim_uid: str, index: int, device: DeviceRecord) -> ClaimRecord:
+        """Replace device ``index`` of the claim's record (a step of its prepare); the new record.
+
+        Raises :class:`KeyError` when the claim has no record: callers hold the claim's lock, so its
+        record cannot vanish under them.
+        """
+        with self._lock:
+            record = self._checkpoint.claims[claim_uid]
+            devices = (*record.devices[:index], device, *record.devices[index + 1 :])
+            updated = record.model_copy(update={"devices": devices})
+            self._replace({**self._checkpoint.claims, claim_uid: updated})
+            return updated
+
     def owned_instances(self) -> set[tuple[str, int]]:
-        """(GPU UUID, GI ID) of every GPU instance a record says migdra created (admin access excluded)."""
+        """(GPU UUID, GI ID) of every GPU instance a record says migdra created (admin access excluded).
+
+        A GI counts from the intermediate write right after NVML created it, so an instance that is
+        still waiting for its compute instance is migdra's, not a foreign one, in every publish round.
+        """
         with self._lock:
             return {
                 (device.intent.gpu_uuid, device.gpu_instance_id)
                 for record in self._checkpoint.claims.values()
                 for device in record.devices
                 if device.owns_instance and device.gpu_instance_id is not None
+            }
+
+    def owned_placements(self) -> set[tuple[str, int, Placement]]:
+        """(GPU UUID, GI profile ID, placement) of every GI NVML is being asked for, whose ID is unknown yet.
+
+        Covers the moment between NVML creating a GI and its ID reaching the checkpoint: a GI of exactly
+        that profile at exactly that placement on that GPU is migdra's.  The entry is recorded under the
+        GPU's lock after the placement was found free, before the NVML call, and replaced by the GI ID
+        (:meth:`owned_instances`) in one step; so, read after the node's instances were read, the two
+        together name every GI migdra created.
+        """
+        with self._lock:
+            return {
+                (device.intent.gpu_uuid, device.intent.profile_id, device.intent.placement)
+                for record in self._checkpoint.claims.values()
+                for device in record.devices
+                if device.creation_in_flight
+                and device.intent.profile_id is not None
+                and device.intent.placement is not None
             }
 
     def find_owner(self, gpu_uuid: str, profile_id: int, placement: Placement) -> DeviceRecord | None:

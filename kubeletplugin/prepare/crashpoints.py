@@ -23,7 +23,9 @@ class CrashPoint(enum.StrEnum):
     """Where prepare can be killed, in the order prepare passes them."""
 
     AFTER_CHECKPOINT_STARTED = "after-checkpoint-started"
-    AFTER_GPU_INSTANCE = "after-gpu-instance"
+    AFTER_CHECKPOINT_REQUESTED = "after-checkpoint-requested"  # the GI request recorded, NVML not called yet
+    AFTER_GPU_INSTANCE = "after-gpu-instance"  # the GI exists, its ID is not recorded yet
+    AFTER_CHECKPOINT_GPU_INSTANCE = "after-checkpoint-gpu-instance"  # the GI ID recorded, no CI yet
     AFTER_COMPUTE_INSTANCE = "after-compute-instance"
     AFTER_CDI = "after-cdi"
     AFTER_CHECKPOINT_COMPLETED = "after-checkpoint-completed"

@@ -6,11 +6,15 @@ Owns the NVML mutations of the prepare path:
   allocated placement (never another: an occupied placement is an error, not a reason to move), then
   the compute instance that covers the whole GI -- the CI profile whose SM count equals the GI
   profile's (CI profile 7, not 0, in Hopper's 1g.20gb-type GIs; NVIDIA #1454/#1480) -- and checks
-  the created CI delivers those SMs.  On any failure it destroys what *this call* created, CI first
-  (NVIDIA #1452 left the GI behind), and reports what it could not destroy.
+  the created CI delivers those SMs.  Its :class:`CreationJournal` records, before going on, the
+  GIs standing on the GPU just before NVML is asked for the GI, and the GI's ID as soon as NVML
+  returns it (before any compute instance exists).  On any failure it destroys what *this call*
+  created, CI first (NVIDIA #1452 left the GI behind), and reports what it could not destroy.
 - :func:`release_device` destroys the instance a checkpoint record names, checking its identity
   (GI ID, profile, placement, MIG UUID) first; an instance that does not match is someone else's and
-  is left alone.  An instance already gone counts as released (idempotence).
+  is left alone.  Without a recorded GI ID, only a GI the record *proves* migdra created is
+  destroyed (:func:`find_unrecorded_gpu_instance`).  An instance already gone counts as released
+  (idempotence).
 
 It never decides *which* device a claim gets, never destroys an instance no record names, and never
 falls back to another placement or CI profile.  Callers hold the GPU's lock.
@@ -22,6 +26,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
@@ -61,6 +66,20 @@ class RealizeFailed(RealizeError):
         self.leftover_gpu_instance_id = leftover_gpu_instance_id
 
 
+class CreationJournal(Protocol):
+    """Where :func:`realize_mig_instance` records its steps before going on (the checkpoint).
+
+    Either method raises :class:`RealizeError` when the step could not be recorded: prepare stops
+    (and destroys the GI it created, when there is one).
+    """
+
+    def requesting(self, standing: Sequence[GpuInstanceInfo]) -> None:
+        """NVML is about to be asked for the GI; ``standing``: every GI on the GPU now (placement free)."""
+
+    def created(self, gpu_instance_id: int) -> None:
+        """NVML created the GI with this ID; no compute instance exists in it yet."""
+
+
 def compute_full_ci_profile(
     profiles: Sequence[ComputeInstanceProfileInfo], gi_multiprocessor_count: int
 ) -> ComputeInstanceProfileInfo | None:
@@ -80,13 +99,40 @@ def find_overlapping_instance(instances: Sequence[GpuInstanceInfo], placement: P
     return next((gi for gi in instances if gi.placement.overlaps(placement)), None)
 
 
-def realize_mig_instance(nvml: Nvml, target: DeviceTarget, crash: Callable[[CrashPoint], None]) -> RealizedInstance:
-    """Create the GI at ``target.placement`` and its full CI.  Raises :class:`RealizeFailed`."""
+def realize_mig_instance(
+    nvml: Nvml, target: DeviceTarget, journal: CreationJournal, crash: Callable[[CrashPoint], None]
+) -> RealizedInstance:
+    """Create the GI at ``target.placement`` and its full CI.  Raises :class:`RealizeFailed`.
+
+    The caller holds the GPU's lock, so nothing of migdra's changes the GPU between the read of its
+    instances, the recorded request and the creation.
+    """
     profile, placement = target.profile, target.placement
     assert profile is not None, "realize_mig_instance needs a MIG target"
     assert placement is not None, "realize_mig_instance needs a MIG target"
     profile_name = target.profile_name or profile.name
     where = f"device {target.device_name}: GPU {target.gpu_uuid}"
+    try:
+        standing = nvml.gpu_instances(target.gpu_uuid)
+    except NvmlError as e:
+        raise RealizeFailed(
+            RealizeError(f"{where}: reading its GPU instances before creating failed: {e}"), None
+        ) from e
+    in_the_way = find_overlapping_instance(standing, placement)
+    if in_the_way is not None:
+        raise RealizeFailed(
+            DeviceConflictError(
+                f"{where} placement {placement} of {profile_name} is occupied by GPU instance "
+                f"{in_the_way.gpu_instance_id} (profile {in_the_way.profile_id} at {in_the_way.placement}); "
+                "migdra never falls back to another placement"
+            ),
+            None,
+        )
+    try:
+        journal.requesting(standing)
+    except RealizeError as e:
+        raise RealizeFailed(e, None) from e
+    crash(CrashPoint.AFTER_CHECKPOINT_REQUESTED)
     try:
         gi = nvml.create_gpu_instance(target.gpu_uuid, profile.profile_id, placement)
     except NvmlInsufficientResources as e:
@@ -112,6 +158,8 @@ def realize_mig_instance(nvml: Nvml, target: DeviceTarget, crash: Callable[[Cras
     crash(CrashPoint.AFTER_GPU_INSTANCE)
     created_ci: int | None = None
     try:
+        journal.created(gi.gpu_instance_id)  # before the CI: a crash from here on leaves the GI ID recorded
+        crash(CrashPoint.AFTER_CHECKPOINT_GPU_INSTANCE)
         ci_profiles = nvml.compute_instance_profiles(target.gpu_uuid, gi.gpu_instance_id)
         ci_profile = compute_full_ci_profile(ci_profiles, profile.multiprocessor_count)
         if ci_profile is None:
@@ -183,8 +231,10 @@ def release_device(nvml: Nvml, device: DeviceRecord) -> None:
     """Destroy the instance ``device`` records (CI first, then GI), checking it is still ours.
 
     - GI ID recorded: that GI, if its profile and placement still match; else it is gone (success).
-    - GI ID unknown (a crash before the record was updated): the GI at exactly the recorded placement
-      with the recorded profile, if any.
+    - GI ID unknown (a crash before the ID was recorded): the GI at exactly the recorded placement
+      with the recorded profile, only if the record proves migdra created it
+      (:func:`find_unrecorded_gpu_instance`); any other GI there is left alone, loudly, and the
+      device counts as released (nothing of migdra's is left).
     - CI with the recorded MIG UUID destroyed; a CI of another UUID is not ours and is left, and so
       is its GI.  With no CI identity recorded, the CIs inside the (ours) GI are destroyed.
 
@@ -245,14 +295,55 @@ def _find_recorded_gpu_instance(nvml: Nvml, device: DeviceRecord) -> GpuInstance
             )
             return None
         return gi
-    return next(
-        (
-            gi
-            for gi in nvml.gpu_instances(intent.gpu_uuid)
-            if gi.placement == intent.placement and gi.profile_id == intent.profile_id
-        ),
-        None,
+    ours, stranger = find_unrecorded_gpu_instance(device, nvml.gpu_instances(intent.gpu_uuid))
+    if stranger is not None:
+        log.error(
+            "NOT DESTROYED: device %s of GPU %s: GI %d (profile %d at %s) stands at the recorded placement, but "
+            "migdra did not create it: %s; left alone",
+            intent.device_name,
+            intent.gpu_uuid,
+            stranger[0].gpu_instance_id,
+            stranger[0].profile_id,
+            stranger[0].placement,
+            stranger[1],
+        )
+    return ours
+
+
+def find_unrecorded_gpu_instance(
+    device: DeviceRecord, instances: Sequence[GpuInstanceInfo]
+) -> tuple[GpuInstanceInfo | None, tuple[GpuInstanceInfo, str] | None]:
+    """For a device record without a GI ID: (the GI migdra created, None) or (None, (a stranger, why)).
+
+    Pure.  A GI of the recorded profile at exactly the recorded placement is migdra's only if all of:
+
+    - the record says NVML was asked for it (``gpuInstancesBefore`` is written, under the GPU's lock
+      after the placement was found free, *before* the NVML call): without that, the crash came
+      before the call and any GI there was created by someone else afterwards;
+    - it is not one of the GIs that stood on the GPU at that moment;
+    - it holds no compute instance: migdra records a GI's ID before it creates a compute instance in
+      it, so a GI of migdra's whose ID is unrecorded is empty.
+
+    ``(None, None)``: no GI of that profile at that placement.
+    """
+    intent = device.intent
+    candidate = next(
+        (gi for gi in instances if gi.placement == intent.placement and gi.profile_id == intent.profile_id), None
     )
+    if candidate is None:
+        return None, None
+    if device.gpu_instances_before is None:
+        return None, (candidate, "the record shows the plugin stopped before it asked NVML for a GPU instance")
+    if candidate.gpu_instance_id in device.gpu_instances_before:
+        return None, (candidate, "it already stood on the GPU when migdra asked NVML for its own")
+    if candidate.compute_instances:
+        uuids = ", ".join(ci.mig_uuid for ci in candidate.compute_instances)
+        return None, (
+            candidate,
+            f"it holds compute instance(s) {uuids}, and migdra records a GI's ID before it creates a compute "
+            "instance in it",
+        )
+    return candidate, None
 
 
 def _describe_occupant(nvml: Nvml, gpu_uuid: str, placement: Placement) -> str:

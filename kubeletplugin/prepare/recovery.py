@@ -6,9 +6,13 @@ Rules (prior-art.md §6.5, §7.5, and the safety list at its end):
   GI with the recorded ID exists at the recorded placement with the recorded profile, and holds the
   CI with the recorded ID and MIG UUID;
 - a completed record that does not verify is logged loudly and rolled back like a started one;
-- a ``PrepareStarted`` record (a crash mid-prepare, or a rollback that failed) is rolled back:
-  instances at *its recorded* placement with *its recorded* profile (and IDs, where recorded) are
-  destroyed, compute instances first;
+- a ``PrepareStarted`` record (a crash mid-prepare, or a rollback that failed) is rolled back: the
+  GI with *its recorded* ID (if still of the recorded profile at the recorded placement) is
+  destroyed, compute instances first; a device without a recorded GI ID has its GI destroyed only
+  if the record proves migdra created it (NVML was asked for it, it was not standing then, it has
+  no compute instance: :func:`~kubeletplugin.prepare.realize.find_unrecorded_gpu_instance`) --
+  any other GI at that placement is left alone, loudly, and the record dropped, so kubelet's retry
+  fails cleanly with "occupied by ... that migdra did not create" instead of destroying it;
 - an instance that no record names is **never** destroyed (pre-existing and foreign instances stay),
   and a GPU whose instances cannot be read is not touched at all (never act on a failed read);
 - a record whose rollback fails stays, as ``PrepareStarted`` with what is left, for the next

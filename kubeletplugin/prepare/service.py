@@ -6,7 +6,10 @@ Implements :class:`kubeletplugin.service.DraService`.  The path of one claim (do
     checkpoint says PrepareStarted?    → roll that attempt back first
     read the claim (UID checked) → this driver's results in this node's pool → opaque configs
     → device names → (GPU, GI profile, placement) checked against NVML → placements free?
-    → checkpoint PrepareStarted (intent) → GI at exactly that placement + full CI, per GPU lock
+    → checkpoint PrepareStarted (intent)
+    → per MIG device, under its GPU's lock: GPU's instances read, placement still free?
+        → checkpoint: GI requested (+ the GIs standing) → GI at exactly that placement
+        → checkpoint: GI ID → full CI
     → CDI spec → checkpoint PrepareCompleted → status.devices + Event (background)
 
 Unprepare destroys CI then GI of what the record names, deletes the spec, drops the record and
@@ -30,6 +33,7 @@ from typing import TypeVar
 
 from kubernetes import client
 
+from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError
 from dra_driver.nvml.types import GpuInstanceInfo
@@ -231,8 +235,20 @@ class PrepareService:
         return self._fan_out(claims, self._unprepare_claim_reported)
 
     def owned_instances(self) -> set[tuple[str, int]]:
-        """(GPU UUID, GPU-instance ID) of every GI migdra created and still records (for the publisher)."""
+        """(GPU UUID, GPU-instance ID) of every GI migdra created and still records (for the publisher).
+
+        Includes a GI whose prepare is still running: its ID is recorded as soon as NVML returns it.
+        """
         return self._require_store().owned_instances()
+
+    def owned_placements(self) -> set[tuple[str, int, Placement]]:
+        """(GPU UUID, GI profile ID, placement) of every GI being created whose ID is not recorded yet.
+
+        A GI of that profile at exactly that placement on that GPU is migdra's.  Read *after* the node's
+        instances, this and :meth:`owned_instances` together name every GI migdra created (see
+        docs/prepare.md, "What the slice publisher is told").
+        """
+        return self._require_store().owned_placements()
 
     def flush_reports(self, timeout: float = 10.0) -> bool:
         """Wait until queued claim status writes and Events are done (tests, shutdown)."""
@@ -325,7 +341,7 @@ class PrepareService:
         created: list[RealizedInstance] = []
         realized: list[DeviceRecord] = []
         try:
-            for device in started.devices:
+            for index, device in enumerate(started.devices):
                 intent = device.intent
                 if intent.admin_access:
                     realized.append(self._admin_device(device))
@@ -333,16 +349,19 @@ class PrepareService:
                 if not intent.is_mig:
                     realized.append(device)
                     continue
+                journal = _DeviceJournal(store, started.claim_uid, index, device)
                 try:
                     with self._gpu_locks.hold(intent.gpu_uuid):
-                        instance = realize_mig_instance(self.nvml, targets[intent.device_name], self._crash)
+                        instance = realize_mig_instance(self.nvml, targets[intent.device_name], journal, self._crash)
                 except RealizeFailed as e:
                     if e.leftover_gpu_instance_id is not None:
-                        realized.append(device.model_copy(update={"gpu_instance_id": e.leftover_gpu_instance_id}))
+                        realized.append(
+                            journal.device.model_copy(update={"gpu_instance_id": e.leftover_gpu_instance_id})
+                        )
                     raise e.cause from e
                 created.append(instance)
                 realized.append(
-                    device.model_copy(
+                    journal.device.model_copy(
                         update={
                             "gpu_instance_id": instance.gpu_instance_id,
                             "compute_instance_id": instance.compute_instance_id,
@@ -440,12 +459,7 @@ class PrepareService:
                     r
                     for r in store.records()
                     if r.claim_uid != ref.uid
-                    and any(
-                        d.owns_instance
-                        and d.intent.gpu_uuid == intent.gpu_uuid
-                        and d.gpu_instance_id == occupant.gpu_instance_id
-                        for d in r.devices
-                    )
+                    and any(d.intent.gpu_uuid == intent.gpu_uuid and _names(d, occupant) for d in r.devices)
                 ),
                 None,
             )
@@ -544,6 +558,43 @@ class PrepareService:
         if self._store is None:
             raise RuntimeError("PrepareService.start() must run before prepare/unprepare calls")
         return self._store
+
+
+class _DeviceJournal:
+    """Records the creation steps of one device of a claim in the checkpoint (a ``CreationJournal``)."""
+
+    def __init__(self, store: CheckpointStore, claim_uid: str, index: int, device: DeviceRecord) -> None:
+        self._store = store
+        self._claim_uid = claim_uid
+        self._index = index
+        self.device = device  # as last recorded
+
+    def requesting(self, standing: Sequence[GpuInstanceInfo]) -> None:
+        before = tuple(sorted(gi.gpu_instance_id for gi in standing))
+        self._record(self.device.model_copy(update={"gpu_instances_before": before}), "the GPU-instance request")
+
+    def created(self, gpu_instance_id: int) -> None:
+        self._record(self.device.model_copy(update={"gpu_instance_id": gpu_instance_id}), f"GI {gpu_instance_id}")
+
+    def _record(self, device: DeviceRecord, what: str) -> None:
+        try:
+            self._store.update_device(self._claim_uid, self._index, device)
+        except OSError as e:
+            raise RealizeError(
+                f"device {device.intent.device_name}: recording {what} in the checkpoint failed: {e}"
+            ) from e
+        self.device = device
+
+
+def _names(device: DeviceRecord, gi: GpuInstanceInfo) -> bool:
+    """Whether ``device`` (of the same GPU) records ``gi``: by its ID, or as the GI it is being created as."""
+    if device.owns_instance:
+        return device.gpu_instance_id == gi.gpu_instance_id
+    return (
+        device.creation_in_flight
+        and device.intent.placement == gi.placement
+        and device.intent.profile_id == gi.profile_id
+    )
 
 
 def _group_by_device(devices: Sequence[AllocatedDevice]) -> dict[str, tuple[tuple[str, ...], bool]]:

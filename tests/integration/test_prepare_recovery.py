@@ -22,6 +22,7 @@ import pytest
 
 import tests.prepare_harness as support
 from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.mig.catalog import Placement
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.errors import CheckpointError
 from kubeletplugin.service import ClaimRef
@@ -85,7 +86,9 @@ def foreign_instances(node: Node) -> set[tuple[int, int]]:
     ("crash_at", "faults", "adopted"),
     [
         pytest.param("after-checkpoint-started", None, False, id="after-checkpoint-started"),
+        pytest.param("after-checkpoint-requested", None, False, id="after-checkpoint-requested"),
         pytest.param("after-gpu-instance", None, False, id="after-gpu-instance"),
+        pytest.param("after-checkpoint-gpu-instance", None, False, id="after-checkpoint-gpu-instance"),
         pytest.param("after-compute-instance", None, False, id="after-compute-instance"),
         pytest.param("after-cdi", None, False, id="after-cdi"),
         pytest.param("after-checkpoint-completed", None, True, id="after-checkpoint-completed"),
@@ -130,6 +133,104 @@ def test_prepare_survives_kill_9_at_every_step(node: Node, crash_at: str | None,
     assert migdra_instances(node, foreign) == []
     assert [i for i in node.instances() if (i[0], i[1]) in foreign] == foreign_before
     assert list(node.cdi_dir.iterdir()) == []
+
+
+def checkpoint_devices(node: Node, ref: ClaimRef) -> list[dict[str, Any]]:
+    """The device records of the claim in the checkpoint file, as stored."""
+    data = json.loads((node.state_dir / "checkpoint.json").read_text())["data"]
+    return list(data["claims"][ref.uid]["devices"])
+
+
+def operator_creates(node: Node, *, with_compute_instance: bool) -> int:
+    """An operator's instance of exactly DEVICE_A's profile at exactly its placement; its GI ID."""
+    if with_compute_instance:
+        return node.foreign_instance(0, 15, 4, 2)[0]
+    return node.nvml.create_gpu_instance(node.gpu_uuid(0), 15, Placement(start=4, size=2)).gpu_instance_id
+
+
+@pytest.mark.parametrize("with_compute_instance", [True, False], ids=["gi-and-ci", "bare-gi"])
+def test_an_instance_an_operator_creates_after_a_crash_before_the_gpu_instance_is_never_destroyed(
+    node: Node, with_compute_instance: bool
+) -> None:
+    """docs/prepare.md §7: killed after PrepareStarted, before NVML was asked for anything; meanwhile an
+    operator creates the allocated profile at the allocated placement.  Recovery must leave it alone."""
+    foreign = foreign_instances(node)
+    ref = node.claim("crash-then-operator", [result(DEVICE_A, request="a"), result(DEVICE_B, request="b")])
+    child = run_child(node, [ref], crash_at="after-checkpoint-started")
+    assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr[-3000:]
+    assert migdra_instances(node, foreign) == []
+    assert [d.get("gpuInstancesBefore") for d in checkpoint_devices(node, ref)] == [None, None]
+
+    operator_gi = operator_creates(node, with_compute_instance=with_compute_instance)
+    operator = {(0, operator_gi)}
+    theirs = [i for i in node.instances() if (i[0], i[1]) in foreign | operator]
+
+    service = node.service(start=False)
+    report = service.start()
+    assert [r.claim_uid for r in report.rolled_back] == [ref.uid]  # nothing of migdra's left: record dropped
+    assert report.kept == ()
+    assert [i for i in node.instances() if (i[0], i[1]) in foreign | operator] == theirs
+    assert service.owned_instances() == set()
+
+    retry = service.prepare([ref])[ref.uid]  # kubelet retries: a clean, permanent-until-freed error
+    assert f"is occupied by GPU instance {operator_gi}" in retry.error
+    assert "that migdra did not create" in retry.error
+    assert [i for i in node.instances() if (i[0], i[1]) in foreign | operator] == theirs
+    assert migdra_instances(node, foreign | operator) == []
+    assert service.owned_instances() == set()
+
+    # The claim is not blocked for ever: once the operator frees the placement, the next retry works.
+    gpu = node.gpu_uuid(0)
+    for ci in node.nvml.gpu_instance(gpu, operator_gi).compute_instances:
+        node.nvml.destroy_compute_instance(gpu, operator_gi, ci.compute_instance_id)
+    node.nvml.destroy_gpu_instance(gpu, operator_gi)
+    assert service.prepare([ref])[ref.uid].error == ""
+    assert migdra_instances(node, foreign) == sorted(EXPECTED)
+    assert service.unprepare([ref])[ref.uid].error == ""
+    assert migdra_instances(node, foreign) == []
+
+
+@pytest.mark.parametrize("with_compute_instance", [True, False], ids=["gi-and-ci", "bare-gi"])
+def test_the_remaining_window_a_crash_between_the_recorded_request_and_the_recorded_gi_id(
+    node: Node, with_compute_instance: bool
+) -> None:
+    """docs/prepare.md §7, "The window that remains": killed after the GI request was recorded, before
+    NVML created it; meanwhile an operator creates the allocated profile at the allocated placement.
+    Recovery cannot tell it from migdra's own unrecorded GI unless it holds a compute instance (migdra
+    records the GI ID before it creates one): a GI with a CI survives; an *empty* one is destroyed."""
+    foreign = foreign_instances(node)
+    ref = node.claim("requested-then-operator", [result(DEVICE_A, request="a"), result(DEVICE_B, request="b")])
+    child = run_child(node, [ref], crash_at="after-checkpoint-requested")
+    assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr[-3000:]
+    assert migdra_instances(node, foreign) == []
+    recorded = checkpoint_devices(node, ref)
+    # GPU 0 held the operator's 1g.10gb (GI 7) when the request was recorded; B was never reached.
+    assert [(d.get("gpuInstancesBefore"), d.get("gpuInstanceID")) for d in recorded] == [([7], None), (None, None)]
+
+    operator_gi = operator_creates(node, with_compute_instance=with_compute_instance)
+    service = node.service(start=False)
+    report = service.start()
+    assert [r.claim_uid for r in report.rolled_back] == [ref.uid]
+    survivors = {(gpu, gi) for gpu, gi, *_ in node.instances()}
+    assert ((0, operator_gi) in survivors) is with_compute_instance
+    assert foreign <= survivors
+    assert migdra_instances(node, foreign | {(0, operator_gi)}) == []
+
+
+def test_a_crash_after_the_gpu_instance_id_is_recorded_destroys_exactly_that_gpu_instance(node: Node) -> None:
+    foreign = foreign_instances(node)
+    ref = node.claim("recorded-gi", [result(DEVICE_A)])
+    child = run_child(node, [ref], crash_at="after-checkpoint-gpu-instance")
+    assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr[-3000:]
+    (device,) = checkpoint_devices(node, ref)
+    assert (device["gpuInstanceID"], device.get("computeInstanceID")) == (5, None)
+    assert migdra_instances(node, foreign) == [(0, 5, 15, 4, -1)]
+
+    service = node.service(start=False)
+    report = service.start()
+    assert [r.claim_uid for r in report.rolled_back] == [ref.uid]
+    assert migdra_instances(node, foreign) == []
+    assert len(node.instances()) == 2
 
 
 def test_unprepare_survives_kill_9_between_compute_and_gpu_instance_destroy(node: Node) -> None:

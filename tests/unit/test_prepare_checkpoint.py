@@ -175,3 +175,55 @@ def test_state_directory_is_owned_by_one_process_at_a_time(tmp_path: Path) -> No
     second = StateDirLock(tmp_path, timeout=0)
     second.acquire()
     second.release()
+
+
+def started(uid: str, *devices: DeviceRecord) -> ClaimRecord:
+    return ClaimRecord(claim_uid=uid, namespace="ns", name=uid, state=ClaimState.PREPARE_STARTED, devices=devices)
+
+
+def test_each_step_of_a_prepare_is_on_disk_and_owned_from_the_moment_the_gpu_instance_exists(tmp_path: Path) -> None:
+    """PrepareStarted -> GI requested (+ the GIs standing) -> GI ID, each written before prepare goes on."""
+    store = CheckpointStore(tmp_path, BOOT)
+    store.load()
+    first, second = DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-0", 0)), DeviceRecord(intent=intent("d1", 1))
+    store.begin(started("uid-1", first, second))
+    assert (store.owned_instances(), store.owned_placements()) == (set(), set())  # nothing asked of NVML yet
+
+    requested = store.update_device("uid-1", 0, first.model_copy(update={"gpu_instances_before": (3, 9)}))
+    assert requested.devices == (first.model_copy(update={"gpu_instances_before": (3, 9)}), second)
+    assert store.owned_placements() == {(GPU, 19, Placement(start=0, size=1))}
+    assert store.owned_instances() == set()
+    assert CheckpointStore(tmp_path, BOOT).load().records == (requested,)  # durable before the NVML call
+
+    created = store.update_device("uid-1", 0, requested.devices[0].model_copy(update={"gpu_instance_id": 13}))
+    assert store.owned_instances() == {(GPU, 13)}  # a started record's GI is migdra's: never foreign
+    assert store.owned_placements() == set()
+    assert CheckpointStore(tmp_path, BOOT).load().records == (created,)
+    assert created.devices[0].gpu_instances_before == (3, 9)
+
+
+def test_admin_access_and_whole_gpus_are_never_owned_placements(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, BOOT)
+    store.load()
+    store.put(
+        started(
+            "uid-1",
+            DeviceRecord(intent=intent("a", 2, admin=True), gpu_instances_before=()),
+            DeviceRecord(intent=intent("gpu-0", None), gpu_instances_before=()),
+        )
+    )
+    assert (store.owned_instances(), store.owned_placements()) == (set(), set())
+
+
+def test_a_checkpoint_written_before_gpu_instances_before_existed_still_loads(tmp_path: Path) -> None:
+    """Records of an older migdra lack the field: it reads as "NVML never asked", never as a guess."""
+    store = CheckpointStore(tmp_path, BOOT)
+    store.load()
+    store.put(started("uid-1", DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-0", 0))))
+    document = json.loads(store.path.read_text())
+    del document["data"]["claims"]["uid-1"]["devices"][0]["gpuInstancesBefore"]
+    document["checksum"] = compute_checksum(document["data"])
+    store.path.write_text(json.dumps(document))
+    (record,) = CheckpointStore(tmp_path, BOOT).load().records
+    assert record.devices[0].gpu_instances_before is None
+    assert not record.devices[0].creation_requested

@@ -1,0 +1,185 @@
+"""What the slice publisher is told while a prepare is running: migdra's own GI is never foreign.
+
+The publisher builds the pool from the node's instances and ``owned_instances()`` (and, once
+``build_pool`` takes them, ``owned_placements()``), read in that order from its own thread.  A GI
+migdra is creating must count as migdra's from the moment it exists, not only from
+``PrepareCompleted``: otherwise the allocated device vanishes from the slices, the pool generation is
+bumped twice and ``migdra_foreign_gpu_instances`` reports a false foreign instance.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.devicemodel.config import DeviceModelConfig
+from dra_driver.devicemodel.pool import build_pool
+from dra_driver.mig.catalog import Placement
+from dra_driver.nvml.inventory import read_inventory
+from dra_driver.nvml.types import GpuInstanceInfo
+from kubeletplugin.prepare.crashpoints import CrashHook
+from kubeletplugin.prepare.devices import compute_device_target, read_gpu_topology
+from kubeletplugin.prepare.errors import RealizeError
+from kubeletplugin.prepare.realize import RealizeFailed, realize_mig_instance
+from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.service import ClaimRef, PrepareResult
+from tests.prepare_harness import Node, result, simulated_node
+
+H100 = "H100-SXM5-80GB"
+DEVICE = "gpu-0-mig-1g20gb-15-4"  # GPU 0, 1g.20gb at 4:2 -> GI 5
+PLACEMENT = Placement(start=4, size=2)
+
+_T = TypeVar("_T")
+
+
+@pytest.fixture
+def api() -> Iterator[LocalAPIServer]:
+    with LocalAPIServer() as server:
+        yield server
+
+
+def wait_for(probe: Callable[[], _T], timeout: float = 5.0) -> _T:
+    """The first truthy value of ``probe`` within ``timeout`` seconds (else its last value)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(0.002)
+
+
+class Background:
+    """``service.prepare(refs)`` on another thread, as kubelet's gRPC call would run it."""
+
+    def __init__(self, service: PrepareService, refs: Sequence[ClaimRef]) -> None:
+        self.results: dict[str, PrepareResult] = {}
+        self._thread = threading.Thread(target=lambda: self.results.update(service.prepare(refs)), daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self) -> dict[str, PrepareResult]:
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "prepare did not finish"
+        return self.results
+
+
+def gi_at(node: Node, gpu: str, placement: Placement) -> GpuInstanceInfo | None:
+    return next((gi for gi in node.nvml.gpu_instances(gpu) if gi.placement == placement), None)
+
+
+def test_a_gpu_instance_is_migdras_while_its_compute_instance_is_being_created(
+    api: LocalAPIServer, tmp_path: Path
+) -> None:
+    with simulated_node(tmp_path, [H100, H100], api=api, latency={"nvmlGpuInstanceCreateComputeInstance": 1.0}) as node:
+        service = node.service()
+        gpu = node.gpu_uuid(0)
+        ref = node.claim("slow-ci", [result(DEVICE)])
+
+        prepare = Background(service, [ref])
+        gi = wait_for(lambda: gi_at(node, gpu, PLACEMENT))
+        assert gi is not None, "the GPU instance was never created"
+        assert gi.compute_instances == ()  # the CI creation takes a second: we are in the middle of prepare
+        owned = wait_for(lambda: (gpu, gi.gpu_instance_id) in service.owned_instances(), timeout=0.5)
+        still_preparing = prepare.running
+        # A publish round now: the node's instances, then owned_instances() (the publisher's order).
+        pool = build_pool(read_inventory(node.nvml), DeviceModelConfig(), owned_instances=service.owned_instances())
+        results = prepare.join()
+
+    assert owned, "owned_instances() did not contain the GI migdra created while its prepare was running"
+    assert still_preparing
+    assert pool.foreign_instances == ()
+    assert DEVICE in {device.name for device in pool.devices}
+    assert results[ref.uid].error == ""
+
+
+def test_a_gpu_instance_being_created_is_migdras_by_placement_until_its_id_is_recorded(
+    api: LocalAPIServer, tmp_path: Path
+) -> None:
+    with simulated_node(
+        tmp_path, [H100, H100], api=api, latency={"nvmlDeviceCreateGpuInstanceWithPlacement": 1.0}
+    ) as node:
+        service = node.service()
+        gpu = node.gpu_uuid(0)
+        ref = node.claim("slow-gi", [result(DEVICE)])
+
+        prepare = Background(service, [ref])
+        pending = wait_for(service.owned_placements)
+        ids_meanwhile = service.owned_instances()
+        still_preparing = prepare.running
+        results = prepare.join()
+        after = (service.owned_placements(), service.owned_instances())
+
+    assert pending == {(gpu, 15, PLACEMENT)}
+    assert ids_meanwhile == set()
+    assert still_preparing
+    assert results[ref.uid].error == ""
+    assert after == (set(), {(gpu, 5)})
+
+
+def test_a_claim_that_collides_with_one_being_prepared_is_told_whose_it_is(api: LocalAPIServer, tmp_path: Path) -> None:
+    """A double allocation during the CI creation of the first claim names that claim, not a stranger."""
+    with simulated_node(tmp_path, [H100, H100], api=api, latency={"nvmlGpuInstanceCreateComputeInstance": 1.0}) as node:
+        service = node.service()
+        gpu = node.gpu_uuid(0)
+        first = node.claim("first", [result(DEVICE)])
+        second = node.claim("second", [result(DEVICE)])
+
+        prepare = Background(service, [first])
+        assert wait_for(lambda: gi_at(node, gpu, PLACEMENT)) is not None
+        collided = service.prepare([second])[second.uid]
+        still_preparing = prepare.running
+        assert prepare.join()[first.uid].error == ""
+
+    assert still_preparing
+    assert "prepared for claim default/first" in collided.error
+    assert "did not create" not in collided.error
+
+
+class _FailingJournal:
+    """A checkpoint that records the request, then cannot record the GI (a full disk)."""
+
+    def __init__(self) -> None:
+        self.standing: list[Sequence[GpuInstanceInfo]] = []
+
+    def requesting(self, standing: Sequence[GpuInstanceInfo]) -> None:
+        self.standing.append(standing)
+
+    def created(self, gpu_instance_id: int) -> None:
+        raise RealizeError(f"recording GI {gpu_instance_id} in the checkpoint failed: disk full")
+
+
+def test_a_gpu_instance_whose_id_cannot_be_recorded_is_destroyed_before_anything_else(
+    api: LocalAPIServer, tmp_path: Path
+) -> None:
+    with simulated_node(tmp_path, [H100], api=api) as node:
+        gpus = read_gpu_topology(node.nvml)
+        target = compute_device_target(DEVICE, gpus, admin_access=False)
+        journal = _FailingJournal()
+        with pytest.raises(RealizeFailed) as failed:
+            realize_mig_instance(node.nvml, target, journal, CrashHook())
+        assert "disk full" in failed.value.message
+        assert failed.value.leftover_gpu_instance_id is None
+        assert node.instances() == []
+        assert journal.standing == [[]]
+
+
+def test_an_occupied_placement_is_refused_before_the_request_is_recorded(api: LocalAPIServer, tmp_path: Path) -> None:
+    """The placement is checked again under the GPU's lock: a GI that appeared since is never in a request."""
+    with simulated_node(tmp_path, [H100], api=api) as node:
+        gpus = read_gpu_topology(node.nvml)
+        target = compute_device_target(DEVICE, gpus, admin_access=False)
+        stranger, _ = node.foreign_instance(0, 15, 4, 2)
+        journal = _FailingJournal()
+        with pytest.raises(RealizeFailed) as failed:
+            realize_mig_instance(node.nvml, target, journal, CrashHook())
+        assert f"occupied by GPU instance {stranger}" in failed.value.message
+        assert journal.standing == []

@@ -1,0 +1,85 @@
+"""Which GI, at a recorded placement but without a recorded GI ID, migdra may destroy (a pure rule)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dra_driver.mig.catalog import Placement
+from dra_driver.nvml.types import ComputeInstanceInfo, GpuInstanceInfo
+from kubeletplugin.prepare.checkpoint import DeviceIntent, DeviceRecord
+from kubeletplugin.prepare.realize import find_unrecorded_gpu_instance
+
+GPU = "GPU-00000000-0000-0000-0000-000000000000"
+PLACEMENT = Placement(start=4, size=2)
+
+
+def device(before: tuple[int, ...] | None) -> DeviceRecord:
+    return DeviceRecord(
+        intent=DeviceIntent(
+            device_name="gpu-0-mig-1g20gb-15-4",
+            request_names=("gpu",),
+            gpu_uuid=GPU,
+            gpu_minor=0,
+            profile_id=15,
+            profile_name="1g.20gb",
+            placement=PLACEMENT,
+            multiprocessor_count=26,
+        ),
+        gpu_instances_before=before,
+    )
+
+
+def gi(gi_id: int, profile: int = 15, placement: Placement = PLACEMENT, cis: int = 0) -> GpuInstanceInfo:
+    return GpuInstanceInfo(
+        gpu_uuid=GPU,
+        gpu_instance_id=gi_id,
+        profile_id=profile,
+        placement=placement,
+        compute_instances=tuple(
+            ComputeInstanceInfo(
+                gpu_uuid=GPU,
+                gpu_instance_id=gi_id,
+                compute_instance_id=i,
+                profile_id=7,
+                placement=Placement(start=0, size=1),
+                multiprocessor_count=26,
+                mig_uuid=f"MIG-{gi_id}-{i}",
+            )
+            for i in range(cis)
+        ),
+    )
+
+
+def test_an_empty_gi_created_after_the_recorded_request_is_migdras() -> None:
+    ours = gi(5)
+    assert find_unrecorded_gpu_instance(device((7,)), [gi(7, 19, Placement(start=0, size=1)), ours]) == (ours, None)
+
+
+@pytest.mark.parametrize(
+    ("record", "instance", "why"),
+    [
+        pytest.param(device(None), gi(5), "stopped before it asked NVML", id="never-requested"),
+        pytest.param(device(None), gi(5, cis=1), "stopped before it asked NVML", id="never-requested-with-ci"),
+        pytest.param(device((5,)), gi(5), "already stood on the GPU", id="standing-before"),
+        pytest.param(device(()), gi(5, cis=1), "holds compute instance(s) MIG-5-0", id="has-a-ci"),
+    ],
+)
+def test_a_gi_the_record_does_not_prove_migdras_is_a_stranger(
+    record: DeviceRecord, instance: GpuInstanceInfo, why: str
+) -> None:
+    ours, stranger = find_unrecorded_gpu_instance(record, [instance])
+    assert ours is None
+    assert stranger is not None
+    assert stranger[0] == instance
+    assert why in stranger[1]
+
+
+@pytest.mark.parametrize(
+    "instance",
+    [
+        pytest.param(gi(5, profile=14), id="other-profile"),
+        pytest.param(gi(5, placement=Placement(start=4, size=4)), id="other-placement"),
+    ],
+)
+def test_a_gi_not_at_exactly_the_recorded_profile_and_placement_is_not_considered(instance: GpuInstanceInfo) -> None:
+    assert find_unrecorded_gpu_instance(device(()), [instance]) == (None, None)
