@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
 from kubernetes import client, config
@@ -28,6 +29,7 @@ from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ConfigurationError
+from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
@@ -43,6 +45,14 @@ log = logging.getLogger(__name__)
 
 KUBELET_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+
+
+class Ownership(Protocol):
+    """What the prepare service knows about the GPU instances migdra created."""
+
+    def owned_instances(self) -> set[tuple[str, int]]: ...
+
+    def owned_placements(self) -> set[tuple[str, int, Placement]]: ...
 
 
 class PluginSettings(BaseSettings):
@@ -110,14 +120,29 @@ class _Publishing:
         self.reporter.report_pool(pool)
         self.reporter.report_publish(result)
 
+    def compute_pool(self, nvml: Nvml, ownership: Ownership | None) -> NodePool:
+        """The pool from a fresh NVML read.  What migdra owns is read before *and* after the inventory,
+        so an instance being created (known by placement until its ID is recorded) or being destroyed
+        (record dropped right after) never shows up as foreign for one round."""
+        if ownership is None:
+            return build_pool(read_inventory(nvml), self.device_config)
+        before = ownership.owned_instances()
+        inventory = read_inventory(nvml)
+        return build_pool(
+            inventory,
+            self.device_config,
+            owned_instances=before | ownership.owned_instances(),
+            owned_placements=ownership.owned_placements(),
+        )
+
     @contextmanager
     def running(
-        self, api_client: client.ApiClient, nvml: Nvml, owned: Callable[[], set[tuple[str, int]]]
+        self, api_client: client.ApiClient, nvml: Nvml, ownership: Ownership | None
     ) -> Iterator[SlicePublisher]:
         publisher = SlicePublisher(api_client, self.plugin.node_name, self.device_config.driver_name)
         loop = PublishLoop(
             publisher,
-            lambda: build_pool(read_inventory(nvml), self.device_config, owned_instances=owned()),
+            lambda: self.compute_pool(nvml, ownership),
             interval=self.plugin.rescan_interval,
             on_fatal=self.on_fatal,
             on_round=self.on_round,
@@ -146,7 +171,7 @@ def run_publish_only(plugin: PluginSettings, nvml_settings: NvmlSettings, stop: 
         serving_metrics(plugin.metrics_address, registry),
         api_client_for(plugin.kubeconfig) as api_client,
         open_nvml(nvml_settings) as nvml,
-        publishing.running(api_client, nvml, owned=set),
+        publishing.running(api_client, nvml, ownership=None),
     ):
         stop.wait()
     return publishing.exit_code()
@@ -174,7 +199,7 @@ def run_plugin(
             return 1
         log.info("start-up recovery: %s", recovery)
         try:
-            with publishing.running(api_client, nvml, owned=service.owned_instances):
+            with publishing.running(api_client, nvml, ownership=service):
                 servers = PluginServers(
                     driver_name,
                     plugin.registry_dir,

@@ -109,6 +109,21 @@ class ForeignInstance:
 
 
 @dataclass(frozen=True, slots=True)
+class _Ownership:
+    """Which GPU instances are migdra's: recorded by ID, or being created at a recorded placement."""
+
+    instances: frozenset[tuple[str, int]]
+    placements: frozenset[tuple[str, int, Placement]]
+
+    def owns(self, gpu_uuid: str, gi: GpuInstanceInfo) -> bool:
+        return (gpu_uuid, gi.gpu_instance_id) in self.instances or (
+            gpu_uuid,
+            gi.profile_id,
+            gi.placement,
+        ) in self.placements
+
+
+@dataclass(frozen=True, slots=True)
 class NodePool:
     """Everything the node publishes, before it is cut into ResourceSlices."""
 
@@ -124,10 +139,16 @@ def build_pool(
     config: DeviceModelConfig,
     owned_instances: Iterable[tuple[str, int]] = (),
     catalog: MigCatalog | None = None,
+    owned_placements: Iterable[tuple[str, int, Placement]] = (),
 ) -> NodePool:
-    """The node's devices and counter sets.  ``owned_instances``: (GPU UUID, GI ID) pairs we created."""
+    """The node's devices and counter sets.
+
+    ``owned_instances``: (GPU UUID, GI ID) of the GPU instances migdra created; ``owned_placements``:
+    (GPU UUID, GI profile ID, placement) of those being created whose ID is not known yet.  Any other
+    GPU instance is foreign.
+    """
     catalog = catalog or load_catalog()
-    owned = frozenset(owned_instances)
+    owned = _Ownership(frozenset(owned_instances), frozenset(owned_placements))
     devices: list[Device] = []
     counter_sets: list[CounterSet] = []
     foreign: list[ForeignInstance] = []
@@ -217,14 +238,12 @@ def _mig_devices(
     model: GpuModel | None,
     common: dict[str, AttributeValue],
     config: DeviceModelConfig,
-    owned: frozenset[tuple[str, int]],
+    owned: _Ownership,
 ) -> tuple[list[Device], CounterSet, list[ForeignInstance]]:
     gpu = entry.gpu
     profiles_by_id = {p.profile_id: p for p in entry.profiles}
     names = {p.profile_id: profile_name(p, model) for p in entry.profiles}
-    foreign_gis: list[GpuInstanceInfo] = [
-        gi for gi in entry.gpu_instances if (gpu.uuid, gi.gpu_instance_id) not in owned
-    ]
+    foreign_gis: list[GpuInstanceInfo] = [gi for gi in entry.gpu_instances if not owned.owns(gpu.uuid, gi)]
 
     # The counter set: the whole GPU's slices and resources, less what foreign instances hold.
     slices = max((p.end for profile in entry.profiles for p in profile.placements), default=0)

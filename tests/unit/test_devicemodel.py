@@ -21,9 +21,10 @@ from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.naming import parse_mig_device_name
 from dra_driver.devicemodel.pool import Device, NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import ATTRIBUTES, CAPACITIES, DeviceType
-from dra_driver.mig import load_catalog
+from dra_driver.mig import Placement, load_catalog
 from dra_driver.nvml import sim
 from dra_driver.nvml.inventory import read_inventory
+from dra_driver.nvml.types import GpuInstanceInfo
 from tests.conftest import OpenSimulatedNode
 
 CATALOG = load_catalog()
@@ -306,3 +307,17 @@ def test_pcie_root_and_numa_node_are_published_only_when_known() -> None:
     assert with_root.attributes["resource.kubernetes.io/numaNode"][1] == 1
     assert "resource.kubernetes.io/pcieRoot" not in without.attributes
     assert "resource.kubernetes.io/numaNode" not in without.attributes
+
+
+def test_an_instance_being_created_at_a_recorded_placement_is_not_foreign() -> None:
+    inventory = example_inventory(["H100"])
+    entry = inventory.gpus[0]
+    placement = Placement(start=4, size=4)
+    creating = GpuInstanceInfo(entry.gpu.uuid, 2, 9, placement)  # 3g.40gb, ID not recorded yet
+    node = dataclasses.replace(inventory, gpus=(dataclasses.replace(entry, gpu_instances=(creating,)),))
+    ours = build_pool(node, DeviceModelConfig(), owned_placements={(entry.gpu.uuid, 9, placement)})
+    assert ours.foreign_instances == ()
+    assert len(ours.devices) == 25
+    elsewhere = {(entry.gpu.uuid, 5, Placement(start=0, size=4))}  # another profile, another placement
+    other_profile = build_pool(node, DeviceModelConfig(), owned_placements=elsewhere)
+    assert [f.gpu_instance_id for f in other_profile.foreign_instances] == [2]
