@@ -289,14 +289,15 @@ def test_status_subresource_writes_only_status(core: client.CoreV1Api) -> None:
 
 
 def test_resource_claim_status_is_written_through_status_only(resource: client.ResourceV1Api) -> None:
+    allocation = {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "node-1", "device": "gpu-0"}]}}
     claim = {
         "metadata": {"name": "c1"},
         "spec": claim_spec(),
-        "status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}]},
+        "status": {"allocation": allocation, "reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}]},
     }
     created = resource.create_namespaced_resource_claim("default", claim)
     assert created.status is None or not created.status.reserved_for
-    status = {"status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "u-1"}]}}
+    status = {"status": {"allocation": allocation, "reservedFor": [{"resource": "pods", "name": "p", "uid": "u-1"}]}}
     written = resource.patch_namespaced_resource_claim_status("c1", "default", status)
     assert [r.uid for r in written.status.reserved_for] == ["u-1"]
     relabelled = resource.patch_namespaced_resource_claim(

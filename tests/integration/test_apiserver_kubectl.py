@@ -259,9 +259,12 @@ def test_wait_for_jsonpath_sees_a_status_update(kubectl: Kubectl, resource_api: 
 
     def reserve_later() -> None:
         time.sleep(1.0)
-        resource_api.patch_namespaced_resource_claim_status(
-            "claim-1", "default", {"status": {"reservedFor": [{"resource": "pods", "name": "trainer", "uid": "u-1"}]}}
-        )
+        result = {"request": "gpu", "driver": "gpu.migdra.dev", "pool": "node-1", "device": "gpu-0-mig-1g-10gb-0"}
+        status = {
+            "allocation": {"devices": {"results": [result]}},  # a claim is reserved only once allocated
+            "reservedFor": [{"resource": "pods", "name": "trainer", "uid": "u-1"}],
+        }
+        resource_api.patch_namespaced_resource_claim_status("claim-1", "default", {"status": status})
 
     writer = threading.Thread(target=reserve_later)
     writer.start()

@@ -748,6 +748,40 @@ CLAIM_CASES = [
         Case(SEL0, "x" * 10241, SEL0, "FieldValueTooLong", "must have at most 10240 bytes"), id="expression-10k"
     ),
     pytest.param(
+        Case(
+            SEL0,
+            "device.attributes[",
+            SEL0,
+            "FieldValueInvalid",
+            'Invalid value: "device.attributes[": compilation failed: ERROR: <input>:1:18: Syntax error',
+        ),
+        id="expression-syntax",
+    ),
+    pytest.param(
+        Case(SEL0, "gpu.count > 1", SEL0, "FieldValueInvalid", "compilation failed: ERROR: <input>:1:1: undeclared"),
+        id="expression-undeclared",
+    ),
+    pytest.param(
+        Case(
+            SEL0,
+            "device.driver",
+            SEL0,
+            "FieldValueInvalid",
+            'Invalid value: "device.driver": must evaluate to bool or the unknown type, not string',
+        ),
+        id="expression-not-bool",
+    ),
+    pytest.param(
+        Case(
+            f"{R1}.firstAvailable[0].selectors",
+            [{"cel": {"expression": "true"}}, {"cel": {"expression": "device.nope"}}],
+            f"{R1}.firstAvailable[0].selectors[1].cel.expression",
+            "FieldValueInvalid",
+            "compilation failed: ERROR: <input>:1:1: undefined field 'nope'",
+        ),
+        id="subrequest-expression-compiles",
+    ),
+    pytest.param(
         Case(f"{X0}.selectors[0]", {}, f"{X0}.selectors[0].cel", "FieldValueRequired", ""), id="selector-cel-required"
     ),
     pytest.param(
@@ -978,6 +1012,28 @@ def test_template_uses_the_claim_rules_under_spec_spec() -> None:
     ], details(errors)
 
 
+def test_template_selectors_are_compiled() -> None:
+    template = changed(TEMPLATE, "spec.spec.devices.requests[0].exactly.selectors[0].cel.expression", "1 + 1")
+    errors = run("ResourceClaimTemplate", template)
+    assert [(e.field, e.reason) for e in errors] == [
+        ("spec.spec.devices.requests[0].exactly.selectors[0].cel.expression", "FieldValueInvalid")
+    ], details(errors)
+
+
+def test_a_compile_error_reads_like_cel_go() -> None:
+    """kube's detail is ``compilation failed: `` and cel-go's issues: position, source line and caret."""
+    (error,) = run("ResourceClaim", changed(CLAIM, SEL0, "device.attributes["))
+    assert error.detail() == (
+        f'{SEL0}: Invalid value: "device.attributes[": compilation failed: '
+        "ERROR: <input>:1:18: Syntax error: mismatched input '<EOF>'\n | device.attributes[\n | .................^"
+    )
+
+
+def test_an_expression_over_the_length_limit_is_not_compiled() -> None:
+    (error,) = run("ResourceClaim", changed(CLAIM, SEL0, "(" * 10241))
+    assert (error.field, error.reason) == (SEL0, "FieldValueTooLong")
+
+
 def test_template_metadata_labels_are_checked() -> None:
     errors = run("ResourceClaimTemplate", changed(TEMPLATE, "spec.metadata.labels", {"app": "-x"}))
     assert [(e.field, e.reason) for e in errors] == [("spec.metadata.labels", "FieldValueInvalid")]
@@ -1028,12 +1084,14 @@ STATUS_CASES = [
         Case(f"{RES0}.request", "tpu", f"{RES0}.request", "FieldValueInvalid", "must be the name of a request"),
         id="result-request",
     ),
-    pytest.param(Case(f"{RES0}.driver", "", f"{RES0}.driver", "FieldValueRequired", ""), id="result-driver"),
+    # status.devices[0] then names a device that is no longer allocated
+    pytest.param(Case(f"{RES0}.driver", "", f"{RES0}.driver", "FieldValueRequired", "", (DS0,)), id="result-driver"),
     pytest.param(
-        Case(f"{RES0}.pool", "Node_A", f"{RES0}.pool", "FieldValueInvalid", "RFC 1123 subdomain"), id="result-pool"
+        Case(f"{RES0}.pool", "Node_A", f"{RES0}.pool", "FieldValueInvalid", "RFC 1123 subdomain", (DS0,)),
+        id="result-pool",
     ),
     pytest.param(
-        Case(f"{RES0}.device", "gpu.0", f"{RES0}.device", "FieldValueInvalid", "must not contain dots"),
+        Case(f"{RES0}.device", "gpu.0", f"{RES0}.device", "FieldValueInvalid", "must not contain dots", (DS0,)),
         id="result-device",
     ),
     pytest.param(
@@ -1101,7 +1159,71 @@ STATUS_CASES = [
         id="device-status-unique",
     ),
     pytest.param(
-        Case(f"{DS0}.device", "GPU", f"{DS0}.device", "FieldValueInvalid", "RFC 1123 label"), id="device-status-device"
+        Case(f"{DS0}.device", "GPU", f"{DS0}.device", "FieldValueInvalid", "RFC 1123 label", (DS0,)),
+        id="device-status-device",
+    ),
+    pytest.param(
+        Case(
+            f"{DS0}.device",
+            "gpu-1",
+            DS0,
+            "FieldValueInvalid",
+            "Invalid value: gpu.migdra.io/node-a/gpu-1: must be an allocated device in the claim",
+        ),
+        id="device-status-not-allocated",
+    ),
+    pytest.param(
+        Case(
+            f"{DS0}.pool",
+            "node-a/part-1",
+            DS0,
+            "FieldValueInvalid",
+            "gpu.migdra.io/node-a/part-1/gpu-0-mig-1g-10gb-0: must be an allocated device in the claim",
+        ),
+        id="device-status-same-pool",
+    ),
+    pytest.param(
+        Case(
+            f"{DS0}.driver",
+            "net.example.com",
+            DS0,
+            "FieldValueInvalid",
+            "net.example.com/node-a/gpu-0-mig-1g-10gb-0: must be an allocated device in the claim",
+        ),
+        id="device-status-same-driver",
+    ),
+    pytest.param(
+        Case(
+            f"{DS0}.shareID",
+            "6f1c2a3e-0000-4000-8000-000000000009",
+            DS0,
+            "FieldValueInvalid",
+            "gpu-0-mig-1g-10gb-0/6f1c2a3e-0000-4000-8000-000000000009: must be an allocated device",
+        ),
+        id="device-status-same-share",
+    ),
+    pytest.param(
+        Case(
+            "status.allocation",
+            DELETE,
+            "status.reservedFor",
+            "FieldValueForbidden",
+            "status.reservedFor: Forbidden: may not be specified when `allocated` is not set",
+            (DS0,),
+        ),
+        id="reserved-for-needs-allocation",
+    ),
+    pytest.param(
+        Case("status.reservedFor[0].resource", DELETE, "status.reservedFor[0].resource", "FieldValueRequired", ""),
+        id="reserved-for-resource-required",
+    ),
+    pytest.param(
+        Case("status.reservedFor[0].name", "", "status.reservedFor[0].name", "FieldValueRequired", ""),
+        id="reserved-for-name-required",
+    ),
+    pytest.param(
+        Case("status.reservedFor[0].uid", DELETE, "status.reservedFor[0].uid", "FieldValueRequired", ""),
+        id="reserved-for-uid-required",
     ),
     pytest.param(
         Case(
@@ -1221,7 +1343,7 @@ def test_claim_status_rules(case: Case) -> None:
 
 
 def test_allocation_may_be_set_once_and_cleared_but_not_changed() -> None:
-    changed_allocation = changed(ALLOCATED_CLAIM, "status.allocation.devices.results[0].device", "gpu-1")
+    changed_allocation = changed(ALLOCATED_CLAIM, "status.allocation.devices.results[1].device", "gpu-2")
     errors = run("ResourceClaim", changed_allocation, ALLOCATED_CLAIM, "status")
     assert [(e.field, e.reason, e.message) for e in errors] == [
         ("status.allocation", "FieldValueInvalid", "field is immutable")
@@ -1230,6 +1352,55 @@ def test_allocation_may_be_set_once_and_cleared_but_not_changed() -> None:
     assert run("ResourceClaim", cleared, ALLOCATED_CLAIM, "status") == []
     unchanged_with_new_device_status = changed(ALLOCATED_CLAIM, "status.devices[0].conditions[0].status", "False")
     assert run("ResourceClaim", unchanged_with_new_device_status, ALLOCATED_CLAIM, "status") == []
+
+
+def test_allocation_cannot_be_cleared_while_reserved() -> None:
+    unreserved = changed(changed(ALLOCATED_CLAIM, "status.allocation", DELETE), "status.devices", DELETE)
+    errors = run("ResourceClaim", unreserved, ALLOCATED_CLAIM, "status")
+    assert [e.detail() for e in errors] == [
+        "status.reservedFor: Forbidden: may not be specified when `allocated` is not set"
+    ]
+    released = changed(unreserved, "status.reservedFor", [])
+    assert run("ResourceClaim", released, ALLOCATED_CLAIM, "status") == []
+
+
+def test_device_status_needs_an_allocation() -> None:
+    unallocated = changed(changed(ALLOCATED_CLAIM, "status.allocation", DELETE), "status.reservedFor", DELETE)
+    errors = run("ResourceClaim", unallocated, CLAIM, "status")
+    assert [e.detail() for e in errors] == [
+        "status.devices[0]: Invalid value: gpu.migdra.io/node-a/gpu-0-mig-1g-10gb-0: "
+        "must be an allocated device in the claim"
+    ]
+
+
+def test_device_status_may_name_an_allocated_share() -> None:
+    share = "6f1c2a3e-0000-4000-8000-000000000009"
+    shared = changed(ALLOCATED_CLAIM, "status.allocation.devices.results[0].shareID", share)
+    shared = changed(shared, "status.devices[0].shareID", share)
+    assert run("ResourceClaim", shared, CLAIM, "status") == [], details(run("ResourceClaim", shared, CLAIM, "status"))
+    unshared = changed(shared, "status.devices[0].shareID", DELETE)
+    assert [e.field for e in run("ResourceClaim", unshared, CLAIM, "status")] == [DS0]
+
+
+def test_reserved_for_api_group_is_optional() -> None:
+    with_group = changed(ALLOCATED_CLAIM, "status.reservedFor[0].apiGroup", "")
+    assert run("ResourceClaim", with_group, CLAIM, "status") == []
+    with_group = changed(ALLOCATED_CLAIM, "status.reservedFor[0].apiGroup", "example.com")
+    assert run("ResourceClaim", with_group, CLAIM, "status") == []
+
+
+def test_a_deleted_claim_takes_no_new_consumers() -> None:
+    deleting = changed(ALLOCATED_CLAIM, "metadata.deletionTimestamp", "2025-01-01T00:00:00Z")
+    added = changed(deleting, "status.reservedFor[1]", {"resource": "pods", "name": "train-1", "uid": "u-2"})
+    errors = run("ResourceClaim", added, deleting, "status")
+    assert [e.detail() for e in errors] == [
+        "status.reservedFor: Forbidden: new entries may not be added while `deallocationRequested` or "
+        "`deletionTimestamp` are set"
+    ]
+    removed = changed(deleting, "status.reservedFor", [])
+    assert run("ResourceClaim", removed, deleting, "status") == []
+    live = changed(ALLOCATED_CLAIM, "status.reservedFor[1]", {"resource": "pods", "name": "train-1", "uid": "u-2"})
+    assert run("ResourceClaim", live, ALLOCATED_CLAIM, "status") == [], "a live claim may take new consumers"
 
 
 def test_stored_allocation_is_not_revalidated() -> None:
@@ -1260,6 +1431,26 @@ CLASS_CASES = [
             "at most 10240 bytes",
         ),
         id="expression-10k",
+    ),
+    pytest.param(
+        Case(
+            "spec.selectors[0].cel.expression",
+            'device.driver = "gpu.migdra.io"',
+            "spec.selectors[0].cel.expression",
+            "FieldValueInvalid",
+            "compilation failed: ERROR: <input>:1:",
+        ),
+        id="expression-compiles",
+    ),
+    pytest.param(
+        Case(
+            "spec.selectors[0].cel.expression",
+            "device.attributes",
+            "spec.selectors[0].cel.expression",
+            "FieldValueInvalid",
+            "must evaluate to bool or the unknown type, not map(",
+        ),
+        id="expression-bool",
     ),
     pytest.param(
         Case(

@@ -1,15 +1,18 @@
 """Validation of ``resource.k8s.io/v1`` objects for the local API server: dicts in, field errors out.
 
 It mirrors kube-apiserver's ``pkg/apis/resource/validation`` for the rules stated in
-``/work/shared/reference/resource-api.md``, with kube's field paths and messages, because kubectl and the
-Python client show them to people.  Pure code: no I/O, no HTTP, no Kubernetes client.
+``../shared/reference/resource-api.md`` (relative to the repository), with kube's field paths and
+messages, because kubectl and the Python client show them to people.  Pure code: no I/O, no HTTP, no
+Kubernetes client.  CEL selectors are compiled with migdra's own CEL environment (``dra_driver.cel``,
+loaded on first use).
 
 Public API::
 
     validate(group, version, kind, obj, old, subresource) -> list[FieldError]
         Kind rules for ResourceSlice, ResourceClaim (and its ``status``), ResourceClaimTemplate and
         DeviceClass; ``[]`` for anything else.  ``old`` is None on create, the stored object on update.
-        It does not look at ``metadata``: the server runs ``validate_object_meta`` for every kind.
+        It does not validate ``metadata`` (the server runs ``validate_object_meta`` for every kind);
+        the status rules only read ``metadata.deletionTimestamp``.
     validate_object_meta(obj, namespaced, name_rule) -> list[FieldError]
         Generic ``metadata`` rules on create (name/generateName, namespace, labels, annotations).
     FieldError
@@ -22,9 +25,9 @@ Modules, each with one job: ``errors`` (FieldError and its rendering), ``paths``
 ``fields`` (typed reads of JSON), ``limits`` (every number), ``names`` (name rules and kube's
 messages), ``quantity`` (Quantity syntax), ``lists`` (bounded lists, sets, maps), ``immutability``,
 ``metadata``, ``nodes`` (node names and selectors), ``taints`` (taints and tolerations),
-``cel_selectors``, ``opaque`` (opaque config and raw JSON), ``network`` (interface addresses), and the
-kind rules: ``resourceslice``, ``resourceclaim`` (claim and template spec), ``claimstatus``,
-``deviceclass``.
+``cel_selectors`` (length and compilation), ``opaque`` (opaque config and raw JSON), ``network``
+(interface addresses), and the kind rules: ``resourceslice``, ``resourceclaim`` (claim and template
+spec), ``claimstatus`` (status fields and the allocation/reservation invariants), ``deviceclass``.
 """
 
 from __future__ import annotations

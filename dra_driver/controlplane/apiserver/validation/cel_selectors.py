@@ -1,16 +1,32 @@
 """CEL device selectors (``selectors[].cel.expression``) of requests, subrequests and DeviceClasses.
 
-Only presence and length are checked here (at most 10 KiB); compiling the expression and estimating its
-cost belong to the CEL environment, not to this package.
+As kube's ``validateCELSelector``: an expression is required and at most 10 KiB (bytes; a longer one is
+not compiled), then it is compiled in the DRA CEL environment (:mod:`dra_driver.cel`), which must
+succeed with a ``bool`` (or dyn) result.  A failure is ``Invalid`` with kube's detail: ``compilation
+failed: `` and cel-go's issue text, or ``must evaluate to bool or the unknown type, not <type>``.
+
+Not checked: the static cost estimate (kube's "too complex, exceeds cost limit"), which
+:mod:`dra_driver.cel` does not compute; the cost limit is enforced at evaluation instead.
+
+``dra_driver.cel`` loads celpy on first use, so importing this module stays cheap; compiled programs
+are cached by expression text in the CEL package's shared cache.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
+from dra_driver import cel
+from dra_driver.cel.errors import CELCompileError
 from dra_driver.controlplane.apiserver.validation import limits
-from dra_driver.controlplane.apiserver.validation.errors import FieldError, required, too_long
+from dra_driver.controlplane.apiserver.validation.errors import FieldError, invalid, required, too_long
 from dra_driver.controlplane.apiserver.validation.fields import as_object, byte_length, get_object, get_string
 from dra_driver.controlplane.apiserver.validation.lists import validate_list
 from dra_driver.controlplane.apiserver.validation.paths import FieldPath
+
+# kube reports a result type other than bool without the "compilation failed" prefix.
+_RESULT_TYPE_MESSAGE: Final = "must evaluate to "
+_COMPILATION_FAILED: Final = "compilation failed: "
 
 
 def validate_selectors(selectors: list[object] | None, max_items: int, path: FieldPath) -> list[FieldError]:
@@ -19,16 +35,30 @@ def validate_selectors(selectors: list[object] | None, max_items: int, path: Fie
 
 
 def validate_selector(value: object, path: FieldPath) -> list[FieldError]:
-    """One selector: a ``cel`` with a non-empty expression of at most 10 KiB."""
+    """One selector: a ``cel`` whose expression is non-empty, at most 10 KiB and compiles to a bool."""
     errors: list[FieldError] = []
     selector = as_object(value, path, errors) or {}
-    cel = get_object(selector, "cel", path, errors)
-    if cel is None:
+    cel_selector = get_object(selector, "cel", path, errors)
+    if cel_selector is None:
         return [*errors, required(path.child("cel"))]
     cel_path = path.child("cel")
-    expression = get_string(cel, "expression", cel_path, errors)
+    expression = get_string(cel_selector, "expression", cel_path, errors)
+    expression_path = cel_path.child("expression")
     if not expression:
-        errors.append(required(cel_path.child("expression")))
+        errors.append(required(expression_path))
     elif byte_length(expression) > limits.CEL_EXPRESSION_MAX_BYTES:
-        errors.append(too_long(cel_path.child("expression"), limits.CEL_EXPRESSION_MAX_BYTES))
+        errors.append(too_long(expression_path, limits.CEL_EXPRESSION_MAX_BYTES))
+    else:
+        errors.extend(validate_expression(expression, expression_path))
     return errors
+
+
+def validate_expression(expression: str, path: FieldPath) -> list[FieldError]:
+    """Compile ``expression`` as a device selector; one ``Invalid`` error, in kube's words, if it fails."""
+    try:
+        cel.compile_selector(expression)
+    except CELCompileError as exc:
+        if exc.message.startswith(_RESULT_TYPE_MESSAGE):
+            return [invalid(path, expression, exc.message)]
+        return [invalid(path, expression, _COMPILATION_FAILED + exc.details())]
+    return []

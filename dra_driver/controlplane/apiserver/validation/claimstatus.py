@@ -1,8 +1,11 @@
 """ResourceClaim ``status`` rules, applied on updates through the ``status`` subresource.
 
-Owns: ``reservedFor`` (at most 256 consumers, unique by uid), ``devices`` (driver-written device status,
-unique by driver/pool/device/shareID: conditions, data, network data) and ``allocation`` (results and
-config, validated when first set; afterwards it may only be cleared, never changed).
+Owns, as kube's ``validateResourceClaimStatusUpdate``: ``reservedFor`` (at most 256 consumers, each with
+``resource``, ``name`` and ``uid``, unique by uid), ``devices`` (driver-written device status, unique by
+driver/pool/device/shareID, each naming a device of ``allocation``: conditions, data, network data),
+``allocation`` (results and config, validated when first set; afterwards it may only be cleared, never
+changed) and the invariants between them: ``reservedFor`` needs an ``allocation`` (so the allocation
+cannot be cleared while the claim is reserved), and a claim being deleted takes no new consumers.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dra_driver.controlplane.apiserver.validation.errors import (
     FieldError,
     RawValue,
     duplicate,
+    forbidden,
     invalid,
     not_supported,
     required,
@@ -58,6 +62,12 @@ _CONDITION_REASON_MSG: Final = (
     "a condition reason must start with alphabetic character, optionally followed by a string of "
     "alphanumeric characters or '_,:', and must end with an alphanumeric character or '_'"
 )
+_NOT_ALLOCATED: Final = "must be an allocated device in the claim"
+_RESERVED_WITHOUT_ALLOCATION: Final = "may not be specified when `allocated` is not set"
+_RESERVED_WHILE_DELETED: Final = (
+    "new entries may not be added while `deallocationRequested` or `deletionTimestamp` are set"
+)
+_CONSUMER_FIELDS: Final = ("resource", "name", "uid")
 
 
 def validate_resource_claim_status(obj: JSONObject, old: JSONObject | None) -> list[FieldError]:
@@ -75,10 +85,21 @@ def validate_resource_claim_status(obj: JSONObject, old: JSONObject | None) -> l
             reserved_for, limits.CLAIM_MAX_RESERVED_FOR, _validate_consumer, field_key("uid"), path.child("reservedFor")
         )
     )
-    devices = get_array(status, "devices", path, errors)
-    errors.extend(validate_set(devices, None, _validate_device_status, _device_id, path.child("devices")))
-
     allocation = get_object(status, "allocation", path, errors)
+    allocated = _allocated_devices(allocation)
+
+    def device_status_rule(value: object, item_path: FieldPath) -> list[FieldError]:
+        return _validate_device_status(value, item_path, allocated)
+
+    devices = get_array(status, "devices", path, errors)
+    errors.extend(validate_set(devices, None, device_status_rule, _device_id, path.child("devices")))
+
+    if reserved_for:
+        if allocation is None:
+            errors.append(forbidden(path.child("reservedFor"), _RESERVED_WITHOUT_ALLOCATION))
+        elif _is_deleted(obj) and _new_consumers(reserved_for, old_status.get("reservedFor")):
+            errors.append(forbidden(path.child("reservedFor"), _RESERVED_WHILE_DELETED))
+
     old_allocation = old_status.get("allocation")
     if allocation is not None and old_allocation is not None:
         errors.extend(validate_immutable(allocation, old_allocation, path.child("allocation")))
@@ -88,9 +109,40 @@ def validate_resource_claim_status(obj: JSONObject, old: JSONObject | None) -> l
 
 
 def _validate_consumer(value: object, path: FieldPath) -> list[FieldError]:
+    """One ``reservedFor`` entry: ``resource``, ``name`` and ``uid`` required; ``apiGroup`` optional."""
     errors: list[FieldError] = []
-    as_object(value, path, errors)
+    consumer = as_object(value, path, errors) or {}
+    get_string(consumer, "apiGroup", path, errors)
+    for name in _CONSUMER_FIELDS:
+        if not get_string(consumer, name, path, errors):
+            errors.append(required(path.child(name)))
     return errors
+
+
+def _is_deleted(obj: JSONObject) -> bool:
+    metadata = obj.get("metadata")
+    return isinstance(metadata, Mapping) and bool(metadata.get("deletionTimestamp"))
+
+
+def _consumer_key(value: object) -> tuple[object, ...]:
+    """A consumer reference compared as a whole, as Go compares the struct."""
+    consumer = value if isinstance(value, Mapping) else {}
+    return tuple(consumer.get(name) or "" for name in ("apiGroup", *_CONSUMER_FIELDS))
+
+
+def _new_consumers(reserved_for: list[object], old_reserved_for: object) -> bool:
+    """Whether ``reserved_for`` has an entry that the stored ``reservedFor`` lacks."""
+    old_keys = {_consumer_key(item) for item in old_reserved_for} if isinstance(old_reserved_for, list) else set()
+    return any(_consumer_key(item) not in old_keys for item in reserved_for)
+
+
+def _allocated_devices(allocation: JSONObject | None) -> frozenset[str]:
+    """The device IDs (:func:`_device_id`) of the allocation's results; none without an allocation."""
+    devices = (allocation or {}).get("devices")
+    results = devices.get("results") if isinstance(devices, Mapping) else None
+    if not isinstance(results, list):
+        return frozenset()
+    return frozenset(device_id for device_id in map(_device_id, results) if device_id is not None)
 
 
 def _device_id(item: object) -> str | None:
@@ -158,10 +210,13 @@ def _validate_allocation_config(value: object, path: FieldPath, request_names: R
     return errors + validate_device_configuration(config, path)
 
 
-def _validate_device_status(value: object, path: FieldPath) -> list[FieldError]:
+def _validate_device_status(value: object, path: FieldPath, allocated: frozenset[str]) -> list[FieldError]:
     errors: list[FieldError] = []
     device = as_object(value, path, errors) or {}
     errors.extend(_validate_device_id_fields(device, path))
+    device_id = _device_id(device)
+    if device_id is not None and device_id not in allocated:
+        errors.append(invalid(path, device_id, _NOT_ALLOCATED))
     conditions = get_array(device, "conditions", path, errors)
     conditions_path = path.child("conditions")
     if conditions is not None and len(conditions) > limits.DEVICE_STATUS_MAX_CONDITIONS:

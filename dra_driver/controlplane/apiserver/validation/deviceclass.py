@@ -1,7 +1,7 @@
 """DeviceClass ``spec`` rules (resource.k8s.io/v1), the same on create and update.
 
-Owns: selectors (at most 32, each a bounded CEL expression), config (at most 32 opaque entries) and
-``extendedResourceName`` (a valid extended resource name when set).
+Owns: selectors (at most 32, each a bounded CEL expression that compiles), config (at most 32 opaque
+entries) and ``extendedResourceName`` (a valid extended resource name when set).
 """
 
 from __future__ import annotations

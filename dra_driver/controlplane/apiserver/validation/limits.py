@@ -1,6 +1,6 @@
 """Every number the validation enforces, in one place.
 
-Source of the ``resource.k8s.io`` limits: /work/shared/reference/resource-api.md (section given per
+Source of the ``resource.k8s.io`` limits: ``../shared/reference/resource-api.md`` (section given per
 group; the values are those of the 1.35+ ``v1`` API).  The Kubernetes-wide limits at the end (names,
 labels, annotations, conditions) are apimachinery's, which the reference takes as given.
 """
