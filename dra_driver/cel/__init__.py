@@ -9,7 +9,8 @@ Built on celpy (cel-python); see ``docs/deviceclasses.md`` for what differs from
 workarounds), ``functions`` (operators and the Kubernetes libraries), ``quantity``/``semver`` (pure
 value types), ``device`` (the ``device`` variable), ``environment`` (celpy runners, budget hooks),
 ``budget`` (cost limit and wall-clock guard), ``program`` (compile cache, ``CompiledSelector``),
-``explain`` and ``lint`` (tooling), ``documents`` (manifests and slices from files).
+``cost`` (static worst-case cost, as kube-apiserver estimates it), ``explain`` and ``lint`` (tooling),
+``documents`` (manifests and slices from files).
 
 The names below load on first use, so ``dra_driver.cel.quantity`` and ``dra_driver.cel.semver`` stay
 importable (by API validation, say) without celpy and its parser.  Nothing here imports the

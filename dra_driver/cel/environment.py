@@ -8,6 +8,11 @@ Owns everything that depends on celpy's internals, in one place:
   is slower and not thread-safe; ours is neither.
 - :class:`InterpretedRunner`: celpy's tree-walking Evaluator, with macros that return errors as values
   (celpy's raise past ``&&``/``||``, which would stop ``false && cel.bind(...)`` from absorbing them).
+- Short-circuit evaluation on both runners: celpy evaluates both operands of ``&&``/``||`` (and, in
+  the CompiledRunner, all three of ``?:``) before calling the operator.  Both runners here hand
+  ``&&``/``||`` (``functions/operators.py``) the right operand as a thunk and evaluate only the branch
+  of ``?:`` that ``choose`` picks, so ``false && <anything>`` never evaluates, charges or raises from its
+  right side, as in cel-go.
 - :class:`BudgetActivation`: celpy creates one nested activation per comprehension step in both
   runners; charging the budget there bounds every loop.
 - :func:`translate_error`: celpy's error values and labels -> Kubernetes' wording.
@@ -19,10 +24,13 @@ import anything above it (``program.py`` drives it).
 from __future__ import annotations
 
 import enum
+import functools
 import importlib.metadata
 import re
 import sys
-from typing import Any
+from collections.abc import Callable
+from string import Template
+from typing import Any, cast
 
 import lark
 from celpy import celtypes, evaluation
@@ -33,6 +41,7 @@ from dra_driver.cel import budget
 from dra_driver.cel.device import DeviceActivation
 from dra_driver.cel.errors import CELRuntimeError
 from dra_driver.cel.functions import FUNCTIONS, kind_of
+from dra_driver.cel.functions.operators import choose
 
 # celpy's evaluators recurse once per grammar level; celpy.Environment raises the limit to 2500 for the
 # same reason.  We never lower it.
@@ -119,20 +128,112 @@ def _transpiled_namespace() -> dict[str, Any]:
     return namespace
 
 
+# celpy's templates for ``?:``, ``||`` and ``&&`` evaluate every operand before calling the operator.
+# Ours pass ``&&``/``||`` the right operand as a thunk and let ``?:`` pick the branch to evaluate:
+#   ex_7_0 = lambda activation: <left>
+#   ex_7_1 = lambda activation: <right>
+#   ex_7 = lambda activation: <and>(result(activation, ex_7_0), lambda: result(activation, ex_7_1))
+#   ex_9 = lambda activation: result(activation, <branch>(result(activation, ex_9_0), ex_9_1, ex_9_2))
+# The branch is evaluated from ``ex_9`` itself (not inside a function) so that ``a ? x : b ? y : ...``
+# nests no deeper in Python than celpy's own code for it; ``&&``/``||`` only nest to the right through
+# parentheses, which the parser's depth limit keeps shallow.
+_RESULT = "celpy.evaluation.result(activation, ex_${n}_%d)"
+_BRANCH = "__migdra_branch"
+
+
+def _operands(count: int) -> list[str]:
+    return [f"ex_${{n}}_{i} = lambda activation: ${{operand_{i}}}" for i in range(count)]
+
+
+_LAZY_TEMPLATES = {
+    "_?_:_": Template(
+        "\n".join(
+            [
+                "# expr:",
+                *_operands(3),
+                f"ex_${{n}} = lambda activation: celpy.evaluation.result(activation, "
+                f"{_BRANCH}({_RESULT % 0}, ex_${{n}}_1, ex_${{n}}_2))",
+            ]
+        )
+    ),
+    "_||_": Template(
+        "\n".join(
+            [
+                "# conditionalor:",
+                *_operands(2),
+                f"ex_${{n}} = lambda activation: ${{func_name}}({_RESULT % 0}, lambda: {_RESULT % 1})",
+            ]
+        )
+    ),
+}
+_LAZY_TEMPLATES["_&&_"] = Template(_LAZY_TEMPLATES["_||_"].template.replace("# conditionalor:", "# conditionaland:"))
+
+
+def _branch(condition: Any, when_true: Callable[[Any], Any], when_false: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """The branch of ``?:`` to evaluate, as the generated code calls it (an error: a constant branch)."""
+    chosen = choose(condition, when_true, when_false)
+    if isinstance(chosen, CELEvalError):
+        return functools.partial(_constant, chosen)
+    return chosen
+
+
+def _constant(value: Any, _activation: Any) -> Any:
+    return value
+
+
+class _Phase1Transpiler(evaluation.Phase1Transpiler):
+    """celpy's first transpiler pass with short-circuiting ``?:``, ``||`` and ``&&``."""
+
+    def _lazy(self, tree: evaluation.TranspilerTree, function: str) -> None:
+        children = cast(list[evaluation.TranspilerTree], tree.children)
+        if len(children) == 1:
+            tree.transpiled = children[0].transpiled
+            return
+        bindings: dict[str, Callable[[evaluation.TranspilerTree], str]] = {
+            f"operand_{index}": functools.partial(_transpiled_child, index=index) for index in range(len(children))
+        }
+        bindings["n"] = lambda node: str(node.expr_number)
+        bindings["func_name"] = lambda node: self.func_name(function)
+        tree.checked_exception = (_LAZY_TEMPLATES[function], bindings)
+        tree.transpiled = f"ex_{tree.expr_number}(activation)"
+
+    def expr(self, tree: evaluation.TranspilerTree) -> None:
+        self._lazy(tree, "_?_:_")
+
+    def conditionalor(self, tree: evaluation.TranspilerTree) -> None:
+        self._lazy(tree, "_||_")
+
+    def conditionaland(self, tree: evaluation.TranspilerTree) -> None:
+        self._lazy(tree, "_&&_")
+
+
+def _transpiled_child(tree: evaluation.TranspilerTree, *, index: int) -> str:
+    return cast(evaluation.TranspilerTree, tree.children[index]).transpiled
+
+
+def _transpile(tree: evaluation.TranspilerTree) -> str:
+    """celpy's two transpiler passes, with our first pass; the Python source (not yet compiled)."""
+    facade = evaluation.Transpiler(ast=tree, activation=BudgetActivation(functions=FUNCTIONS))
+    _Phase1Transpiler(facade).visit(tree)
+    phase_2 = evaluation.Phase2Transpiler(facade)
+    phase_2.visit(tree)
+    return "\n".join(phase_2.statements(tree))
+
+
 class CompiledRunner:
     """celpy's transpiler, compiled once into a private namespace (thread-safe, no exec per call)."""
 
     kind = RunnerKind.COMPILED
 
     def __init__(self, tree: evaluation.TranspilerTree) -> None:
-        transpiler = evaluation.Transpiler(ast=tree, activation=BudgetActivation(functions=FUNCTIONS))
-        transpiler.transpile()
-        lines = transpiler.source_text.rstrip("\n").split("\n")
+        source_text = _transpile(tree)
+        lines = source_text.rstrip("\n").split("\n")
         last = _LAST_LINE.match(lines[-1])
         if last is None:  # pragma: no cover -- guards against a celpy upgrade changing its output
             raise RuntimeError(f"unexpected celpy transpiler output: {lines[-1]!r}")
         lines[-1] = f"{_ENTRY} = {last.group('entry')}"
         namespace = _transpiled_namespace()
+        namespace[_BRANCH] = _branch
         self.source_text = _hoist_literals("\n".join(lines), namespace)
         exec(compile(self.source_text, "<cel>", "exec"), namespace)
         self._entry = namespace[_ENTRY]
@@ -173,6 +274,39 @@ class _Evaluator(evaluation.Evaluator):
 
     def build_macro_eval(self, child: lark.Tree[Any]) -> Any:
         return self.build_ss_macro_eval(child)
+
+    # celpy visits both operands of ``&&``/``||`` before calling the operator; ours pass the right one
+    # as a thunk, and ``?:`` visits only the branch ``choose`` picks, so only what decides the result
+    # is evaluated.
+
+    def _lazy(self, tree: lark.Tree[Any], function: str) -> Any:
+        left, right = cast(list[lark.Tree[Any]], tree.children)
+        try:
+            return self.activation.resolve_function(function)(self.visit(left), functools.partial(self.visit, right))
+        except TypeError as exc:
+            return _overload_error(exc, tree)
+
+    def expr(self, tree: lark.Tree[Any]) -> Any:
+        if len(tree.children) == 1:
+            return self.visit(tree.children[0])
+        condition, when_true, when_false = cast(list[lark.Tree[Any]], tree.children)
+        try:
+            chosen = choose(self.visit(condition), when_true, when_false)
+        except TypeError as exc:
+            return _overload_error(exc, tree)
+        return chosen if isinstance(chosen, CELEvalError) else self.visit(chosen)
+
+    def conditionalor(self, tree: lark.Tree[Any]) -> Any:
+        return self.visit(tree.children[0]) if len(tree.children) == 1 else self._lazy(tree, "_||_")
+
+    def conditionaland(self, tree: lark.Tree[Any]) -> Any:
+        return self.visit(tree.children[0]) if len(tree.children) == 1 else self._lazy(tree, "_&&_")
+
+
+def _overload_error(exc: TypeError, tree: lark.Tree[Any]) -> CELEvalError:
+    error = CELEvalError("no such overload", type(exc), exc.args, tree=tree)
+    error.__cause__ = exc
+    return error
 
 
 class InterpretedRunner:

@@ -1,9 +1,10 @@
 """``migdra cel lint``: what is wrong, or will go wrong at scheduling time, with a set of selectors.
 
-Owns: the findings for one selector (compile errors; non-bool results; attribute and capacity names
-migdra never publishes in its own domain; comparisons that fail on migdra's value types; quantity and
-semver literals that can never parse; lookups that can raise ``no such key`` without a guard) with
-the YAML path, a message an admin can act on and, where one exists, a guarded form of the selector.
+Owns: the findings for one selector (compile errors; non-bool results; an estimated cost above
+Kubernetes' limit, from ``cost.py``; attribute and capacity names migdra never publishes in its own
+domain; comparisons that fail on migdra's value types; quantity and semver literals that can never
+parse; lookups that can raise ``no such key`` without a guard) with the YAML path, a message an admin
+can act on and, where one exists, a guarded form of the selector.
 
 Must never: print, read files, or evaluate a selector against devices.
 
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 from dra_driver.cel import syntax
 from dra_driver.cel.checker import BOOL, INT, SEMVER, STRING, CelType, check
+from dra_driver.cel.cost import MAX_ESTIMATED_COST, estimate_cost
 from dra_driver.cel.documents import Document, SelectorSite, selector_sites
 from dra_driver.cel.errors import CELCompileError
 from dra_driver.cel.guards import Facts, GuardAnalysis, Risk, RiskyLookup
@@ -137,7 +139,8 @@ class Linter:
                 Problem(Severity.ERROR, f"does not compile: {issue.message} (at {issue.span.line}:{issue.span.column})")
                 for issue in base.issues
             ]
-        problems = self._unknown_names(tree)
+        problems = self._too_complex(expression, tree)
+        problems += self._unknown_names(tree)
         problems += self._typed_by_vocabulary(tree, {issue.message for issue in base.issues})
         problems += self._bad_literals(tree)
         unknown = {p.message for p in problems}
@@ -146,6 +149,24 @@ class Linter:
             if problem is not None and problem.message not in unknown:
                 problems.append(problem)
         return problems
+
+    @staticmethod
+    def _too_complex(expression: str, tree: Node) -> list[Problem]:
+        estimate = estimate_cost(tree)
+        if not estimate.too_complex:
+            return []
+        where = ""
+        if estimate.costliest is not None:
+            where = f"; most of it is {syntax.source_of(expression, estimate.costliest).strip()!r}"
+        return [
+            Problem(
+                Severity.ERROR,
+                f"too complex: estimated cost {estimate.cost:,} exceeds Kubernetes' limit of "
+                f"{MAX_ESTIMATED_COST:,}, so kube-apiserver rejects it ('too complex, exceeds cost limit'); "
+                f"every comprehension multiplies by the size of what it iterates (up to 32 domains or "
+                f"attributes per map, 64 characters per attribute value){where}",
+            )
+        ]
 
     def _unknown_names(self, tree: Node) -> list[Problem]:
         problems: list[Problem] = []

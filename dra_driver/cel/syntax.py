@@ -25,11 +25,10 @@ from typing import cast
 import celpy
 import lark
 from celpy import evaluation
-from celpy.celparser import CELParser
 
 from dra_driver.cel.errors import CELCompileError
 
-# kube-apiserver's CELSelectorExpressionMaxLength.
+# kube-apiserver's CELSelectorExpressionMaxLength, in UTF-8 bytes (Go's len(string)), not characters.
 MAX_EXPRESSION_LENGTH = 10 * 1024
 # Deepest parse tree we hand to celpy.  celpy's evaluators recurse once per grammar level (about ten
 # per parenthesis), so this bounds Python recursion; cel-go's parser has a similar recursion limit.
@@ -210,6 +209,17 @@ _parser_lock = threading.Lock()
 _parser: lark.Lark | None = None
 
 
+def _ambiguous_literals(token: lark.Token) -> lark.Token:
+    """``true``/``false`` lex as identifiers; make them BOOL_LIT tokens *with* their source position.
+
+    celpy's own callback (``CELParser.ambiguous_literals``) builds the new token without one, which
+    left a bare ``false`` with no span: its source text became the whole expression.
+    """
+    if token.value in {"true", "false"}:
+        return lark.Token.new_borrow_pos("BOOL_LIT", token.value, token)
+    return token
+
+
 def _lark() -> lark.Lark:
     """The process's Lark parser for celpy's grammar, built on first use (about 0.1-0.3 s)."""
     global _parser  # noqa: PLW0603 -- one immutable parser per process, like celpy's own
@@ -221,13 +231,18 @@ def _lark() -> lark.Lark:
                 parser="lalr",
                 start="expr",
                 g_regex_flags=re.M,
-                lexer_callbacks={"IDENT": CELParser.ambiguous_literals},
+                lexer_callbacks={"IDENT": _ambiguous_literals},
                 propagate_positions=True,
                 maybe_placeholders=False,
                 priority="invert",
                 tree_class=evaluation.TranspilerTree,
             )
         return _parser
+
+
+def byte_length(expression: str) -> int:
+    """Length in UTF-8 bytes, as Go's ``len(string)`` and the API validation count it."""
+    return len(expression.encode("utf-8", "surrogatepass"))
 
 
 def parse_tree(expression: str) -> evaluation.TranspilerTree:
@@ -276,10 +291,11 @@ def _depth(tree: LarkTree) -> int:
 
 def parse(expression: str) -> Node:
     """Parse a selector into a syntax tree; :class:`CELCompileError` for syntax, length or macro errors."""
-    if len(expression) > MAX_EXPRESSION_LENGTH:
+    size = byte_length(expression)
+    if size > MAX_EXPRESSION_LENGTH:
         raise CELCompileError(
             expression,
-            f"expression is {len(expression)} characters long; the limit is {MAX_EXPRESSION_LENGTH} (10 KiB)",
+            f"expression is {size} bytes long (UTF-8); the limit is {MAX_EXPRESSION_LENGTH} bytes (10 KiB)",
         )
     return _Builder(expression).build(parse_tree(expression))
 
@@ -351,7 +367,8 @@ class _Builder:
                 entries = list(zip(values[0::2], values[1::2], strict=True))
             return MapLit(tuple(entries), span)
         if rule == "literal":
-            return self.literal(cast(lark.Token, kids[0]), span)
+            token = cast(lark.Token, kids[0])
+            return self.literal(token, self.span(token))
         if rule == "member_object":
             raise self.error("message construction (Type{field: value}) is not available in DRA selectors", span)
         raise self.error(f"unsupported syntax ({rule})", span)  # pragma: no cover -- grammar is closed

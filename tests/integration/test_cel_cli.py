@@ -77,6 +77,14 @@ def test_eval_lists_matches_non_matches_and_why(slices_file: Path) -> None:
     assert result.stdout.splitlines()[-1] == "27 devices: 2 match, 25 do not match, 0 errors"
 
 
+def test_eval_names_a_bare_literal_clause(slices_file: Path) -> None:
+    result = migdra("eval", "device.driver == 'gpu.migdra.io' && false", "--slices", str(slices_file))
+    assert result.returncode == 0, result.stderr
+    ours = [line for line in device_lines(result.stdout)["NO MATCH"] if "gpu.nvidia.com" not in line]
+    assert ours
+    assert all(line.endswith("clause 2 of 2 is false: false") for line in ours)
+
+
 def test_eval_reports_runtime_errors_but_exits_zero(slices_file: Path) -> None:
     result = migdra("eval", f"{D}.profile == '1g.10gb'", "--slices", str(slices_file))
     assert result.returncode == 0

@@ -18,8 +18,10 @@ from dra_driver.cel import (
     CELRuntimeError,
     Limits,
     RunnerKind,
+    build_device_activation,
     compile_selector,
 )
+from dra_driver.cel.device import DomainMap
 
 DRIVER = "gpu.migdra.io"
 D = f"device.attributes['{DRIVER}']"
@@ -66,8 +68,13 @@ class Runtime:
 
 
 Outcome = bool | Compile | Runtime
-LONG_OK = "'" + "a" * 10230 + "' != ''"  # exactly 10240 characters
+LONG_OK = "'" + "a" * 10232 + "' != ''"  # exactly 10240 characters
 LONG_TOO_MUCH = "true && " * 1280 + "true"  # 10244 characters
+# Kubernetes limits bytes (UTF-8), not characters.
+MULTIBYTE_OK = "'" + "é" * 5116 + "' != ''"  # 5124 characters, exactly 10240 bytes
+MULTIBYTE_TOO_MUCH = "'" + "é" * 5117 + "' != ''"  # 5125 characters, 10242 bytes
+FOUR_BYTE_OK = "'" + "\U0001f642" * 2558 + "' != ''"  # 2566 characters, exactly 10240 bytes
+THREE_BYTE_TOO_MUCH = "'" + "€" * 3411 + "' != ''"  # 3419 characters, 10241 bytes
 
 CASES: list[tuple[str, str, Outcome]] = [
     # -- the device variable and its lookup rules ---------------------------------------------------
@@ -108,6 +115,14 @@ CASES: list[tuple[str, str, Outcome]] = [
     ("true-and-error", f"true && {D}.numaNode == 0", Runtime("no such key: numaNode")),
     ("false-or-error", f"false || {D}.numaNode == 0", Runtime("no such key: numaNode")),
     ("ternary-skips-error", f"{D}.type == 'mig' ? true : {D}.numaNode == 0", True),
+    ("ternary-skips-error-in-true-branch", f"{D}.type == 'gpu' ? {D}.numaNode == 0 : true", True),
+    ("ternary-error-condition", f"{D}.numaNode == 0 ? true : false", Runtime("no such key: numaNode")),
+    ("ternary-non-bool-condition", f"{D}.placementStart ? true : false", Runtime("no matching overload for '_?_:_'")),
+    ("error-and-error", f"{D}.numaNode == 0 && {D}.uuid == ''", Runtime("no such key: numaNode")),
+    ("error-or-false", f"{D}.numaNode == 0 || false", Runtime("no such key: numaNode")),
+    ("non-bool-and-false", f"{D}.placementStart && false", False),
+    ("non-bool-and-true", f"{D}.placementStart && true", Runtime("no matching overload for '_&&_'")),
+    ("non-bool-or-true", f"{D}.placementStart || true", True),
     ("exists-absorbs-error", "[0, 1].exists(x, 1 / x == 1)", True),
     ("all-false-absorbs-error", "[0, 1].all(x, 1 / x == 0)", False),
     # -- Kubernetes quantity library --------------------------------------------------------------
@@ -207,7 +222,18 @@ CASES: list[tuple[str, str, Outcome]] = [
     ("int-overflow", f"9223372036854775807 + {D}.placementSize > 0", Runtime("overflow")),
     ("length-at-limit", LONG_OK, True),
     ("length-over-limit", LONG_TOO_MUCH, Compile("the limit is 10240")),
+    ("length-in-bytes-at-limit", MULTIBYTE_OK, True),
+    ("length-in-bytes-over-limit", MULTIBYTE_TOO_MUCH, Compile("expression is 10242 bytes long")),
+    ("length-four-byte-at-limit", FOUR_BYTE_OK, True),
+    ("length-three-byte-over-limit", THREE_BYTE_TOO_MUCH, Compile("expression is 10241 bytes long")),
 ]
+
+
+PATHOLOGICAL = "{0}.all(a, {0}.all(b, {0}.all(c, {0}.all(d, {0}.all(e, {0}.all(f, true))))))".format(
+    "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]"
+)
+FIVE = "[1, 2, 3, 4, 5]"
+NESTED_25_STEPS = f"{FIVE}.all(a, {FIVE}.all(b, true))"  # 5 + 25 comprehension steps
 
 
 @pytest.fixture(params=[RunnerKind.COMPILED, RunnerKind.INTERPRETED], ids=lambda kind: kind.value)
@@ -240,9 +266,7 @@ def test_expression(expression: str, expected: Outcome, runner: RunnerKind) -> N
 
 
 def test_pathological_comprehension_stops_in_bounded_time(runner: RunnerKind) -> None:
-    ten = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]"
-    expression = f"{ten}.all(a, {ten}.all(b, {ten}.all(c, {ten}.all(d, {ten}.all(e, {ten}.all(f, true))))))"
-    program = compile_selector(expression, runner=runner)
+    program = compile_selector(PATHOLOGICAL, runner=runner)
     started = time.monotonic()
     with pytest.raises(CELCostLimitError) as exhausted:
         program.matches(DEVICE, driver=DRIVER)
@@ -257,10 +281,86 @@ def test_cost_limit_counts_comprehension_steps_deterministically(runner: RunnerK
         program.matches(DEVICE, driver=DRIVER, limits=Limits(max_cost=20, max_seconds=None))
 
 
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        pytest.param(f"false && {PATHOLOGICAL}", False, id="false-and"),
+        pytest.param(f"true || {PATHOLOGICAL}", True, id="true-or"),
+        pytest.param(f"1 == 2 && {PATHOLOGICAL}", False, id="computed-false-and"),
+        pytest.param(f"false && ({PATHOLOGICAL} || {PATHOLOGICAL})", False, id="nested"),
+        pytest.param(f"true ? true : {PATHOLOGICAL}", True, id="ternary-false-branch"),
+        pytest.param(f"false ? {PATHOLOGICAL} : false", False, id="ternary-true-branch"),
+    ],
+)
+def test_short_circuit_skips_the_pathological_side(runner: RunnerKind, expression: str, expected: bool) -> None:
+    """cel-go never evaluates the operand that cannot change the result: no cost, no time, no error."""
+    program = compile_selector(expression, runner=runner)
+    started = time.monotonic()
+    assert program.matches(DEVICE, driver=DRIVER) is expected
+    assert time.monotonic() - started < 0.5
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param(f"false && {NESTED_25_STEPS}", id="false-and"),
+        pytest.param(f"!(true || {NESTED_25_STEPS})", id="true-or"),
+        pytest.param(f"false ? {NESTED_25_STEPS} : false", id="ternary"),
+    ],
+)
+def test_skipped_side_is_not_charged(runner: RunnerKind, expression: str) -> None:
+    tight = Limits(max_cost=1, max_seconds=None)
+    assert compile_selector(expression, runner=runner).matches(DEVICE, driver=DRIVER, limits=tight) is False
+    evaluated = expression.replace("false &&", "true &&").replace("true ||", "false ||").replace("false ?", "true ?")
+    with pytest.raises(CELCostLimitError):
+        compile_selector(evaluated, runner=runner).matches(DEVICE, driver=DRIVER, limits=tight)
+
+
+def test_driver_guard_skips_the_lookup_on_other_drivers_devices(
+    runner: RunnerKind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``device.driver == 'other' && <lookup>``: the lookup never runs on a device of another driver."""
+    looked_up: list[object] = []
+    original_getitem, original_get = DomainMap.__getitem__, DomainMap.get
+
+    def getitem(self: DomainMap, key: Any) -> Any:
+        looked_up.append(key)
+        return original_getitem(self, key)
+
+    def get(self: DomainMap, key: Any, default: Any = None) -> Any:
+        looked_up.append(key)
+        return original_get(self, key, default)
+
+    foreign = build_device_activation(DEVICE, "nvidia.com")  # gpu.migdra.io is an empty domain there
+    monkeypatch.setattr(DomainMap, "__getitem__", getitem)
+    monkeypatch.setattr(DomainMap, "get", get)
+    program = compile_selector(f"device.driver == 'other' && {D}.x == 1", runner=runner)
+    assert program.matches(foreign) is False
+    assert looked_up == []
+    # The same lookup, evaluated, is the error the guard protects against.
+    with pytest.raises(CELRuntimeError, match="no such key: x"):
+        compile_selector(f"device.driver == 'nvidia.com' && {D}.x == 1", runner=runner).matches(foreign)
+    assert looked_up == [DRIVER]
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        pytest.param("false ? false : " * 590 + "true", True, id="ternary-else-chain"),
+        pytest.param("true && " * 590 + "true", True, id="and-chain"),
+        pytest.param("false || " * 590 + "false", False, id="or-chain"),
+    ],
+)
+def test_long_operator_chains_evaluate(runner: RunnerKind, expression: str, expected: bool) -> None:
+    """The deepest chains the parser accepts still evaluate: short-circuiting adds no Python recursion
+    per ``?:`` level (the branch is evaluated by the runner, not inside an operator function)."""
+    assert compile_selector(expression, runner=runner).matches(DEVICE, driver=DRIVER) is expected
+
+
 def test_cost_limit_is_not_absorbed_by_and(runner: RunnerKind) -> None:
-    """An exhausted budget stops the evaluation; it is not an error value ``false &&`` can swallow."""
+    """An exhausted budget stops the evaluation; it is not an error value ``&& false`` can swallow."""
     ten = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]"
-    program = compile_selector(f"false && {ten}.all(a, {ten}.all(b, true))", runner=runner)
+    program = compile_selector(f"{ten}.all(a, {ten}.all(b, true)) && false", runner=runner)
     with pytest.raises(CELCostLimitError):
         program.matches(DEVICE, driver=DRIVER, limits=Limits(max_cost=50, max_seconds=None))
 

@@ -179,3 +179,15 @@ def test_explain_single_clause() -> None:
     program = compile_selector(f"{D}.type == 'mig' || {D}.type == 'x'")
     explanation = explain(program, device(type={"string": "gpu"}), driver=DRIVER)
     assert explanation.reason == "the expression is false"
+
+
+@pytest.mark.parametrize("runner", list(RunnerKind))
+def test_explain_shows_a_bare_literal_clause_as_written(runner: RunnerKind) -> None:
+    """A ``true``/``false`` clause has its own source span, not the whole expression's."""
+    expression = f"device.driver == '{DRIVER}' && false"
+    explanation = explain(compile_selector(expression, runner=runner), device(), driver=DRIVER)
+    assert explanation.reason == "clause 2 of 2 is false: false"
+    assert [c.text for c in explanation.clauses] == [f"device.driver == '{DRIVER}'", "false"]
+    leading = explain(compile_selector(f"true && {D}.type == 'mig'"), device(type={"string": "gpu"}), driver=DRIVER)
+    assert [c.text for c in leading.clauses] == ["true", f"{D}.type == 'mig'"]
+    assert leading.reason == f"clause 2 of 2 is false: {D}.type == 'mig'"

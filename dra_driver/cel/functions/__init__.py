@@ -10,12 +10,14 @@ CompiledRunner writes each function into generated Python source as ``<module>.<
 it up by that text; a lambda, a closure or a renamed alias would break it.
 
 Conventions: a function receives celpy values (``celtypes.*``, our Quantity/Semver, and celpy's
-``CELEvalError`` when an argument already failed).  It raises ``TypeError`` for "no such overload",
-``ValueError`` for a failed conversion, ``KeyError`` for a missing key and ``IndexError`` for an index
-out of range; ``values.propagating`` turns an erroneous argument into the result and those exceptions
-into CEL error values, and ``environment.translate_error`` words them as Kubernetes does.  The few
-undecorated hot operators (``&&``, ``==``, ordering) only ever raise ``TypeError``, which both of
-celpy's runners handle alike.
+``CELEvalError`` when an argument already failed); ``&&``, ``||`` and ``?:`` are the exception: they
+receive their first operand as a value and the others unevaluated (``&&``/``||`` a thunk, ``?:`` the
+branches, of which it returns the one to evaluate), so the runners can short-circuit.  A function
+raises ``TypeError`` for "no such overload", ``ValueError`` for a failed conversion, ``KeyError`` for
+a missing key and ``IndexError`` for an index out of range; ``values.propagating`` turns an erroneous
+argument into the result and those exceptions into CEL error values, and
+``environment.translate_error`` words them as Kubernetes does.  The few undecorated hot operators
+(``&&``, ``==``, ordering) only ever raise ``TypeError``, which both of celpy's runners handle alike.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from dra_driver.cel.functions.lists import (
 )
 from dra_driver.cel.functions.operators import (
     add,
-    conditional,
+    choose,
     contained_in,
     divide,
     equals,
@@ -114,7 +116,7 @@ FUNCTIONS: dict[str, Function] = {
     "_&&_": logical_and,
     "_||_": logical_or,
     "!_": logical_not,
-    "_?_:_": conditional,
+    "_?_:_": choose,
     "_==_": equals,
     "_!=_": not_equals,
     "_<_": less,

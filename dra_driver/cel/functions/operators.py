@@ -1,16 +1,20 @@
 """CEL's operators and container functions with Kubernetes (cel-go) semantics.
 
-Owns: ``&&``/``||`` with commutative error absorption, ``!``, ``?:``, ``==``/``!=``, ordering, the
-arithmetic operators, ``[]``, ``in``, ``size``, field selection and ``has()`` (as lowered), and the
-helpers the lowered ``exists_one``/``filter``/``map`` call.
+Owns: ``&&``/``||`` (lazy in the right operand, with commutative error absorption), ``!``, ``?:``
+(lazy in its branches), ``==``/``!=``, ordering, the arithmetic operators, ``[]``, ``in``, ``size``,
+field selection and ``has()`` (as lowered), and the helpers the lowered ``exists_one``/``filter``/``map``
+call.
 
-Must never: be called with anything but celpy values, or raise anything but the exceptions
-:func:`propagating` converts (the undecorated operators raise only ``TypeError``).
+Must never: be called with anything but celpy values (and, for the lazy operators, thunks that return
+them), or raise anything but the exceptions :func:`propagating` converts (the undecorated operators
+raise only ``TypeError``).
 """
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
+from typing import TypeVar
 
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
@@ -30,14 +34,30 @@ from dra_driver.cel.functions.values import (
 )
 
 # -- logic ------------------------------------------------------------------------------------------
+#
+# ``&&``, ``||`` and ``?:`` are lazy, as in cel-go.  The runners (``environment.py``) pass ``&&``/``||``
+# the left operand as a value and the right one as a thunk, a zero-argument callable that evaluates it
+# and returns its value or a CEL error value; ``?:`` gets the condition's value and picks the branch the
+# runner then evaluates.  An operand that is never evaluated costs nothing, so ``false && <anything>``
+# neither charges the budget for the right side nor raises from it.
+
+Thunk = Callable[[], Value]
+Branch = TypeVar("Branch")  # whatever a runner uses for an unevaluated operand
 
 
-def logical_and(left: Value, right: Value) -> Value:
-    """``&&``: false wins over an error on either side (cel-go's commutative short-circuit)."""
-    left, right = as_bool(left), as_bool(right)
+def logical_and(left: Value, right: Thunk) -> Value:
+    """``&&``: the right side runs only when the left is not ``false``; false wins over an error on
+    either side (cel-go's commutative short-circuit: ``<error> && false`` is false)."""
+    left = as_bool(left)
+    if isinstance(left, celtypes.BoolType) and not left:
+        return celtypes.BoolType(False)
+    return _and(left, as_bool(right()))
+
+
+def _and(left: Value, right: Value) -> Value:
     if isinstance(left, celtypes.BoolType) and isinstance(right, celtypes.BoolType):
         return celtypes.BoolType(bool(left) and bool(right))
-    if (isinstance(left, celtypes.BoolType) and not left) or (isinstance(right, celtypes.BoolType) and not right):
+    if isinstance(right, celtypes.BoolType) and not right:
         return celtypes.BoolType(False)
     error = first_error(left, right)
     if error is not None:
@@ -45,12 +65,18 @@ def logical_and(left: Value, right: Value) -> Value:
     raise no_overload("_&&_", left, right)
 
 
-def logical_or(left: Value, right: Value) -> Value:
-    """``||``: true wins over an error on either side."""
-    left, right = as_bool(left), as_bool(right)
+def logical_or(left: Value, right: Thunk) -> Value:
+    """``||``: the right side runs only when the left is not ``true``; true wins over an error."""
+    left = as_bool(left)
+    if isinstance(left, celtypes.BoolType) and left:
+        return celtypes.BoolType(True)
+    return _or(left, as_bool(right()))
+
+
+def _or(left: Value, right: Value) -> Value:
     if isinstance(left, celtypes.BoolType) and isinstance(right, celtypes.BoolType):
         return celtypes.BoolType(bool(left) or bool(right))
-    if (isinstance(left, celtypes.BoolType) and left) or (isinstance(right, celtypes.BoolType) and right):
+    if isinstance(right, celtypes.BoolType) and right:
         return celtypes.BoolType(True)
     error = first_error(left, right)
     if error is not None:
@@ -67,13 +93,17 @@ def logical_not(value: Value) -> Value:
     raise no_overload("!_", value)
 
 
-def conditional(condition: Value, when_true: Value, when_false: Value) -> Value:
-    """``c ? a : b``; the branch not taken may be an error (celpy evaluates it anyway)."""
+def choose(condition: Value, when_true: Branch, when_false: Branch) -> Branch | CELEvalError:
+    """``c ? a : b`` without evaluating a branch: the one to evaluate, or the condition's error.
+
+    The runners evaluate the chosen branch themselves, so a chain ``a ? x : b ? y : ...`` nests no
+    deeper in Python than celpy's own evaluation of it.
+    """
     condition = as_bool(condition)
     if isinstance(condition, CELEvalError):
         return condition
     if not isinstance(condition, celtypes.BoolType):
-        raise no_overload("_?_:_", condition, when_true, when_false)
+        raise no_overload("_?_:_", condition)
     return when_true if condition else when_false
 
 
