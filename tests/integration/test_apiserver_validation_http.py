@@ -147,7 +147,7 @@ CREATE_CASES = [
     ),
     *(
         pytest.param("DeviceClass", unit.DEVICE_CLASS, *param.values, id=f"class-{param.id}")
-        for param in _cases(unit.CLASS_CASES, "selectors-32", "expression-compiles")
+        for param in _cases(unit.CLASS_CASES, "selectors-32", "expression-compiles", "expression-too-complex")
     ),
 ]
 

@@ -5,8 +5,9 @@ not compiled), then it is compiled in the DRA CEL environment (:mod:`dra_driver.
 succeed with a ``bool`` (or dyn) result.  A failure is ``Invalid`` with kube's detail: ``compilation
 failed: `` and cel-go's issue text, or ``must evaluate to bool or the unknown type, not <type>``.
 
-Not checked: the static cost estimate (kube's "too complex, exceeds cost limit"), which
-:mod:`dra_driver.cel` does not compute; the cost limit is enforced at evaluation instead.
+A selector that compiles is then costed with the static estimator of :mod:`dra_driver.cel.cost` (cel-go's
+model with the map and string sizes Kubernetes declares); above 1,000,000 it is ``Invalid`` with kube's
+"too complex, exceeds cost limit".
 
 ``dra_driver.cel`` loads celpy on first use, so importing this module stays cheap; compiled programs
 are cached by expression text in the CEL package's shared cache.
@@ -17,6 +18,8 @@ from __future__ import annotations
 from typing import Final
 
 from dra_driver import cel
+from dra_driver.cel import syntax
+from dra_driver.cel.cost import estimate_cost
 from dra_driver.cel.errors import CELCompileError
 from dra_driver.controlplane.apiserver.validation import limits
 from dra_driver.controlplane.apiserver.validation.errors import FieldError, invalid, required, too_long
@@ -27,6 +30,7 @@ from dra_driver.controlplane.apiserver.validation.paths import FieldPath
 # kube reports a result type other than bool without the "compilation failed" prefix.
 _RESULT_TYPE_MESSAGE: Final = "must evaluate to "
 _COMPILATION_FAILED: Final = "compilation failed: "
+_TOO_COMPLEX: Final = "too complex, exceeds cost limit"
 
 
 def validate_selectors(selectors: list[object] | None, max_items: int, path: FieldPath) -> list[FieldError]:
@@ -61,4 +65,6 @@ def validate_expression(expression: str, path: FieldPath) -> list[FieldError]:
         if exc.message.startswith(_RESULT_TYPE_MESSAGE):
             return [invalid(path, expression, exc.message)]
         return [invalid(path, expression, _COMPILATION_FAILED + exc.details())]
+    if estimate_cost(syntax.parse(expression)).too_complex:
+        return [invalid(path, expression, _TOO_COMPLEX)]
     return []
