@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubeletplugin.prepare.atomic import remove_file_durably, write_file_atomically
+from dra_driver.durable import remove_file_durably, write_file_atomically
 
 log = logging.getLogger(__name__)
 

@@ -39,8 +39,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dra_driver.durable import write_file_atomically
 from dra_driver.mig.catalog import Placement
-from kubeletplugin.prepare.atomic import write_file_atomically
 from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError
 
 log = logging.getLogger(__name__)

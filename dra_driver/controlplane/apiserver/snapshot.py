@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 from dra_driver.controlplane.apiserver.store import Store
+from dra_driver.durable import write_file_atomically
 from dra_driver.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -45,17 +44,7 @@ def write_snapshot(store: Store, path: Path) -> None:
             "objects": [{"resource": key, "object": obj} for key, obj in store.all_objects()],
         }
         text = json.dumps(data, separators=(",", ":"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".snapshot-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_file_atomically(path, text.encode())
 
 
 class SnapshotWriter:

@@ -27,6 +27,7 @@ from typing import Literal
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dra_driver.durable import write_file_atomically
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.sim.errors import StateFileError
 
@@ -191,25 +192,10 @@ class StateStore:
 
     def _write(self, state: SimState, previous_mtime_ns: int) -> None:
         data = state.model_dump_json(indent=1).encode()
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         # A freed inode can be reused by the next write and coarse clocks repeat mtimes; forcing the
         # mtime strictly past the previous one keeps every written version's key distinct for readers.
         mtime_ns = max(time.time_ns(), previous_mtime_ns + 1)
-        os.utime(tmp, ns=(mtime_ns, mtime_ns))
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)  # the rename itself survives a power cut, not only a SIGKILL
-        finally:
-            os.close(dir_fd)
+        write_file_atomically(self.path, data, before_replace=lambda tmp: os.utime(tmp, ns=(mtime_ns, mtime_ns)))
         key = _key(os.stat(self.path))
         with self._cache_lock:
             self._cached = (key, state)

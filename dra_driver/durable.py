@@ -1,9 +1,10 @@
-"""Durable, atomic replacement and removal of the small files the prepare path owns.
+"""Durable, atomic replacement and removal of small files: the one implementation migdra uses.
 
-A reader (the container runtime scanning the CDI directory, or migdra itself after a crash) sees the
-old content or the new, never a torn file: write a temporary file in the same directory, fsync it,
-rename it over the target, fsync the directory.  Temporary names start with ``.`` and end in
-``.tmp`` so that CDI's directory scan (``*.json`` / ``*.yaml``) never loads them.
+Used for the prepare checkpoint and CDI specs, the simulated NVML's state file and the local API
+server's snapshot.  A reader (the container runtime scanning the CDI directory, or migdra itself after
+a crash or a power cut) sees the old content or the new, never a torn file: write a temporary file in
+the same directory, fsync it, rename it over the target, fsync the directory.  Temporary names start
+with ``.`` and end in ``.tmp`` so that CDI's directory scan (``*.json`` / ``*.yaml``) never loads them.
 
 This module never decides *what* to write or where; callers own their paths.
 """
@@ -13,11 +14,17 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 
-def write_file_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` so that a crash at any moment leaves the old or the new file."""
+def write_file_atomically(
+    path: Path, data: bytes, mode: int = 0o644, before_replace: Callable[[Path], None] | None = None
+) -> None:
+    """Replace ``path`` with ``data`` so that a crash at any moment leaves the old or the new file.
+
+    ``before_replace`` sees the complete temporary file just before the rename (e.g. to set its mtime).
+    """
     directory = path.parent
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
@@ -27,6 +34,8 @@ def write_file_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        if before_replace is not None:
+            before_replace(tmp)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
