@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -60,3 +62,16 @@ def simulated_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> OpenSimul
             yield nvml
 
     return open_node
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads() -> Iterator[None]:
+    """A test must stop every thread it started (servers, loops, executors): leaks fail the test."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 5.0
+    leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    while leaked and time.monotonic() < deadline:
+        time.sleep(0.02)
+        leaked = [t for t in leaked if t.is_alive()]
+    assert not leaked, f"threads left running: {sorted(t.name for t in leaked)}"

@@ -24,7 +24,7 @@ NAMESPACE: Final = "default"
 _names = itertools.count()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test: a server per test keeps every thread inside its test
 def resource() -> Iterator[client.ResourceV1Api]:
     with LocalAPIServer() as server, client.ApiClient(client.Configuration(host=server.url)) as api_client:
         yield client.ResourceV1Api(api_client)
