@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`make demo` (foundation stage): a simulated node, its MIG profiles and placements, before and after
-an administrator carves two instances by hand.
+an administrator carves two instances by hand, and the ResourceSlices the node publishes.
 
 Everything runs through the real code path: the `migdra` CLI and the NVML backend over the real
 `pynvml`, with the simulated NVML library installed beneath it.  Later roadmap steps grow this into
@@ -13,6 +13,7 @@ import argparse
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from dra_driver.mig.catalog import load_catalog
@@ -22,10 +23,15 @@ from dra_driver.settings import build_nvml_settings
 GPUS = "H100-SXM5-80GB:2,A100-SXM4-40GB:1"
 
 
-def migdra(*args: str, env: dict[str, str]) -> None:
+def migdra(*args: str, env: dict[str, str], keep: Callable[[str], bool] | None = None) -> None:
+    """Run the real CLI; ``keep`` filters the lines shown (the command's full output is long)."""
     command = [str(Path(sys.executable).with_name("migdra")), *args]
     print(f"$ migdra {' '.join(args)}", flush=True)
-    subprocess.run(command, check=True, env=env)
+    if keep is None:
+        subprocess.run(command, check=True, env=env)
+        return
+    output = subprocess.run(command, check=True, env=env, capture_output=True, text=True).stdout
+    print("\n".join(line for line in output.splitlines() if keep(line)) + "\n", flush=True)
 
 
 def main() -> int:
@@ -53,6 +59,11 @@ def main() -> int:
     print()
     print("== What is still free on every GPU\n", flush=True)
     migdra("gpus", "--free-only", env=env)
+
+    print("== The ResourceSlices this node publishes (one line per slice; per-device rows left out)\n")
+    print("   The admin's instances are foreign to migdra: never touched, and every placement that")
+    print("   overlaps them is withheld, so kube-scheduler cannot allocate what cannot be created.\n")
+    migdra("slices", "--node-name", "demo-node", env=env, keep=lambda line: not line.startswith("  "))
     return 0
 
 
