@@ -92,8 +92,8 @@ class NvmlSettings(BaseSettings):
     def _simulated_needs_hardware(self) -> NvmlSettings:
         if self.nvml == "simulated" and self.sim_state is None and not self.sim_gpus:
             raise ValueError(
-                "nvml 'simulated' needs sim_gpus (--sim-gpus / MIGDRA_SIM_GPUS) for a throw-away node, "
-                "or sim_state (--sim-state / MIGDRA_SIM_STATE) for a persistent one"
+                "--nvml simulated needs --sim-gpus (MIGDRA_SIM_GPUS) for a throw-away node, "
+                "or --sim-state (MIGDRA_SIM_STATE) for a persistent one"
             )
         return self
 
@@ -103,8 +103,8 @@ def build_nvml_settings(**overrides: object) -> NvmlSettings:
     given = {key: value for key, value in overrides.items() if value is not None}
     try:
         return NvmlSettings(**given)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise ConfigurationError(f"invalid NVML settings: {exc}") from exc
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid NVML settings: {describe_settings_error(exc, NvmlSettings)}") from exc
 
 
 def load_device_model_config(
@@ -128,8 +128,39 @@ def load_device_model_config(
         return DeviceModelConfig.model_validate(raw)
     except ValidationError as exc:
         where = f" in {path}" if path else ""
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(
+            f"{'.'.join(_camel(str(p)) for p in e['loc'])}: {_message(e['msg'])}" for e in exc.errors()
+        )
         raise ConfigurationError(f"invalid device model configuration{where}: {problems}") from exc
+
+
+def describe_settings_error(exc: ValidationError, model: object) -> str:
+    """One line for a settings model's validation errors, naming each field as a user sets it.
+
+    pydantic's own text is several lines with internal field names and a documentation URL; a user
+    typed a flag (``--sim-gpus``) or a variable (``MIGDRA_SIM_GPUS``), so those are what we name.
+    """
+    config = getattr(model, "model_config", {})
+    prefix = str(config.get("env_prefix", "")) if isinstance(config, dict) else ""
+    problems = []
+    for error in exc.errors():
+        message = _message(error["msg"])
+        if not error["loc"]:  # a whole-model rule: its message names the flags itself
+            problems.append(message)
+            continue
+        field = str(error["loc"][0])
+        problems.append(f"--{field.replace('_', '-')} ({prefix}{field.upper()}): {message} (got {error['input']!r})")
+    return "; ".join(problems)
+
+
+def _message(text: str) -> str:
+    """pydantic prefixes messages from our validators with 'Value error, '; the user needs only ours."""
+    return text.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
 def _snake(name: str) -> str:

@@ -60,7 +60,6 @@ COMPUTE_CAPABILITY = {
 # explicit estimate with its reasoning; the catalog marks every one of them in `uncertain:`.
 GPU_ESTIMATES: dict[str, dict[str, tuple[Any, str]]] = {
     "A30": {"total_memory_mib": (24576, "ESTIMATE: 24 GB HBM2 board; exact MiB never captured")},
-    "H200": {"total_memory_mib": (143771, "ESTIMATE: must exceed 7g.141gb (143360 MiB); exact MiB never captured")},
     "GH200-96GB": {
         "total_memory_mib": (97871, "ESTIMATE: must exceed 7g.96gb (95232 MiB); exact MiB never captured"),
         "nvml_name": ("NVIDIA GH200 96GB HBM3", "ESTIMATE: NVML name of GH200 boards never captured"),

@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 import socket
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -201,28 +202,71 @@ def kubelet_plugin(
 
 
 def _settings(model: Callable[..., SettingsT], what: str, **given: object) -> SettingsT:
-    """A settings group from flags (None = not given) plus ``MIGDRA_*`` variables; errors name the field."""
+    """A settings group from flags (None = not given) plus ``MIGDRA_*`` variables; errors name the flag."""
+    from pydantic import ValidationError  # noqa: PLC0415 -- keep `migdra --help` light
+
+    from dra_driver.settings import describe_settings_error  # noqa: PLC0415
+
     try:
         return model(**{key: value for key, value in given.items() if value is not None})
-    except ValueError as exc:
-        raise ConfigurationError(f"invalid {what} settings: {exc}") from exc
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid {what} settings: {describe_settings_error(exc, model)}") from exc
+
+
+# Exit statuses of the error boundary: usage errors (a flag, variable or file that cannot be used) are
+# 2, like click's own usage errors and most Unix tools; every other failure is 1.
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def _one_line(text: str) -> str:
+    """Collapse a message onto one line: a terminal user and a log scraper both read one line per error."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def _details_requested() -> bool:
+    """``-v`` was given: the group callback lowered the root logger to INFO or below."""
+    return logging.getLogger().isEnabledFor(logging.INFO)
+
+
+def _fail(message: str, status: int) -> NoReturn:
+    click.echo(f"migdra: error: {_one_line(message)}", err=True)
+    sys.exit(status)
 
 
 def main() -> None:
-    """Console-script entry point: migdra errors become one clear line and exit code 1."""
+    """Console-script entry point and the one error boundary of every ``migdra`` command.
+
+    Every expected failure is a :class:`MigdraError` (or a click usage error) and becomes exactly one
+    line ``migdra: error: ...`` on stderr: exit status 2 for usage errors (bad flags, variables, input
+    files), 1 for everything else.  Anything unexpected is a bug: one line plus a hint to rerun with
+    ``-v``, which prints the traceback.
+    """
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else "migdra"
+        _fail(f"{exc.format_message()} (see '{where} --help')", EXIT_USAGE)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("Aborted!", err=True)
-        sys.exit(1)
+        _fail(exc.format_message(), exc.exit_code or EXIT_FAILURE)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("migdra: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except ConfigurationError as exc:
+        _fail(str(exc), EXIT_USAGE)
     except MigdraError as exc:
-        click.echo(f"migdra: error: {exc}", err=True)
-        sys.exit(1)
+        _fail(str(exc), EXIT_FAILURE)
+    except BrokenPipeError:
+        # `migdra slices | head`: the reader left; nothing more to say, and nowhere to say it.
+        sys.stderr.close()
+        sys.exit(EXIT_FAILURE)
+    except Exception as exc:
+        if _details_requested():
+            traceback.print_exc()
+        _fail(f"unexpected {type(exc).__name__}: {exc} (a bug in migdra; run with -v for details: migdra -v COMMAND ...)", EXIT_FAILURE)
 
 
 if __name__ == "__main__":
