@@ -95,6 +95,31 @@ PROFILE_ESTIMATES: dict[tuple[str, str], dict[str, tuple[Any, str]]] = {
 # = starts 4,0,2 (C_GH200_96); "3g first went to start 4" (UG examples).  Other cases: UNCONFIRMED.
 DEFAULT_ORDER_8_SLICE = {1: [6, 4, 5, 0, 1, 2, 3], 2: [4, 0, 2, 6], 4: [4, 0], 8: [0]}
 
+# How many NVML_GPU_INSTANCE_PROFILE_* indices a driver branch knows: indices at or past the count are
+# INVALID_ARGUMENT, known ones a GPU lacks NOT_SUPPORTED (nvml-mig.md sections 3, 4 and 6).  Each pynvml
+# release mirrors the header of its driver branch, so its COUNT is the branch's count.
+DRIVER_PROFILE_INDEX_COUNTS: list[dict[str, Any]] = [
+    {
+        "from_driver_major": 0,
+        "gpu_instance_profile_count": 0xA,
+        "sources": ["PYNVML"],
+        "uncertain": "INFERRED: pynvml 11.525 to 12.550 define COUNT = 0xA (up to 1_SLICE_REV2)",
+    },
+    {
+        "from_driver_major": 575,
+        "gpu_instance_profile_count": 0x11,
+        "sources": ["PYNVML", "HW_H200_580159"],
+        "uncertain": "pynvml 12.575.51 and 13.580.65 define COUNT = 0x11; recorded on driver 580.159.04 (index 17 is "
+        "INVALID_ARGUMENT, 10 to 16 NOT_SUPPORTED); the 575 boundary is INFERRED from pynvml's version",
+    },
+    {
+        "from_driver_major": 615,
+        "gpu_instance_profile_count": 0x12,
+        "sources": ["PYNVML"],
+        "uncertain": "INFERRED: pynvml 13.615.71 adds 3_SLICE_GFX (0x11) and COUNT = 0x12",
+    },
+]
+
 GI_PROFILE_FIELDS = [
     "name",
     "nvml_profile_index",
@@ -350,6 +375,7 @@ def generate(reference: Path) -> str:
     catalog: dict[str, Any] = {
         "schema_version": 1,
         "gpu_instance_id_rule": _gi_id_rule(),
+        "driver_profile_index_counts": DRIVER_PROFILE_INDEX_COUNTS,
         "gpus": {
             key: build_gpu(key, ref_key, aliases, ref["gpus"][ref_key]) for key, (ref_key, aliases) in MODELS.items()
         },

@@ -12,55 +12,29 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 import click
 
 from dra_driver import __version__
-from dra_driver.cli import inventory_view
-from dra_driver.cli.cel_commands import cel
-from dra_driver.cli.sim_commands import sim
+from dra_driver.cli.lazy import LazyGroup
+from dra_driver.cli.options import nvml_options
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ConfigurationError, MigdraError
-from dra_driver.settings import build_nvml_settings, load_device_model_config
 
-F = TypeVar("F", bound=Callable[..., Any])
 SettingsT = TypeVar("SettingsT")
 
 
-def nvml_options(command: F) -> F:
-    """The flags that choose the NVML library; each also reads its ``MIGDRA_*`` variable."""
-    options = [
-        click.option(
-            "--nvml",
-            type=click.Choice(["real", "simulated"]),
-            default=None,
-            help="NVML library: the real libnvidia-ml (default) or the simulator [env MIGDRA_NVML]",
-        ),
-        click.option(
-            "--sim-state",
-            type=click.Path(dir_okay=False, path_type=Path),
-            default=None,
-            help="simulated hardware state file, created if absent [env MIGDRA_SIM_STATE]",
-        ),
-        click.option(
-            "--sim-gpus",
-            default=None,
-            metavar="MODEL[:N],...",
-            help="GPUs of a new simulated node, e.g. H100-SXM5-80GB:8 [env MIGDRA_SIM_GPUS]",
-        ),
-        click.option(
-            "--sim-mig-enabled/--sim-mig-disabled",
-            default=None,
-            help="MIG mode of a new simulated node (default enabled) [env MIGDRA_SIM_MIG_ENABLED]",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+# Subcommand groups whose modules load only when used, so `migdra --help` and the commands defined here
+# do not pay for the CEL environment, the local control plane or the recorder.
+_LAZY_GROUPS = {
+    "cel": ("dra_driver.cli.cel_commands", "cel", "Evaluate and lint DRA CEL selectors."),
+    "hw": ("dra_driver.cli.hw_commands", "hw", "Record what real NVML answers (read-only); check the simulator."),
+    "sim": ("dra_driver.cli.sim_commands", "sim", "Local stand-ins for cluster components (never for production)."),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, lazy_commands=_LAZY_GROUPS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="migdra")
 @click.option("-v", "--verbose", count=True, help="more log output (-vv for debug)")
 def cli(verbose: int) -> None:
@@ -82,16 +56,14 @@ def gpus(
     all_placements: bool,
 ) -> None:
     """Show the GPUs, their MIG profiles and legal placements, and which placements are free."""
-    from dra_driver.nvml.session import open_nvml  # noqa: PLC0415 -- keep `migdra --help` free of NVML
+    from dra_driver.cli import inventory_view  # noqa: PLC0415 -- keep `migdra --help` free of NVML
+    from dra_driver.nvml.session import open_nvml  # noqa: PLC0415
+    from dra_driver.settings import build_nvml_settings  # noqa: PLC0415
 
     settings = build_nvml_settings(nvml=nvml, sim_state=sim_state, sim_gpus=sim_gpus, sim_mig_enabled=sim_mig_enabled)
     with open_nvml(settings) as session:
         inventory = inventory_view.read_inventory(session)
     click.echo(inventory_view.render(inventory, output, all_placements=all_placements), nl=False)
-
-
-cli.add_command(sim)
-cli.add_command(cel)
 
 
 @cli.command()
@@ -124,6 +96,7 @@ def slices(
     from dra_driver.devicemodel.pool import build_pool  # noqa: PLC0415
     from dra_driver.nvml.inventory import read_inventory  # noqa: PLC0415
     from dra_driver.nvml.session import open_nvml  # noqa: PLC0415
+    from dra_driver.settings import build_nvml_settings, load_device_model_config  # noqa: PLC0415
 
     settings = build_nvml_settings(nvml=nvml, sim_state=sim_state, sim_gpus=sim_gpus, sim_mig_enabled=sim_mig_enabled)
     config = load_device_model_config(config_file, driver_name=driver_name, exclude_gpus=exclude_gpu)
@@ -171,6 +144,7 @@ def kubelet_plugin(
     publish_only: bool,
 ) -> None:
     """Run the node plugin: publish ResourceSlices, register with kubelet, prepare and unprepare claims."""
+    from dra_driver.settings import build_nvml_settings  # noqa: PLC0415
     from kubeletplugin import app  # noqa: PLC0415 -- the node process is loaded only here
     from kubeletplugin.prepare import PrepareSettings  # noqa: PLC0415
 
@@ -266,7 +240,8 @@ def main() -> None:
     except Exception as exc:
         if _details_requested():
             traceback.print_exc()
-        _fail(f"unexpected {type(exc).__name__}: {exc} (a bug in migdra; run with -v for details: migdra -v COMMAND ...)", EXIT_FAILURE)
+        hint = "a bug in migdra; run with -v for details: migdra -v COMMAND ..."
+        _fail(f"unexpected {type(exc).__name__}: {exc} ({hint})", EXIT_FAILURE)
 
 
 if __name__ == "__main__":

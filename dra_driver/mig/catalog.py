@@ -278,6 +278,19 @@ class GpuModel(_Frozen):
         return self.compute_slices
 
 
+class DriverProfileIndexCount(_Frozen):
+    """How many ``NVML_GPU_INSTANCE_PROFILE_*`` indices drivers from one branch on know.
+
+    A profile-info query at or past the count is INVALID_ARGUMENT; below it, a profile the GPU lacks is
+    NOT_SUPPORTED.  pynvml may know more indices than the installed driver (recorded on H200).
+    """
+
+    from_driver_major: int = Field(ge=0)
+    gpu_instance_profile_count: int = Field(gt=0)
+    sources: tuple[str, ...] = ()
+    uncertain: str | None = None
+
+
 class MigCatalog(_Frozen):
     """All supported GPU models, by catalog key (``H100-SXM5-80GB``) and by alias."""
 
@@ -285,6 +298,14 @@ class MigCatalog(_Frozen):
     gpus: dict[str, GpuModel]
     sources: dict[str, str]
     gpu_instance_id_rule: dict[str, Any]
+    driver_profile_index_counts: tuple[DriverProfileIndexCount, ...] = Field(min_length=1)
+
+    def gpu_instance_profile_index_count(self, driver_version: str) -> int:
+        """``NVML_GPU_INSTANCE_PROFILE_COUNT`` as a driver of ``driver_version`` (``580.159.04``) knows it."""
+        major_text = driver_version.split(".", 1)[0]
+        major = int(major_text) if major_text.isdigit() else 0
+        known = [d for d in self.driver_profile_index_counts if d.from_driver_major <= major]
+        return max(known, key=lambda d: d.from_driver_major).gpu_instance_profile_count
 
     def model(self, key: str) -> GpuModel:
         """Look up a model by catalog key or alias (case-insensitive)."""
@@ -317,5 +338,11 @@ def load_catalog() -> MigCatalog:
     bases = {str(Fraction(str(k))): int(v) for k, v in rule["base_by_fraction"].items()}
     gpus = {key: {"key": key, "gpu_instance_id_base_by_fraction": bases, **body} for key, body in raw["gpus"].items()}
     return MigCatalog.model_validate(
-        {"schema_version": raw["schema_version"], "gpus": gpus, "sources": raw["sources"], "gpu_instance_id_rule": rule}
+        {
+            "schema_version": raw["schema_version"],
+            "gpus": gpus,
+            "sources": raw["sources"],
+            "gpu_instance_id_rule": rule,
+            "driver_profile_index_counts": raw["driver_profile_index_counts"],
+        }
     )

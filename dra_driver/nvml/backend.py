@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -71,7 +72,7 @@ def _translate(operation: str, gpu: str | None, exc: pynvml.NVMLError) -> NvmlEr
     except Exception:  # str() calls back into the library; a broken library must not hide the code
         message = f"NVML error {code}"
     error_class = _ERROR_CLASSES.get(code, NvmlUnexpectedError)
-    return error_class(operation, code, message, gpu)
+    return error_class(operation, code, message, gpu, nvml_error_name=type(exc).__name__)
 
 
 @contextmanager
@@ -128,6 +129,11 @@ class Nvml:
         with _calling("nvmlSystemGetDriverVersion"):
             return _text(pynvml.nvmlSystemGetDriverVersion())
 
+    def nvml_version(self) -> str:
+        """NVML's own version, e.g. ``13.580.159.04`` (CUDA major, then the driver version)."""
+        with _calling("nvmlSystemGetNVMLVersion"):
+            return _text(pynvml.nvmlSystemGetNVMLVersion())
+
     def cuda_driver_version(self) -> str:
         """CUDA version the driver supports, as ``major.minor`` (NVML reports e.g. 13000)."""
         with _calling("nvmlSystemGetCudaDriverVersion"):
@@ -177,36 +183,92 @@ class Nvml:
 
     # -- GPU-instance profiles -------------------------------------------------------------------
 
+    @property
+    def gpu_instance_profile_index_count(self) -> int:
+        """``NVML_GPU_INSTANCE_PROFILE_COUNT`` as pynvml knows it (the driver may know fewer)."""
+        return _GI_PROFILE_COUNT
+
     def gpu_instance_profiles(self, gpu_uuid: str) -> list[GpuInstanceProfileInfo]:
         """Every GI profile the GPU reports, with its possible placements (works with MIG off too)."""
-        handle = self._handle(gpu_uuid)
         profiles = []
         for index in range(_GI_PROFILE_COUNT):
             try:
-                with _calling("nvmlDeviceGetGpuInstanceProfileInfo", gpu_uuid):
-                    info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index, 2)
+                profiles.append(self.gpu_instance_profile(gpu_uuid, index))
             except (NvmlNotSupported, NvmlInvalidArgument):
                 continue  # this GPU lacks the profile (or the driver predates the constant)
-            placements = self._possible_placements(handle, gpu_uuid, int(info.id))
-            profiles.append(
-                GpuInstanceProfileInfo(
-                    nvml_profile_index=index,
-                    profile_id=int(info.id),
-                    name=_text(info.name),
-                    slice_count=int(info.sliceCount),
-                    instance_count=int(info.instanceCount),
-                    multiprocessor_count=int(info.multiprocessorCount),
-                    copy_engine_count=int(info.copyEngineCount),
-                    decoder_count=int(info.decoderCount),
-                    encoder_count=int(info.encoderCount),
-                    jpeg_count=int(info.jpegCount),
-                    ofa_count=int(info.ofaCount),
-                    memory_size_mb=int(info.memorySizeMB),
-                    is_p2p_supported=bool(info.isP2pSupported),
-                    placements=placements,
-                )
-            )
         return profiles
+
+    def gpu_instance_profile(self, gpu_uuid: str, nvml_profile_index: int) -> GpuInstanceProfileInfo:
+        """One GI profile by ``NVML_GPU_INSTANCE_PROFILE_*`` index, with its possible placements.
+
+        Raises :class:`NvmlNotSupported` when the GPU lacks it and :class:`NvmlInvalidArgument` when
+        the driver does not know the index.
+        """
+        handle = self._handle(gpu_uuid)
+        with _calling("nvmlDeviceGetGpuInstanceProfileInfo", gpu_uuid):
+            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, nvml_profile_index, 2)
+        return GpuInstanceProfileInfo(
+            nvml_profile_index=nvml_profile_index,
+            profile_id=int(info.id),
+            name=_text(info.name),
+            slice_count=int(info.sliceCount),
+            instance_count=int(info.instanceCount),
+            multiprocessor_count=int(info.multiprocessorCount),
+            copy_engine_count=int(info.copyEngineCount),
+            decoder_count=int(info.decoderCount),
+            encoder_count=int(info.encoderCount),
+            jpeg_count=int(info.jpegCount),
+            ofa_count=int(info.ofaCount),
+            memory_size_mb=int(info.memorySizeMB),
+            is_p2p_supported=bool(info.isP2pSupported),
+            placements=self._possible_placements(handle, gpu_uuid, int(info.id)),
+        )
+
+    def gpu_instance_count(self, gpu_uuid: str, profile_id: int, instance_count: int) -> int:
+        """How many GIs of ``profile_id`` NVML lists, asked even with MIG off (a recording asks as-is)."""
+        handle = self._handle(gpu_uuid)
+        array = (pynvml.c_nvmlGpuInstance_t * max(instance_count, 1))()
+        count = ctypes.c_uint(0)
+        with _calling("nvmlDeviceGetGpuInstances", gpu_uuid):
+            pynvml.nvmlDeviceGetGpuInstances(handle, profile_id, array, ctypes.byref(count))
+        return int(count.value)
+
+    def max_mig_device_count(self, gpu_uuid: str) -> int:
+        """``nvmlDeviceGetMaxMigDeviceCount``: 0 when MIG is off."""
+        handle = self._handle(gpu_uuid)
+        with _calling("nvmlDeviceGetMaxMigDeviceCount", gpu_uuid):
+            return int(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+
+    def time_read_only_calls(self, gpu: GpuInfo, profile_id: int, repeats: int) -> dict[str, list[float]]:
+        """Microseconds each read-only MIG query takes, ``repeats`` times each, timed around pynvml alone.
+
+        For recordings of real hardware (``migdra hw record``): the calls the node plugin makes when it
+        reads a GPU's MIG state.  A call the GPU refuses is left out.  Nothing here changes the GPU.
+        """
+        handle = self._handle(gpu.uuid)
+        calls: dict[str, Any] = {
+            "GetHandleByIndex": lambda: pynvml.nvmlDeviceGetHandleByIndex(gpu.index),
+            "GetMigMode": lambda: pynvml.nvmlDeviceGetMigMode(handle),
+            "GetUUID": lambda: pynvml.nvmlDeviceGetUUID(handle),
+            "GetGpuInstanceProfileInfo": lambda: pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, 0, 2),
+            "GetGpuInstancePossiblePlacements": lambda: self._possible_placements(handle, gpu.uuid, profile_id),
+            "GetGpuInstanceRemainingCapacity": lambda: pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(
+                handle, profile_id
+            ),
+            "GetGpuInstances": lambda: self.gpu_instance_count(gpu.uuid, profile_id, 8),
+        }
+        timings: dict[str, list[float]] = {}
+        for name, call in calls.items():
+            samples = []
+            try:
+                for _ in range(repeats):
+                    started = time.perf_counter_ns()
+                    call()
+                    samples.append((time.perf_counter_ns() - started) / 1000)
+            except (pynvml.NVMLError, NvmlError):
+                continue
+            timings[name] = samples
+        return timings
 
     def remaining_capacity(self, gpu_uuid: str, profile_id: int) -> int:
         handle = self._handle(gpu_uuid)
@@ -374,6 +436,10 @@ class Nvml:
             mig_mode=self._mig_mode(handle, uuid),
             numa_node=numa if numa is not None and numa >= 0 else None,
         )
+
+    def possible_placements(self, gpu_uuid: str, profile_id: int) -> tuple[Placement, ...]:
+        """``nvmlDeviceGetGpuInstancePossiblePlacements_v2``: every legal placement, MIG on or off."""
+        return self._possible_placements(self._handle(gpu_uuid), gpu_uuid, profile_id)
 
     def _possible_placements(self, handle: Any, gpu_uuid: str, profile_id: int) -> tuple[Placement, ...]:
         count = ctypes.c_uint(0)

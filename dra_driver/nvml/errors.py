@@ -25,11 +25,15 @@ from dra_driver.errors import MigdraError
 class NvmlError(MigdraError):
     """An NVML call failed.  ``str()`` names the operation, the GPU and NVML's own message."""
 
-    def __init__(self, operation: str, code: int, message: str, gpu: str | None = None) -> None:
+    def __init__(
+        self, operation: str, code: int, message: str, gpu: str | None = None, nvml_error_name: str | None = None
+    ) -> None:
         self.operation = operation
         self.code = code
         self.nvml_message = message
         self.gpu = gpu
+        # pynvml's exception class name (``NVMLError_NotSupported``): what recordings of hardware store.
+        self.nvml_error_name = nvml_error_name
         where = f" on {gpu}" if gpu else ""
         super().__init__(f"{operation}{where}: {message} (NVML error {code})")
 

@@ -24,7 +24,7 @@ A case file holds a list of mappings::
       message: "--sim-state"                  # fragment of the one error line
       timeout: 20                             # optional, seconds (default 30)
 
-``{tmp}``, ``{busy_port}`` and ``{closed_port}`` are replaced in argv, env and file contents.
+``{tmp}``, ``{busy_port}`` and ``{closed_port}`` are replaced in argv, env, file contents and message.
 """
 
 from __future__ import annotations
@@ -154,4 +154,5 @@ def test_bad_input_gets_one_clear_line(case: BadInputCase, tmp_path: Path, subst
     assert done.returncode == case.status, report
     assert len(stderr_lines) == 1, report
     assert stderr_lines[0].startswith(ERROR_PREFIX), report
-    assert case.message in stderr_lines[0], f"expected {case.message!r} in the error line. {report}"
+    message = _fill(case.message, substitutions)
+    assert message in stderr_lines[0], f"expected {message!r} in the error line. {report}"

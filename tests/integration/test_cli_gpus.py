@@ -81,7 +81,7 @@ def test_bad_model_is_one_clear_error_line(tmp_path: Path) -> None:
     result = run_migdra(
         "gpus", "--nvml", "simulated", "--sim-state", str(tmp_path / "s.json"), "--sim-gpus", "V100:2", env={}
     )
-    assert result.returncode == 1
+    assert result.returncode == 2  # a usage error: the flag's value cannot be used
     assert result.stderr.startswith("migdra: error: invalid NVML settings")
     assert "unknown GPU model 'V100'" in result.stderr
     assert "Traceback" not in result.stderr

@@ -102,10 +102,19 @@ def compute_instance_by_id(gi: SimGpuInstance, compute_instance_id: int) -> SimC
     return ci
 
 
-def gpu_profile_by_index(gpu: SimGpu, nvml_profile_index: int) -> GpuInstanceProfile:
-    """nvmlDeviceGetGpuInstanceProfileInfo(V): the argument is an NVML_GPU_INSTANCE_PROFILE_* index."""
-    if not 0 <= nvml_profile_index < pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT:
-        raise SimNvmlError(pynvml.NVML_ERROR_INVALID_ARGUMENT, f"no GPU-instance profile index {nvml_profile_index}")
+def gpu_profile_by_index(state: SimState, gpu: SimGpu, nvml_profile_index: int) -> GpuInstanceProfile:
+    """nvmlDeviceGetGpuInstanceProfileInfo(V): the argument is an NVML_GPU_INSTANCE_PROFILE_* index.
+
+    An index the simulated *driver* does not know is INVALID_ARGUMENT, whatever pynvml knows (recorded:
+    driver 580.159.04 answers index 17 so under pynvml 13.615); a known one the GPU lacks is
+    NOT_SUPPORTED.  Answers with MIG disabled too (recorded).
+    """
+    known = load_catalog().gpu_instance_profile_index_count(state.driver_version)
+    if not 0 <= nvml_profile_index < known:
+        raise SimNvmlError(
+            pynvml.NVML_ERROR_INVALID_ARGUMENT,
+            f"driver {state.driver_version} knows GPU-instance profile indices 0-{known - 1}, not {nvml_profile_index}",
+        )
     try:
         return gpu_model(gpu).profile_by_index(nvml_profile_index)
     except KeyError as e:
@@ -203,8 +212,11 @@ def free_gpu_placements(gpu: SimGpu, profile: GpuInstanceProfile) -> list[Placem
 
 
 def gpu_instance_remaining_capacity(gpu: SimGpu, profile: GpuInstanceProfile) -> int:
-    """How many more GIs of ``profile`` could be created now (nvidia-smi -lgip "Free")."""
-    require_mig_enabled(gpu)
+    """How many more GIs of ``profile`` could be created now (nvidia-smi -lgip "Free").
+
+    With MIG disabled this is the full count, not NOT_SUPPORTED (recorded on H200, driver 580.159.04):
+    the GPU holds no instances then, so the same computation gives it.
+    """
     if gpu_instance_shortage(gpu, profile) is not None:
         return 0
     model = gpu_model(gpu)

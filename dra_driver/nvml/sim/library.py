@@ -451,16 +451,18 @@ class _NvmlFunctions:
         info.memorySizeMB = profile.memory_size_mb
 
     def nvmlDeviceGetGpuInstanceProfileInfo(self, device: Any, profile: Any, info_ref: Any) -> int:
-        gpu = self._gpu(self._store.read(), device)
+        state = self._store.read()
+        gpu = self._gpu(state, device)
         info = out_target(info_ref)
-        self._fill_gpu_profile(info, hardware.gpu_profile_by_index(gpu, read_uint(profile)))
+        self._fill_gpu_profile(info, hardware.gpu_profile_by_index(state, gpu, read_uint(profile)))
         return int(pynvml.NVML_SUCCESS)
 
     def nvmlDeviceGetGpuInstanceProfileInfoV(self, device: Any, profile: Any, info_ref: Any) -> int:
-        gpu = self._gpu(self._store.read(), device)
+        state = self._store.read()
+        gpu = self._gpu(state, device)
         info = out_target(info_ref)
         self._check_version(info, pynvml.nvmlGpuInstanceProfileInfo_v2)
-        found = hardware.gpu_profile_by_index(gpu, read_uint(profile))
+        found = hardware.gpu_profile_by_index(state, gpu, read_uint(profile))
         self._fill_gpu_profile(info, found)
         info.name = f"MIG {found.name}".encode()
         return int(pynvml.NVML_SUCCESS)
@@ -514,8 +516,8 @@ class _NvmlFunctions:
         return int(pynvml.NVML_SUCCESS)
 
     def nvmlDeviceGetGpuInstances(self, device: Any, profile_id: Any, instances: Any, count_ref: Any) -> int:
+        # With MIG disabled: SUCCESS and a count of 0, not NOT_SUPPORTED (recorded, H200 / 580.159.04).
         gpu = self._gpu(self._store.read(), device)
-        hardware.require_mig_enabled(gpu)
         profile = hardware.gpu_profile_by_id(gpu, read_uint(profile_id))
         found = sorted(
             (gi for gi in gpu.gpu_instances if gi.profile_id == profile.profile_id), key=lambda g: g.gpu_instance_id
