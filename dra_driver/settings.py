@@ -149,7 +149,11 @@ def describe_settings_error(exc: ValidationError, model: object) -> str:
             problems.append(message)
             continue
         field = str(error["loc"][0])
-        problems.append(f"--{field.replace('_', '-')} ({prefix}{field.upper()}): {message} (got {error['input']!r})")
+        flag, variable = f"--{field.replace('_', '-')}", f"{prefix}{field.upper()}"
+        if error["type"] == "missing":  # the input is the whole settings dict: nothing to quote
+            problems.append(f"{flag} is required (or set {variable})")
+        else:
+            problems.append(f"{flag} ({variable}): {message} (got {error['input']!r})")
     return "; ".join(problems)
 
 
