@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -61,6 +62,36 @@ def finish(process: subprocess.Popen[str]) -> str:
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
     return stdout
+
+
+# How long a child may take to reach a handshake.  Generous because its first NVML call loads the
+# catalog, which takes seconds on a loaded machine; a child that is merely slow passes, one that hangs
+# or dies fails with its stderr.
+HANDSHAKE_SECONDS = 60.0
+
+
+def read_handshake(process: subprocess.Popen[str], expected: str) -> None:
+    """Wait, bounded, for the child's next stdout line and check it is ``expected``.
+
+    Reads the pipe a byte at a time, beneath the text wrapper, so nothing after the line is consumed
+    and a later :func:`finish` still sees the rest of the output.
+    """
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    deadline = time.monotonic() + HANDSHAKE_SECONDS
+    line = b""
+    while not line.endswith(b"\n"):
+        readable, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not readable:
+            process.kill()
+            _, stderr = process.communicate()
+            pytest.fail(f"the child did not say {expected!r} within {HANDSHAKE_SECONDS} s; stderr:\n{stderr}")
+        byte = os.read(fd, 1)
+        if not byte:
+            _, stderr = process.communicate()
+            pytest.fail(f"the child exited ({process.returncode}) before saying {expected!r}; stderr:\n{stderr}")
+        line += byte
+    assert line.decode().strip() == expected
 
 
 def assert_consistent(state: SimState) -> None:
@@ -147,15 +178,17 @@ def test_reads_reparse_only_after_a_write(state_path: Path) -> None:
 
 
 CHURN = """
-    import random, sys, pynvml
+    import itertools, random, sys, pynvml
     from dra_driver.nvml import sim
     sim.install(sys.argv[1])
     pynvml.nvmlInit()
     rng = random.Random(int(sys.argv[2]))
+    announce_after = int(sys.argv[3])
     devices = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
     profiles = [19, 20, 15, 14, 9, 5, 0]
-    print("started", flush=True)
-    while True:
+    for done in itertools.count():
+        if done == announce_after:
+            print("churning", flush=True)  # the parent kills us from here on, mid-operation
         device = rng.choice(devices)
         try:
             if rng.random() < 0.6:
@@ -185,10 +218,10 @@ CHURN = """
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_sigkill_mid_churn_leaves_a_consistent_machine(state_path: Path, seed: int) -> None:
-    process = python(CHURN, str(state_path), str(seed))
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "started", process.stderr.read() if process.stderr else ""
-    time.sleep(0.3 + 0.1 * seed)
+    # The child says when it has finished this many operations; the kill then lands in a later one,
+    # at a point that differs with the seed, however slowly the machine runs.
+    process = python(CHURN, str(state_path), str(seed), str(20 * seed))
+    read_handshake(process, "churning")
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=30)
     assert process.returncode == -signal.SIGKILL
@@ -201,12 +234,13 @@ def test_sigkill_mid_churn_leaves_a_consistent_machine(state_path: Path, seed: i
 
 
 FILL_GPU = """
-    import json, sys, time, pynvml
+    import json, sys, pynvml
     from dra_driver.nvml import sim
     sim.install(sys.argv[1])
     pynvml.nvmlInit()
     device = pynvml.nvmlDeviceGetHandleByIndex(0)
-    time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # start together with the others
+    print("ready", flush=True)
+    sys.stdin.readline()  # the parent's go, sent once every creator is ready: they start together
     mine = []
     while True:
         try:
@@ -220,8 +254,13 @@ FILL_GPU = """
 
 
 def test_concurrent_creators_never_double_book(state_path: Path) -> None:
-    start_at = str(time.time() + 1.5)
-    processes = [python(FILL_GPU, str(state_path), start_at) for _ in range(3)]
+    processes = [python(FILL_GPU, str(state_path), stdin=subprocess.PIPE) for _ in range(3)]
+    for process in processes:
+        read_handshake(process, "ready")
+    for process in processes:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
     results = [json.loads(finish(p)) for p in processes]
     won = [tuple(gi) for result in results for gi in result]
     assert len(won) == 7  # every 1g slot created exactly once
