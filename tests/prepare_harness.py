@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import pynvml
@@ -206,6 +208,52 @@ def simulated_node(
         node = Node(root, server, api_client, nvml, library)
         stack.callback(node.close_services)
         yield node
+
+
+class HeldCall:
+    """Holds every call of one method of an object (``node.nvml.create_compute_instance``) until released.
+
+    A test that must look at a prepare in the middle of an NVML call stops it there for as long as it
+    needs; a simulated latency only gives it a window, which a loaded machine makes it miss.  Leaving
+    the ``with`` block releases the call, so a failing test never leaves a prepare hanging::
+
+        with HeldCall(node.nvml, "create_compute_instance") as held:
+            prepare = Background(service, [ref])
+            held.wait_entered()
+            ...  # the GI exists, its CI does not yet
+    """
+
+    def __init__(self, target: object, method: str, timeout: float = 30.0) -> None:
+        self.target = target
+        self.method = method
+        self.timeout = timeout
+        self.entered = threading.Event()
+        self._released = threading.Event()
+        self._original = getattr(target, method)
+
+    def _held(self, *args: Any, **kwargs: Any) -> Any:
+        self.entered.set()
+        if not self._released.wait(self.timeout):
+            raise AssertionError(f"{self.method} was held for {self.timeout} s and never released")
+        return self._original(*args, **kwargs)
+
+    def wait_entered(self) -> None:
+        """Wait (bounded) until something calls the method."""
+        assert self.entered.wait(self.timeout), f"nothing called {self.method} within {self.timeout} s"
+
+    def release(self) -> None:
+        """Let the held call, and any later one, through."""
+        self._released.set()
+
+    def __enter__(self) -> HeldCall:
+        setattr(self.target, self.method, self._held)  # an instance attribute, shadowing the method
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.release()
+        delattr(self.target, self.method)
 
 
 def _shutdown(nvml: Nvml) -> None:

@@ -334,12 +334,25 @@ def _pod(core: client.CoreV1Api, name: str) -> Any:
     )
 
 
+def wait_for_a_collection_pass(resource: client.ResourceV1Api, canary: str) -> None:
+    """Return once the garbage collector has run a pass that began after this call.
+
+    Every pass deletes a claim whose owner never existed; once this ``canary`` is gone, the collector
+    has looked at everything written before it.  A test that something was *not* collected waits for
+    this instead of sleeping and hoping the collector looked in the meantime.
+    """
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "never-existed", "uid": "00000000-0000-0000-0000-000000000000"}
+    body = {"metadata": {"name": canary, "ownerReferences": [owner]}, "spec": claim_spec()}
+    resource.create_namespaced_resource_claim("default", body)
+    eventually(lambda: gone(lambda: resource.read_namespaced_resource_claim(canary, "default")))
+
+
 def test_claim_owned_by_pod_is_collected_after_the_pod_is_deleted(
     core: client.CoreV1Api, resource: client.ResourceV1Api
 ) -> None:
     pod = _pod(core, "owner")
     resource.create_namespaced_resource_claim("default", _claim_owned_by(pod, "owned"))
-    time.sleep(0.3)
+    wait_for_a_collection_pass(resource, "canary")
     assert not gone(lambda: resource.read_namespaced_resource_claim("owned", "default")), "owner alive: kept"
     core.delete_namespaced_pod("owner", "default")
     eventually(lambda: gone(lambda: resource.read_namespaced_resource_claim("owned", "default")))
@@ -351,7 +364,7 @@ def test_orphan_propagation_keeps_dependents_and_drops_the_reference(
     pod = _pod(core, "owner-o")
     resource.create_namespaced_resource_claim("default", _claim_owned_by(pod, "orphan"))
     core.delete_namespaced_pod("owner-o", "default", propagation_policy="Orphan")
-    time.sleep(0.3)
+    wait_for_a_collection_pass(resource, "canary")
     claim = resource.read_namespaced_resource_claim("orphan", "default")
     assert claim.metadata.owner_references is None
 

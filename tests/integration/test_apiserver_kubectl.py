@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import yaml
 from kubernetes import client
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.controlplane.apiserver.watch import Watcher
 
 MANIFESTS = """
 apiVersion: resource.k8s.io/v1
@@ -93,6 +93,9 @@ spec:
 """
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+
+# How long `kubectl wait` (and the status writer waiting for its watch) may take; under the fixture's 60 s.
+WAIT_SECONDS = 30
 
 
 def kubectl_binary() -> str:
@@ -254,11 +257,26 @@ def test_label_annotate_and_merge_patch(kubectl: Kubectl) -> None:
     assert kubectl("patch", "pod", "trainer", "-p", '{"metadata":{"labels":{"s":"1"}}}').returncode == 0
 
 
-def test_wait_for_jsonpath_sees_a_status_update(kubectl: Kubectl, resource_api: client.ResourceV1Api) -> None:
+def test_wait_for_jsonpath_sees_a_status_update(
+    kubectl: Kubectl, api: LocalAPIServer, resource_api: client.ResourceV1Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     kubectl("create", "-f", "-", stdin=MANIFESTS)
+    # The status is written only once kubectl watches the claim, so the condition is met through the watch
+    # (not by kubectl's first read), however long kubectl takes to get there.
+    watching = threading.Event()
+    start_watch = api.store.start_watch
 
-    def reserve_later() -> None:
-        time.sleep(1.0)
+    def start_watch_and_tell(watcher: Watcher, since: int | None) -> tuple[int, int]:
+        started = start_watch(watcher, since)
+        if watcher.resource_key == "resourceclaims.resource.k8s.io":
+            watching.set()
+        return started
+
+    monkeypatch.setattr(api.store, "start_watch", start_watch_and_tell)
+
+    def reserve_once_watched() -> None:
+        if not watching.wait(WAIT_SECONDS):
+            return  # kubectl never watched: its own --timeout ends it too, and the test fails below
         result = {"request": "gpu", "driver": "gpu.migdra.dev", "pool": "node-1", "device": "gpu-0-mig-1g-10gb-0"}
         status = {
             "allocation": {"devices": {"results": [result]}},  # a claim is reserved only once allocated
@@ -266,15 +284,19 @@ def test_wait_for_jsonpath_sees_a_status_update(kubectl: Kubectl, resource_api: 
         }
         resource_api.patch_namespaced_resource_claim_status("claim-1", "default", {"status": status})
 
-    writer = threading.Thread(target=reserve_later)
+    writer = threading.Thread(target=reserve_once_watched)
     writer.start()
-    started = time.monotonic()
     waited = kubectl(
-        "wait", "--for=jsonpath={.status.reservedFor[0].name}=trainer", "resourceclaim/claim-1", "--timeout=30s"
+        "wait",
+        "--for=jsonpath={.status.reservedFor[0].name}=trainer",
+        "resourceclaim/claim-1",
+        f"--timeout={WAIT_SECONDS}s",
+        check=False,
     )
     writer.join()
+    assert watching.is_set(), f"kubectl wait never opened a watch on resourceclaims: {waited.stderr}"
+    assert waited.returncode == 0, waited.stderr
     assert waited.stdout.strip() == "resourceclaim.resource.k8s.io/claim-1 condition met"
-    assert time.monotonic() - started >= 0.9, "kubectl returned before the status was written"
 
 
 def test_delete(kubectl: Kubectl) -> None:

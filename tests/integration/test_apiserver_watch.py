@@ -95,7 +95,7 @@ def test_label_selector_watch_sees_objects_enter_and_leave(core: client.CoreV1Ap
     core.patch_namespaced_config_map("sel", "default", {"data": {"k": "v"}})
     core.patch_namespaced_config_map("sel", "default", {"metadata": {"labels": {"gpu": None}}})
     core.create_namespaced_config_map("default", {"metadata": {"name": "other"}})
-    events = collect(core, 3, timeout=2, resource_version=start.metadata.resource_version, label_selector="gpu=yes")
+    events = collect(core, 3, resource_version=start.metadata.resource_version, label_selector="gpu=yes")
     assert events == [("ADDED", "sel"), ("MODIFIED", "sel"), ("DELETED", "sel")]
 
 
@@ -103,19 +103,24 @@ def test_field_selector_watch(core: client.CoreV1Api) -> None:
     start = core.list_namespaced_config_map("default").metadata.resource_version
     core.create_namespaced_config_map("default", {"metadata": {"name": "f1"}})
     core.create_namespaced_config_map("default", {"metadata": {"name": "f2"}})
-    events = collect(core, 1, timeout=1, resource_version=start, field_selector="metadata.name=f2")
+    events = collect(core, 1, resource_version=start, field_selector="metadata.name=f2")
     assert events == [("ADDED", "f2")]
 
 
 def test_timeout_seconds_ends_the_watch(core: client.CoreV1Api) -> None:
+    # Nothing is written, so only timeoutSeconds can end this watch: a server that ignored it would keep
+    # the watcher thread waiting, which the bounded join reports.
+    start = core.list_namespaced_config_map("default").metadata.resource_version
+    events: list[list[tuple[str, str]]] = []
     started = time.monotonic()
-    assert (
-        collect(
-            core, 1, timeout=1, resource_version=core.list_namespaced_config_map("default").metadata.resource_version
-        )
-        == []
+    watcher = threading.Thread(
+        target=lambda: events.append(collect(core, 1, timeout=1, resource_version=start)), daemon=True
     )
-    assert 0.9 <= time.monotonic() - started < 3
+    watcher.start()
+    watcher.join(30)
+    assert not watcher.is_alive(), "the watch outlived its timeoutSeconds"
+    assert time.monotonic() - started >= 0.9, "the watch ended before its timeoutSeconds"
+    assert events == [[]]
 
 
 def test_concurrent_watchers_all_see_every_event(core: client.CoreV1Api) -> None:

@@ -244,8 +244,9 @@ class _Devices:
 def test_health_stream_sends_the_device_list_then_changes(base_dir: Path) -> None:
     source = _Devices()
     with (
+        # No resend within the test: a second message can only be the change.
         _servers(
-            base_dir, RecordingDraService(), health=source, health_interval=30, health_poll_interval=0.02
+            base_dir, RecordingDraService(), health=source, health_interval=3600, health_poll_interval=0.02
         ) as servers,
         KubeletClient(servers.paths.registration) as kubelet,
     ):
@@ -255,38 +256,37 @@ def test_health_stream_sends_the_device_list_then_changes(base_dir: Path) -> Non
             "v1beta1.DRAPlugin",
             "v1alpha1.DRAResourceHealth",
         ]
+        before = int(time.time())
         stream = kubelet.watch_health(timeout=10)
         first = next(stream)
+        assert before <= first[0].last_updated_time <= time.time()  # stamped when sent
         assert [(d.pool_name, d.device_name, d.health) for d in first] == [
             ("node-1", "gpu-0-mig-1g10gb-0", "HEALTHY"),
             ("node-1", "gpu-1-mig-3g40gb-4", "UNKNOWN"),
         ]
-        assert abs(first[0].last_updated_time - time.time()) < 5
-        started = time.monotonic()
         source.devices[0] = ("node-1", "gpu-0-mig-1g10gb-0", False)
-        second = next(stream)
-        assert time.monotonic() - started < 5  # on change, long before the 30 s resend
+        second = next(stream)  # within the stream's 10 s deadline, long before the hour's resend
         assert [d.health for d in second] == ["UNHEALTHY", "UNKNOWN"]
         stream.close()
 
 
 def test_health_stream_resends_an_unchanged_list_every_interval(base_dir: Path) -> None:
+    # Judged by the server's own send stamps (whole seconds), not by when this thread got to read the
+    # messages: resends at least 1.1 s apart always carry stamps a second or more apart, while a resend
+    # on every 20 ms poll would give equal stamps.
     with (
         _servers(
-            base_dir, RecordingDraService(), health=_Devices(), health_interval=0.3, health_poll_interval=0.02
+            base_dir, RecordingDraService(), health=_Devices(), health_interval=1.1, health_poll_interval=0.02
         ) as servers,
         KubeletClient(servers.paths.registration) as kubelet,
     ):
         kubelet.register()
-        stream = kubelet.watch_health(timeout=10)
-        arrivals, messages = [], []
-        for _ in range(3):
-            messages.append(next(stream))
-            arrivals.append(time.monotonic())
+        stream = kubelet.watch_health(timeout=20)
+        messages = [next(stream) for _ in range(3)]  # unchanged, so resends: the interval's
         stream.close()
     assert all([d.health for d in m] == ["HEALTHY", "UNKNOWN"] for m in messages)
-    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
-    assert all(0.2 < gap < 3 for gap in gaps), gaps  # the interval, not every poll
+    stamps = [m[0].last_updated_time for m in messages]
+    assert all(later - earlier >= 1 for earlier, later in itertools.pairwise(stamps)), stamps  # not every poll
 
 
 def test_health_stream_ends_when_the_servers_stop(base_dir: Path) -> None:
@@ -297,10 +297,9 @@ def test_health_stream_ends_when_the_servers_stop(base_dir: Path) -> None:
             kubelet.register()
             stream = kubelet.watch_health(timeout=10)
             next(stream)
-            started = time.monotonic()
             servers.stop(grace=10)
-            assert time.monotonic() - started < 5  # the open stream did not hold shutdown for the grace
-            with pytest.raises((StopIteration, grpc.RpcError)):
+            # The stream ended on its own (OK), not cancelled when a grace it held up ran out.
+            with pytest.raises(StopIteration):
                 next(stream)
     finally:
         servers.stop()

@@ -10,10 +10,8 @@ bumped twice and ``migdra_foreign_gpu_instances`` reports a false foreign instan
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
@@ -29,29 +27,17 @@ from kubeletplugin.prepare.errors import RealizeError
 from kubeletplugin.prepare.realize import RealizeFailed, realize_mig_instance
 from kubeletplugin.prepare.service import PrepareService
 from kubeletplugin.service import ClaimRef, PrepareResult
-from tests.prepare_harness import Node, result, simulated_node
+from tests.prepare_harness import HeldCall, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
 DEVICE = "gpu-0-mig-1g20gb-15-4"  # GPU 0, 1g.20gb at 4:2 -> GI 5
 PLACEMENT = Placement(start=4, size=2)
-
-_T = TypeVar("_T")
 
 
 @pytest.fixture
 def api() -> Iterator[LocalAPIServer]:
     with LocalAPIServer() as server:
         yield server
-
-
-def wait_for(probe: Callable[[], _T], timeout: float = 5.0) -> _T:
-    """The first truthy value of ``probe`` within ``timeout`` seconds (else its last value)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(0.002)
 
 
 class Background:
@@ -79,19 +65,21 @@ def gi_at(node: Node, gpu: str, placement: Placement) -> GpuInstanceInfo | None:
 def test_a_gpu_instance_is_migdras_while_its_compute_instance_is_being_created(
     api: LocalAPIServer, tmp_path: Path
 ) -> None:
-    with simulated_node(tmp_path, [H100, H100], api=api, latency={"nvmlGpuInstanceCreateComputeInstance": 1.0}) as node:
+    with simulated_node(tmp_path, [H100, H100], api=api) as node:
         service = node.service()
         gpu = node.gpu_uuid(0)
         ref = node.claim("slow-ci", [result(DEVICE)])
 
-        prepare = Background(service, [ref])
-        gi = wait_for(lambda: gi_at(node, gpu, PLACEMENT))
-        assert gi is not None, "the GPU instance was never created"
-        assert gi.compute_instances == ()  # the CI creation takes a second: we are in the middle of prepare
-        owned = wait_for(lambda: (gpu, gi.gpu_instance_id) in service.owned_instances(), timeout=0.5)
-        still_preparing = prepare.running
-        # A publish round now: the node's instances, then owned_instances() (the publisher's order).
-        pool = build_pool(read_inventory(node.nvml), DeviceModelConfig(), owned_instances=service.owned_instances())
+        with HeldCall(node.nvml, "create_compute_instance") as held:
+            prepare = Background(service, [ref])
+            held.wait_entered()  # the GI exists; its CI is being created: we are in the middle of prepare
+            gi = gi_at(node, gpu, PLACEMENT)
+            assert gi is not None, "the GPU instance was never created"
+            assert gi.compute_instances == ()
+            owned = (gpu, gi.gpu_instance_id) in service.owned_instances()
+            still_preparing = prepare.running
+            # A publish round now: the node's instances, then owned_instances() (the publisher's order).
+            pool = build_pool(read_inventory(node.nvml), DeviceModelConfig(), owned_instances=service.owned_instances())
         results = prepare.join()
 
     assert owned, "owned_instances() did not contain the GI migdra created while its prepare was running"
@@ -104,17 +92,17 @@ def test_a_gpu_instance_is_migdras_while_its_compute_instance_is_being_created(
 def test_a_gpu_instance_being_created_is_migdras_by_placement_until_its_id_is_recorded(
     api: LocalAPIServer, tmp_path: Path
 ) -> None:
-    with simulated_node(
-        tmp_path, [H100, H100], api=api, latency={"nvmlDeviceCreateGpuInstanceWithPlacement": 1.0}
-    ) as node:
+    with simulated_node(tmp_path, [H100, H100], api=api) as node:
         service = node.service()
         gpu = node.gpu_uuid(0)
         ref = node.claim("slow-gi", [result(DEVICE)])
 
-        prepare = Background(service, [ref])
-        pending = wait_for(service.owned_placements)
-        ids_meanwhile = service.owned_instances()
-        still_preparing = prepare.running
+        with HeldCall(node.nvml, "create_gpu_instance") as held:
+            prepare = Background(service, [ref])
+            held.wait_entered()  # NVML is being asked for the GI: no ID yet
+            pending = service.owned_placements()
+            ids_meanwhile = service.owned_instances()
+            still_preparing = prepare.running
         results = prepare.join()
         after = (service.owned_placements(), service.owned_instances())
 
@@ -127,16 +115,17 @@ def test_a_gpu_instance_being_created_is_migdras_by_placement_until_its_id_is_re
 
 def test_a_claim_that_collides_with_one_being_prepared_is_told_whose_it_is(api: LocalAPIServer, tmp_path: Path) -> None:
     """A double allocation during the CI creation of the first claim names that claim, not a stranger."""
-    with simulated_node(tmp_path, [H100, H100], api=api, latency={"nvmlGpuInstanceCreateComputeInstance": 1.0}) as node:
+    with simulated_node(tmp_path, [H100, H100], api=api) as node:
         service = node.service()
-        gpu = node.gpu_uuid(0)
         first = node.claim("first", [result(DEVICE)])
         second = node.claim("second", [result(DEVICE)])
 
-        prepare = Background(service, [first])
-        assert wait_for(lambda: gi_at(node, gpu, PLACEMENT)) is not None
-        collided = service.prepare([second])[second.uid]
-        still_preparing = prepare.running
+        with HeldCall(node.nvml, "create_compute_instance") as held:
+            prepare = Background(service, [first])
+            held.wait_entered()  # the first claim's GI exists; its CI is being created
+            assert gi_at(node, node.gpu_uuid(0), PLACEMENT) is not None
+            collided = service.prepare([second])[second.uid]
+            still_preparing = prepare.running
         assert prepare.join()[first.uid].error == ""
 
     assert still_preparing

@@ -9,8 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,50 +71,60 @@ def test_a_device_listed_twice_is_one_instance_serving_both_requests(node: Node)
     assert len(node.instances()) == 1
 
 
-class RecordingNvml(Nvml):
-    """Records when each GPU-instance creation ran, per GPU (the last one in ``intervals``, all in ``runs``)."""
+class MeetingNvml(Nvml):
+    """GPU-instance creation that proves creations on different GPUs overlap, without timing them.
 
-    def __init__(self) -> None:
+    The first creation on each GPU of ``gpus`` holds until the first creation on every one of them has
+    begun, at most ``timeout`` seconds.  If creations were serialised across GPUs, the other GPU's could
+    not begin while this one holds, and ``met`` records False for it.
+    """
+
+    def __init__(self, gpus: Collection[str], timeout: float = 30.0) -> None:
         super().__init__()
-        self.intervals: dict[str, tuple[float, float]] = {}
-        self.runs: dict[str, list[tuple[float, float]]] = {}
+        self.timeout = timeout
+        self.met: dict[str, bool] = {}
+        self._gpus = frozenset(gpus)
+        self._begun: set[str] = set()
+        self._all_begun = threading.Event()
+        self._lock = threading.Lock()
 
     def create_gpu_instance(self, gpu_uuid: str, profile_id: int, placement: Placement) -> GpuInstanceInfo:
-        began = time.monotonic()
-        try:
-            return super().create_gpu_instance(gpu_uuid, profile_id, placement)
-        finally:
-            self.intervals[gpu_uuid] = (began, time.monotonic())
-            self.runs.setdefault(gpu_uuid, []).append(self.intervals[gpu_uuid])
+        with self._lock:
+            first_on_this_gpu = gpu_uuid in self._gpus and gpu_uuid not in self._begun
+            if first_on_this_gpu:
+                self._begun.add(gpu_uuid)
+                if self._begun == self._gpus:
+                    self._all_begun.set()
+        if first_on_this_gpu:
+            self.met[gpu_uuid] = self._all_begun.wait(self.timeout)
+        return super().create_gpu_instance(gpu_uuid, profile_id, placement)
 
 
 def test_claims_of_an_idle_gpu_do_not_queue_behind_a_busy_one(api: LocalAPIServer, tmp_path: Path) -> None:
     """Seven claims on GPU 0 listed before one on GPU 1: GPU 1's instance is made while GPU 0's first is."""
-    latency = {"nvmlDeviceCreateGpuInstanceWithPlacement": 0.2}
-    with simulated_node(tmp_path, [H100, H100], api=api, latency=latency) as node:
-        recording = RecordingNvml()
-        recording.init()
+    with simulated_node(tmp_path, [H100, H100], api=api) as node:
+        gpus = [node.gpu_uuid(0), node.gpu_uuid(1)]
+        meeting = MeetingNvml(gpus)
+        meeting.init()
         try:
-            service = node.service(nvml=recording, workers=PrepareSettings().prepare_workers)
+            service = node.service(nvml=meeting, workers=PrepareSettings().prepare_workers)
             busy = [node.claim(f"busy-{s}", [result(f"gpu-0-mig-1g10gb-19-{s}")]) for s in range(7)]
             idle = node.claim("idle", [result("gpu-1-mig-1g10gb-19-6")])
             results = service.prepare([*busy, idle])
+            assert meeting.met == dict.fromkeys(gpus, True), "GPU 1's creation waited for GPU 0's"
             assert all(r.error == "" for r in results.values())
-            first_on_gpu0 = min(recording.runs[node.gpu_uuid(0)])
-            ((gpu1_start, _),) = recording.runs[node.gpu_uuid(1)]
-            assert gpu1_start < first_on_gpu0[1], recording.runs
         finally:
-            recording.shutdown()
+            meeting.shutdown()
 
 
 @pytest.mark.parametrize("calls", ["one-call", "concurrent-calls"])
 def test_claims_on_different_gpus_are_created_in_parallel(api: LocalAPIServer, tmp_path: Path, calls: str) -> None:
-    latency = {"nvmlDeviceCreateGpuInstanceWithPlacement": 0.3}
-    with simulated_node(tmp_path, [H100, H100], api=api, latency=latency) as node:
-        recording = RecordingNvml()
-        recording.init()
+    with simulated_node(tmp_path, [H100, H100], api=api) as node:
+        gpus = [node.gpu_uuid(0), node.gpu_uuid(1)]
+        meeting = MeetingNvml(gpus)
+        meeting.init()
         try:
-            service = node.service(nvml=recording)
+            service = node.service(nvml=meeting)
             first = node.claim(f"gpu0-{calls}", [result("gpu-0-mig-3g40gb-9-0")])
             second = node.claim(f"gpu1-{calls}", [result("gpu-1-mig-3g40gb-9-0")])
             if calls == "one-call":
@@ -130,12 +139,10 @@ def test_claims_on_different_gpus_are_created_in_parallel(api: LocalAPIServer, t
                     thread.start()
                 for thread in threads:
                     thread.join()
+            assert meeting.met == dict.fromkeys(gpus, True), "one GPU's creation waited for the other's"
             assert [results[r.uid].error for r in (first, second)] == ["", ""]
-            (a_start, a_end), (b_start, b_end) = recording.intervals.values()
-            assert a_start < b_end, recording.intervals
-            assert b_start < a_end, recording.intervals
         finally:
-            recording.shutdown()
+            meeting.shutdown()
 
 
 def test_one_bad_claim_never_fails_the_others(node: Node) -> None:

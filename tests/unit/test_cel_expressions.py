@@ -6,7 +6,6 @@ Expected outcomes are Kubernetes' (kube-scheduler with cel-go, 1.34+), not whate
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -266,12 +265,13 @@ def test_expression(expression: str, expected: Outcome, runner: RunnerKind) -> N
 
 
 def test_pathological_comprehension_stops_in_bounded_time(runner: RunnerKind) -> None:
+    """Kubernetes' cost limit alone would let it run for seconds (a minute interpreted); migdra's
+    wall-clock guard, on by default, stops it, with kube's wording so users recognise the error."""
     program = compile_selector(PATHOLOGICAL, runner=runner)
-    started = time.monotonic()
     with pytest.raises(CELCostLimitError) as exhausted:
         program.matches(DEVICE, driver=DRIVER)
-    assert time.monotonic() - started < 3.0
     assert "actual cost limit exceeded" in exhausted.value.message
+    assert "wall-clock guard" in exhausted.value.message
 
 
 def test_cost_limit_counts_comprehension_steps_deterministically(runner: RunnerKind) -> None:
@@ -295,9 +295,8 @@ def test_cost_limit_counts_comprehension_steps_deterministically(runner: RunnerK
 def test_short_circuit_skips_the_pathological_side(runner: RunnerKind, expression: str, expected: bool) -> None:
     """cel-go never evaluates the operand that cannot change the result: no cost, no time, no error."""
     program = compile_selector(expression, runner=runner)
-    started = time.monotonic()
-    assert program.matches(DEVICE, driver=DRIVER) is expected
-    assert time.monotonic() - started < 0.5
+    # Evaluating the pathological side would cost a million; ten is ample for the rest.
+    assert program.matches(DEVICE, driver=DRIVER, limits=Limits(max_cost=10, max_seconds=None)) is expected
 
 
 @pytest.mark.parametrize(
