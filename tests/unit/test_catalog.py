@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dra_driver.mig import Architecture, Placement, load_catalog
 
@@ -30,6 +31,13 @@ def test_catalog_covers_every_supported_gpu_model() -> None:
 
 def test_catalog_is_loaded_once_per_process() -> None:
     assert load_catalog() is load_catalog()
+
+
+def test_without_libyaml_the_catalog_is_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C loader is only a speed-up: where PyYAML lacks libyaml, the pure-Python one reads the same."""
+    as_loaded_here = load_catalog.__wrapped__()  # uncached: loaded now, with libyaml where present
+    monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    assert load_catalog.__wrapped__() == as_loaded_here
 
 
 @pytest.mark.parametrize("key", SUPPORTED)
