@@ -18,7 +18,11 @@ def render(slices: list[dict[str, Any]], pool: NodePool, output: str) -> str:
     if output == "json":
         return json.dumps({"apiVersion": "v1", "kind": "List", "items": slices}, indent=2) + "\n"
     if output == "yaml":
-        return yaml.safe_dump_all(slices, sort_keys=False)
+        # Eight GPUs' slices are ~270 KB of YAML: libyaml's dumper writes the same text in a quarter of
+        # the time of PyYAML's pure-Python one (the fallback where PyYAML lacks libyaml).
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        text: str = yaml.dump_all(slices, Dumper=dumper, sort_keys=False)
+        return text
     return _table(slices, pool)
 
 

@@ -14,6 +14,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dra_driver.cli import slices_view
 from dra_driver.controlplane.apiserver.validation import validate
 from dra_driver.devicemodel import example_inventory, example_slices
 from dra_driver.devicemodel.config import DeviceModelConfig, ProfileFilter
@@ -240,11 +241,18 @@ def test_example_inventory_equals_what_the_simulated_nvml_reports(
     assert dataclasses.replace(got.gpu, **ignore) == dataclasses.replace(want.gpu, **ignore)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("libyaml", [True, False], ids=["libyaml", "pure-python-yaml"])
 @pytest.mark.parametrize("model_key", ["H100-SXM5-80GB", "A100-SXM4-40GB"])
-def test_golden_slices(model_key: str) -> None:
-    """Reviewed by hand against mig-profiles.yaml; regenerate with UPDATE_GOLDEN=1 and review the diff."""
+def test_golden_slices(model_key: str, libyaml: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reviewed by hand against mig-profiles.yaml; regenerate with UPDATE_GOLDEN=1 and review the diff.
+
+    Rendered as ``migdra slices -o yaml`` prints them, which must not depend on PyYAML having libyaml.
+    """
+    if not libyaml:
+        monkeypatch.delattr(yaml, "CSafeDumper", raising=False)
     path = GOLDEN / f"slices-1x{model_key}.yaml"
-    rendered = yaml.safe_dump_all(example_slices([model_key], node_name="node-a"), sort_keys=False)
+    pool = pool_of(model_key)
+    rendered = slices_view.render(render_slices(pool, "node-a", generation=1), pool, "yaml")
     if os.environ.get("UPDATE_GOLDEN") == "1":
         path.write_text(rendered)
     assert rendered == path.read_text()
