@@ -24,11 +24,12 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_REFERENCE = REPO.parent / "shared" / "reference" / "mig-profiles.yaml"
 OUTPUT = REPO / "dra_driver" / "mig" / "data" / "mig-catalog.yaml"
 
-# catalog key -> (reference key, aliases)
+# catalog key -> (reference key, aliases).  An alias may name several models (``A100``: both boards are
+# common, neither is *the* A100): looking it up fails listing them, instead of guessing one.
 MODELS: dict[str, tuple[str, list[str]]] = {
     "A30": ("A30-24GB", ["A30-24GB"]),
-    "A100-SXM4-40GB": ("A100-SXM4-40GB", ["A100-40GB"]),
-    "A100-SXM4-80GB": ("A100-SXM4-80GB", ["A100-80GB"]),
+    "A100-SXM4-40GB": ("A100-SXM4-40GB", ["A100-40GB", "A100"]),
+    "A100-SXM4-80GB": ("A100-SXM4-80GB", ["A100-80GB", "A100"]),
     "H100-SXM5-80GB": ("H100-SXM5-80GB", ["H100-80GB", "H100"]),
     "H100-NVL": ("H100-NVL-94GB", ["H100-NVL-94GB"]),
     "H200": ("H200-SXM5-141GB", ["H200-SXM5-141GB"]),

@@ -11,6 +11,7 @@ Every model is frozen.  Values that were not read off real hardware output are n
 
 from __future__ import annotations
 
+import difflib
 import enum
 from collections.abc import Iterable
 from fractions import Fraction
@@ -308,13 +309,24 @@ class MigCatalog(_Frozen):
         return max(known, key=lambda d: d.from_driver_major).gpu_instance_profile_count
 
     def model(self, key: str) -> GpuModel:
-        """Look up a model by catalog key or alias (case-insensitive)."""
+        """Look up a model by catalog key or alias (case-insensitive).
+
+        An alias several models share (``A100``: the 40 GB and the 80 GB board) is refused with the
+        candidates rather than resolved to one of them; an unknown name gets the closest spelling.
+        """
         wanted = key.strip().lower()
-        for gpu in self.gpus.values():
-            if wanted == gpu.key.lower() or wanted in (a.lower() for a in gpu.aliases):
-                return gpu
+        found = [
+            gpu for gpu in self.gpus.values() if wanted == gpu.key.lower() or wanted in (a.lower() for a in gpu.aliases)
+        ]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise KeyError(f"ambiguous GPU model {key!r}: {' or '.join(g.key for g in found)}; name one of them")
         known = ", ".join(sorted(self.gpus))
-        raise KeyError(f"unknown GPU model {key!r}; known models: {known}")
+        names = {name.lower(): gpu.key for gpu in self.gpus.values() for name in (gpu.key, *gpu.aliases)}
+        close = difflib.get_close_matches(wanted, list(names), n=1, cutoff=0.8)
+        hint = f"; did you mean {names[close[0]]}?" if close else ""
+        raise KeyError(f"unknown GPU model {key!r}{hint} (known models: {known})")
 
     def by_nvml_name(self, nvml_name: str) -> GpuModel | None:
         """The model whose NVML device name matches (R450/R460 drop the ``NVIDIA `` prefix)."""

@@ -120,6 +120,15 @@ def test_aliases_and_lookups() -> None:
         catalog.model("V100")
 
 
+def test_an_alias_of_several_models_lists_them_and_a_typo_gets_the_closest_name() -> None:
+    catalog = load_catalog()
+    assert catalog.model("a100-40gb").key == "A100-SXM4-40GB"
+    with pytest.raises(KeyError, match="ambiguous GPU model 'A100': A100-SXM4-40GB or A100-SXM4-80GB"):
+        catalog.model("A100")
+    with pytest.raises(KeyError, match=r"unknown GPU model 'H100-SXM5-80G'; did you mean H100-SXM5-80GB\?"):
+        catalog.model("H100-SXM5-80G")
+
+
 def test_uncertain_numbers_are_marked() -> None:
     b200 = load_catalog().model("B200")
     assert "sm_total" in b200.uncertain
