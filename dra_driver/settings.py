@@ -13,11 +13,15 @@ from typing import Annotated, Literal
 
 import yaml
 from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from dra_driver.devicemodel.config import DeviceModelConfig
+from dra_driver.devicemodel.config import DeviceModelConfig, ProfileFilter, gpu_reference_problem
 from dra_driver.errors import ConfigurationError
 from dra_driver.mig.catalog import load_catalog
+
+# Most GPUs one simulated node holds: far beyond any server, small enough to start in a moment.
+MAX_SIM_GPUS = 64
 
 
 def parse_sim_gpus(value: object) -> tuple[str, ...]:
@@ -30,26 +34,30 @@ def parse_sim_gpus(value: object) -> tuple[str, ...]:
         return ()
     items: list[str]
     if isinstance(value, str):
-        items = [part.strip() for part in value.split(",") if part.strip()]
+        items = [part.strip() for part in value.split(",")]
     elif isinstance(value, (list, tuple)):
         items = [str(v).strip() for v in value]
     else:
         raise ValueError(f"expected 'MODEL[:COUNT],...', got {value!r}")
     catalog = load_catalog()
     gpus: list[str] = []
-    for item in items:
+    for position, item in enumerate(items, start=1):
+        if not item:
+            raise ValueError(f"entry {position} is empty; expected 'MODEL[:COUNT],...', e.g. H100-SXM5-80GB:8")
         model, _, count_text = item.partition(":")
         try:
             count = int(count_text) if count_text else 1
         except ValueError:
             raise ValueError(f"{item!r}: the count after ':' must be an integer") from None
-        if not 1 <= count <= 64:
-            raise ValueError(f"{item!r}: the count must be between 1 and 64")
+        if not 1 <= count <= MAX_SIM_GPUS:
+            raise ValueError(f"{item!r}: the count must be between 1 and {MAX_SIM_GPUS}")
         try:
             key = catalog.model(model).key
         except KeyError as exc:
             raise ValueError(str(exc.args[0])) from None
         gpus.extend([key] * count)
+    if len(gpus) > MAX_SIM_GPUS:
+        raise ValueError(f"{len(gpus)} GPUs in all; a simulated node holds at most {MAX_SIM_GPUS}")
     return tuple(gpus)
 
 
@@ -95,6 +103,28 @@ class NvmlSettings(BaseSettings):
                 "--nvml simulated needs --sim-gpus (MIGDRA_SIM_GPUS) for a throw-away node, "
                 "or --sim-state (MIGDRA_SIM_STATE) for a persistent one"
             )
+        if self.nvml == "real":
+            # A simulator flag beside real NVML is a mistake either way round; ignoring one would run
+            # on the wrong hardware without a word.
+            simulator_flags = [
+                flag
+                for flag, given in (
+                    ("--sim-gpus (MIGDRA_SIM_GPUS)", bool(self.sim_gpus)),
+                    ("--sim-state (MIGDRA_SIM_STATE)", self.sim_state is not None),
+                )
+                if given
+            ]
+            if simulator_flags:
+                raise ValueError(
+                    f"--nvml real (MIGDRA_NVML) cannot be combined with {' or '.join(simulator_flags)}: "
+                    "drop --nvml real to use the simulator, or the simulator flags to use the GPUs"
+                )
+            if "sim_mig_enabled" in self.model_fields_set:
+                flag = "--sim-mig-enabled" if self.sim_mig_enabled else "--sim-mig-disabled"
+                raise ValueError(
+                    f"{flag} (MIGDRA_SIM_MIG_ENABLED) applies only to the simulator: add --sim-gpus MODEL:N "
+                    "or --sim-state PATH, or drop it"
+                )
         return self
 
 
@@ -110,28 +140,120 @@ def build_nvml_settings(**overrides: object) -> NvmlSettings:
 def load_device_model_config(
     path: Path | None, *, driver_name: str | None = None, exclude_gpus: tuple[str, ...] = ()
 ) -> DeviceModelConfig:
-    """The device model configuration from a YAML file (camelCase or snake_case keys) plus flags."""
+    """The device model configuration from a YAML file (camelCase or snake_case keys) plus flags.
+
+    Every problem is one :class:`ConfigurationError` naming the file (or the flag) and the key: a file
+    that cannot be read, is not UTF-8 YAML, holds more than one document or a key twice, is not a
+    mapping, or has unknown keys or wrong types.
+    """
     raw: dict[str, object] = {}
     if path is not None:
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigurationError(f"cannot read device model configuration {path}: {exc}") from exc
-        if not isinstance(loaded, dict):
-            raise ConfigurationError(f"{path}: expected a mapping at the top level")
-        raw = {_snake(str(key)): value for key, value in loaded.items()}
+        raw = _read_device_model_file(path)
     if driver_name is not None:
         raw["driver_name"] = driver_name
+    for value in exclude_gpus:
+        problem = gpu_reference_problem(value)
+        if problem is not None:
+            raise ConfigurationError(f"--exclude-gpu: {problem}")
     if exclude_gpus:
-        raw["exclude_gpus"] = tuple(raw.get("exclude_gpus", ()) or ()) + tuple(exclude_gpus)  # type: ignore[arg-type]
+        from_file = raw.get("exclude_gpus") or ()
+        if isinstance(from_file, (list, tuple)):  # else the model reports the file's wrong type
+            raw["exclude_gpus"] = (*from_file, *exclude_gpus)
     try:
         return DeviceModelConfig.model_validate(raw)
     except ValidationError as exc:
         where = f" in {path}" if path else ""
-        problems = "; ".join(
-            f"{'.'.join(_camel(str(p)) for p in e['loc'])}: {_message(e['msg'])}" for e in exc.errors()
-        )
+        problems = "; ".join(_device_model_problem(error) for error in exc.errors())
         raise ConfigurationError(f"invalid device model configuration{where}: {problems}") from exc
+
+
+def check_excluded_gpus_exist(
+    config: DeviceModelConfig, gpus: list[tuple[str, str]], *, from_flags: tuple[str, ...], path: Path | None
+) -> None:
+    """Refuse exclusions that name no GPU of this node (``gpus``: (UUID, PCI bus id) in NVML order): a
+    typo would otherwise publish the very GPU the administrator meant to keep out."""
+    unmatched = config.unmatched_exclusions(gpus)
+    if not unmatched:
+        return
+    named = ", ".join(
+        f"--exclude-gpu {value}" if value in from_flags else f"excludeGpus in {path}: {value}" for value in unmatched
+    )
+    present = ", ".join(f"{index}: {uuid} ({bus})" for index, (uuid, bus) in enumerate(gpus)) or "none"
+    raise ConfigurationError(f"{named} names no GPU of this node; its GPUs: {present}")
+
+
+# A device model configuration is a few lines; anything this large is some other file.
+_MAX_DEVICE_MODEL_FILE_BYTES = 1024 * 1024
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML keeps the last of two equal keys without a word; a configuration must not."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_device_model_file(path: Path) -> dict[str, object]:
+    what = f"device model configuration {path}"
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {what}: {exc.strerror or exc}") from exc
+    if len(data) > _MAX_DEVICE_MODEL_FILE_BYTES:
+        raise ConfigurationError(f"{what} is {len(data)} bytes; it is not a device model configuration")
+    try:
+        loaded = yaml.load(data.decode("utf-8"), Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(
+            f"{what} is not valid YAML (not UTF-8 text: byte {exc.start} is {exc.object[exc.start]:#04x})"
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"{what} is not valid YAML ({_yaml_problem(exc)})") from exc
+    if loaded is None:  # empty, or only comments: nothing configured
+        return {}
+    if not isinstance(loaded, dict):
+        kind = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+        raise ConfigurationError(
+            f"{what}: expected a mapping of driverName, profiles, excludeGpus at the top level, "
+            f"not {kind.get(type(loaded), type(loaded).__name__)}"
+        )
+    raw: dict[str, object] = {}
+    spelled: dict[str, str] = {}
+    for key, value in loaded.items():
+        name = _snake(str(key))
+        if name in raw:
+            raise ConfigurationError(f"{what}: {spelled[name]!r} and {key!r} are the same key ({_camel(name)})")
+        raw[name], spelled[name] = value, str(key)
+    return raw
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """``line L, column C: what`` from a YAML error, without PyYAML's multi-line source excerpt."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+    what = ", ".join(str(part) for part in parts if part) or str(exc).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {what}" if mark is not None else what
+
+
+def _device_model_problem(error: ErrorDetails) -> str:
+    """One pydantic error of the device model configuration, with the key as it is written in YAML."""
+    location = ".".join(str(part) if part == "*" else _camel(str(part)) for part in error["loc"])
+    message = _message(error["msg"])
+    if error["type"] == "extra_forbidden":
+        parent = error["loc"][:-1]
+        fields = ProfileFilter.model_fields if parent[:1] == ("profiles",) else DeviceModelConfig.model_fields
+        message = f"unknown key; valid keys: {', '.join(_camel(name) for name in fields)}"
+    elif error["type"] in {"tuple_type", "list_type"}:
+        message = "expected a list"
+    elif error["type"] in {"dict_type", "mapping_type"}:
+        message = "expected a mapping"
+    return f"{location}: {message}" if location else message
 
 
 def describe_settings_error(exc: ValidationError, model: object) -> str:
@@ -152,6 +274,9 @@ def describe_settings_error(exc: ValidationError, model: object) -> str:
         flag, variable = f"--{field.replace('_', '-')}", f"{prefix}{field.upper()}"
         if error["type"] == "missing":  # the input is the whole settings dict: nothing to quote
             problems.append(f"{flag} is required (or set {variable})")
+        elif error["type"] == "bool_parsing":
+            expected = "expected true or false (or 1/0, yes/no, on/off)"
+            problems.append(f"{flag} ({variable}): {expected}, got {error['input']!r}")
         else:
             problems.append(f"{flag} ({variable}): {message} (got {error['input']!r})")
     return "; ".join(problems)

@@ -96,12 +96,18 @@ def slices(
     from dra_driver.devicemodel.pool import build_pool  # noqa: PLC0415
     from dra_driver.nvml.inventory import read_inventory  # noqa: PLC0415
     from dra_driver.nvml.session import open_nvml  # noqa: PLC0415
-    from dra_driver.settings import build_nvml_settings, load_device_model_config  # noqa: PLC0415
+    from dra_driver.settings import (  # noqa: PLC0415
+        build_nvml_settings,
+        check_excluded_gpus_exist,
+        load_device_model_config,
+    )
 
     settings = build_nvml_settings(nvml=nvml, sim_state=sim_state, sim_gpus=sim_gpus, sim_mig_enabled=sim_mig_enabled)
     config = load_device_model_config(config_file, driver_name=driver_name, exclude_gpus=exclude_gpu)
     with open_nvml(settings) as session:
         inventory = read_inventory(session)
+    gpus = [(entry.gpu.uuid, entry.gpu.pci_bus_id) for entry in inventory.gpus]
+    check_excluded_gpus_exist(config, gpus, from_flags=exclude_gpu, path=config_file)
     pool = build_pool(inventory, config)
     node = node_name or socket.gethostname().lower()
     click.echo(slices_view.render(render_slices(pool, node, generation=1), pool, output), nl=False)

@@ -21,12 +21,16 @@ def test_sim_gpus_expand_counts_and_normalise_aliases() -> None:
         ("V100:2", "unknown GPU model 'V100'"),
         ("H100:x", "must be an integer"),
         ("H100:0", "between 1 and 64"),
+        ("H100-SXM5-80G", "did you mean H100-SXM5-80GB"),
+        ("A100", "ambiguous GPU model 'A100': A100-SXM4-40GB or A100-SXM4-80GB"),
+        ("H100,,A30", "entry 2 is empty"),
+        ("H100:64,A30", "65 GPUs in all"),
     ],
 )
 def test_bad_sim_gpus_are_rejected_with_the_reason(spec: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message) as info:
         build_nvml_settings(nvml="simulated", sim_state=Path("/tmp/x.json"), sim_gpus=spec)
-    assert "sim_gpus" in str(info.value)
+    assert "--sim-gpus (MIGDRA_SIM_GPUS)" in str(info.value)
 
 
 def test_environment_selects_the_simulator(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -52,13 +56,44 @@ def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_pat
 def test_simulator_needs_gpus_or_a_state_file(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("MIGDRA_SIM_STATE", "MIGDRA_SIM_GPUS", "MIGDRA_NVML"):
         monkeypatch.delenv(name, raising=False)
-    with pytest.raises(ConfigurationError, match=r"sim_gpus .* or sim_state"):
+    with pytest.raises(ConfigurationError, match=r"--sim-gpus .* or --sim-state"):
         build_nvml_settings(nvml="simulated")
     throw_away = build_nvml_settings(sim_gpus="H100:8")
     assert throw_away.nvml == "simulated"
     assert throw_away.sim_state is None
     assert build_nvml_settings(sim_state=Path("/tmp/node.json")).nvml == "simulated"
-    assert build_nvml_settings(nvml="real", sim_gpus="H100").nvml == "real"  # an explicit choice wins
+
+
+@pytest.mark.parametrize(
+    ("given", "environment", "message"),
+    [
+        ({"nvml": "real", "sim_gpus": "H100"}, {}, r"--nvml real \(MIGDRA_NVML\) cannot be combined with --sim-gpus"),
+        ({"sim_state": Path("/tmp/node.json")}, {"MIGDRA_NVML": "real"}, "cannot be combined with --sim-state"),
+        (
+            {"sim_mig_enabled": False},
+            {},
+            r"--sim-mig-disabled \(MIGDRA_SIM_MIG_ENABLED\) applies only to the simulator",
+        ),
+        ({}, {"MIGDRA_SIM_MIG_ENABLED": "true"}, "--sim-mig-enabled .* applies only to the simulator"),
+    ],
+    ids=["flag-and-flag", "variable-and-flag", "mig-mode-flag", "mig-mode-variable"],
+)
+def test_real_nvml_refuses_simulator_settings(
+    given: dict[str, object], environment: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A simulator setting beside real NVML would be ignored without a word: it is a usage error."""
+    for name in ("MIGDRA_SIM_STATE", "MIGDRA_SIM_GPUS", "MIGDRA_NVML", "MIGDRA_SIM_MIG_ENABLED"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigurationError, match=message):
+        build_nvml_settings(**given)
+
+
+def test_a_bad_boolean_says_what_would_be_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIGDRA_SIM_MIG_ENABLED", "maybe")
+    with pytest.raises(ConfigurationError, match=r"MIGDRA_SIM_MIG_ENABLED\): expected true or false .*'maybe'"):
+        build_nvml_settings(sim_gpus="H100")
 
 
 def test_real_nvml_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
