@@ -114,7 +114,10 @@ def test_slices_for_simulated_gpus_need_no_state_file_and_no_cluster(tmp_path: P
 def test_a_state_file_of_other_gpus_is_one_clear_error_line(tmp_path: Path) -> None:
     state = str(tmp_path / "s.json")
     assert run_migdra("gpus", "--sim-state", state, "--sim-gpus", "A30", env={}).returncode == 0
+    before = Path(state).read_bytes()
     result = run_migdra("gpus", "--sim-state", state, "--sim-gpus", "H100", env={})
-    assert result.returncode == 1
-    assert result.stderr.startswith("migdra: error: simulator state file")
+    assert result.returncode == 2  # the flags contradict the file the user named: a usage error
+    assert result.stderr.startswith("migdra: error: --sim-gpus (MIGDRA_SIM_GPUS) asks for ['H100-SXM5-80GB']")
+    assert f"{state} holds ['A30']" in result.stderr
     assert "Traceback" not in result.stderr
+    assert Path(state).read_bytes() == before  # refused, never rewritten

@@ -166,3 +166,45 @@ def test_kill_before_dies_without_persisting(boot: Boot, state_path: Path) -> No
     assert result.returncode == -signal.SIGKILL, result.stderr
     assert "survived" not in result.stdout
     assert gi_count(state_path) == 0
+
+
+@pytest.mark.parametrize(
+    ("plan", "message"),
+    [
+        (
+            {"rules": [{"symbol": "nvmlDeviceCreateGpuInstanse", "error": "InUse"}]},
+            r"fault plan: rules\.0\.symbol: 'nvmlDeviceCreateGpuInstanse' is not an NVML symbol the simulator "
+            r"implements; did you mean nvmlDeviceCreateGpuInstance\?",
+        ),
+        (
+            {"latency": {"nvmlDeviceGetCount": 0.1}},
+            r"latency: 'nvmlDeviceGetCount' .* did you mean nvmlDeviceGetCount_v2\?",
+        ),
+        ({"rules": [{"symbol": "cudaMalloc", "error": 1}]}, "the simulator's symbols are the nvml"),
+        ({"rulez": []}, r"rulez: unknown key \(a plan has rules, latency; a rule has symbol, nth, count"),
+    ],
+    ids=["misspelt", "unversioned", "not-nvml", "unknown-key"],
+)
+def test_a_plan_that_would_never_fire_is_refused(plan: dict[str, Any], message: str, state_path: Path) -> None:
+    """A rule for a symbol the simulator does not implement would silently never fire."""
+    with pytest.raises(sim.FaultPlanError, match=message):
+        sim.install(state_path, gpus=["H100-SXM5-80GB"], faults=plan)
+    assert not state_path.exists()  # refused before the machine was touched
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("kill nvmlInit", r"MIGDRA_SIM_FAULTS is not JSON \(line 1, column 1: Expecting value\)"),
+        ('{"rules": {"symbol": "nvmlInit_v2"}}', "MIGDRA_SIM_FAULTS: rules: expected a JSON array"),
+        ('{"latency": {"*": -1}}', r"MIGDRA_SIM_FAULTS: latency: negative latency for \['\*'\]"),
+    ],
+    ids=["not-json", "wrong-shape", "negative-latency"],
+)
+def test_a_bad_plan_in_the_environment_names_the_variable(
+    text: str, message: str, state_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(sim.FAULTS_ENV, text)
+    with pytest.raises(sim.FaultPlanError, match=message):
+        sim.install(state_path, gpus=["H100-SXM5-80GB"])
+    assert not state_path.exists()

@@ -27,12 +27,22 @@ from dra_driver.mig.catalog import GpuModel, load_catalog
 from dra_driver.nvml.sim import hardware
 from dra_driver.nvml.sim.admin import SimulatedHardware, reset_gpu, set_busy, snapshot
 from dra_driver.nvml.sim.errors import (
+    FaultPlanError,
     HardwareRefusedError,
     SimulatorError,
     StateFileError,
+    StateFileMissingError,
+    StateLockTimeout,
     StateMismatchError,
 )
-from dra_driver.nvml.sim.faults import FaultInjector, FaultPlan, FaultRule
+from dra_driver.nvml.sim.faults import (
+    FaultInjector,
+    FaultPlan,
+    FaultRule,
+    check_symbols,
+    parse_fault_plan,
+    validate_fault_plan,
+)
 from dra_driver.nvml.sim.library import SimulatedNvmlLibrary
 from dra_driver.nvml.sim.state import SimState, StateStore
 
@@ -41,6 +51,7 @@ __all__ = [
     "DEFAULT_DRIVER_VERSION",
     "FAULTS_ENV",
     "FaultPlan",
+    "FaultPlanError",
     "FaultRule",
     "HardwareRefusedError",
     "SimState",
@@ -48,6 +59,8 @@ __all__ = [
     "SimulatedNvmlLibrary",
     "SimulatorError",
     "StateFileError",
+    "StateFileMissingError",
+    "StateLockTimeout",
     "StateMismatchError",
     "install",
     "reset_gpu",
@@ -80,32 +93,34 @@ def install(
     """Make ``pynvml`` talk to the simulated machine stored at ``state_path``.
 
     If the file does not exist it is created with ``gpus`` (catalog keys or aliases) at NVML indices
-    0, 1, …, MIG mode current and pending both ``mig_enabled``, and the given driver versions.  If it
-    exists it is loaded as it is: ``mig_enabled`` and the versions are ignored, and ``gpus``, when
-    given, must name the same models in the same order (else :class:`StateMismatchError`).
+    0, 1, …, MIG mode current and pending both ``mig_enabled``, and the given driver versions (the
+    file's directory is created too).  If it exists it is loaded as it is: ``mig_enabled`` and the
+    versions are ignored, and ``gpus``, when given, must name the same models in the same order (else
+    :class:`StateMismatchError`).  Without ``gpus`` a missing file is :class:`StateFileMissingError`.
 
     ``faults`` (default: the JSON in ``$MIGDRA_SIM_FAULTS``, if set) and ``latency`` (seconds per C
-    symbol, ``"*"`` for all; added to the plan's) apply to this process only.
+    symbol, ``"*"`` for all; added to the plan's) apply to this process only; a plan naming a symbol
+    the simulator does not implement is :class:`FaultPlanError`.
+
+    Everything is validated before the state file is touched; a refused state file is left as it is.
     """
     path = Path(state_path)
     models = _models(gpus) if gpus is not None else None
+    plan, source = _fault_plan(faults, latency)
     store = StateStore(path)
+    library = SimulatedNvmlLibrary(store, FaultInjector(plan))
+    check_symbols(plan, {name for name in vars(library) if name.startswith("nvml")}, source)
 
     def build() -> SimState:
-        if models is None:
-            raise StateFileError(f"simulator state file {path} does not exist; pass gpus=[...] to create it")
+        assert models is not None
         return hardware.new_machine(str(path.resolve()), models, mig_enabled, driver_version, cuda_driver_version)
 
-    state, created = store.initialise(build)
+    state, created = store.initialise(build if models is not None else None)
     if not created and models is not None:
         wanted = [m.key for m in models]
         present = [g.model for g in state.gpus]
         if wanted != present:
-            raise StateMismatchError(
-                f"simulator state file {path} holds GPUs {present}, not the requested {wanted}; "
-                "delete it or omit gpus to use it as it is"
-            )
-    library = SimulatedNvmlLibrary(store, FaultInjector(_fault_plan(faults, latency)))
+            raise StateMismatchError(path, present, wanted)
     with _installed_lock, pynvml.libLoadLock:
         _installed.append((pynvml.nvmlLib, library))
         pynvml.nvmlLib = library
@@ -136,14 +151,18 @@ def _models(names: Sequence[str]) -> list[GpuModel]:
         raise ValueError(e.args[0]) from e
 
 
-def _fault_plan(faults: FaultPlan | Mapping[str, Any] | None, latency: Mapping[str, float] | None) -> FaultPlan:
+def _fault_plan(
+    faults: FaultPlan | Mapping[str, Any] | None, latency: Mapping[str, float] | None
+) -> tuple[FaultPlan, str]:
+    """The plan for this process and where it came from (for error messages)."""
     if faults is None:
         from_env = os.environ.get(FAULTS_ENV)
-        plan = FaultPlan.model_validate_json(from_env) if from_env else FaultPlan()
+        source = FAULTS_ENV if from_env else "fault plan"
+        plan = parse_fault_plan(from_env, FAULTS_ENV) if from_env else FaultPlan()
     elif isinstance(faults, FaultPlan):
-        plan = faults
+        plan, source = faults, "fault plan"
     else:
-        plan = FaultPlan.model_validate(dict(faults))
+        plan, source = validate_fault_plan(dict(faults), "fault plan"), "fault plan"
     if latency:
-        plan = FaultPlan(rules=plan.rules, latency={**plan.latency, **latency})
-    return plan
+        plan = validate_fault_plan({"rules": plan.rules, "latency": {**plan.latency, **latency}}, "latency")
+    return plan, source

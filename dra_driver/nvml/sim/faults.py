@@ -16,13 +16,18 @@ half a second, and the first CI destroy kills the process after it is persisted)
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import signal
 import threading
-from typing import Literal
+from collections.abc import Collection
+from typing import Any, Literal
 
 import pynvml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dra_driver.nvml.sim.errors import FaultPlanError, describe_validation_error
 
 ANY_SYMBOL = "*"
 
@@ -99,6 +104,45 @@ class FaultPlan(BaseModel):
         if negative:
             raise ValueError(f"negative latency for {negative}")
         return value
+
+
+def parse_fault_plan(text: str, source: str) -> FaultPlan:
+    """A plan from its JSON text; ``source`` (e.g. ``MIGDRA_SIM_FAULTS``) leads every error message."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise FaultPlanError(
+            f"{source} is not JSON (line {e.lineno}, column {e.colno}: {e.msg}); expected a fault plan such as "
+            '{"rules": [{"symbol": "nvmlDeviceCreateGpuInstance", "error": "InsufficientResources"}]}'
+        ) from e
+    return validate_fault_plan(raw, source)
+
+
+def validate_fault_plan(raw: Any, source: str) -> FaultPlan:
+    try:
+        return FaultPlan.model_validate(raw)
+    except ValidationError as e:
+        keys = ""
+        if any(error["type"] == "extra_forbidden" for error in e.errors()):
+            keys = f" (a plan has {', '.join(FaultPlan.model_fields)}; a rule has {', '.join(FaultRule.model_fields)})"
+        raise FaultPlanError(f"{source}: {describe_validation_error(e)}{keys}") from e
+
+
+def check_symbols(plan: FaultPlan, implemented: Collection[str], source: str) -> None:
+    """Refuse a plan naming a symbol the simulated library does not implement: such a rule would
+    never fire, and the test relying on it would pass without testing anything."""
+    named = [(f"rules.{position}.symbol", rule.symbol) for position, rule in enumerate(plan.rules)]
+    named += [("latency", symbol) for symbol in plan.latency if symbol != ANY_SYMBOL]
+    for where, symbol in named:
+        if symbol in implemented:
+            continue
+        close = difflib.get_close_matches(symbol, sorted(implemented), n=1, cutoff=0.75)
+        hint = (
+            f"did you mean {close[0]}?"
+            if close
+            else "the simulator's symbols are the nvml* methods of dra_driver/nvml/sim/library.py"
+        )
+        raise FaultPlanError(f"{source}: {where}: {symbol!r} is not an NVML symbol the simulator implements; {hint}")
 
 
 class FaultInjector:

@@ -10,6 +10,13 @@ This module owns two things:
   the old or the new state, never a torn one.  Reads take no lock and re-parse only when the file's
   identity (device, inode, size, mtime_ns) changed, so read-heavy NVML workloads stay cheap.
 
+Loading refuses, with one line naming the file, anything that is not a state this simulator wrote or
+could have written: not a regular file, not UTF-8 JSON, another program's JSON, another schema
+version, a shape the models reject, or a machine no hardware can be (``invariants.py``).  A refused
+file is never rewritten or deleted.  Only creating the file and mutating it take the lock, so an
+existing state file in a read-only directory can still be read (``migdra gpus``); waiting for the lock
+is bounded (:attr:`StateStore.lock_timeout`).
+
 It must never know MIG rules (that is ``hardware.py``) or ctypes (that is ``library.py``).
 """
 
@@ -17,24 +24,42 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from filelock import FileLock
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from filelock import FileLock, Timeout
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dra_driver.durable import write_file_atomically
 from dra_driver.mig.catalog import Placement
-from dra_driver.nvml.sim.errors import StateFileError
+from dra_driver.nvml.sim.errors import (
+    SimulatorError,
+    StateFileError,
+    StateFileMissingError,
+    StateLockTimeout,
+    describe_validation_error,
+)
+from dra_driver.nvml.sim.invariants import state_problems
 
 STATE_SCHEMA_VERSION: Literal[1] = 1
 
 # Lock waiters poll; filelock's default 50 ms would dominate every contended NVML call.
 _LOCK_POLL_INTERVAL_S = 0.001
+
+DEFAULT_LOCK_TIMEOUT_S = 30.0
+"""How long a transaction waits for another process's: simulated NVML calls hold the lock for
+milliseconds (injected latency is slept outside it), so half a minute means a stuck or stopped
+process, not a busy one."""
+
+# A machine of 64 GPUs full of instances is well under 1 MiB; anything far larger is not a state file
+# (and reading it whole would only waste memory).
+MAX_STATE_FILE_BYTES = 16 * 1024 * 1024
 
 
 class _StateModel(BaseModel):
@@ -82,7 +107,16 @@ class SimState(_StateModel):
     instance_serial: int = Field(
         default=0, ge=0, description="bumped per created compute instance, so a re-created one gets a new UUID"
     )
-    gpus: list[SimGpu]
+    gpus: list[SimGpu] = Field(min_length=1)
+
+    @field_validator("uuid_namespace")
+    @classmethod
+    def _a_uuid(cls, value: str) -> str:
+        try:
+            uuid.UUID(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a UUID") from None
+        return value
 
     @property
     def nvml_version(self) -> str:
@@ -100,43 +134,83 @@ def _key(st: os.stat_result) -> _FileKey:
 
 
 def parse_state(data: bytes, source: Path) -> SimState:
-    """Validate a state file's bytes; a file from another schema version is refused, not guessed at."""
+    """Validate a state file's bytes, refusing anything this simulator did not (or could not) write.
+
+    Another program's file and another schema version are refused, never guessed at; a state no
+    real machine can be in is refused with its first problem (``invariants.py``).
+    """
+    where = f"simulator state file {source}"
+    if not data.strip():
+        raise StateFileError(f"{where} is empty; it is not a migdra simulator state file")
     try:
-        raw = json.loads(data)
+        raw = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise StateFileError(f"{where} is not JSON (not UTF-8 text); it is not a migdra simulator state file") from e
     except json.JSONDecodeError as e:
-        raise StateFileError(f"{source}: not a simulator state file ({e})") from e
-    version = raw.get("schema_version") if isinstance(raw, dict) else None
+        raise StateFileError(
+            f"{where} is not JSON (line {e.lineno}, column {e.colno}: {e.msg}); it is not a migdra simulator state file"
+        ) from e
+    if not isinstance(raw, dict):
+        kind = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}.get(type(raw), "null")
+        raise StateFileError(
+            f"{where} is not a migdra simulator state file (a JSON {kind}, not an object with schema_version)"
+        )
+    if "schema_version" not in raw:
+        raise StateFileError(f"{where} is not a migdra simulator state file (no schema_version)")
+    version = raw["schema_version"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise StateFileError(f"{where}: schema_version {version!r} is not a number")
+    if version > STATE_SCHEMA_VERSION:
+        raise StateFileError(
+            f"{where} has schema version {version}, written by a newer migdra; this one reads version "
+            f"{STATE_SCHEMA_VERSION}: use that newer migdra, or another state file"
+        )
     if version != STATE_SCHEMA_VERSION:
         raise StateFileError(
-            f"{source}: state schema version {version!r}, this simulator reads {STATE_SCHEMA_VERSION}; "
-            "delete the file to start afresh"
+            f"{where} has schema version {version}, from an older migdra; this one reads version "
+            f"{STATE_SCHEMA_VERSION}: delete the file to start afresh"
         )
     try:
-        return SimState.model_validate(raw)
+        state = SimState.model_validate(raw)
     except ValidationError as e:
-        raise StateFileError(f"{source}: invalid simulator state: {e}") from e
+        raise StateFileError(f"{where}: {describe_validation_error(e)}") from e
+    problems = state_problems(state)
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise StateFileError(f"{where}: {problems[0]}{more}")
+    return state
 
 
 class StateStore:
     """Reads, caches and transactionally rewrites one state file; safe across threads and processes."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> None:
         self.path = path
-        self._file_lock = FileLock(f"{path}.lock", poll_interval=_LOCK_POLL_INTERVAL_S)
+        self.lock_path = path.with_name(f"{path.name}.lock")
+        self.lock_timeout = lock_timeout
+        self._file_lock = FileLock(self.lock_path, timeout=lock_timeout, poll_interval=_LOCK_POLL_INTERVAL_S)
+        self._lock_file_ready = False
         self._cache_lock = threading.Lock()
         self._cached: tuple[_FileKey, SimState] | None = None
 
-    def initialise(self, build: Callable[[], SimState]) -> tuple[SimState, bool]:
+    def initialise(self, build: Callable[[], SimState] | None) -> tuple[SimState, bool]:
         """Load the state file, or create it from ``build()`` if it does not exist yet.
 
-        Returns the state and whether it was created.  Done under the lock so two processes starting
-        at once agree on one file.
+        Returns the state and whether it was created.  Loading an existing file takes no lock (writers
+        replace it atomically), so it works in a directory this process cannot write.  Creating is done
+        under the lock, so two processes starting at once agree on one file.  Without ``build`` a
+        missing file is :class:`StateFileMissingError`, raised before anything is created.
         """
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._file_lock:
-            if self.path.exists():
+        self._check_location()
+        if os.path.lexists(self.path):
+            return self._load(), False
+        if build is None:
+            raise StateFileMissingError(self.path)
+        state = build()
+        self._create_directory()
+        with self._locked():
+            if os.path.lexists(self.path):
                 return self._load(), False
-            state = build()
             self._write(state, previous_mtime_ns=0)
             return state, True
 
@@ -146,6 +220,8 @@ class StateStore:
             st = os.stat(self.path)
         except FileNotFoundError as e:
             raise StateFileError(f"simulator state file {self.path} is gone") from e
+        except OSError as e:
+            raise StateFileError(f"cannot read simulator state file {self.path}: {e.strerror or e}") from e
         with self._cache_lock:
             if self._cached is not None and self._cached[0] == _key(st):
                 return self._cached[1]
@@ -157,12 +233,68 @@ class StateStore:
 
         An exception inside the block discards every change: NVML calls either happen or do not.
         """
-        with self._file_lock:
+        with self._locked():
             current = self._load()
             working = current.model_copy(deep=True)
             yield working
             if working != current:
                 self._write(working, previous_mtime_ns=self._cached_key_mtime())
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The inter-process lock, waited for at most :attr:`lock_timeout` seconds."""
+        self._prepare_lock_file()
+        try:
+            self._file_lock.acquire()
+        except Timeout as e:
+            raise StateLockTimeout(
+                f"another process has held {self.lock_path}, the lock of simulator state file {self.path}, "
+                f"for more than {self.lock_timeout:g} s; a simulated NVML call takes milliseconds, so that "
+                "process is stuck or stopped: end it and try again"
+            ) from e
+        try:
+            yield
+        finally:
+            self._file_lock.release()
+
+    def _prepare_lock_file(self) -> None:
+        """Create the lock file ourselves first: filelock retries failures to create it until its
+        timeout (forever by default) instead of reporting them, e.g. beside a path in /proc."""
+        if self._lock_file_ready:
+            return
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        except OSError as e:
+            raise StateFileError(
+                f"cannot create {self.lock_path}, the lock file of simulator state file {self.path}: "
+                f"{e.strerror or e}; creating or changing simulated hardware needs a directory this "
+                "process can write"
+            ) from e
+        os.close(fd)
+        self._lock_file_ready = True
+
+    def _check_location(self) -> None:
+        """Refuse a path that cannot be a state file before anything is read, created or locked."""
+        where = f"simulator state file {self.path}"
+        if self.path.is_dir():
+            raise StateFileError(f"{where} is a directory; name a file in it, e.g. {self.path / 'state.json'}")
+        if os.path.islink(self.path) and not self.path.exists():
+            raise StateFileError(f"{where} is a symbolic link to {os.readlink(self.path)}, which does not exist")
+        if self.path.exists() and not self.path.is_file():
+            raise StateFileError(f"{where} is not a regular file")
+        ancestor = self.path.parent
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise StateFileError(f"{where}: {ancestor} is not a directory")
+
+    def _create_directory(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StateFileError(
+                f"cannot create directory {self.path.parent} for simulator state file {self.path}: {e.strerror or e}"
+            ) from e
 
     def _cached_key_mtime(self) -> int:
         with self._cache_lock:
@@ -170,19 +302,33 @@ class StateStore:
 
     def _load(self) -> SimState:
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            # O_NONBLOCK: a FIFO named as the state file must not block the open until a writer appears.
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError as e:
             raise StateFileError(f"simulator state file {self.path} is gone") from e
+        except OSError as e:
+            raise StateFileError(f"cannot read simulator state file {self.path}: {e.strerror or e}") from e
         try:
             # The key comes from the open descriptor, so it describes exactly the bytes we parse even
             # if a writer replaces the file meanwhile.
-            key = _key(os.fstat(fd))
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise StateFileError(f"simulator state file {self.path} is not a regular file")
+            if st.st_size > MAX_STATE_FILE_BYTES:
+                raise StateFileError(
+                    f"simulator state file {self.path} is {st.st_size} bytes, far larger than any state file "
+                    f"(at most {MAX_STATE_FILE_BYTES}); it is not a migdra simulator state file"
+                )
+            key = _key(st)
             with self._cache_lock:
                 if self._cached is not None and self._cached[0] == key:
                     return self._cached[1]
             chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
+            try:
+                while chunk := os.read(fd, 1 << 20):
+                    chunks.append(chunk)
+            except OSError as e:
+                raise StateFileError(f"cannot read simulator state file {self.path}: {e.strerror or e}") from e
         finally:
             os.close(fd)
         state = parse_state(b"".join(chunks), self.path)
@@ -195,7 +341,10 @@ class StateStore:
         # A freed inode can be reused by the next write and coarse clocks repeat mtimes; forcing the
         # mtime strictly past the previous one keeps every written version's key distinct for readers.
         mtime_ns = max(time.time_ns(), previous_mtime_ns + 1)
-        write_file_atomically(self.path, data, before_replace=lambda tmp: os.utime(tmp, ns=(mtime_ns, mtime_ns)))
+        try:
+            write_file_atomically(self.path, data, before_replace=lambda tmp: os.utime(tmp, ns=(mtime_ns, mtime_ns)))
+        except OSError as e:
+            raise SimulatorError(f"cannot write simulator state file {self.path}: {e.strerror or e}") from e
         key = _key(os.stat(self.path))
         with self._cache_lock:
             self._cached = (key, state)
