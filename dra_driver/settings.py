@@ -7,7 +7,9 @@ migdra reads ``os.environ`` for configuration.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -64,7 +66,8 @@ def parse_sim_gpus(value: object) -> tuple[str, ...]:
 class NvmlSettings(BaseSettings):
     """Which NVML library the hardware boundary talks to."""
 
-    model_config = SettingsConfigDict(env_prefix="MIGDRA_", extra="forbid", frozen=True)
+    # An empty variable (`MIGDRA_SIM_STATE=`) means unset, as for most tools; an empty flag is refused.
+    model_config = SettingsConfigDict(env_prefix="MIGDRA_", extra="forbid", frozen=True, env_ignore_empty=True)
 
     nvml: Literal["real", "simulated"] = Field(
         default="real",
@@ -86,6 +89,13 @@ class NvmlSettings(BaseSettings):
     @classmethod
     def _absolute(cls, value: Path | None) -> Path | None:
         return value.expanduser().absolute() if value is not None else None
+
+    @field_validator("sim_state", mode="before")
+    @classmethod
+    def _not_empty(cls, value: object) -> object:
+        if isinstance(value, (str, Path)) and not str(value).strip():  # Path("") is ".": the current directory
+            raise ValueError("is empty; give the path of a state file, e.g. ./node.json")
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -202,11 +212,15 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _read_device_model_file(path: Path) -> dict[str, object]:
     what = f"device model configuration {path}"
     try:
-        data = path.read_bytes()
+        # A device (/dev/zero) would be read forever, a FIFO opened without O_NONBLOCK waits for a writer.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise ConfigurationError(f"{what} is not a regular file")
+            data = handle.read(_MAX_DEVICE_MODEL_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigurationError(f"cannot read {what}: {exc.strerror or exc}") from exc
     if len(data) > _MAX_DEVICE_MODEL_FILE_BYTES:
-        raise ConfigurationError(f"{what} is {len(data)} bytes; it is not a device model configuration")
+        raise ConfigurationError(f"{what} is larger than {_MAX_DEVICE_MODEL_FILE_BYTES} bytes; it is not one")
     try:
         loaded = yaml.load(data.decode("utf-8"), Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except UnicodeDecodeError as exc:
@@ -251,8 +265,10 @@ def _device_model_problem(error: ErrorDetails) -> str:
         message = f"unknown key; valid keys: {', '.join(_camel(name) for name in fields)}"
     elif error["type"] in {"tuple_type", "list_type"}:
         message = "expected a list"
-    elif error["type"] in {"dict_type", "mapping_type"}:
+    elif error["type"] in {"dict_type", "mapping_type", "model_type"}:
         message = "expected a mapping"
+        if error["type"] == "model_type" and error["loc"][:1] == ("profiles",):
+            message += f" of {', '.join(ProfileFilter.model_fields)}"
     return f"{location}: {message}" if location else message
 
 

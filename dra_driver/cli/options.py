@@ -11,6 +11,15 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class _FilePath(click.Path):
+    """A file path flag that refuses ``""``: click would make it ``Path(".")``, the current directory."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty; give the path of a file, e.g. ./node.json", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def nvml_options(command: F) -> F:
     """The flags that choose the NVML library; each also reads its ``MIGDRA_*`` variable."""
     options = [
@@ -22,7 +31,7 @@ def nvml_options(command: F) -> F:
         ),
         click.option(
             "--sim-state",
-            type=click.Path(dir_okay=False, path_type=Path),
+            type=_FilePath(dir_okay=False, path_type=Path),
             default=None,
             help="simulated hardware state file, created if absent [env MIGDRA_SIM_STATE]",
         ),

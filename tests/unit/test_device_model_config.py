@@ -7,6 +7,8 @@ CLI are in ``tests/badinput/cases/config.yaml``.
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,12 @@ def test_exclusions_naming_no_gpu_are_refused_with_the_gpus_listed(tmp_path: Pat
         f"excludeGpus in {path}: 0000:3b:00.0, --exclude-gpu GPU-00000000-0000-0000-0000-000000000000 names no GPU "
         f"of this node; its GPUs: 0: {GPUS[0][0]} (00000000:1B:00.0), 1: {GPUS[1][0]} (00000000:2B:00.0)"
     )
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(ConfigurationError, match=f"device model configuration {fifo} is not a regular file"):
+        load_device_model_config(fifo)
+    assert time.monotonic() - started < 5

@@ -99,3 +99,12 @@ def test_a_bad_boolean_says_what_would_be_valid(monkeypatch: pytest.MonkeyPatch)
 def test_real_nvml_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MIGDRA_NVML", raising=False)
     assert build_nvml_settings().nvml == "real"
+
+
+def test_an_empty_variable_is_unset_and_an_empty_path_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("MIGDRA_NVML", "MIGDRA_SIM_GPUS", "MIGDRA_SIM_MIG_ENABLED"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MIGDRA_SIM_STATE", "")
+    assert build_nvml_settings().sim_state is None  # not the current directory
+    with pytest.raises(ConfigurationError, match=r"--sim-state \(MIGDRA_SIM_STATE\): is empty"):
+        build_nvml_settings(sim_state="")

@@ -73,8 +73,9 @@ def test_error_spellings(spelling: int | str) -> None:
         {"symbol": "nvmlShutdown"},
         {"symbol": "nvmlShutdown", "error": 1, "nth": 0},
         {"symbol": "nvmlShutdown", "error": 1, "action": "explode"},
+        {"symbol": "nvmlShutdown", "error": True},
     ],
-    ids=["unknown-name", "success", "fail-without-error", "zeroth-call", "unknown-action"],
+    ids=["unknown-name", "success", "fail-without-error", "zeroth-call", "unknown-action", "boolean-error"],
 )
 def test_invalid_rules_are_refused(rule: dict[str, Any]) -> None:
     with pytest.raises(pydantic.ValidationError):
@@ -198,8 +199,9 @@ def test_a_plan_that_would_never_fire_is_refused(plan: dict[str, Any], message: 
         ("kill nvmlInit", r"MIGDRA_SIM_FAULTS is not JSON \(line 1, column 1: Expecting value\)"),
         ('{"rules": {"symbol": "nvmlInit_v2"}}', "MIGDRA_SIM_FAULTS: rules: expected a JSON array"),
         ('{"latency": {"*": -1}}', r"MIGDRA_SIM_FAULTS: latency: negative latency for \['\*'\]"),
+        ('{"latency": {"*": 1e9}}', r"MIGDRA_SIM_FAULTS: latency: more than 60 s per call for \['\*'\]"),
     ],
-    ids=["not-json", "wrong-shape", "negative-latency"],
+    ids=["not-json", "wrong-shape", "negative-latency", "endless-latency"],
 )
 def test_a_bad_plan_in_the_environment_names_the_variable(
     text: str, message: str, state_path: Path, monkeypatch: pytest.MonkeyPatch

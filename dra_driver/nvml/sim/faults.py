@@ -31,6 +31,9 @@ from dra_driver.nvml.sim.errors import FaultPlanError, describe_validation_error
 
 ANY_SYMBOL = "*"
 
+# Injected latency is a sleep in every call of a symbol: a bound keeps a typo (1e9) from hanging a test.
+MAX_LATENCY_S = 60.0
+
 
 def nvml_error_code(value: int | str) -> int:
     """An NVML return code from ``23``, ``"23"``, ``"NVML_ERROR_INSUFFICIENT_RESOURCES"``,
@@ -73,7 +76,7 @@ class FaultRule(BaseModel):
     def _parse_error(cls, value: object) -> int | None:
         if value is None:
             return None
-        if isinstance(value, int | str):
+        if isinstance(value, int | str) and not isinstance(value, bool):
             return nvml_error_code(value)
         raise ValueError(f"error must be an NVML error name or code, got {value!r}")
 
@@ -99,10 +102,13 @@ class FaultPlan(BaseModel):
 
     @field_validator("latency")
     @classmethod
-    def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
+    def _bounded(cls, value: dict[str, float]) -> dict[str, float]:
         negative = [symbol for symbol, seconds in value.items() if seconds < 0]
         if negative:
             raise ValueError(f"negative latency for {negative}")
+        endless = [symbol for symbol, seconds in value.items() if not seconds <= MAX_LATENCY_S]
+        if endless:
+            raise ValueError(f"more than {MAX_LATENCY_S:g} s per call for {endless}; no NVML call takes that long")
         return value
 
 

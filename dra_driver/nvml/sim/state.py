@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import threading
 import time
@@ -56,6 +57,9 @@ DEFAULT_LOCK_TIMEOUT_S = 30.0
 """How long a transaction waits for another process's: simulated NVML calls hold the lock for
 milliseconds (injected latency is slept outside it), so half a minute means a stuck or stopped
 process, not a busy one."""
+
+# NVIDIA driver versions: branch.minor[.patch], e.g. 580.65.06 or 470.57.
+_DRIVER_VERSION = re.compile(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
 
 # A machine of 64 GPUs full of instances is well under 1 MiB; anything far larger is not a state file
 # (and reading it whole would only waste memory).
@@ -102,12 +106,19 @@ class SimState(_StateModel):
 
     schema_version: Literal[1] = STATE_SCHEMA_VERSION
     driver_version: str = Field(description="nvmlSystemGetDriverVersion, e.g. 580.65.06")
-    cuda_driver_version: int = Field(description="nvmlSystemGetCudaDriverVersion, e.g. 13000")
+    cuda_driver_version: int = Field(ge=0, description="nvmlSystemGetCudaDriverVersion, e.g. 13000")
     uuid_namespace: str = Field(description="UUID namespace the GPU and MIG UUIDs are derived from")
     instance_serial: int = Field(
         default=0, ge=0, description="bumped per created compute instance, so a re-created one gets a new UUID"
     )
     gpus: list[SimGpu] = Field(min_length=1)
+
+    @field_validator("driver_version")
+    @classmethod
+    def _a_driver_version(cls, value: str) -> str:
+        if not _DRIVER_VERSION.match(value):
+            raise ValueError(f"{value!r} is not a driver version such as 580.65.06")
+        return value
 
     @field_validator("uuid_namespace")
     @classmethod
