@@ -227,17 +227,27 @@ def _roll_back(nvml: Nvml, gpu_uuid: str, gpu_instance_id: int, compute_instance
     return None
 
 
-def release_device(nvml: Nvml, device: DeviceRecord) -> None:
+def release_device(
+    nvml: Nvml, device: DeviceRecord, record_progress: Callable[[DeviceRecord], None] | None = None
+) -> None:
     """Destroy the instance ``device`` records (CI first, then GI), checking it is still ours.
 
+    Nothing is destroyed unless the record and NVML agree on identity:
+
     - GI ID recorded: that GI, if its profile and placement still match; else it is gone (success).
+    - MIG UUID recorded too: the GI must hold the compute instance with that UUID and no other; a GI
+      without it is someone else's, even with the same ID (an operator re-created it), and is left
+      alone.
     - GI ID unknown (a crash before the ID was recorded): the GI at exactly the recorded placement
       with the recorded profile, only if the record proves migdra created it
       (:func:`find_unrecorded_gpu_instance`); any other GI there is left alone, loudly, and the
       device counts as released (nothing of migdra's is left).
-    - CI with the recorded MIG UUID destroyed; a CI of another UUID is not ours and is left, and so
-      is its GI.  With no CI identity recorded, the CIs inside the (ours) GI are destroyed.
+    - With no CI identity recorded (the plugin stopped between creating the GI and recording its
+      CI), the CIs inside the (ours) GI are destroyed.
 
+    ``record_progress`` is told, once identity is proven and before anything is destroyed, the device
+    as it will be while its compute instance goes: the GI's ID and no CI identity.  A crash or a
+    refused GI destroy after the CI is gone is then retried against the GI, which is still ours.
     Raises :class:`ReleaseError` when NVML refuses (a process holds the device: kubelet retries).
     """
     intent = device.intent
@@ -255,17 +265,31 @@ def release_device(nvml: Nvml, device: DeviceRecord) -> None:
         if device.mig_uuid is not None:
             theirs = [ci for ci in gi.compute_instances if ci.mig_uuid != device.mig_uuid]
             ours = [ci for ci in gi.compute_instances if ci.mig_uuid == device.mig_uuid]
-            if theirs:
+            if theirs or not ours:
                 log.error(
-                    "%s: GI %d at %s holds compute instance(s) %s that migdra did not record; leaving the GI alone",
+                    "NOT DESTROYED: %s: GI %d at %s does not hold migdra's compute instance %s (it holds %s); "
+                    "it is not the instance migdra created, leaving it alone",
                     where,
                     gi.gpu_instance_id,
                     intent.placement,
-                    ", ".join(ci.mig_uuid for ci in theirs),
+                    device.mig_uuid,
+                    ", ".join(ci.mig_uuid for ci in gi.compute_instances) or "none",
                 )
                 for ci in ours:
                     _destroy_compute_instance(nvml, gpu_uuid, gi.gpu_instance_id, ci.compute_instance_id)
                 return
+        releasing = device.model_copy(
+            update={
+                "gpu_instance_id": gi.gpu_instance_id,
+                "compute_instance_id": None,
+                "compute_instance_profile_id": None,
+                "mig_uuid": None,
+            }
+        )
+        if record_progress is not None and releasing != device:
+            # Identity proven: from here the record names the GI alone, so a crash or a refusal after
+            # the compute instance is gone is retried against a GI of ours, not a CI that no longer is.
+            record_progress(releasing)
         for ci in gi.compute_instances:
             _destroy_compute_instance(nvml, gpu_uuid, gi.gpu_instance_id, ci.compute_instance_id)
         _destroy_gpu_instance(nvml, gpu_uuid, gi.gpu_instance_id)

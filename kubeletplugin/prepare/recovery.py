@@ -92,18 +92,31 @@ def read_instances(nvml: Nvml, gpu_uuids: set[str]) -> tuple[dict[str, list[GpuI
 
 
 def release_record(
-    nvml: Nvml, gpu_locks: KeyedLocks, record: ClaimRecord
+    nvml: Nvml, gpu_locks: KeyedLocks, record: ClaimRecord, store: CheckpointStore
 ) -> tuple[tuple[DeviceRecord, ...], ReleaseError | None]:
-    """Destroy every instance ``record`` names (last device first); the devices not released, and why."""
+    """Destroy every instance ``record`` names (last device first); the devices not released, and why.
+
+    The record is marked ``PrepareStarted`` (being released) before anything is destroyed, and each
+    device's record follows every step (compute instance gone, then the GI), so a failure or a crash
+    between two steps never leaves a record naming an instance that no longer exists.
+    """
+    if record.state is not ClaimState.PREPARE_STARTED:
+        store.put(record.model_copy(update={"state": ClaimState.PREPARE_STARTED}))
     remaining: list[DeviceRecord] = []
     first_error: ReleaseError | None = None
-    for device in reversed(record.devices):
+    for index in reversed(range(len(record.devices))):
+        current = [record.devices[index]]
+
+        def progress(device: DeviceRecord, index: int = index, current: list[DeviceRecord] = current) -> None:
+            store.update_device(record.claim_uid, index, device)
+            current[0] = device
+
         try:
-            with gpu_locks.hold(device.intent.gpu_uuid):
-                release_device(nvml, device)
+            with gpu_locks.hold(record.devices[index].intent.gpu_uuid):
+                release_device(nvml, record.devices[index], progress)
         except ReleaseError as e:
             log.error("claim %s (UID %s): %s", record.label, record.claim_uid, e.message)
-            remaining.insert(0, device)
+            remaining.insert(0, current[0])
             first_error = first_error or e
     return tuple(remaining), first_error
 
@@ -141,7 +154,7 @@ def recover(nvml: Nvml, store: CheckpointStore, gpu_locks: KeyedLocks) -> Recove
                 record.label,
                 record.claim_uid,
             )
-        remaining, error = release_record(nvml, gpu_locks, record)
+        remaining, error = release_record(nvml, gpu_locks, record, store)
         if error is None:
             store.drop(record.claim_uid)
             rolled_back.append(record)

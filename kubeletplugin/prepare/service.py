@@ -407,11 +407,22 @@ class PrepareService:
                     for d in realized
                     if d.gpu_instance_id == instance.gpu_instance_id and d.mig_uuid == instance.mig_uuid
                 )
-        self._delete_spec(started.claim_uid)
+        # The record tells the truth first: a spec that cannot be deleted (a read-only CDI directory)
+        # must never leave a record naming a GI that is gone -- an operator's GI may get its ID next.
         if leftovers:
             store.put(started.model_copy(update={"devices": tuple(leftovers)}))
         else:
             store.drop(started.claim_uid)
+        try:
+            self._delete_spec(started.claim_uid)
+        except OSError as e:
+            log.error(
+                "claim %s (UID %s): removing its CDI spec after the failed prepare failed: %s; the spec names no "
+                "instance and is removed at the next unprepare or start-up",
+                started.label,
+                started.claim_uid,
+                e,
+            )
 
     def _admin_device(self, device: DeviceRecord) -> DeviceRecord:
         """Admin access: the instance at that placement if migdra created it, else the parent GPU only."""
@@ -493,7 +504,7 @@ class PrepareService:
     def _release_or_keep(self, record: ClaimRecord) -> None:
         """Destroy the record's instances; on failure keep what is left as PrepareStarted and raise."""
         store = self._require_store()
-        remaining, error = release_record(self.nvml, self._gpu_locks, record)
+        remaining, error = release_record(self.nvml, self._gpu_locks, record, store)
         if error is None:
             store.drop(record.claim_uid)
             return
