@@ -99,6 +99,10 @@ IMPOSSIBLE = {
         machine(*(gi(7 + start, 19, start, 1) for start in range(7)), gi(6, 15, 6, 2)),
         "GPU 0: GPU instances 13 (1g.10gb at 6:1) and 6 (1g.20gb at 6:2) overlap",
     ),
+    "gpu-instance-id-off-the-rule": (
+        machine(gi(8, 19, 0, 1)),
+        "GPU 0 GPU instance 8: a 1g.10gb at 0:1 has GPU instance ID 7 on H100-SXM5-80GB",
+    ),
     "mig-device-uuid-is-a-gpu-uuid": (
         machine(gi(7, 19, 0, 1, {**ci(0, 0, 0, 1), "uuid": GPU_UUID})),
         f"UUID {GPU_UUID} is used twice (GPU 0 and GPU 0 GPU instance 7 compute instance 0)",

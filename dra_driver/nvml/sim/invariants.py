@@ -82,6 +82,7 @@ def _gpu_problems(gpu: SimGpu, claim_uuid: _ClaimUuid) -> list[str]:
     if gpu.gpu_instances and not gpu.mig_mode_current:
         problems.append(f"{where}: has GPU instances while its MIG mode is disabled")
     profiles: dict[int, GpuInstanceProfile] = {}
+    misnumbered: list[str] = []
     for gi in gpu.gpu_instances:
         gi_where = f"{where} GPU instance {gi.gpu_instance_id}"
         try:
@@ -95,6 +96,13 @@ def _gpu_problems(gpu: SimGpu, claim_uuid: _ClaimUuid) -> list[str]:
                 f"{gi_where}: {gi.placement} is not a placement of {profile.name} (legal: {_list(profile.placements)})"
             )
             continue
+        expected_id = model.gpu_instance_id(gi.placement)
+        if gi.gpu_instance_id != expected_id:
+            # The simulator numbers GPU instances by placement (the catalog's rule) and relies on it.
+            # Reported last: a duplicate ID or an overlap, when there is one, says more.
+            misnumbered.append(
+                f"{gi_where}: a {profile.name} at {gi.placement} has GPU instance ID {expected_id} on {model.key}"
+            )
         profiles[id(gi)] = profile
         problems.extend(_compute_instance_problems(gpu, gi, profile, claim_uuid))
     for gpu_instance_id, uses in Counter(gi.gpu_instance_id for gi in gpu.gpu_instances).items():
@@ -108,7 +116,7 @@ def _gpu_problems(gpu: SimGpu, claim_uuid: _ClaimUuid) -> list[str]:
                 f"{b.gpu_instance_id} ({profiles[id(b)].name} at {b.placement}) overlap"
             )
     problems.extend(_capacity_problems(where, model, [profiles[id(gi)] for gi in placed]))
-    return problems
+    return problems + misnumbered
 
 
 def _capacity_problems(where: str, model: GpuModel, present: list[GpuInstanceProfile]) -> list[str]:
