@@ -237,3 +237,11 @@ def test_a_state_file_is_read_without_being_changed(tmp_path: Path) -> None:
         sim.uninstall()
     assert contents(tmp_path) == before
     assert json.loads(state_path.read_text()) == copy.deepcopy(raw)
+
+
+def test_a_dangling_symbolic_link_is_refused_not_written_through(tmp_path: Path) -> None:
+    link = tmp_path / "state.json"
+    link.symlink_to(tmp_path / "elsewhere" / "state.json")
+    with pytest.raises(sim.StateFileError, match=r"is a symbolic link .* that leads to no file"):
+        sim.install(link, gpus=["H100-SXM5-80GB"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]  # no lock, no 'elsewhere'

@@ -286,11 +286,17 @@ class StateStore:
 
     def _check_location(self) -> None:
         """Refuse a path that cannot be a state file before anything is read, created or locked."""
+        try:
+            self._check_path()
+        except OSError as e:  # e.g. a name too long for the file system
+            raise StateFileError(f"simulator state file {self.path}: {e.strerror or e}") from e
+
+    def _check_path(self) -> None:
         where = f"simulator state file {self.path}"
         if self.path.is_dir():
             raise StateFileError(f"{where} is a directory; name a file in it, e.g. {self.path / 'state.json'}")
         if os.path.islink(self.path) and not self.path.exists():
-            raise StateFileError(f"{where} is a symbolic link to {os.readlink(self.path)}, which does not exist")
+            raise StateFileError(f"{where} is a symbolic link (to {os.readlink(self.path)}) that leads to no file")
         if self.path.exists() and not self.path.is_file():
             raise StateFileError(f"{where} is not a regular file")
         ancestor = self.path.parent
