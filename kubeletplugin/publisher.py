@@ -25,10 +25,11 @@ from kubernetes.client.exceptions import ApiException
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.policy import PlacementPolicy
 from dra_driver.devicemodel.pool import NodePool
+from dra_driver.errors import MigdraError
+from dra_driver.kubeapi import RETRYABLE_STATUS, describe_failure, is_transport_failure
 
 log = logging.getLogger(__name__)
 
-_RETRYABLE_STATUS = {409, 429, 500, 502, 503, 504}
 _T = TypeVar("_T")
 
 
@@ -67,6 +68,11 @@ class SlicePublisher:
         self._max_attempts = max_attempts
         self._backoff = backoff_seconds
         self._node_owner: dict[str, Any] | None = None
+
+    @property
+    def server(self) -> str:
+        """The API server's URL, for messages."""
+        return str(self._api_client.configuration.host)
 
     def publish(self, pool: NodePool) -> PublishResult:
         """Make the API hold exactly ``pool``'s slices; retried on conflicts and transient errors."""
@@ -176,14 +182,17 @@ class SlicePublisher:
         for number in range(1, self._max_attempts + 1):
             try:
                 return attempt()
-            except ApiException as exc:
-                if exc.status not in _RETRYABLE_STATUS or number == self._max_attempts:
+            except Exception as exc:
+                # Conflicts, throttling and server errors, or no answer at all (connection refused or
+                # reset, a timeout: the API server may be restarting) are worth another attempt.
+                retryable = (
+                    exc.status in RETRYABLE_STATUS if isinstance(exc, ApiException) else is_transport_failure(exc)
+                )
+                if not retryable or number == self._max_attempts:
                     raise
-                log.info("%s: API answered %s, retrying in %.1fs (attempt %d)", what, exc.status, delay, number)
-            except OSError as exc:  # connection refused / reset: the API server may be restarting
-                if number == self._max_attempts:
-                    raise
-                log.info("%s: %s, retrying in %.1fs (attempt %d)", what, exc, delay, number)
+                log.info(
+                    "%s: %s, retrying in %.1fs (attempt %d)", what, describe_failure(exc, self.server), delay, number
+                )
             time.sleep(delay)
             delay = min(delay * 2, 10.0)
         raise AssertionError("unreachable")
@@ -262,7 +271,13 @@ class PublishLoop:
                 failures = 0
             except Exception as exc:
                 failures += 1
-                log.exception("publishing ResourceSlices failed (%d in a row)", failures)
+                if isinstance(exc, (ApiException, MigdraError)) or is_transport_failure(exc):
+                    server = self._publisher.server
+                    log.error(
+                        "publishing ResourceSlices failed (%d in a row): %s", failures, describe_failure(exc, server)
+                    )
+                else:  # a bug: the traceback is what a maintainer needs
+                    log.exception("publishing ResourceSlices failed (%d in a row)", failures)
                 if failures >= self._fatal_after and self._on_fatal is not None:
                     self._on_fatal(exc)
                     return

@@ -225,3 +225,36 @@ def test_publish_loop_rescans_when_triggered(
     names = {d["name"] for s in stored_slices(api_client) for d in s["spec"].get("devices", [])}
     assert "gpu-0-mig-3g40gb-9-0" not in names
     assert "gpu-0-mig-3g40gb-9-4" in names
+
+
+def test_a_refused_pool_is_logged_as_one_line_per_round_and_then_is_fatal(
+    api_client: client.ApiClient, node: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An admin reads the status, reason and kube's message, not the client's dump of headers and body."""
+    pool = pool_of("H100")
+    broken = NodePool(DRIVER, (*pool.devices, pool.devices[0]), pool.counter_sets)  # a duplicate device
+    fatal: list[BaseException] = []
+    loop = PublishLoop(
+        SlicePublisher(api_client, NODE, DRIVER, backoff_seconds=0.01),
+        lambda: broken,
+        interval=0.01,
+        on_fatal=fatal.append,
+        fatal_after=2,
+    )
+    with caplog.at_level("ERROR", logger="kubeletplugin.publisher"):
+        loop.start()
+        deadline = time.monotonic() + 10
+        while not fatal and time.monotonic() < deadline:
+            time.sleep(0.01)
+        loop.stop()
+    assert fatal
+    assert isinstance(fatal[0], ApiException)
+    failures = [r for r in caplog.records if r.name == "kubeletplugin.publisher"]
+    assert len(failures) == 2
+    for record in failures:
+        message = record.getMessage()
+        assert "\n" not in message
+        assert record.exc_info is None
+        assert f"the API server {api_client.configuration.host} answered 422 Invalid: ResourceSlice" in message
+        assert "Duplicate value" in message
+        assert "HTTP response" not in message
