@@ -6,7 +6,9 @@ a crash or a power cut) sees the old content or the new, never a torn file: writ
 the same directory, fsync it, rename it over the target, fsync the directory.  Temporary names start
 with ``.`` and end in ``.tmp`` so that CDI's directory scan (``*.json`` / ``*.yaml``) never loads them.
 
-This module never decides *what* to write or where; callers own their paths.
+This module never decides *what* to write or where; callers own their paths.  They can ask first
+whether a directory will take files (:func:`writable_directory_problem`), so that a process checks its
+paths at start-up instead of failing at its first write.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,3 +64,28 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def writable_directory_problem(directory: Path) -> str | None:
+    """Why files cannot be written in ``directory`` (made with its missing parents), or None if they can.
+
+    Checked without creating anything: the nearest existing ancestor must be a directory in which
+    this process can create a file (so a read-only file system, a parent that is a regular file, or
+    ``/proc`` are refused even for root).
+    """
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        if existing.is_symlink():
+            return f"{existing} is a dangling symbolic link"
+        existing = existing.parent
+    if not existing.is_dir():
+        if existing == directory:
+            return f"{directory} exists and is not a directory"
+        return f"{existing} is not a directory, so {directory} cannot be created"
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        where = "in it" if existing == directory else f"in {existing}, so {directory} cannot be created"
+        return f"cannot create files {where}: {exc.strerror or exc}"
+    return None

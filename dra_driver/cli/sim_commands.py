@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from dra_driver.errors import ConfigurationError
+
 
 @click.group()
 def sim() -> None:
@@ -44,11 +46,29 @@ def apiserver(
     host: str | None, port: int | None, kubeconfig_out: Path, snapshot: Path | None, token_file: Path | None
 ) -> None:
     """Run the local Kubernetes API server until SIGINT or SIGTERM."""
-    from dra_driver.controlplane.apiserver import LocalAPIServer  # noqa: PLC0415 -- keep `migdra --help` light
+    from pydantic import ValidationError  # noqa: PLC0415 -- keep `migdra --help` light
+
+    from dra_driver.controlplane.apiserver import LocalAPIServer  # noqa: PLC0415
+    from dra_driver.controlplane.apiserver.errors import ListenError  # noqa: PLC0415
     from dra_driver.controlplane.apiserver.settings import ApiServerSettings  # noqa: PLC0415
+    from dra_driver.settings import describe_settings_error  # noqa: PLC0415
 
     given: dict[str, Any] = {"host": host, "port": port, "snapshot": snapshot, "token_file": token_file}
-    settings = ApiServerSettings(**{k: v for k, v in given.items() if v is not None})
+    try:
+        settings = ApiServerSettings(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as exc:
+        problems = describe_settings_error(exc, ApiServerSettings)
+        raise ConfigurationError(f"invalid API server settings: {problems}") from exc
+    # Every file it will write is checked before it listens: a bad path must not leave a server running.
+    _check_writable_file(kubeconfig_out, "--kubeconfig-out")
+    if settings.snapshot is not None:
+        _check_writable_file(settings.snapshot, "--snapshot (MIGDRA_APISERVER_SNAPSHOT)")
+    if settings.token_file is not None and not settings.token_file.is_file():
+        problem = "is a directory" if settings.token_file.is_dir() else "no such file"
+        raise ConfigurationError(
+            f"--token-file (MIGDRA_APISERVER_TOKEN_FILE) {settings.token_file}: {problem}; "
+            "give a token file, one 'token,user,uid[,groups]' a line"
+        )
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -56,7 +76,30 @@ def apiserver(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    with LocalAPIServer(settings) as api:
-        api.write_kubeconfig(kubeconfig_out)
+    api = LocalAPIServer(settings)
+    try:
+        api.start()
+    except ListenError as exc:
+        raise ConfigurationError(f"--host/--port (MIGDRA_APISERVER_HOST/PORT): {exc}; port 0 picks a free one") from exc
+    try:
+        try:
+            api.write_kubeconfig(kubeconfig_out)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"--kubeconfig-out {kubeconfig_out}: cannot write it: {exc.strerror or exc}"
+            ) from exc
         click.echo(f"migdra local API server listening on {api.url}; kubeconfig: {kubeconfig_out}", err=True)
         stop.wait()
+    finally:
+        api.stop()
+
+
+def _check_writable_file(path: Path, flag: str) -> None:
+    """``path`` can be (re)written atomically: it is not a directory and its directory takes new files."""
+    from dra_driver.durable import writable_directory_problem  # noqa: PLC0415
+
+    if path.is_dir():
+        raise ConfigurationError(f"{flag} {path}: is a directory; give a file path")
+    problem = writable_directory_problem(path.absolute().parent)
+    if problem is not None:
+        raise ConfigurationError(f"{flag} {path}: cannot write it: {problem}")

@@ -9,6 +9,7 @@ handlers (for RBAC-shaped tests); nothing is *authorized* here.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,16 +41,25 @@ class TokenAuthenticator:
     def from_file(cls, path: Path) -> TokenAuthenticator:
         """Parse a token file; a malformed line is a :class:`ConfigurationError` naming the line."""
         users: dict[str, UserInfo] = {}
-        with path.open(newline="") as handle:
-            for number, row in enumerate(csv.reader(handle), start=1):
-                if not row or row[0].startswith("#"):
-                    continue
-                if len(row) < 3 or not row[0] or not row[1]:
-                    raise ConfigurationError(f"{path}:{number}: expected 'token,user,uid[,groups]'")
-                groups = tuple(g.strip() for g in row[3].split(",") if g.strip()) if len(row) > 3 else ()
-                users[row[0].strip()] = UserInfo(row[1].strip(), row[2].strip(), (*groups, "system:authenticated"))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigurationError(f"token file {path}: not a text file (not UTF-8: {exc.reason})") from exc
+        except OSError as exc:
+            raise ConfigurationError(f"token file {path}: cannot read it: {exc.strerror or exc}") from exc
+        try:
+            rows = list(csv.reader(io.StringIO(text, newline="")))
+        except csv.Error as exc:
+            raise ConfigurationError(f"token file {path}: not CSV: {exc}") from exc
+        for number, row in enumerate(rows, start=1):
+            if not row or row[0].startswith("#"):
+                continue
+            if len(row) < 3 or not row[0].strip() or not row[1].strip():
+                raise ConfigurationError(f"token file {path}:{number}: expected 'token,user,uid[,groups]'")
+            groups = tuple(g.strip() for g in row[3].split(",") if g.strip()) if len(row) > 3 else ()
+            users[row[0].strip()] = UserInfo(row[1].strip(), row[2].strip(), (*groups, "system:authenticated"))
         if not users:
-            raise ConfigurationError(f"{path}: the token file holds no tokens")
+            raise ConfigurationError(f"token file {path}: holds no tokens (one 'token,user,uid[,groups]' a line)")
         return cls(users)
 
     def first_token(self) -> str:

@@ -5,6 +5,8 @@ describe what the *client* did wrong (or what it must do), so none is retryable 
 except ``Conflict`` and ``Gone`` (re-read, then try again) and ``TooManyRequests``.
 
     MigdraError
+     ├── ConfigurationError
+     │    └── ListenError         the server cannot listen on its host and port (taken, unknown host)
      └── ApiError                 any non-2xx answer; .code, .reason, .details
           ├── BadRequest          400 malformed body, bad selector, bad patch, unknown field (Strict)
           ├── Unauthorized        401 no or unknown bearer token while authentication is on
@@ -23,7 +25,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from dra_driver.errors import MigdraError
+from dra_driver.errors import ConfigurationError, MigdraError
+
+
+class ListenError(ConfigurationError):
+    """The server cannot listen where its settings say: the port is taken, the host unknown or not local."""
 
 
 class ApiError(MigdraError):

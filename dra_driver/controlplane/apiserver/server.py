@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from dra_driver.controlplane.apiserver.auth import TokenAuthenticator
+from dra_driver.controlplane.apiserver.errors import ListenError
 from dra_driver.controlplane.apiserver.gc import GarbageCollector
 from dra_driver.controlplane.apiserver.http import ApiContext, ApiHTTPServer
 from dra_driver.controlplane.apiserver.kubeconfig import write_kubeconfig
@@ -93,13 +94,20 @@ class LocalAPIServer:
         )
         self._tmpdir = Path(tempfile.mkdtemp(prefix="migdra-apiserver-"))
         tls = self.settings.tls if self.settings.tls is not None else self.settings.token_file is not None
-        if tls:
-            self.certificate = write_serving_certificate(self._tmpdir, self.settings.host)
-        self._httpd = ApiHTTPServer(
-            (self.settings.host, self.settings.port),
-            context,
-            self.certificate.server_context() if self.certificate else None,
-        )
+        try:
+            if tls:
+                self.certificate = write_serving_certificate(self._tmpdir, self.settings.host)
+            self._httpd = ApiHTTPServer(
+                (self.settings.host, self.settings.port),
+                context,
+                self.certificate.server_context() if self.certificate else None,
+            )
+        except (OSError, ValueError) as exc:  # the port is taken, the host is unknown or not this machine's
+            shutil.rmtree(self._tmpdir, ignore_errors=True)  # nothing else has started yet
+            self._tmpdir, self.certificate = None, None
+            raise ListenError(
+                f"cannot listen on {self.settings.host}:{self.settings.port}: {getattr(exc, 'strerror', None) or exc}"
+            ) from exc
         self._serve_thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="apiserver-http"
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -39,3 +39,10 @@ class ApiServerSettings(BaseSettings):
         default=10_000, ge=1, description="events a watch may fall behind before it is dropped with 410"
     )
     gc_interval: float = Field(default=1.0, gt=0, description="seconds between garbage-collection passes at most")
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        if not value.strip() or any(c.isspace() or c in "/[]" for c in value):
+            raise ValueError("expected an IP address or host name of this machine, e.g. 127.0.0.1")
+        return value

@@ -25,12 +25,22 @@ def load_snapshot(store: Store, path: Path) -> bool:
     if not path.exists():
         return False
     try:
-        data = json.loads(path.read_text())
-        if data.get("format") != FORMAT:
-            raise ValueError(f"format is {data.get('format')!r}, expected {FORMAT!r}")
-        objects = [(entry["resource"], entry["object"]) for entry in data["objects"]]
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            found = data.get("format") if isinstance(data, dict) else f"a JSON {type(data).__name__}"
+            raise ValueError(f"not a snapshot: format is {found!r}, expected {FORMAT!r}")
+        objects = [(str(entry["resource"]), dict(entry["object"])) for entry in data["objects"]]
+        for resource, obj in objects:
+            if not isinstance(obj.get("metadata"), dict) or not {"name", "uid"} <= obj["metadata"].keys():
+                raise ValueError(f"an object of {resource} has no metadata.name and metadata.uid")
         store.restore(int(data["resourceVersion"]), objects)
-    except (ValueError, KeyError, TypeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"snapshot {path} cannot be loaded: not a JSON text file ({exc.reason})") from exc
+    except OSError as exc:
+        raise ConfigurationError(f"snapshot {path} cannot be read: {exc.strerror or exc}") from exc
+    except KeyError as exc:
+        raise ConfigurationError(f"snapshot {path} cannot be loaded: missing {exc.args[0]!r}") from exc
+    except (ValueError, TypeError) as exc:
         raise ConfigurationError(f"snapshot {path} cannot be loaded: {exc}") from exc
     return True
 
