@@ -2,6 +2,13 @@
 
 This is the only place the kubelet plugin's parts are assembled; each part stays testable alone.
 
+Start-up checks everything it can before it touches the API server or the hardware -- the names
+(settings validators), the device configuration, every directory it will write to, the socket paths,
+the kubeconfig (loaded, not yet used) and the metrics port (bound) -- so a bad flag stops the process
+with one line and never leaves half-published slices behind.  Once the slices are published (and,
+in the full plugin, kubelet's sockets are served) one line says so through ``announce``; otherwise
+the process stays quiet unless something goes wrong.
+
 Concurrency model (threads, no asyncio): the publish loop on its own thread (periodic NVML rescan +
 triggers); the gRPC servers' thread pools calling the thread-safe :class:`PrepareService` (which runs
 claims on its own worker pool under per-GPU locks, and writes claim status on one background
@@ -12,39 +19,53 @@ kubelet, let in-flight calls finish, stop publishing, close prepare (instances a
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
-from kubernetes import client, config
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, start_http_server
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dra_driver.devicemodel.config import DeviceModelConfig
+from dra_driver.devicemodel.naming import dns_subdomain_problem, node_name_problem
 from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
-from dra_driver.errors import ConfigurationError
+from dra_driver.durable import writable_directory_problem
+from dra_driver.errors import ConfigurationError, MigdraError
+from dra_driver.kubeapi import describe_failure, is_transport_failure, load_client_configuration, new_api_client
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.settings import NvmlSettings, load_device_model_config
-from kubeletplugin.grpc import PluginServers, SocketPathError
+from kubeletplugin.grpc import PluginServers
+from kubeletplugin.grpc.sockets import MAX_SOCKET_PATH_BYTES, SocketFile, plugin_socket_paths
 from kubeletplugin.health import NvmlDeviceHealth
 from kubeletplugin.metrics import PublishMetrics
 from kubeletplugin.pool_report import PoolReporter
-from kubeletplugin.prepare import CheckpointError, PrepareService, PrepareSettings
+from kubeletplugin.prepare import PrepareService, PrepareSettings
 from kubeletplugin.publisher import PublishLoop, PublishResult, SlicePublisher
 
 log = logging.getLogger(__name__)
 
 KUBELET_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+KUBECONFIG_FLAG = "--kubeconfig (MIGDRA_KUBECONFIG)"
+_REGISTRY_FLAG = "--registry-dir (MIGDRA_REGISTRY_DIR)"
+MAX_DRIVER_NAME = 63
+
+
+class PublishingError(MigdraError):
+    """Publishing the node's ResourceSlices kept failing (``fatal_after`` rounds in a row); the process
+    exits with status 1 and one line naming the last failure, so Kubernetes restarts it."""
 
 
 class Ownership(Protocol):
@@ -84,18 +105,81 @@ class PluginSettings(BaseSettings):
     )
     health_interval: float = Field(default=10.0, gt=0, description="seconds between health reports to kubelet")
 
+    @field_validator("node_name")
+    @classmethod
+    def _node_name(cls, value: str) -> str:
+        problem = node_name_problem(value)
+        if problem is not None:
+            raise ValueError(
+                f"not a Kubernetes node name: it {problem}; give the node's name as `kubectl get nodes` shows it"
+            )
+        return value
+
+    @field_validator("driver_name")
+    @classmethod
+    def _driver_name(cls, value: str) -> str:
+        problem = dns_subdomain_problem(value, MAX_DRIVER_NAME)
+        if problem is not None:
+            raise ValueError(f"not a DRA driver name: it {problem} (e.g. {DEFAULT_DRIVER_NAME!r})")
+        return value
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _metrics_address(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_metrics_address(value)
+        return value
+
     @property
     def plugin_directory(self) -> Path:
         return self.plugin_dir or KUBELET_PLUGINS_DIR / self.driver_name
 
 
-def api_client_for(kubeconfig: Path | None) -> client.ApiClient:
-    """The official client, from a kubeconfig file or the pod's service account."""
-    if kubeconfig is not None:
-        loaded: client.ApiClient = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
-        return loaded
-    config.load_incluster_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
+def parse_metrics_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port); ``:PORT`` and ``[::]:PORT`` work too; an empty host is every interface."""
+    host, colon, port_text = address.rpartition(":")
+    if not colon:
+        raise ValueError("expected HOST:PORT, e.g. 0.0.0.0:9400 or :9400")
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"the port {port_text!r} is not a number from 1 to 65535 (HOST:PORT, e.g. 0.0.0.0:9400)")
+    host = host.removeprefix("[").removesuffix("]")
+    if any(c.isspace() for c in host) or "/" in host:
+        raise ValueError(f"{host!r} is not a host name or IP address (HOST:PORT, e.g. 0.0.0.0:9400)")
+    return host or "0.0.0.0", int(port_text)
+
+
+def check_start_up(plugin: PluginSettings, prepare: PrepareSettings | None) -> client.Configuration:
+    """Everything that can be checked before the API server or the hardware is touched; returns the
+    loaded client configuration.  Raises :class:`ConfigurationError` naming the flag (or
+    :class:`~kubeletplugin.grpc.sockets.SocketInUseError` when another instance serves our socket).
+    It creates nothing; a stale socket a crashed instance left is removed, as serving would."""
+    configuration = load_client_configuration(plugin.kubeconfig, flag=KUBECONFIG_FLAG, usual_rules=False)
+    if prepare is None:  # publishing alone writes no files
+        return configuration
+    for flag, directory in (
+        (_REGISTRY_FLAG, plugin.registry_dir),
+        ("--plugin-dir (MIGDRA_PLUGIN_DIR)", plugin.plugin_directory),
+        ("--cdi-dir (MIGDRA_CDI_DIR)", prepare.cdi_dir),
+        ("--state-dir (MIGDRA_STATE_DIR)", prepare.state_dir),
+    ):
+        check_writable_directory(directory, flag)
+    paths = plugin_socket_paths(plugin.driver_name, plugin.registry_dir, plugin.plugin_directory, plugin.pod_uid)
+    for flag, path in (("--plugin-dir (MIGDRA_PLUGIN_DIR)", paths.dra), (_REGISTRY_FLAG, paths.registration)):
+        if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
+            raise ConfigurationError(
+                f"{flag} {path.parent}: the socket path {path} would be longer than {MAX_SOCKET_PATH_BYTES} "
+                "bytes (the unix socket limit); give a shorter directory"
+            )
+        if path.exists() or path.is_symlink():
+            SocketFile(path).prepare()  # another instance serving it, or not a socket: say so now
+    return configuration
+
+
+def check_writable_directory(directory: Path, flag: str) -> None:
+    """``directory`` exists and takes new files, or can be created; nothing is created here."""
+    problem = writable_directory_problem(directory)
+    if problem is not None:
+        raise ConfigurationError(f"{flag} {directory}: {problem}; give a writable directory")
 
 
 class _Publishing:
@@ -109,7 +193,11 @@ class _Publishing:
         self.reporter = PoolReporter(PublishMetrics(registry))
         self.fatal: list[BaseException] = []
         self.last_pool: NodePool | None = None
+        self.last_result = PublishResult()
+        self.server = ""
         self._stop = stop
+        self._lock = threading.Lock()
+        self._pending_announcement: Callable[[], None] | None = None
 
     def on_fatal(self, exc: BaseException) -> None:
         self.fatal.append(exc)
@@ -117,8 +205,24 @@ class _Publishing:
 
     def on_round(self, pool: NodePool, result: PublishResult) -> None:
         self.last_pool = pool
+        self.last_result = result
         self.reporter.report_pool(pool)
         self.reporter.report_publish(result)
+        with self._lock:
+            pending, self._pending_announcement = self._pending_announcement, None
+        if pending is not None:
+            pending()
+
+    def summary(self) -> str:
+        """``2 GPUs, 50 devices published (pool generation 1)``: what the last round published."""
+        pool, result = self.last_pool, self.last_result
+        if pool is None:
+            return "nothing published yet"
+        gpus = len({device.gpu_uuid for device in pool.devices})
+        return (
+            f"{gpus} GPU{'' if gpus == 1 else 's'}, {len(pool.devices)} devices published "
+            f"(pool generation {result.generation})"
+        )
 
     def compute_pool(self, nvml: Nvml, ownership: Ownership | None) -> NodePool:
         """The pool from a fresh NVML read.  What migdra owns is read before *and* after the inventory,
@@ -154,22 +258,59 @@ class _Publishing:
         finally:
             loop.stop()
             if self.plugin.cleanup_on_exit:
-                log.info("deleted %d ResourceSlices on exit", publisher.delete_all())
+                try:
+                    log.info("deleted %d ResourceSlices on exit", publisher.delete_all())
+                except Exception as exc:
+                    if not isinstance(exc, ApiException) and not is_transport_failure(exc):
+                        raise
+                    log.error("could not delete the ResourceSlices on exit: %s", describe_failure(exc, self.server))
 
     def exit_code(self) -> int:
+        """0, or raises :class:`PublishingError` when publishing kept failing (one line: the last failure)."""
         if self.fatal:
-            log.error("stopping: publishing kept failing: %s", self.fatal[0])
-            return 1
+            raise PublishingError(
+                f"publishing the ResourceSlices of node {self.plugin.node_name} kept failing: "
+                f"{describe_failure(self.fatal[0], self.server)}"
+            ) from self.fatal[0]
         return 0
 
+    def announce_when_published(self, announce: Callable[[str], None], line: Callable[[], str]) -> None:
+        """Call ``announce(line())`` once: now if a round has published, else after the first that does."""
+        with self._lock:
+            if self.last_pool is None:
+                self._pending_announcement = lambda: announce(line())
+                return
+        announce(line())
 
-def run_publish_only(plugin: PluginSettings, nvml_settings: NvmlSettings, stop: threading.Event) -> int:
-    """Publish and keep the node's ResourceSlices current until ``stop`` is set; returns an exit code."""
+
+def _quiet(line: str) -> None:
+    """The default ``announce``: library callers and tests do not want the start-up line."""
+
+
+def run_publish_only(
+    plugin: PluginSettings,
+    nvml_settings: NvmlSettings,
+    stop: threading.Event,
+    announce: Callable[[str], None] = _quiet,
+) -> int:
+    """Publish and keep the node's ResourceSlices current until ``stop`` is set; returns an exit code.
+
+    Raises :class:`ConfigurationError` before touching the API or the hardware when a setting cannot
+    work, and :class:`PublishingError` when publishing kept failing."""
     registry = CollectorRegistry()
     publishing = _Publishing(plugin, registry, stop)
+    configuration = check_start_up(plugin, prepare=None)
+    publishing.server = str(configuration.host)
+    publishing.announce_when_published(
+        announce,
+        lambda: (
+            f"migdra kubelet-plugin: publishing node {plugin.node_name} for "
+            f"{publishing.device_config.driver_name} to {publishing.server} (publish only): {publishing.summary()}"
+        ),
+    )
     with (
         serving_metrics(plugin.metrics_address, registry),
-        api_client_for(plugin.kubeconfig) as api_client,
+        new_api_client(configuration) as api_client,
         open_nvml(nvml_settings) as nvml,
         publishing.running(api_client, nvml, ownership=None),
     ):
@@ -178,25 +319,31 @@ def run_publish_only(plugin: PluginSettings, nvml_settings: NvmlSettings, stop: 
 
 
 def run_plugin(
-    plugin: PluginSettings, prepare: PrepareSettings, nvml_settings: NvmlSettings, stop: threading.Event
+    plugin: PluginSettings,
+    prepare: PrepareSettings,
+    nvml_settings: NvmlSettings,
+    stop: threading.Event,
+    announce: Callable[[str], None] = _quiet,
 ) -> int:
-    """The whole node plugin: publish slices, register with kubelet, serve prepare/unprepare."""
+    """The whole node plugin: publish slices, register with kubelet, serve prepare/unprepare.
+
+    Raises :class:`ConfigurationError` before touching the API or the hardware when a setting cannot
+    work; a checkpoint that cannot be trusted, a socket that cannot be served and publishing that
+    kept failing stop it with a :class:`MigdraError` too."""
     registry = CollectorRegistry()
     publishing = _Publishing(plugin, registry, stop)
     driver_name = publishing.device_config.driver_name
+    configuration = check_start_up(plugin, prepare)
+    publishing.server = str(configuration.host)
     with (
         serving_metrics(plugin.metrics_address, registry),
-        api_client_for(plugin.kubeconfig) as api_client,
+        new_api_client(configuration) as api_client,
         open_nvml(nvml_settings) as nvml,
     ):
         service = PrepareService.from_settings(
             prepare, nvml=nvml, api_client=api_client, node_name=plugin.node_name, driver_name=driver_name
         )
-        try:
-            recovery = service.start()
-        except CheckpointError as exc:
-            log.error("cannot trust the checkpoint, refusing to start: %s", exc)
-            return 1
+        recovery = service.start()  # a checkpoint that cannot be trusted stops us: CheckpointError
         log.info("start-up recovery: %s", recovery)
         try:
             with publishing.running(api_client, nvml, ownership=service):
@@ -214,11 +361,15 @@ def run_plugin(
                     ),
                     health_interval=plugin.health_interval,
                 )
-                try:
-                    servers.start()
-                except SocketPathError as exc:
-                    log.error("cannot serve kubelet: %s", exc)
-                    return 1
+                servers.start()  # a socket path taken since the start-up check: SocketPathError
+                publishing.announce_when_published(
+                    announce,
+                    lambda: (
+                        f"migdra kubelet-plugin: serving node {plugin.node_name} for {driver_name}: "
+                        f"{publishing.summary()} to {publishing.server}; kubelet registration socket "
+                        f"{servers.paths.registration}"
+                    ),
+                )
                 _log_registration(servers, stop)
                 stop.wait()
                 servers.stop(plugin.shutdown_grace)  # deregister, then let in-flight calls finish
@@ -249,11 +400,15 @@ def serving_metrics(address: str | None, registry: CollectorRegistry) -> Iterato
     if not address:
         yield None
         return
-    host, _, port = address.rpartition(":")
     try:
-        server, _thread = start_http_server(int(port), addr=host or "0.0.0.0", registry=registry)
-    except (ValueError, OSError) as exc:
-        raise ConfigurationError(f"metrics_address {address!r}: {exc}") from exc
+        host, port = parse_metrics_address(address)
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except ValueError as exc:
+        raise ConfigurationError(f"--metrics-address (MIGDRA_METRICS_ADDRESS) {address!r}: {exc}") from exc
+    except OSError as exc:
+        raise ConfigurationError(
+            f"--metrics-address (MIGDRA_METRICS_ADDRESS) {address!r}: cannot listen there: {exc.strerror or exc}"
+        ) from exc
     try:
         yield server
     finally:

@@ -41,6 +41,8 @@ def cli(verbose: int) -> None:
     """migdra: NVIDIA MIG as Kubernetes DRA devices."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:  # urllib3 warns once per transport retry; migdra says once, in one line, what failed
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
 @cli.command()
@@ -93,6 +95,7 @@ def slices(
     """Print the ResourceSlices this node would publish, without a cluster."""
     from dra_driver.cli import slices_view  # noqa: PLC0415 -- keep `migdra --help` free of NVML
     from dra_driver.devicemodel.layout import render_slices  # noqa: PLC0415
+    from dra_driver.devicemodel.naming import node_name_problem  # noqa: PLC0415
     from dra_driver.devicemodel.pool import build_pool  # noqa: PLC0415
     from dra_driver.nvml.inventory import read_inventory  # noqa: PLC0415
     from dra_driver.nvml.session import open_nvml  # noqa: PLC0415
@@ -104,12 +107,16 @@ def slices(
 
     settings = build_nvml_settings(nvml=nvml, sim_state=sim_state, sim_gpus=sim_gpus, sim_mig_enabled=sim_mig_enabled)
     config = load_device_model_config(config_file, driver_name=driver_name, exclude_gpus=exclude_gpu)
+    node = node_name or socket.gethostname().lower()
+    problem = node_name_problem(node)
+    if problem is not None:
+        given = "--node-name" if node_name else "this host's name (give --node-name)"
+        raise ConfigurationError(f"{given} {node!r}: not a Kubernetes node name: it {problem}")
     with open_nvml(settings) as session:
         inventory = read_inventory(session)
     gpus = [(entry.gpu.uuid, entry.gpu.pci_bus_id) for entry in inventory.gpus]
     check_excluded_gpus_exist(config, gpus, from_flags=exclude_gpu, path=config_file)
     pool = build_pool(inventory, config)
-    node = node_name or socket.gethostname().lower()
     click.echo(slices_view.render(render_slices(pool, node, generation=1), pool, output), nl=False)
 
 
@@ -174,11 +181,16 @@ def kubelet_plugin(
     )
     stop = app.stop_on_signals()
     if publish_only:
-        sys.exit(app.run_publish_only(plugin, nvml_settings, stop))
+        sys.exit(app.run_publish_only(plugin, nvml_settings, stop, _announce))
     prepare = _settings(PrepareSettings, "prepare", cdi_dir=cdi_dir, state_dir=state_dir)
     if "state_dir" not in prepare.model_fields_set:  # neither flag nor variable: beside dra.sock
         prepare = prepare.model_copy(update={"state_dir": plugin.plugin_directory})
-    sys.exit(app.run_plugin(plugin, prepare, nvml_settings, stop))
+    sys.exit(app.run_plugin(plugin, prepare, nvml_settings, stop, _announce))
+
+
+def _announce(line: str) -> None:
+    """The plugin's one line once the node is published (and served); it is quiet otherwise."""
+    click.echo(line, err=True)
 
 
 def _settings(model: Callable[..., SettingsT], what: str, **given: object) -> SettingsT:

@@ -9,6 +9,9 @@ Scheme (the same as NVIDIA's DRA driver, so tooling and habits carry over):
   Example: ``gpu-0-mig-1g20gb-15-6`` is H100 GPU minor 0, profile 1g.20gb (ID 15), memory slices 6-7.
 - counter set of a GPU: ``gpu-<minor>-counter-set``
 
+The node name is the pool name and the prefix of every slice name, so it must be a name Kubernetes
+accepts for a node (a DNS-1123 subdomain); :func:`node_name_problem` says why one is not.
+
 The GPU *minor* number (``/dev/nvidia<minor>``) is used, not the NVML index, which can change with
 ``CUDA_VISIBLE_DEVICES``-like enumeration order; minors are fixed by the driver.
 """
@@ -21,7 +24,29 @@ from dra_driver.mig.catalog import GpuModel
 from dra_driver.nvml.types import GpuInstanceProfileInfo
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _NAME = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")
+DNS_SUBDOMAIN_RULE = (
+    "lower-case letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit"
+)
+MAX_NODE_NAME = 253
+
+
+def dns_subdomain_problem(name: str, max_length: int) -> str | None:
+    """Why ``name`` is not a DNS-1123 subdomain of at most ``max_length`` characters, or None if it is."""
+    if not name:
+        return "must not be empty"
+    if len(name) > max_length:
+        return f"is {len(name)} characters long; at most {max_length} are allowed"
+    if not _DNS_SUBDOMAIN.match(name):
+        lowered = f" (did you mean {name.lower()!r}?)" if _DNS_SUBDOMAIN.match(name.lower()) else ""
+        return f"is not a DNS-1123 subdomain: {DNS_SUBDOMAIN_RULE}{lowered}"
+    return None
+
+
+def node_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a Kubernetes node name (and so this node's pool name), or None."""
+    return dns_subdomain_problem(name, MAX_NODE_NAME)
 
 
 def profile_name(profile: GpuInstanceProfileInfo, model: GpuModel | None) -> str:

@@ -120,6 +120,7 @@ def test_missing_node_name_is_a_clear_error(tmp_path: Path) -> None:
         text=True,
         check=False,
     )
-    assert result.returncode == 1
-    assert "node_name" in result.stderr
+    assert result.returncode == 2  # a usage error
+    assert "--node-name" in result.stderr
+    assert "MIGDRA_NODE_NAME" in result.stderr
     assert "Traceback" not in result.stderr
