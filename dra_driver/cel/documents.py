@@ -44,9 +44,16 @@ class Document:
 
 
 def load_documents(path: Path) -> list[Document]:
-    """Every object in ``path``; ``List`` objects and top-level sequences are flattened."""
+    """Every object in ``path``; ``List`` objects and top-level sequences are flattened.
+
+    A file that cannot be read, is not UTF-8 text, is not YAML/JSON, or holds something other than
+    objects (a number, a string) is a :class:`ConfigurationError` naming the file; an empty file
+    gives no documents (the caller says whether that is wrong).
+    """
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"{path}: not a YAML or JSON text file (not UTF-8: {exc.reason})") from exc
     except OSError as exc:
         raise ConfigurationError(f"cannot read {path}: {exc.strerror or exc}") from exc
     try:
@@ -54,20 +61,81 @@ def load_documents(path: Path) -> list[Document]:
             loaded: list[Any] = [json.loads(text)]
         else:
             loaded = list(yaml.safe_load_all(text))
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ConfigurationError(f"{path}: not valid YAML/JSON: {exc}") from exc
-    return [Document(str(path), body) for body in _flatten(loaded)]
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"{path}: not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from exc
+    return [Document(str(path), body) for body in _flatten(loaded, path)]
 
 
-def _flatten(items: list[Any]) -> Iterator[Mapping[str, Any]]:
-    for item in items:
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """``line 2, column 1: expected ...`` rather than PyYAML's several lines with a caret."""
+    if isinstance(exc, yaml.reader.ReaderError):  # a control character: binary content
+        return f"character {exc.position}: {exc.reason} (#x{exc.character:04x}): not a text file"
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else str(problem)
+
+
+def _flatten(items: list[Any], path: Path, item_kind: str = "") -> Iterator[Mapping[str, Any]]:
+    for number, item in enumerate(items, start=1):
+        if item is None:  # an empty YAML document (``---`` twice)
+            continue
         if isinstance(item, list):
-            yield from _flatten(item)
+            yield from _flatten(item, path, item_kind)
         elif isinstance(item, Mapping):
-            if str(item.get("kind", "")).endswith("List") and isinstance(item.get("items"), list):
-                yield from _flatten(item["items"])
+            kind = str(item.get("kind", ""))
+            if kind.endswith("List") and isinstance(item.get("items"), list):
+                # The API's typed lists (ResourceSliceList) leave ``kind`` out of their items.
+                yield from _flatten(item["items"], path, kind.removesuffix("List"))
+            elif item_kind and "kind" not in item:
+                yield {"kind": item_kind, **item}
             else:
                 yield item
+        else:
+            raise ConfigurationError(
+                f"{path}: item {number} is {describe_value(item)}, not a Kubernetes object (a mapping with kind)"
+            )
+
+
+def describe_value(value: object) -> str:
+    """``the number 5``, ``a string 'abc...'``: what a user wrote where something else belongs."""
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"a string {value[:40] + '...' if len(value) > 40 else value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    return f"a {type(value).__name__}"
+
+
+def _mapping(document: Document, value: object, path: str) -> Mapping[str, Any]:
+    """``value`` if it is a mapping (an absent one is empty); otherwise the object is malformed."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise shape_error(document, path, "a mapping", value)
+    return value
+
+
+def _sequence(document: Document, value: object, path: str, what: str) -> list[Any]:
+    """``value`` if it is a list (an absent one is empty); otherwise the object is malformed."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise shape_error(document, path, f"a list of {what}", value)
+    return value
+
+
+def shape_error(document: Document, path: str, expected: str, value: object) -> ConfigurationError:
+    """The object has a field of the wrong type: Kubernetes would refuse it, and so do the CEL tools."""
+    return ConfigurationError(
+        f"{document.source}: {document.label}: {path} must be {expected}, not {describe_value(value)}"
+    )
 
 
 # -- ResourceSlice devices --------------------------------------------------------------------------
@@ -88,18 +156,29 @@ class SliceDevice:
 
 
 def slice_devices(documents: list[Document], *, default_driver: str) -> list[SliceDevice]:
-    """The devices of every ResourceSlice in ``documents`` (other kinds are ignored)."""
+    """The devices of every ResourceSlice in ``documents`` (other kinds are ignored).
+
+    A slice whose ``spec``, ``devices`` or a device has the wrong shape (``devices: 5``, a device
+    without a name) is a :class:`ConfigurationError` naming the file, the slice and the field.
+    """
     found: list[SliceDevice] = []
     for document in documents:
         if document.kind != "ResourceSlice":
             continue
-        spec = document.body.get("spec") or {}
-        driver = str(spec.get("driver") or default_driver)
-        pool = spec.get("pool") or {}
-        pool_name = str(pool.get("name", "")) if isinstance(pool, Mapping) else ""
-        for device in spec.get("devices") or []:
-            if isinstance(device, Mapping):
-                found.append(SliceDevice(driver, pool_name, document.name, device))
+        spec = _mapping(document, document.body.get("spec"), "spec")
+        driver = spec.get("driver") or default_driver
+        if not isinstance(driver, str):
+            raise shape_error(document, "spec.driver", "a driver name", driver)
+        pool = _mapping(document, spec.get("pool"), "spec.pool")
+        pool_name = str(pool.get("name", ""))
+        for index, item in enumerate(_sequence(document, spec.get("devices"), "spec.devices", "devices")):
+            where = f"spec.devices[{index}]"
+            device = _mapping(document, item, where)
+            if not isinstance(device.get("name"), str) or not device["name"]:
+                raise shape_error(document, f"{where}.name", "the device's name", device.get("name"))
+            for field in ("attributes", "capacity"):
+                _mapping(document, device.get(field), f"{where}.{field}")
+            found.append(SliceDevice(driver, pool_name, document.name, device))
     return found
 
 
@@ -125,31 +204,46 @@ class SelectorSite:
     in_class: bool
 
 
+def holds_selectors(document: Document) -> bool:
+    """Whether the object is of a kind whose CEL selectors the tools check."""
+    return document.kind in SELECTOR_KINDS
+
+
 def selector_sites(document: Document) -> list[SelectorSite]:
-    """Every CEL selector in a DeviceClass, ResourceClaim or ResourceClaimTemplate."""
+    """Every CEL selector in a DeviceClass, ResourceClaim or ResourceClaimTemplate (other kinds: none).
+
+    Where the object's shape is wrong -- an ``apiVersion`` outside ``resource.k8s.io``, ``selectors``
+    that is not a list, a ``cel`` or ``expression`` of the wrong type -- Kubernetes would refuse the
+    object, so this raises a :class:`ConfigurationError` naming the file, the object and the field
+    instead of finding no selectors there.
+    """
     body = document.body
-    if document.kind not in SELECTOR_KINDS or not str(body.get("apiVersion", "")).startswith("resource.k8s.io/"):
+    if document.kind not in SELECTOR_KINDS:
         return []
-    spec = body.get("spec") or {}
+    api_version = body.get("apiVersion")
+    if not isinstance(api_version, str) or not api_version.startswith("resource.k8s.io/"):
+        raise shape_error(document, "apiVersion", "resource.k8s.io/v1 (or v1beta1, v1beta2)", api_version)
+    spec = _mapping(document, body.get("spec"), "spec")
     if document.kind == "DeviceClass":
         return _selectors(document, spec, "spec", device_class=None, in_class=True)
     prefix = "spec"
     if document.kind == "ResourceClaimTemplate":
-        spec = spec.get("spec") or {}
+        spec = _mapping(document, spec.get("spec"), "spec.spec")
         prefix = "spec.spec"
     sites: list[SelectorSite] = []
-    requests = (spec.get("devices") or {}).get("requests") or []
-    for index, request in enumerate(requests):
-        if not isinstance(request, Mapping):
-            continue
+    devices = _mapping(document, spec.get("devices"), f"{prefix}.devices")
+    requests = _sequence(document, devices.get("requests"), f"{prefix}.devices.requests", "requests")
+    for index, item in enumerate(requests):
         path = f"{prefix}.devices.requests[{index}]"
-        exactly = request.get("exactly")
-        if isinstance(exactly, Mapping):  # resource.k8s.io/v1
+        request = _mapping(document, item, path)
+        if "exactly" in request:  # resource.k8s.io/v1
+            exactly = _mapping(document, request["exactly"], f"{path}.exactly")
             sites += _selectors(document, exactly, f"{path}.exactly", _class_of(exactly), in_class=False)
-        for sub_index, sub in enumerate(request.get("firstAvailable") or []):
-            if isinstance(sub, Mapping):
-                sub_path = f"{path}.firstAvailable[{sub_index}]"
-                sites += _selectors(document, sub, sub_path, _class_of(sub), in_class=False)
+        subrequests = _sequence(document, request.get("firstAvailable"), f"{path}.firstAvailable", "subrequests")
+        for sub_index, sub_item in enumerate(subrequests):
+            sub_path = f"{path}.firstAvailable[{sub_index}]"
+            sub = _mapping(document, sub_item, sub_path)
+            sites += _selectors(document, sub, sub_path, _class_of(sub), in_class=False)
         if "selectors" in request:  # v1beta1: the request itself holds the selectors
             sites += _selectors(document, request, path, _class_of(request), in_class=False)
     return sites
@@ -165,15 +259,22 @@ def _selectors(
 ) -> list[SelectorSite]:
     sites: list[SelectorSite] = []
     earlier: list[str] = []
-    for index, selector in enumerate(holder.get("selectors") or []):
-        cel = selector.get("cel") if isinstance(selector, Mapping) else None
-        expression = cel.get("expression") if isinstance(cel, Mapping) else None
+    selectors = _sequence(
+        document, holder.get("selectors"), f"{path}.selectors", "selectors ({cel: {expression: ...}})"
+    )
+    for index, item in enumerate(selectors):
+        where = f"{path}.selectors[{index}]"
+        selector = _mapping(document, item, where)
+        cel = selector.get("cel")
+        if not isinstance(cel, Mapping):
+            raise shape_error(document, f"{where}.cel", "a mapping with an expression ({expression: ...})", cel)
+        expression = cel.get("expression")
         if not isinstance(expression, str):
-            continue
+            raise shape_error(document, f"{where}.cel.expression", "a CEL expression (a string)", expression)
         sites.append(
             SelectorSite(
                 document,
-                f"{path}.selectors[{index}].cel.expression",
+                f"{where}.cel.expression",
                 expression,
                 tuple(earlier),
                 device_class,

@@ -58,25 +58,26 @@ def eval_command(
 ) -> None:
     """Evaluate EXPRESSION against every device; show which match, which do not, and why not.
 
-    Exit code 0 when the expression compiles (whatever the devices say), 1 when it does not.
+    Exit code 0 when the expression compiles (whatever the devices say); 2 when it does not, or an
+    input cannot be used; 1 when the cluster cannot be read.
     """
     from dra_driver.cel import CELCompileError, compile_selector  # noqa: PLC0415
-    from dra_driver.cel.documents import load_documents, slice_devices  # noqa: PLC0415
+    from dra_driver.cel.documents import slice_devices  # noqa: PLC0415
     from dra_driver.cel.explain import Outcome, explain  # noqa: PLC0415
 
     if bool(slice_files) == from_cluster:
         raise click.UsageError("give --slices FILE or --from-cluster (one of them)")
+    _check_driver(driver)
     try:
         program = compile_selector(expression, runner=runner)
     except CELCompileError as exc:
-        click.echo(f"compile error:\n{exc.details()}", err=True)
-        raise SystemExit(1) from exc
+        raise ConfigurationError(f"EXPRESSION does not compile: {exc.details().splitlines()[0]}") from exc
 
     documents: list[Document] = []
     if from_cluster:
         documents = _cluster_slices(kubeconfig, driver)
     for path in slice_files:
-        documents += load_documents(path)
+        documents += _slice_documents(path)
     devices = [
         d
         for d in slice_devices(documents, default_driver=driver or DEFAULT_DRIVER_NAME)
@@ -123,44 +124,73 @@ def _as_json(device: SliceDevice, explanation: Any) -> dict[str, Any]:
     }
 
 
-def _cluster_slices(kubeconfig: Path | None, driver: str | None) -> list[Document]:
-    """Every ``resource.k8s.io/v1`` ResourceSlice, page by page, as the API server returns them."""
-    from kubernetes import client  # noqa: PLC0415 -- only this option needs the client
-    from kubernetes import config as kube_config_module  # noqa: PLC0415
-    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-    from kubernetes.config.config_exception import ConfigException  # noqa: PLC0415
+def _check_driver(driver: str | None) -> None:
+    from dra_driver.devicemodel.naming import dns_subdomain_problem  # noqa: PLC0415
 
+    problem = dns_subdomain_problem(driver, 63) if driver is not None else None
+    if problem is not None:
+        raise ConfigurationError(f"--driver {driver!r}: not a DRA driver name: it {problem}")
+
+
+def _slice_documents(path: Path) -> list[Document]:
+    """The ResourceSlices of one ``--slices`` file; anything else in it is a mistake worth saying."""
+    from dra_driver.cel.documents import load_documents  # noqa: PLC0415
+
+    documents = load_documents(path)
+    if not documents:
+        raise ConfigurationError(f"--slices {path}: no ResourceSlices in it (the file is empty)")
+    for document in documents:
+        if document.kind != "ResourceSlice":
+            what = document.label if document.kind else "an object without kind"
+            raise ConfigurationError(
+                f"--slices {path}: {what} is not a ResourceSlice; --slices takes ResourceSlices "
+                "(e.g. `kubectl get resourceslices -o yaml`, or `migdra slices -o yaml`)"
+            )
+    return documents
+
+
+# Seconds to connect to the API server and to wait for each page: `cel eval` is interactive.
+_CONNECT_TIMEOUT_S = 10.0
+_READ_TIMEOUT_S = 15.0
+
+
+def _cluster_slices(kubeconfig: Path | None, driver: str | None) -> list[Document]:
+    """Every ``resource.k8s.io/v1`` ResourceSlice, page by page, as the API server returns them.
+
+    One attempt per page, bounded in time: an unreachable server is one line naming it, at once.
+    """
+    from kubernetes import client  # noqa: PLC0415 -- only this option needs the client
+
+    from dra_driver import kubeapi  # noqa: PLC0415
     from dra_driver.cel.documents import Document  # noqa: PLC0415
 
-    kube_config: Any = kube_config_module  # its loaders carry no type annotations
-    try:
-        if kubeconfig is not None:
-            api_client = kube_config.new_client_from_config(config_file=str(kubeconfig))
-        else:
-            try:
-                api_client = kube_config.new_client_from_config()
-            except ConfigException:
-                kube_config.load_incluster_config()
-                api_client = client.ApiClient()
-    except (ConfigException, OSError) as exc:
-        raise ConfigurationError(f"cannot load a kubeconfig: {exc}") from exc
+    configuration = kubeapi.load_client_configuration(kubeconfig, flag="--kubeconfig", usual_rules=True)
+    server = str(configuration.host)
     documents: list[Document] = []
-    with api_client:
+    with kubeapi.new_api_client(configuration, retries=0) as api_client:
         resource = client.ResourceV1Api(api_client)
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"limit": 500, "_preload_content": False}
+            kwargs: dict[str, Any] = {
+                "limit": 500,
+                "_preload_content": False,
+                "_request_timeout": (_CONNECT_TIMEOUT_S, _READ_TIMEOUT_S),
+            }
             if token:
                 kwargs["_continue"] = token
             if driver:
                 kwargs["field_selector"] = f"spec.driver={driver}"
             try:
                 response: Any = resource.list_resource_slice(**kwargs)  # raw HTTP response: unparsed JSON
-            except ApiException as exc:
-                raise ConfigurationError(f"listing ResourceSlices failed: {exc.status} {exc.reason}") from exc
-            except OSError as exc:
-                raise ConfigurationError(f"cannot reach the API server: {exc}") from exc
-            body = json.loads(response.data)
+                body = json.loads(response.data)
+            except ValueError as exc:
+                raise kubeapi.ApiRequestError(
+                    f"listing ResourceSlices: {server} did not answer with JSON (is it a Kubernetes API server?)"
+                ) from exc
+            except Exception as exc:
+                raise kubeapi.as_request_error(exc, "listing ResourceSlices", server) from exc
+            if not isinstance(body, dict):
+                raise kubeapi.ApiRequestError(f"listing ResourceSlices: {server} did not answer with a list")
             documents += [Document("cluster", {"kind": "ResourceSlice", **item}) for item in body.get("items") or []]
             token = (body.get("metadata") or {}).get("continue")
             if not token:
@@ -168,7 +198,7 @@ def _cluster_slices(kubeconfig: Path | None, driver: str | None) -> list[Documen
 
 
 @cel.command(name="lint")
-@click.argument("files", type=_FILE, nargs=-1, required=True)
+@click.argument("files", type=click.Path(exists=True, path_type=Path), nargs=-1, required=True)
 @click.option("--driver", default=DEFAULT_DRIVER_NAME, show_default=True, help="the driver whose vocabulary applies")
 @click.option(
     "--classes",
@@ -180,13 +210,16 @@ def _cluster_slices(kubeconfig: Path | None, driver: str | None) -> list[Documen
 def lint_command(files: tuple[Path, ...], driver: str, class_paths: tuple[Path, ...]) -> None:
     """Lint the CEL selectors of DeviceClasses, ResourceClaims and ResourceClaimTemplates in FILES.
 
-    Reports compile errors, non-bool results, attributes and capacities DRIVER never publishes, and
-    lookups that can raise at run time (which abort scheduling in Kubernetes), each with its YAML path
-    and a suggested guarded form.  Exit code 1 when there is any error.
+    FILES may be directories (their *.yaml, *.yml and *.json files, recursively; other kinds of objects
+    there are skipped).  Reports compile errors, non-bool results, attributes and capacities DRIVER
+    never publishes, and lookups that can raise at run time (which abort scheduling in Kubernetes),
+    each with its YAML path and a suggested guarded form.  Exit code 1 when there is any error; 2
+    when an input cannot be linted (not YAML, malformed objects, nothing to lint).
     """
     from dra_driver.cel.documents import load_documents, selector_sites  # noqa: PLC0415
     from dra_driver.cel.lint import Linter, Severity  # noqa: PLC0415
 
+    _check_driver(driver)
     classes: dict[str, tuple[str, ...]] = {}
     for path in class_paths:
         for class_file in sorted(path.rglob("*.y*ml")) if path.is_dir() else [path]:
@@ -194,7 +227,7 @@ def lint_command(files: tuple[Path, ...], driver: str, class_paths: tuple[Path, 
                 if document.kind == "DeviceClass":
                     classes[document.name] = tuple(site.expression for site in selector_sites(document))
 
-    documents = [document for path in files for document in load_documents(path)]
+    documents = [document for path in files for document in _lint_documents(path)]
     linter = Linter(driver, classes)
     findings = linter.lint_documents(documents)
     for finding in findings:
@@ -205,3 +238,30 @@ def lint_command(files: tuple[Path, ...], driver: str, class_paths: tuple[Path, 
     click.echo(f"{sites} selectors in {len(documents)} objects: {errors} errors, {warnings} warnings")
     if errors:
         raise SystemExit(1)
+
+
+def _lint_documents(path: Path) -> list[Document]:
+    """The objects to lint in a FILES argument.  A file must hold at least one of the kinds lint checks;
+    a directory's files may hold anything else too, but the directory must hold at least one."""
+    from dra_driver.cel.documents import holds_selectors, load_documents  # noqa: PLC0415
+
+    kinds = "DeviceClass, ResourceClaim or ResourceClaimTemplate (resource.k8s.io)"
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix in {".yaml", ".yml", ".json"} and p.is_file())
+        documents = [d for file in files for d in load_documents(file) if holds_selectors(d)]
+        if not files:
+            raise ConfigurationError(f"{path}: nothing to lint: the directory holds no *.yaml, *.yml or *.json files")
+        if not documents:
+            raise ConfigurationError(
+                f"{path}: nothing to lint: none of its {len(files)} YAML/JSON files holds a {kinds}"
+            )
+        return documents
+    documents = load_documents(path)
+    if not documents:
+        raise ConfigurationError(f"{path}: nothing to lint: the file holds no objects; give a {kinds}")
+    lintable = [d for d in documents if holds_selectors(d)]
+    if not lintable:
+        found = ", ".join(d.label if d.kind else "an object without kind" for d in documents[:3])
+        more = f" and {len(documents) - 3} more" if len(documents) > 3 else ""
+        raise ConfigurationError(f"{path}: nothing to lint: {found}{more} is not a {kinds}")
+    return lintable

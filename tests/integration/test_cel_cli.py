@@ -94,14 +94,15 @@ def test_eval_reports_runtime_errors_but_exits_zero(slices_file: Path) -> None:
     assert "aborts the pod's whole scheduling attempt" in result.stderr
 
 
-def test_eval_compile_error_exits_one(slices_file: Path) -> None:
+def test_eval_compile_error_is_one_usage_error_line_with_the_position(slices_file: Path) -> None:
     result = migdra("eval", f"{D}.profile ==", "--slices", str(slices_file))
-    assert result.returncode == 1
-    assert "compile error" in result.stderr
-    assert "ERROR: <input>:1:" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "migdra: error: EXPRESSION does not compile: ERROR: <input>:1:44: Syntax error: mismatched input '<EOF>'"
+    ]
     assert result.stdout == ""
     non_bool = migdra("eval", f"{D}.placementStart + 1", "--slices", str(slices_file))
-    assert non_bool.returncode == 1
+    assert non_bool.returncode == 2
     assert "must evaluate to bool or the unknown type, not int" in non_bool.stderr
 
 
