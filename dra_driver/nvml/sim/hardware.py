@@ -269,7 +269,8 @@ def create_gpu_instance(gpu: SimGpu, profile_id: int, placement: Placement | Non
         chosen = placement
     gi = SimGpuInstance(gpu_instance_id=model.gpu_instance_id(chosen), profile_id=profile.profile_id, placement=chosen)
     # Non-overlapping placements always map to distinct IDs; a clash means a broken catalog rule.
-    assert find_gpu_instance(gpu, gi.gpu_instance_id) is None, f"GI ID {gi.gpu_instance_id} assigned twice"
+    if find_gpu_instance(gpu, gi.gpu_instance_id) is not None:
+        raise SimNvmlError(pynvml.NVML_ERROR_UNKNOWN, f"GI ID {gi.gpu_instance_id} would be assigned twice")
     gpu.gpu_instances.append(gi)
     return gi
 

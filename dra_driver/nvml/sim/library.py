@@ -42,7 +42,7 @@ from dra_driver.nvml.sim.abi import (
     write_handle,
     write_value,
 )
-from dra_driver.nvml.sim.errors import SimNvmlError, StateFileError
+from dra_driver.nvml.sim.errors import SimNvmlError
 from dra_driver.nvml.sim.faults import FaultInjector, kill_this_process
 from dra_driver.nvml.sim.state import SimGpu, SimGpuInstance, SimState, StateStore
 
@@ -258,11 +258,9 @@ class _NvmlFunctions:
 
     def nvmlInitWithFlags(self, flags: Any) -> int:
         read_uint(flags)  # NO_GPUS / NO_ATTACH change nothing for simulated GPUs
-        try:
-            self._store.read()
-        except StateFileError as e:
-            logger.error("simulated NVML cannot start: %s", e)
-            return int(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+        # A state file gone bad since install is a migdra error naming the file: it travels up through
+        # pynvml (a Python callable, not C) to the caller as it is, rather than a vague DRIVER_NOT_LOADED.
+        self._store.read()
         self._library.change_init_count(+1)
         return int(pynvml.NVML_SUCCESS)
 
