@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -272,11 +273,12 @@ def _device_model_problem(error: ErrorDetails) -> str:
     return f"{location}: {message}" if location else message
 
 
-def describe_settings_error(exc: ValidationError, model: object) -> str:
+def describe_settings_error(exc: ValidationError, model: object, flag_fields: Collection[str] | None = None) -> str:
     """One line for a settings model's validation errors, naming each field as a user sets it.
 
     pydantic's own text is several lines with internal field names and a documentation URL; a user
     typed a flag (``--sim-gpus``) or a variable (``MIGDRA_SIM_GPUS``), so those are what we name.
+    ``flag_fields``: the fields a command has flags for (None: all); the others are variables only.
     """
     config = getattr(model, "model_config", {})
     prefix = str(config.get("env_prefix", "")) if isinstance(config, dict) else ""
@@ -287,14 +289,17 @@ def describe_settings_error(exc: ValidationError, model: object) -> str:
             problems.append(message)
             continue
         field = str(error["loc"][0])
-        flag, variable = f"--{field.replace('_', '-')}", f"{prefix}{field.upper()}"
+        variable = f"{prefix}{field.upper()}"
+        has_flag = flag_fields is None or field in flag_fields
+        flag = f"--{field.replace('_', '-')}" if has_flag else variable
+        named = f"{flag} ({variable})" if has_flag else variable
         if error["type"] == "missing":  # the input is the whole settings dict: nothing to quote
-            problems.append(f"{flag} is required (or set {variable})")
+            problems.append(f"{flag} is required" + (f" (or set {variable})" if has_flag else ""))
         elif error["type"] == "bool_parsing":
             expected = "expected true or false (or 1/0, yes/no, on/off)"
-            problems.append(f"{flag} ({variable}): {expected}, got {error['input']!r}")
+            problems.append(f"{named}: {expected}, got {error['input']!r}")
         else:
-            problems.append(f"{flag} ({variable}): {message} (got {error['input']!r})")
+            problems.append(f"{named}: {message} (got {error['input']!r})")
     return "; ".join(problems)
 
 

@@ -202,7 +202,8 @@ def _settings(model: Callable[..., SettingsT], what: str, **given: object) -> Se
     try:
         return model(**{key: value for key, value in given.items() if value is not None})
     except ValidationError as exc:
-        raise ConfigurationError(f"invalid {what} settings: {describe_settings_error(exc, model)}") from exc
+        problems = describe_settings_error(exc, model, flag_fields=given.keys())
+        raise ConfigurationError(f"invalid {what} settings: {problems}") from exc
 
 
 # Exit statuses of the error boundary: usage errors (a flag, variable or file that cannot be used) are

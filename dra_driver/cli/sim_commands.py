@@ -57,7 +57,7 @@ def apiserver(
     try:
         settings = ApiServerSettings(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:
-        problems = describe_settings_error(exc, ApiServerSettings)
+        problems = describe_settings_error(exc, ApiServerSettings, flag_fields=given.keys())
         raise ConfigurationError(f"invalid API server settings: {problems}") from exc
     # Every file it will write is checked before it listens: a bad path must not leave a server running.
     _check_writable_file(kubeconfig_out, "--kubeconfig-out")
