@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -93,17 +92,29 @@ def test_plan_from_the_environment(boot: Boot, monkeypatch: pytest.MonkeyPatch) 
 
 def test_latency_delays_only_its_symbol(boot: Boot) -> None:
     device = boot(latency={"nvmlDeviceGetMigMode": 0.2})
-    started = time.monotonic()
+    library: sim.SimulatedNvmlLibrary = pynvml.nvmlLib
+    slept: list[float] = []
+    library.sleep = slept.append
     pynvml.nvmlDeviceGetMigMode(device)
-    assert time.monotonic() - started >= 0.2
-    started = time.monotonic()
+    assert slept == [0.2]
     pynvml.nvmlDeviceGetMaxMigDeviceCount(device)
-    assert time.monotonic() - started < 0.1
+    assert slept == [0.2]
 
 
 def test_latency_is_slept_outside_the_state_lock(boot: Boot) -> None:
-    """Two GPUs creating at once take one latency, not two: the sleep does not hold the file lock."""
+    """Two GPUs creating at once sleep their latency at the same time: the sleep holds no lock.
+
+    Each sleep waits at a barrier for the other; were the latency slept under the state lock, the
+    second call could not reach its sleep and the barrier would break.
+    """
     boot(gpus=["H100-SXM5-80GB", "H100-SXM5-80GB"], latency={"nvmlDeviceCreateGpuInstance": 0.4})
+    library: sim.SimulatedNvmlLibrary = pynvml.nvmlLib
+    both_sleeping = threading.Barrier(2, timeout=30)
+
+    def sleep_beside_the_other(seconds: float) -> None:
+        both_sleeping.wait()
+
+    library.sleep = sleep_beside_the_other
     devices = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(2)]
     errors: list[BaseException] = []
 
@@ -114,14 +125,16 @@ def test_latency_is_slept_outside_the_state_lock(boot: Boot) -> None:
             errors.append(e)
 
     threads = [threading.Thread(target=create, args=(d,)) for d in devices]
-    started = time.monotonic()
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
-    elapsed = time.monotonic() - started
+        thread.join(60)
     assert not errors
-    assert 0.4 <= elapsed < 0.7
+    assert [gi_count_of(d) for d in devices] == [1, 1]
+
+
+def gi_count_of(device: Any) -> int:
+    return int(7 - pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(device, 19))
 
 
 # --- crashing processes ----------------------------------------------------------------------------

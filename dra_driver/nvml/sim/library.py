@@ -106,6 +106,8 @@ class SimulatedNvmlLibrary:
         self.faults = faults
         self._init_count = 0
         self._init_lock = threading.Lock()
+        # Injected latency is slept through this; tests replace it to see latency without timing it.
+        self.sleep: Callable[[float], None] = time.sleep
         functions = _NvmlFunctions(self)
         for name in dir(functions):
             if name.startswith("nvml"):
@@ -119,7 +121,7 @@ class SimulatedNvmlLibrary:
         rule = self.faults.on_call(name)
         delay = self.faults.latency(name)
         if delay > 0:
-            time.sleep(delay)  # outside the state lock: latency on one GPU must not stall another
+            self.sleep(delay)  # outside the state lock: latency on one GPU must not stall another
         if rule is not None and rule.action == "fail":
             assert rule.error is not None  # FaultRule guarantees it
             logger.debug("%s: injected NVML error %d", name, rule.error)
