@@ -8,7 +8,6 @@ CLI are in ``tests/badinput/cases/config.yaml``.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -99,7 +98,5 @@ def test_exclusions_naming_no_gpu_are_refused_with_the_gpus_listed(tmp_path: Pat
 def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
     fifo = tmp_path / "config.yaml"
     os.mkfifo(fifo)
-    started = time.monotonic()
     with pytest.raises(ConfigurationError, match=f"device model configuration {fifo} is not a regular file"):
         load_device_model_config(fifo)
-    assert time.monotonic() - started < 5

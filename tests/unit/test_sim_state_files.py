@@ -12,7 +12,6 @@ import copy
 import fcntl
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -176,10 +175,8 @@ def test_failed_attempts_leave_no_lock_file_or_directory(tmp_path: Path) -> None
 def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
     fifo = tmp_path / "state.json"
     os.mkfifo(fifo)
-    started = time.monotonic()
     with pytest.raises(sim.StateFileError, match="is not a regular file"):
         sim.install(fifo)
-    assert time.monotonic() - started < 5
 
 
 def test_reading_needs_no_lock_and_changing_says_why_it_cannot(tmp_path: Path) -> None:
@@ -208,13 +205,11 @@ def test_waiting_for_the_lock_is_bounded(tmp_path: Path) -> None:
     holder = os.open(store.lock_path, os.O_RDWR | os.O_CREAT)  # another process's lock, as flock sees it
     try:
         fcntl.flock(holder, fcntl.LOCK_EX)
-        started = time.monotonic()
         with (
             pytest.raises(sim.StateLockTimeout, match=r"has held .*state\.json\.lock.* for more than 0\.2 s"),
             store.transaction(),
         ):
             pass
-        assert time.monotonic() - started < 5
     finally:
         os.close(holder)
     with store.transaction() as state:  # released: the next transaction goes through
