@@ -4,9 +4,9 @@ The only part of migdra that speaks gRPC (``grpc`` may be imported only under ``
 It converts kubelet's messages to the plain types of :mod:`kubeletplugin.service` and back and
 calls a :class:`~kubeletplugin.service.DraService`; it never prepares anything itself.
 
-Modules: ``sockets`` (socket files), ``serialize`` (the rolling-update lock), ``convert`` (message
-conversion), ``dra`` / ``registration`` / ``health`` (one service each), ``servers`` (lifecycle,
-concurrency model), ``gen`` (generated from ``protos/`` by ``hack/gen_protos.py``; do not edit).
+Modules: ``sockets`` (socket files), ``convert`` (message conversion), ``dra`` / ``registration`` /
+``health`` (one service each), ``servers`` (lifecycle, concurrency model, message sizes), ``gen``
+(generated from ``protos/`` by ``hack/gen_protos.py``; do not edit).
 """
 
 from kubeletplugin.grpc.health import DeviceHealthSource

@@ -10,16 +10,15 @@ One implementation, :class:`DraPluginServicer`, serves ``k8s.io.kubelet.pkg.apis
 :class:`DraPluginV1beta1Servicer` serves ``...v1beta1`` by transcoding to and from it (see
 :mod:`kubeletplugin.grpc.convert`), so both versions give identical answers.
 
-Handlers run on the gRPC server's worker threads, concurrently; the service must be thread-safe.
-In rolling-update mode a :class:`~kubeletplugin.grpc.serialize.SerializeLock` is held around each
-call to the service (see that module for why).
+Handlers run on the gRPC server's worker threads, concurrently; the service must be thread-safe
+(and, in rolling-update mode, safe against the other plugin process calling it too: the prepare
+service locks per claim and per GPU across processes, see ``kubeletplugin/prepare/locks.py``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
 import grpc
@@ -69,13 +68,8 @@ def complete_results(
 class DraPluginServicer:
     """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` over a :class:`DraService`."""
 
-    def __init__(
-        self,
-        service: DraService,
-        serialize: Callable[[], AbstractContextManager[None]] = nullcontext,
-    ) -> None:
+    def __init__(self, service: DraService) -> None:
         self._service = service
-        self._serialize = serialize
 
     def _call(
         self,
@@ -87,8 +81,7 @@ class DraPluginServicer:
         if not claims:
             return {}
         try:
-            with self._serialize():
-                results = call(claims)
+            results = call(claims)
         except Exception as e:
             # An unexpected failure fails every claim of this call, not the call: kubelet would
             # otherwise drop the results and retry without telling the user anything.

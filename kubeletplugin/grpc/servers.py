@@ -13,16 +13,22 @@ deregisters us from kubelet) before the DRA server stops, so kubelet stops sendi
 the calls it already sent still complete.
 
 Rolling-update mode (``pod_uid`` given): socket names carry the pod UID so two instances can overlap
-during a DaemonSet update, and every prepare/unprepare holds the ``serialize.lock`` flock.
+during a DaemonSet update.  Calls are not serialised here (the Go helper's ``serialize.lock``): the
+prepare service locks each claim and each GPU across processes itself, so the claims of different
+pods keep running in parallel in both processes.
+
+Message sizes: kubelet's gRPC client (grpc-go, no size options) sends requests of up to 2 GiB - 1
+bytes (grpc-go's default send limit, ``math.MaxInt32``) -- one NodePrepareResources carries every
+claim of a pod for this driver -- so the DRA server accepts that much instead of gRPC's 4 MiB
+default receive limit, which would fail the whole call.  kubelet reads responses of at most 4 MiB
+(grpc-go's default receive limit); ours are not limited further on this side.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -37,7 +43,6 @@ from kubeletplugin.grpc.gen import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from kubeletplugin.grpc.gen import pluginregistration_v1_pb2_grpc as registration_grpc
 from kubeletplugin.grpc.health import HEALTH_SERVICE_VERSION, DeviceHealthSource, HealthServicer
 from kubeletplugin.grpc.registration import RegistrationServicer
-from kubeletplugin.grpc.serialize import SerializeLock
 from kubeletplugin.grpc.sockets import PluginSocketPaths, SocketFile, SocketPathError, plugin_socket_paths
 from kubeletplugin.service import DraService
 
@@ -45,16 +50,24 @@ log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_SECONDS = 30.0
 _REGISTRATION_WORKERS = 2
+# The most kubelet sends (grpc-go's default client send limit, math.MaxInt32): see the module docstring.
+KUBELET_MAX_MESSAGE_BYTES = 2**31 - 1
+_DRA_SERVER_OPTIONS = (
+    ("grpc.max_receive_message_length", KUBELET_MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", KUBELET_MAX_MESSAGE_BYTES),
+)
 
 
 class _UnixServer:
     """One ``grpc.server`` on one unix socket, with the thread pool it owns."""
 
-    def __init__(self, name: str, socket_file: SocketFile, max_workers: int) -> None:
+    def __init__(
+        self, name: str, socket_file: SocketFile, max_workers: int, options: tuple[tuple[str, int], ...] = ()
+    ) -> None:
         self.name = name
         self.socket_file = socket_file
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"grpc-{name}")
-        self.server: Any = grpc.server(self._executor)
+        self.server: Any = grpc.server(self._executor, options=list(options))
 
     def start(self) -> None:
         self.socket_file.prepare()
@@ -104,10 +117,7 @@ class PluginServers:
         max_workers: int = 16,
     ) -> None:
         self.paths: PluginSocketPaths = plugin_socket_paths(driver_name, registry_dir, plugin_dir, pod_uid)
-        serialize: Callable[[], AbstractContextManager[None]] = nullcontext
-        if self.paths.serialize_lock is not None:
-            serialize = SerializeLock(self.paths.serialize_lock).held
-        self.dra = DraPluginServicer(service, serialize)
+        self.dra = DraPluginServicer(service)
         self.health = (
             HealthServicer(health, interval=health_interval, poll_interval=health_poll_interval)
             if health is not None
@@ -129,7 +139,7 @@ class PluginServers:
         if self._started:
             raise RuntimeError("the plugin servers can be started only once")
         self._started = True
-        dra_server = _UnixServer("DRAPlugin", SocketFile(self.paths.dra), self._max_workers)
+        dra_server = _UnixServer("DRAPlugin", SocketFile(self.paths.dra), self._max_workers, _DRA_SERVER_OPTIONS)
         v1_grpc.add_DRAPluginServicer_to_server(self.dra, dra_server.server)  # type: ignore[no-untyped-call]
         v1beta1_grpc.add_DRAPluginServicer_to_server(  # type: ignore[no-untyped-call]
             DraPluginV1beta1Servicer(self.dra), dra_server.server

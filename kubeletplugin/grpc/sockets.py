@@ -54,11 +54,10 @@ class NotASocketError(SocketPathError):
 
 @dataclass(frozen=True, slots=True)
 class PluginSocketPaths:
-    """The files one plugin instance owns.  ``serialize_lock`` is set only in rolling-update mode."""
+    """The socket files one plugin instance owns."""
 
     registration: Path
     dra: Path
-    serialize_lock: Path | None
 
 
 def plugin_socket_paths(
@@ -72,12 +71,8 @@ def plugin_socket_paths(
     """
     registry_dir, plugin_dir = registry_dir.absolute(), plugin_dir.absolute()
     if pod_uid is None:
-        return PluginSocketPaths(registry_dir / f"{driver_name}-reg.sock", plugin_dir / "dra.sock", None)
-    return PluginSocketPaths(
-        registry_dir / f"{driver_name}-{pod_uid}-reg.sock",
-        plugin_dir / f"dra-{pod_uid}.sock",
-        plugin_dir / "serialize.lock",
-    )
+        return PluginSocketPaths(registry_dir / f"{driver_name}-reg.sock", plugin_dir / "dra.sock")
+    return PluginSocketPaths(registry_dir / f"{driver_name}-{pod_uid}-reg.sock", plugin_dir / f"dra-{pod_uid}.sock")
 
 
 def ensure_directory(directory: Path) -> None:

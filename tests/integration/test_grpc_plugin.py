@@ -19,6 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kubeletplugin.grpc import PluginServers, RegistrationStatus
+from kubeletplugin.grpc.gen import dra_v1_pb2
 from kubeletplugin.service import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 from tests.kubelet_client import KubeletClient, RecordingDraService, RegistrationRejected, short_socket_dir
 
@@ -328,3 +329,19 @@ def test_a_failing_health_source_ends_the_stream_with_unavailable(base_dir: Path
             next(kubelet.watch_health(timeout=5))
     assert raised.value.code() == grpc.StatusCode.UNAVAILABLE  # kubelet reopens the stream after 5 s
     assert "NVML event set lost" in raised.value.details()
+
+
+def test_a_request_larger_than_grpcs_4_mib_default_is_served(base_dir: Path) -> None:
+    """kubelet (grpc-go, no size options) sends requests of up to 2 GiB - 1 bytes; one NodePrepareResources
+    carries every claim of a pod.  gRPC's 4 MiB default receive limit would fail the whole call."""
+    claims = [ClaimRef("team-a", "c" * 253, f"{i:08d}-0000-4000-8000-000000000000") for i in range(19_000)]
+    size = dra_v1_pb2.NodePrepareResourcesRequest(
+        claims=[dra_v1_pb2.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+    ).ByteSize()
+    assert size > 5 * 2**20  # the size of the request that failed, well over the 4 MiB default
+    service = RecordingDraService(prepare_results={c.uid: PrepareResult() for c in claims})
+    with _servers(base_dir, service) as servers, KubeletClient(servers.paths.registration) as kubelet:
+        kubelet.register()
+        results = kubelet.prepare(claims)  # the response (UIDs, no devices) stays under kubelet's 4 MiB
+    assert len(results) == len(claims)
+    assert set(results.values()) == {PrepareResult()}
