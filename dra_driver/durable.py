@@ -4,7 +4,9 @@ Used for the prepare checkpoint and CDI specs, the simulated NVML's state file a
 server's snapshot.  A reader (the container runtime scanning the CDI directory, or migdra itself after
 a crash or a power cut) sees the old content or the new, never a torn file: write a temporary file in
 the same directory, fsync it, rename it over the target, fsync the directory.  Temporary names start
-with ``.`` and end in ``.tmp`` so that CDI's directory scan (``*.json`` / ``*.yaml``) never loads them.
+with ``.`` and end in ``.tmp`` so that CDI's directory scan (``*.json`` / ``*.yaml``) never loads them;
+the full form, ``.<target name>.<writer PID>.<8 hex digits>.tmp``, is :func:`temporary_path`'s, and
+:func:`parse_temporary_name` reads it back so that a process can clean up after writers that died.
 
 This module never decides *what* to write or where; callers own their paths.  They can ask first
 whether a directory will take files (:func:`writable_directory_problem`), so that a process checks its
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import tempfile
 from collections.abc import Callable
@@ -30,7 +33,7 @@ def write_file_atomically(
     """
     directory = path.parent
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = temporary_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -45,6 +48,22 @@ def write_file_atomically(
             tmp.unlink()
         raise
     fsync_directory(directory)
+
+
+_TEMPORARY_NAME = re.compile(r"^\.(?P<target>.+)\.(?P<pid>[1-9][0-9]{0,9})\.[0-9a-f]{8}\.tmp$")
+
+
+def temporary_path(path: Path) -> Path:
+    """A fresh temporary file name beside ``path`` that names this process as its writer."""
+    return path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def parse_temporary_name(name: str) -> tuple[str, int] | None:
+    """(target file name, writer's PID) of a :func:`temporary_path` name; None for any other name."""
+    match = _TEMPORARY_NAME.match(name)
+    if match is None:
+        return None
+    return match["target"], int(match["pid"])
 
 
 def remove_file_durably(path: Path) -> bool:
