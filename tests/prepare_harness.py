@@ -32,6 +32,15 @@ from kubeletplugin.service import ClaimRef
 NODE = "node-a"
 DRIVER = "gpu.migdra.io"
 BOOT_ID = "11111111-2222-3333-4444-555555555555"
+MUTATING_NVML_SYMBOLS = (
+    "nvmlDeviceSetMigMode",
+    "nvmlDeviceCreateGpuInstance",
+    "nvmlDeviceCreateGpuInstanceWithPlacement",
+    "nvmlGpuInstanceDestroy",
+    "nvmlGpuInstanceCreateComputeInstance",
+    "nvmlGpuInstanceCreateComputeInstanceWithPlacement",
+    "nvmlComputeInstanceDestroy",
+)
 
 
 def result(device: str, request: str = "gpu", driver: str = DRIVER, pool: str = NODE, **extra: Any) -> dict[str, Any]:
@@ -190,6 +199,10 @@ class Node:
         """NVML C calls this process made so far (the simulator counts every symbol)."""
         return sum(self.library.faults.calls(name) for name in dir(self.library) if name.startswith("nvml"))
 
+    def nvml_mutations(self) -> int:
+        """NVML calls of this process so far that change the hardware (create, destroy, MIG mode)."""
+        return sum(self.library.faults.calls(name) for name in MUTATING_NVML_SYMBOLS)
+
 
 @contextlib.contextmanager
 def simulated_node(
@@ -223,18 +236,26 @@ class HeldCall:
             ...  # the GI exists, its CI does not yet
     """
 
-    def __init__(self, target: object, method: str, timeout: float = 30.0) -> None:
+    def __init__(self, target: object, method: str, timeout: float = 30.0, *, first_only: bool = False) -> None:
+        """``first_only``: hold the first call alone; later calls (the test's own, other threads') pass."""
         self.target = target
         self.method = method
         self.timeout = timeout
+        self.first_only = first_only
         self.entered = threading.Event()
         self._released = threading.Event()
         self._original = getattr(target, method)
+        self._claimed = threading.Lock()
+        self._holding = False
 
     def _held(self, *args: Any, **kwargs: Any) -> Any:
-        self.entered.set()
-        if not self._released.wait(self.timeout):
-            raise AssertionError(f"{self.method} was held for {self.timeout} s and never released")
+        with self._claimed:
+            hold = not (self.first_only and self._holding)
+            self._holding = True
+        if hold:
+            self.entered.set()
+            if not self._released.wait(self.timeout):
+                raise AssertionError(f"{self.method} was held for {self.timeout} s and never released")
         return self._original(*args, **kwargs)
 
     def wait_entered(self) -> None:
@@ -254,6 +275,25 @@ class HeldCall:
     ) -> None:
         self.release()
         delattr(self.target, self.method)
+
+
+class Background:
+    """``service.prepare(refs)`` (or ``unprepare``) on another thread, as kubelet's gRPC call would run it."""
+
+    def __init__(self, service: PrepareService, refs: Sequence[ClaimRef], *, unprepare: bool = False) -> None:
+        self.results: dict[str, Any] = {}
+        call = service.unprepare if unprepare else service.prepare
+        self._thread = threading.Thread(target=lambda: self.results.update(call(refs)), daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float = 30.0) -> dict[str, Any]:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the call did not finish"
+        return self.results
 
 
 def _shutdown(nvml: Nvml) -> None:

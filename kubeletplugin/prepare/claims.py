@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,10 +110,44 @@ class ClaimAllocation:
     generation: int | None
     devices: tuple[AllocatedDevice, ...]
     configs: tuple[DriverConfigEntry, ...]
+    other_drivers: tuple[str, ...] = ()  # drivers of the results that are not ours, sorted, once each
 
 
 def claim_label(ref: ClaimRef) -> str:
     return f"{ref.namespace}/{ref.name}"
+
+
+# A claim UID names files (the CDI spec, the claim's lock): nothing that could leave their directory.
+_CLAIM_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+
+def compute_claim_ref_problem(ref: ClaimRef) -> str | None:
+    """What is wrong with a claim as kubelet sent it (one line naming the field), or None; pure.
+
+    kubelet always sends namespace, name and UID (kubelet-grpc.md §3); an empty one would otherwise
+    turn into a read of the claim *list* and a pydantic dump as the claim's error.
+    """
+    for field_name, value in (("namespace", ref.namespace), ("name", ref.name), ("uid", ref.uid)):
+        if not value:
+            return (
+                f"kubelet sent a claim with an empty {field_name} "
+                f"(namespace {ref.namespace!r}, name {ref.name!r}, uid {ref.uid!r})"
+            )
+    if not _CLAIM_UID.match(ref.uid):
+        return (
+            f"kubelet sent claim {claim_label(ref)} with uid {ref.uid!r}, which is not a Kubernetes UID "
+            "(letters, digits and '-', '.', '_', ':', at most 128)"
+        )
+    return None
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """The first problem of a pydantic error in one line, ``metadata.name: Field required``, and how many more."""
+    problems = error.errors()
+    first = problems[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(the document)"
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{where}: {first['msg']}{more}"
 
 
 class ClaimApi:
@@ -171,7 +206,9 @@ def read_claim(api: ClaimApi, ref: ClaimRef) -> ResourceClaimView:
     try:
         return ResourceClaimView.model_validate(raw)
     except ValidationError as e:
-        raise ClaimReadError(f"the API server returned a claim migdra cannot read: {e}") from e
+        raise ClaimReadError(
+            f"the API server returned a claim migdra cannot read: {describe_validation_error(e)}"
+        ) from e
 
 
 def compute_claim_allocation(
@@ -187,8 +224,10 @@ def compute_claim_allocation(
         raise ClaimMismatchError("is not allocated (no status.allocation); nothing to prepare")
     devices = allocation.devices or DeviceAllocationResult()
     ours: list[AllocatedDevice] = []
+    others: set[str] = set()
     for position, result in enumerate(devices.results):
         if result.driver != driver_name:
+            others.add(result.driver)
             continue  # another driver's device: not ours to prepare, check or touch
         if result.pool != pool_name:
             raise ClaimMismatchError(
@@ -201,4 +240,4 @@ def compute_claim_allocation(
         for position, entry in enumerate(devices.config)
         if entry.opaque is not None and entry.opaque.driver == driver_name
     )
-    return ClaimAllocation(ref, claim.metadata.generation, tuple(ours), configs)
+    return ClaimAllocation(ref, claim.metadata.generation, tuple(ours), configs, tuple(sorted(others)))

@@ -16,9 +16,11 @@ unusable, so the plugin refuses to start rather than guess.
      │    ├── RealizeError           NVML failed to create the GPU / compute instance       (retryable)
      │    │    └── CapacityMismatchError  no CI profile covers the GI, or the CI delivers
      │    │                               fewer SMs than the profile advertises            (permanent)
-     │    └── ReleaseError           an instance could not be destroyed (a process holds it) (retryable)
+     │    ├── ReleaseError           an instance could not be destroyed (a process holds it) (retryable)
+     │    └── LockTimeoutError       a lock of the claim, its GPU or the checkpoint stayed held by
+     │                               another thread or plugin process past the timeout      (retryable)
      └── CheckpointError             checkpoint unreadable, corrupt (checksum) or of an unknown
-                                     schema, or the state directory is held by another process
+                                     schema, or its lock stayed held at start-up
                                      (fatal: refuse to start; an admin inspects the file)
 
 *permanent until someone frees the placement; kubelet's retries succeed once it is free.
@@ -81,6 +83,17 @@ class CapacityMismatchError(RealizeError):
 
 class ReleaseError(PrepareError):
     """An instance could not be destroyed, typically because a process still holds it."""
+
+    retryable = True
+
+
+class LockTimeoutError(PrepareError):
+    """A lock file of the state directory (or its in-process lock) stayed held past the timeout.
+
+    The message names the lock file and, where the kernel says, the process holding it: typically the
+    other plugin pod of a rolling update that is stuck, or a migdra from before per-operation locking
+    (which holds ``prepare.lock`` for its whole life).  Kubelet retries the claim.
+    """
 
     retryable = True
 

@@ -2,6 +2,8 @@
 
 Owns the NVML mutations of the prepare path:
 
+- :func:`compute_placement_conflict` (pure) decides whether a device's placement is taken, and by
+  whose instance: another claim's (named by its checkpoint record) or one migdra did not create.
 - :func:`realize_mig_instance` creates the GPU instance of the allocated profile at **exactly** the
   allocated placement (never another: an occupied placement is an error, not a reason to move), then
   the compute instance that covers the whole GI -- the CI profile whose SM count equals the GI
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,7 +34,7 @@ from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError, NvmlInsufficientResources, NvmlInUse, NvmlNotFound
 from dra_driver.nvml.types import ComputeInstanceProfileInfo, GpuInstanceInfo
-from kubeletplugin.prepare.checkpoint import DeviceRecord
+from kubeletplugin.prepare.checkpoint import ClaimRecord, DeviceIntent, DeviceRecord
 from kubeletplugin.prepare.crashpoints import CrashPoint
 from kubeletplugin.prepare.devices import DeviceTarget
 from kubeletplugin.prepare.errors import (
@@ -97,6 +99,68 @@ def compute_full_ci_profile(
 def find_overlapping_instance(instances: Sequence[GpuInstanceInfo], placement: Placement) -> GpuInstanceInfo | None:
     """The first GPU instance whose memory slices overlap ``placement``; pure."""
     return next((gi for gi in instances if gi.placement.overlaps(placement)), None)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementConflict:
+    """A GPU instance standing where a device must be created, and the claim whose record names it."""
+
+    occupant: GpuInstanceInfo
+    holder: ClaimRecord | None  # None: no record names it -- an instance migdra did not create
+
+    def describe(self, intent: DeviceIntent) -> str:
+        """The per-claim error: device, placement, occupant, whose it is; never a fallback."""
+        occupant = self.occupant
+        who = (
+            f"prepared for claim {self.holder.label} (UID {self.holder.claim_uid})"
+            if self.holder is not None
+            else "that migdra did not create"
+        )
+        return (
+            f"device {intent.device_name}: placement {intent.placement} on GPU {intent.gpu_uuid} is occupied by "
+            f"GPU instance {occupant.gpu_instance_id} (profile {occupant.profile_id} at {occupant.placement}) "
+            f"{who}; migdra never falls back to another placement"
+        )
+
+
+def compute_placement_conflict(
+    instances: Sequence[GpuInstanceInfo], intent: DeviceIntent, records: Iterable[ClaimRecord], claim_uid: str
+) -> PlacementConflict | None:
+    """Whether ``intent``'s placement is taken on its GPU, given the GPU's ``instances`` and the checkpoint's
+    ``records`` (read *after* the instances, so a GI in ``instances`` that migdra created is named by
+    one of them); pure.
+
+    None for admin access and whole GPUs (they create nothing) and for a free placement.  The occupant
+    is attributed to the first record of another claim that names it -- by its GI ID, or as the GI of
+    that profile at that placement whose creation is in flight -- else to nobody (a foreign instance).
+    """
+    if intent.admin_access or not intent.is_mig:
+        return None
+    assert intent.placement is not None
+    occupant = find_overlapping_instance(instances, intent.placement)
+    if occupant is None:
+        return None
+    holder = next(
+        (
+            record
+            for record in records
+            if record.claim_uid != claim_uid
+            and any(d.intent.gpu_uuid == intent.gpu_uuid and records_gpu_instance(d, occupant) for d in record.devices)
+        ),
+        None,
+    )
+    return PlacementConflict(occupant, holder)
+
+
+def records_gpu_instance(device: DeviceRecord, gi: GpuInstanceInfo) -> bool:
+    """Whether ``device`` (of the same GPU) records ``gi``: by its ID, or as the GI being created as."""
+    if device.owns_instance:
+        return device.gpu_instance_id == gi.gpu_instance_id
+    return (
+        device.creation_in_flight
+        and device.intent.placement == gi.placement
+        and device.intent.profile_id == gi.profile_id
+    )
 
 
 def realize_mig_instance(

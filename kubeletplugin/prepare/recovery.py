@@ -16,7 +16,11 @@ Rules (prior-art.md §6.5, §7.5, and the safety list at its end):
 - an instance that no record names is **never** destroyed (pre-existing and foreign instances stay),
   and a GPU whose instances cannot be read is not touched at all (never act on a failed read);
 - a record whose rollback fails stays, as ``PrepareStarted`` with what is left, for the next
-  prepare, unprepare or start-up.
+  prepare, unprepare or start-up;
+- a record whose claim lock another plugin process holds (the other pod of a rolling update is
+  preparing or unpreparing it right now) is left to that process: its ``PrepareStarted`` is work in
+  progress, not a crash.  The kernel drops the locks of a dead process, even after SIGKILL, so a
+  record of a crashed process is never mistaken for one in progress.
 
 This module decides and destroys; it never writes CDI specs or claim status (the service does, from
 the report), and never creates anything.
@@ -24,15 +28,16 @@ the report), and never creates anything.
 
 from __future__ import annotations
 
+import enum
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError
 from dra_driver.nvml.types import GpuInstanceInfo
 from kubeletplugin.prepare.checkpoint import CheckpointStore, ClaimRecord, ClaimState, DeviceRecord
-from kubeletplugin.prepare.errors import ReleaseError
+from kubeletplugin.prepare.errors import LockTimeoutError, ReleaseError
 from kubeletplugin.prepare.locks import KeyedLocks
 from kubeletplugin.prepare.realize import release_device
 
@@ -47,6 +52,7 @@ class RecoveryReport:
     rolled_back: tuple[ClaimRecord, ...] = ()  # fully released and dropped
     kept: tuple[ClaimRecord, ...] = ()  # rollback incomplete, or GPU unreadable: still recorded
     discarded: tuple[ClaimRecord, ...] = ()  # from another boot
+    in_flight: tuple[ClaimRecord, ...] = ()  # another plugin process was working on them: left to it
 
 
 def compute_verification_problems(record: ClaimRecord, instances: Mapping[str, Sequence[GpuInstanceInfo]]) -> list[str]:
@@ -78,17 +84,37 @@ def compute_verification_problems(record: ClaimRecord, instances: Mapping[str, S
     return problems
 
 
-def read_instances(nvml: Nvml, gpu_uuids: set[str]) -> tuple[dict[str, list[GpuInstanceInfo]], set[str]]:
-    """GPU instances per GPU, and the GPUs that could not be read (to be left alone)."""
+def read_instances(
+    nvml: Nvml, gpu_locks: KeyedLocks, gpu_uuids: set[str]
+) -> tuple[dict[str, list[GpuInstanceInfo]], set[str]]:
+    """GPU instances per GPU, and the GPUs that could not be read (to be left alone).
+
+    Each GPU is read under its lock: a GI that another plugin process destroys in the middle of a
+    read would make NVML fail the read (a stale handle), and a GPU that cannot be read is not acted on.
+    """
     found: dict[str, list[GpuInstanceInfo]] = {}
     unreadable: set[str] = set()
     for gpu_uuid in sorted(gpu_uuids):
         try:
-            found[gpu_uuid] = nvml.gpu_instances(gpu_uuid)
-        except NvmlError as e:
-            log.error("recovery: cannot read the instances of GPU %s (%s); its records are left untouched", gpu_uuid, e)
+            with gpu_locks.hold(gpu_uuid):
+                found[gpu_uuid] = nvml.gpu_instances(gpu_uuid)
+        except (NvmlError, LockTimeoutError) as e:
+            log.error("cannot read the instances of GPU %s (%s); its records are left untouched", gpu_uuid, e)
             unreadable.add(gpu_uuid)
     return found, unreadable
+
+
+def record_gpus(record: ClaimRecord) -> set[str]:
+    """The GPUs on which ``record`` may have created instances (admin access and whole GPUs create none)."""
+    return {d.intent.gpu_uuid for d in record.devices if d.intent.is_mig and not d.intent.admin_access}
+
+
+def read_verification_problems(nvml: Nvml, gpu_locks: KeyedLocks, record: ClaimRecord) -> list[str] | None:
+    """Why a completed ``record`` does not match NVML now ([] = verified); None when a GPU is unreadable."""
+    instances, unreadable = read_instances(nvml, gpu_locks, record_gpus(record))
+    if unreadable:
+        return None
+    return compute_verification_problems(record, instances)
 
 
 def release_record(
@@ -98,7 +124,8 @@ def release_record(
 
     The record is marked ``PrepareStarted`` (being released) before anything is destroyed, and each
     device's record follows every step (compute instance gone, then the GI), so a failure or a crash
-    between two steps never leaves a record naming an instance that no longer exists.
+    between two steps never leaves a record naming an instance that no longer exists.  The caller
+    holds the claim's lock.
     """
     if record.state is not ClaimState.PREPARE_STARTED:
         store.put(record.model_copy(update={"state": ClaimState.PREPARE_STARTED}))
@@ -114,52 +141,89 @@ def release_record(
         try:
             with gpu_locks.hold(record.devices[index].intent.gpu_uuid):
                 release_device(nvml, record.devices[index], progress)
-        except ReleaseError as e:
+        except (ReleaseError, LockTimeoutError) as e:
             log.error("claim %s (UID %s): %s", record.label, record.claim_uid, e.message)
             remaining.insert(0, current[0])
-            first_error = first_error or e
+            first_error = first_error or (
+                e if isinstance(e, ReleaseError) else ReleaseError(e.message, names_claim=e.names_claim)
+            )
     return tuple(remaining), first_error
 
 
-def recover(nvml: Nvml, store: CheckpointStore, gpu_locks: KeyedLocks) -> RecoveryReport:
-    """Adopt verified records, roll back the rest; see the module docstring for the rules."""
-    records = store.records()
-    gpu_uuids = {d.intent.gpu_uuid for r in records for d in r.devices if d.intent.is_mig and not d.intent.admin_access}
-    instances, unreadable = read_instances(nvml, gpu_uuids)
+class Outcome(enum.Enum):
+    ADOPTED = "adopted"  # verified against NVML, kept as it is
+    ROLLED_BACK = "rolled back"  # released and dropped
+    KEPT = "kept"  # rollback incomplete, or a GPU unreadable: still recorded
+
+
+def recover_record(nvml: Nvml, store: CheckpointStore, gpu_locks: KeyedLocks, record: ClaimRecord) -> Outcome:
+    """Adopt ``record`` if it is completed and NVML confirms it, else roll it back.  The caller holds
+    the claim's lock (so no plugin process is working on the claim) and passes the record as stored."""
+    if record.state is ClaimState.PREPARE_COMPLETED:
+        problems = read_verification_problems(nvml, gpu_locks, record)
+        if problems is None:
+            return Outcome.KEPT
+        if not problems:
+            log.info("recovery: adopted claim %s (UID %s): NVML confirms its instances", record.label, record.claim_uid)
+            return Outcome.ADOPTED
+        log.error(
+            "RECOVERY: prepared claim %s (UID %s) does not match NVML and is rolled back: %s",
+            record.label,
+            record.claim_uid,
+            "; ".join(problems),
+        )
+    else:
+        log.warning(
+            "recovery: claim %s (UID %s) was being prepared or released when a plugin process stopped; rolling back",
+            record.label,
+            record.claim_uid,
+        )
+    remaining, error = release_record(nvml, gpu_locks, record, store)
+    if error is None:
+        store.drop(record.claim_uid)
+        return Outcome.ROLLED_BACK
+    store.put(record.model_copy(update={"state": ClaimState.PREPARE_STARTED, "devices": remaining}))
+    return Outcome.KEPT
+
+
+def recover(
+    nvml: Nvml,
+    store: CheckpointStore,
+    claim_locks: KeyedLocks,
+    gpu_locks: KeyedLocks,
+    after: Callable[[ClaimRecord, Outcome], None] = lambda record, outcome: None,
+) -> RecoveryReport:
+    """Adopt verified records, roll back the rest; see the module docstring for the rules.
+
+    A record whose claim lock another plugin process holds is being prepared or unprepared by it right
+    now (the other pod of a rolling update): it is left to that process, not rolled back.  ``after``
+    runs for every record recovered here, still under the claim's lock (for its CDI spec and status).
+    """
     adopted: list[ClaimRecord] = []
     rolled_back: list[ClaimRecord] = []
     kept: list[ClaimRecord] = []
-    for record in records:
-        touched = {d.intent.gpu_uuid for d in record.devices if d.intent.is_mig and not d.intent.admin_access}
-        if touched & unreadable:
-            kept.append(record)
-            continue
-        if record.state is ClaimState.PREPARE_COMPLETED:
-            problems = compute_verification_problems(record, instances)
-            if not problems:
+    in_flight: list[ClaimRecord] = []
+    for listed in store.records():
+        with claim_locks.try_hold(listed.claim_uid) as held:
+            if not held:
                 log.info(
-                    "recovery: adopted claim %s (UID %s): NVML confirms its instances", record.label, record.claim_uid
+                    "recovery: claim %s (UID %s) is being prepared or unprepared by another plugin process (it holds "
+                    "%s); left to it",
+                    listed.label,
+                    listed.claim_uid,
+                    claim_locks.lock_path(listed.claim_uid),
                 )
-                adopted.append(record)
+                in_flight.append(listed)
                 continue
-            log.error(
-                "RECOVERY: prepared claim %s (UID %s) does not match NVML and is rolled back: %s",
-                record.label,
-                record.claim_uid,
-                "; ".join(problems),
-            )
-        else:
-            log.warning(
-                "recovery: claim %s (UID %s) was being prepared or released when the plugin stopped; rolling back",
-                record.label,
-                record.claim_uid,
-            )
-        remaining, error = release_record(nvml, gpu_locks, record, store)
-        if error is None:
-            store.drop(record.claim_uid)
-            rolled_back.append(record)
-        else:
-            left = record.model_copy(update={"state": ClaimState.PREPARE_STARTED, "devices": remaining})
-            store.put(left)
-            kept.append(left)
-    return RecoveryReport(tuple(adopted), tuple(rolled_back), tuple(kept))
+            record = store.get(listed.claim_uid)  # as it is now that nobody works on it
+            if record is None:
+                continue  # unprepared by the other process in the meantime
+            outcome = recover_record(nvml, store, gpu_locks, record)
+            if outcome is Outcome.ADOPTED:
+                adopted.append(record)
+            elif outcome is Outcome.ROLLED_BACK:
+                rolled_back.append(record)
+            else:
+                kept.append(store.get(record.claim_uid) or record)
+            after(record, outcome)
+    return RecoveryReport(tuple(adopted), tuple(rolled_back), tuple(kept), in_flight=tuple(in_flight))

@@ -2,7 +2,9 @@
 
 Implements :class:`kubeletplugin.service.DraService`.  The path of one claim (docs/prepare.md):
 
-    checkpoint says PrepareCompleted?  → return its devices (no NVML, no API call: kubelet retries)
+    checkpoint says PrepareCompleted?  → NVML still shows its instances?  return its devices (no
+                                         API call, nothing created: kubelet retries); else roll back
+                                         what is still migdra's (identity-checked) and prepare again
     checkpoint says PrepareStarted?    → roll that attempt back first
     read the claim (UID checked) → this driver's results in this node's pool → opaque configs
     → device names → (GPU, GI profile, placement) checked against NVML → placements free?
@@ -16,9 +18,13 @@ Unprepare destroys CI then GI of what the record names, deletes the spec, drops 
 clears the status.  Per-claim failures become that claim's ``error`` (naming claim, device and
 cause); one claim never fails another, and an unexpected exception is a per-claim error too.
 
-Concurrency: the claims of one call, and concurrent calls, run on a small thread pool; a claim is
-handled by one thread at a time (claim lock), a GPU is mutated by one thread at a time (GPU lock),
-so claims on different GPUs are created in parallel.  This module never imports ``grpc``.
+Concurrency: the claims of one call, and concurrent calls, run on a small thread pool.  Several
+plugin processes may serve the node at once (the two pods of a rolling update), so every lock is
+taken in this process *and* across processes (:mod:`~kubeletplugin.prepare.locks`): a claim is
+handled by one thread of one process at a time (claim lock), a GPU is mutated by one at a time (GPU
+lock), and the checkpoint is re-read and changed under its own lock for each step
+(:class:`~kubeletplugin.prepare.checkpoint.CheckpointStore`).  Claims on different GPUs are created
+in parallel.  This module never imports ``grpc``.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from dra_driver.nvml.types import GpuInstanceInfo
 from kubeletplugin.prepare.cdi import (
     CdiDevice,
     build_cdi_spec,
+    claim_uid_of_spec,
     compute_cdi_device_id,
     delete_cdi_spec,
     gpu_device_nodes,
@@ -55,24 +62,43 @@ from kubeletplugin.prepare.checkpoint import (
     ClaimState,
     DeviceIntent,
     DeviceRecord,
-    StateDirLock,
     compute_conflicting_device,
     read_node_boot_id,
 )
-from kubeletplugin.prepare.claims import AllocatedDevice, ClaimApi, claim_label, compute_claim_allocation, read_claim
+from kubeletplugin.prepare.claims import (
+    AllocatedDevice,
+    ClaimApi,
+    claim_label,
+    compute_claim_allocation,
+    compute_claim_ref_problem,
+    read_claim,
+)
 from kubeletplugin.prepare.config import compute_device_config, parse_driver_configs
 from kubeletplugin.prepare.crashpoints import CrashHook, CrashPoint
 from kubeletplugin.prepare.devices import DeviceTarget, GpuTopology, compute_device_target, read_gpu_topology
-from kubeletplugin.prepare.errors import DeviceConflictError, PrepareError, RealizeError
-from kubeletplugin.prepare.locks import KeyedLocks
+from kubeletplugin.prepare.errors import (
+    CheckpointError,
+    DeviceConflictError,
+    LockTimeoutError,
+    PrepareError,
+    RealizeError,
+)
+from kubeletplugin.prepare.leftovers import find_leftover_temporary_files, remove_temporary_files
+from kubeletplugin.prepare.locks import LOCKS_DIR, KeyedLocks
 from kubeletplugin.prepare.realize import (
     RealizedInstance,
     RealizeFailed,
-    find_overlapping_instance,
+    compute_placement_conflict,
     realize_mig_instance,
     roll_back_realized,
 )
-from kubeletplugin.prepare.recovery import RecoveryReport, recover, release_record
+from kubeletplugin.prepare.recovery import (
+    Outcome,
+    RecoveryReport,
+    read_verification_problems,
+    recover,
+    release_record,
+)
 from kubeletplugin.prepare.settings import PrepareSettings
 from kubeletplugin.prepare.status import EVENT_PREPARE_FAILED, EVENT_UNPREPARE_FAILED, ClaimReporter
 from kubeletplugin.service import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
@@ -103,9 +129,11 @@ class _TopologyOnce:
 class PrepareService:
     """Prepares and unprepares claims of one driver on one node.  Thread-safe; see the module docstring.
 
-    Construct with explicit dependencies, then :meth:`start` (takes the state directory's lock, loads
-    the checkpoint -- raising :class:`~kubeletplugin.prepare.errors.CheckpointError` if it cannot be
-    trusted -- and runs start-up recovery) before serving kubelet; :meth:`close` at shutdown.
+    Construct with explicit dependencies, then :meth:`start` (loads the checkpoint -- raising
+    :class:`~kubeletplugin.prepare.errors.CheckpointError` if it cannot be trusted -- and runs
+    start-up recovery, leaving alone what another plugin process is working on) before serving
+    kubelet; :meth:`close` at shutdown.  ``state_lock_timeout`` bounds every wait for a lock (the
+    claim's, a GPU's, the checkpoint's).
     """
 
     def __init__(
@@ -137,10 +165,13 @@ class PrepareService:
         self._workers = workers
         self._crash = CrashHook(crash_at)
         self._api_timeout = api_timeout
-        self._state_lock = StateDirLock(state_dir, state_lock_timeout)
+        self._lock_timeout = state_lock_timeout
         self._reporter = reporter or ClaimReporter(api_client, driver_name, node_name, request_timeout=api_timeout)
-        self._claim_locks = KeyedLocks()
-        self._gpu_locks = KeyedLocks()
+        locks = state_dir / LOCKS_DIR
+        self._claim_locks = KeyedLocks(
+            locks, prefix="claim-", kind="claim", timeout=state_lock_timeout, remove_files=True
+        )
+        self._gpu_locks = KeyedLocks(locks, prefix="gpu-", kind="GPU", timeout=state_lock_timeout)
         self._store: CheckpointStore | None = None
         self._executor: ThreadPoolExecutor | None = None
 
@@ -174,47 +205,86 @@ class PrepareService:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> RecoveryReport:
-        """Own the state directory, load the checkpoint, recover; then calls may be served."""
-        self._state_lock.acquire()
-        try:
-            store = CheckpointStore(self.state_dir, self._read_boot_id())
-            loaded = store.load()
-            report = recover(self.nvml, store, self._gpu_locks)
-        except BaseException:
-            self._state_lock.release()
-            raise
+        """Load the checkpoint, recover, clean up; then calls may be served.
+
+        Another plugin process may be serving the node already (a rolling update): what it is working
+        on right now -- claims whose lock it holds -- is left to it (``RecoveryReport.in_flight``).
+        """
+        store = CheckpointStore(self.state_dir, self._read_boot_id(), lock_timeout=self._lock_timeout)
+        loaded = store.load()  # CheckpointError: the process must stop, not guess
         self._store = store
         self._reporter.start()
-        for record in loaded.discarded + report.rolled_back:
-            self._delete_spec(record.claim_uid)
-        for record in report.rolled_back:
-            if record.state is ClaimState.PREPARE_COMPLETED:
-                self._reporter.report_cleared(ClaimRef(record.namespace, record.name, record.claim_uid), record)
-        for record in report.adopted:
-            self._ensure_spec(record)
-        recorded = {r.claim_uid for r in store.records()}
-        for orphan in sorted(list_cdi_spec_claims(self.cdi_dir, self.driver_name) - recorded):
-            log.warning("removing CDI spec of claim UID %s: no checkpoint record names it", orphan)
-            self._delete_spec(orphan)
+        try:
+            for record in loaded.discarded:  # another boot: no process of this boot can be working on them
+                self._delete_spec(record.claim_uid)
+            report = recover(self.nvml, store, self._claim_locks, self._gpu_locks, after=self._after_recovery)
+            self._remove_cdi_leftovers()
+        except LockTimeoutError as e:
+            self._abandon_start()
+            raise CheckpointError(f"start-up recovery could not finish: {e.message}") from e
+        except BaseException:
+            self._abandon_start()
+            raise
         self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="migdra-prepare")
         log.info(
-            "prepare service started: %d claim(s) adopted, %d rolled back, %d kept for retry, %d from another boot",
+            "prepare service started: %d claim(s) adopted, %d rolled back, %d kept for retry, %d from another boot, "
+            "%d being worked on by another plugin process",
             len(report.adopted),
             len(report.rolled_back),
             len(report.kept),
             len(loaded.discarded),
+            len(report.in_flight),
         )
-        return RecoveryReport(report.adopted, report.rolled_back, report.kept, loaded.discarded)
+        return RecoveryReport(report.adopted, report.rolled_back, report.kept, loaded.discarded, report.in_flight)
+
+    def _abandon_start(self) -> None:
+        self._reporter.close()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def _after_recovery(self, record: ClaimRecord, outcome: Outcome) -> None:
+        """The claim's CDI spec and status after recovery decided on its record (claim lock held)."""
+        if outcome is Outcome.ADOPTED:
+            self._ensure_spec(record)
+        elif outcome is Outcome.ROLLED_BACK:
+            self._delete_spec(record.claim_uid)
+            if record.state is ClaimState.PREPARE_COMPLETED:
+                self._reporter.report_cleared(ClaimRef(record.namespace, record.name, record.claim_uid), record)
+
+    def _remove_cdi_leftovers(self) -> None:
+        """Spec files no record names, and temporary spec files of dead writers, each under its claim's lock.
+
+        The directory is listed *before* the records are read: a spec is written after its claim's
+        record, so one listed here whose record is gone under the claim's lock belongs to nobody.  A
+        claim another plugin process is working on is skipped.
+        """
+        store = self._require_store()
+        specs = list_cdi_spec_claims(self.cdi_dir, self.driver_name)
+        temporaries: dict[str, list[Path]] = {}
+        for path, target in find_leftover_temporary_files(self.cdi_dir, lambda target: True):
+            uid = claim_uid_of_spec(Path(target), self.driver_name)
+            if uid is not None:  # another vendor's file is never ours to remove
+                temporaries.setdefault(uid, []).append(path)
+        for uid in sorted(specs | temporaries.keys()):
+            with self._claim_locks.try_hold(uid) as held:
+                if not held:
+                    continue
+                remove_temporary_files(temporaries.get(uid, ()))  # its writers hold this lock: none is writing
+                if uid in specs and store.get(uid) is None:
+                    log.warning("removing CDI spec of claim UID %s: no checkpoint record names it", uid)
+                    self._delete_spec(uid)
 
     def close(self, report_timeout: float = 1.0) -> None:
-        """Stop serving: wait for running claims, give queued status writes a moment, release the state."""
+        """Stop serving: wait for running claims, give queued status writes a moment, let go of the files."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
             self._reporter.flush(report_timeout)
         self._reporter.close()
-        self._store = None
-        self._state_lock.release()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
     def __enter__(self) -> PrepareService:
         self.start()
@@ -265,11 +335,18 @@ class PrepareService:
 
     def _prepare_claim_reported(self, ref: ClaimRef, topology: _TopologyOnce) -> PrepareResult:
         label = claim_label(ref)
+        problem = compute_claim_ref_problem(ref)
+        if problem is not None:  # nothing to report the failure on: the claim cannot be named
+            log.warning("prepare refused: %s", problem)
+            return PrepareResult(error=problem)
         try:
             return self._prepare_claim(ref, topology)
         except PrepareError as e:
             message = e.describe(label)
             log.warning("prepare failed: %s", message)
+        except CheckpointError as e:
+            message = f"claim {label}: {e}"
+            log.error("prepare failed: %s", message)
         except Exception as e:
             message = f"claim {label}: unexpected error while preparing: {e!r}"
             log.exception("prepare of claim %s (UID %s) failed unexpectedly", label, ref.uid)
@@ -278,12 +355,19 @@ class PrepareService:
 
     def _unprepare_claim_reported(self, ref: ClaimRef) -> UnprepareResult:
         label = claim_label(ref)
+        problem = compute_claim_ref_problem(ref)
+        if problem is not None:
+            log.warning("unprepare refused: %s", problem)
+            return UnprepareResult(error=problem)
         try:
             self._unprepare_claim(ref)
             return UnprepareResult()
         except PrepareError as e:
             message = e.describe(label)
             log.warning("unprepare failed: %s", message)
+        except CheckpointError as e:
+            message = f"claim {label}: {e}"
+            log.error("unprepare failed: %s", message)
         except Exception as e:
             message = f"claim {label}: unexpected error while unpreparing: {e!r}"
             log.exception("unprepare of claim %s (UID %s) failed unexpectedly", label, ref.uid)
@@ -295,8 +379,10 @@ class PrepareService:
         with self._claim_locks.hold(ref.uid):
             record = store.get(ref.uid)
             if record is not None and record.state is ClaimState.PREPARE_COMPLETED:
-                self._ensure_spec(record)
-                return self._result_of(record)
+                if self._still_realized(ref, record):
+                    self._ensure_spec(record)
+                    return self._result_of(record)
+                record = None  # rolled back: prepare again, from the claim
             if record is not None:
                 log.warning("claim %s (UID %s): rolling back an unfinished prepare first", record.label, ref.uid)
                 self._release_or_keep(record)
@@ -306,6 +392,13 @@ class PrepareService:
             configs = parse_driver_configs(allocation.configs, self.driver_name)
             grouped = _group_by_device(allocation.devices)
             if not grouped:
+                log.info(
+                    "claim %s (UID %s) has no device of %s (allocated by %s only): nothing to prepare",
+                    claim_label(ref),
+                    ref.uid,
+                    self.driver_name,
+                    ", ".join(allocation.other_drivers) or "no driver",
+                )
                 return PrepareResult()
             gpus = topology.get()
             intents: list[DeviceIntent] = []
@@ -334,6 +427,32 @@ class PrepareService:
                 ", ".join(d.intent.device_name for d in completed.devices),
             )
             return self._result_of(completed)
+
+    def _still_realized(self, ref: ClaimRef, record: ClaimRecord) -> bool:
+        """Whether NVML still shows the instances of a completed ``record``; if not, roll it back.
+
+        An operator may have destroyed migdra's instance and created another in its place since
+        (NVML may even give it the same GI ID).  Returning the recorded devices would hand the pod a
+        MIG UUID that no longer exists, so the record is released -- identity-checked: only an
+        instance that still is migdra's is destroyed -- and the claim is prepared again, which fails
+        cleanly while someone else's instance holds the placement.
+        """
+        problems = read_verification_problems(self.nvml, self._gpu_locks, record)
+        if problems is None:
+            raise RealizeError("its GPUs could not be read to check its prepared instances; kubelet retries")
+        if not problems:
+            return True
+        log.error(
+            "claim %s (UID %s): its prepared instances do not match NVML any more (%s); rolling back what is still "
+            "migdra's and preparing it again",
+            record.label,
+            record.claim_uid,
+            "; ".join(problems),
+        )
+        self._release_or_keep(record)
+        self._delete_spec(record.claim_uid)
+        self._reporter.report_cleared(ref, record)
+        return False
 
     def _realize_claim(self, started: ClaimRecord, targets: dict[str, DeviceTarget]) -> ClaimRecord:
         """Create every device's instance, write CDI, record completion; undo this call's work on failure."""
@@ -399,8 +518,11 @@ class PrepareService:
         store = self._require_store()
         leftovers: list[DeviceRecord] = [d for d in realized if d.owns_instance and d.mig_uuid is None]
         for instance in reversed(created):
-            with self._gpu_locks.hold(instance.gpu_uuid):
-                failure = roll_back_realized(self.nvml, instance)
+            try:
+                with self._gpu_locks.hold(instance.gpu_uuid):
+                    failure = roll_back_realized(self.nvml, instance)
+            except LockTimeoutError as e:
+                failure = e.message
             if failure is not None:
                 leftovers.extend(
                     d
@@ -444,7 +566,12 @@ class PrepareService:
         )
 
     def _check_placements_free(self, ref: ClaimRef, intents: Sequence[DeviceIntent]) -> None:
-        """Refuse before touching anything: overlapping devices in the claim, or an occupied placement."""
+        """Refuse before touching anything: overlapping devices in the claim, or an occupied placement.
+
+        Advisory: :func:`realize_mig_instance` checks again under the GPU's lock before creating.
+        The records are read after the instances, so an instance another claim's prepare created
+        is attributed to that claim (compute_placement_conflict).
+        """
         instances: dict[str, list[GpuInstanceInfo]] = {}
         store = self._require_store()
         for position, intent in enumerate(intents):
@@ -456,34 +583,30 @@ class PrepareService:
                 )
             if intent.admin_access or not intent.is_mig:
                 continue
-            assert intent.placement is not None
             if intent.gpu_uuid not in instances:
-                try:
-                    instances[intent.gpu_uuid] = self.nvml.gpu_instances(intent.gpu_uuid)
-                except NvmlError as e:
-                    raise RealizeError(f"device {intent.device_name}: reading GPU {intent.gpu_uuid} failed: {e}") from e
-            occupant = find_overlapping_instance(instances[intent.gpu_uuid], intent.placement)
-            if occupant is None:
-                continue
-            holder = next(
-                (
-                    r
-                    for r in store.records()
-                    if r.claim_uid != ref.uid
-                    and any(d.intent.gpu_uuid == intent.gpu_uuid and _names(d, occupant) for d in r.devices)
-                ),
-                None,
-            )
-            who = (
-                f"prepared for claim {holder.label} (UID {holder.claim_uid})"
-                if holder is not None
-                else "that migdra did not create"
-            )
-            raise DeviceConflictError(
-                f"device {intent.device_name}: placement {intent.placement} on GPU {intent.gpu_uuid} is occupied by "
-                f"GPU instance {occupant.gpu_instance_id} (profile {occupant.profile_id} at {occupant.placement}) "
-                f"{who}; migdra never falls back to another placement"
-            )
+                instances[intent.gpu_uuid] = self._read_gpu_instances(intent)
+            conflict = compute_placement_conflict(instances[intent.gpu_uuid], intent, store.records(), ref.uid)
+            if conflict is not None:
+                raise DeviceConflictError(conflict.describe(intent))
+
+    def _read_gpu_instances(self, intent: DeviceIntent) -> list[GpuInstanceInfo]:
+        """The GPU's instances: read without its lock first, so a prepare does not wait behind another
+        claim's creation on the GPU just to look; a read that fails is read again under the lock.
+
+        Why: a GI destroyed while NVML lists the GPU's instances (another claim being unprepared, in
+        this or the other plugin process) fails the listing with INVALID_ARGUMENT (a stale handle).
+        Under the GPU's lock no migdra process destroys anything, so the second read fails only for a
+        reason of its own (or an operator destroying an instance at that very moment).
+        """
+        try:
+            return self.nvml.gpu_instances(intent.gpu_uuid)
+        except NvmlError as e:
+            log.info("reading GPU %s failed (%s); reading it again under its lock", intent.gpu_uuid, e)
+        try:
+            with self._gpu_locks.hold(intent.gpu_uuid):
+                return self.nvml.gpu_instances(intent.gpu_uuid)
+        except NvmlError as e:
+            raise RealizeError(f"device {intent.device_name}: reading GPU {intent.gpu_uuid} failed: {e}") from e
 
     def _unprepare_claim(self, ref: ClaimRef) -> None:
         store = self._require_store()
@@ -495,9 +618,8 @@ class PrepareService:
                         "unprepare of unknown claim %s (UID %s): removed a stale CDI spec", claim_label(ref), ref.uid
                     )
                 return
-            self._release_or_keep(record)
+            self._release_or_keep(record)  # the record is dropped before the spec goes (76c3a84)
             self._delete_spec(ref.uid)
-            store.drop(ref.uid)
             self._reporter.report_unprepared(ref, record)
             log.info("unprepared claim %s (UID %s)", record.label, ref.uid)
 
@@ -588,24 +710,15 @@ class _DeviceJournal:
         self._record(self.device.model_copy(update={"gpu_instance_id": gpu_instance_id}), f"GI {gpu_instance_id}")
 
     def _record(self, device: DeviceRecord, what: str) -> None:
+        # Any failure must reach realize_mig_instance as a RealizeError: it destroys the GI it created
+        # when the GI's ID cannot be recorded.
         try:
             self._store.update_device(self._claim_uid, self._index, device)
-        except OSError as e:
+        except (OSError, CheckpointError, LockTimeoutError) as e:
             raise RealizeError(
                 f"device {device.intent.device_name}: recording {what} in the checkpoint failed: {e}"
             ) from e
         self.device = device
-
-
-def _names(device: DeviceRecord, gi: GpuInstanceInfo) -> bool:
-    """Whether ``device`` (of the same GPU) records ``gi``: by its ID, or as the GI it is being created as."""
-    if device.owns_instance:
-        return device.gpu_instance_id == gi.gpu_instance_id
-    return (
-        device.creation_in_flight
-        and device.intent.placement == gi.placement
-        and device.intent.profile_id == gi.profile_id
-    )
 
 
 def _group_by_device(devices: Sequence[AllocatedDevice]) -> dict[str, tuple[tuple[str, ...], bool]]:

@@ -22,7 +22,8 @@ class PrepareSettings(BaseSettings):
     cdi_dir: Path = Field(default=Path("/var/run/cdi"), description="directory of the per-claim CDI spec files")
     state_dir: Path = Field(
         default=Path("/var/lib/kubelet/plugins/gpu.migdra.io"),
-        description="directory of the checkpoint (checkpoint.json) and its lock (prepare.lock)",
+        description="directory of the checkpoint (checkpoint.json), its lock (prepare.lock) and the claim and GPU "
+        "lock files (locks/); shared by the two plugin pods of a rolling update",
     )
     proc_root: Path = Field(
         default=Path("/proc"), description="procfs root for the NVIDIA capability files and /proc/devices"
@@ -35,7 +36,11 @@ class PrepareSettings(BaseSettings):
         "fewer threads than the claims of one request would queue claims of idle GPUs behind a busy one",
     )
     state_lock_timeout: float = Field(
-        default=30.0, ge=0, description="seconds to wait for another process to release the state directory"
+        default=30.0,
+        ge=0,
+        description="seconds to wait for a lock of the state directory (the checkpoint's, a claim's, a GPU's) that "
+        "another thread or plugin process holds; then that claim fails and kubelet retries it (at start-up: the "
+        "plugin stops)",
     )
     api_timeout: float = Field(default=10.0, gt=0, description="seconds per API server request")
     test_crash_at: CrashPoint | None = Field(

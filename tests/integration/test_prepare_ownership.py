@@ -9,7 +9,6 @@ bumped twice and ``migdra_foreign_gpu_instances`` reports a false foreign instan
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -25,9 +24,7 @@ from kubeletplugin.prepare.crashpoints import CrashHook
 from kubeletplugin.prepare.devices import compute_device_target, read_gpu_topology
 from kubeletplugin.prepare.errors import RealizeError
 from kubeletplugin.prepare.realize import RealizeFailed, realize_mig_instance
-from kubeletplugin.prepare.service import PrepareService
-from kubeletplugin.service import ClaimRef, PrepareResult
-from tests.prepare_harness import HeldCall, Node, result, simulated_node
+from tests.prepare_harness import Background, HeldCall, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
 DEVICE = "gpu-0-mig-1g20gb-15-4"  # GPU 0, 1g.20gb at 4:2 -> GI 5
@@ -38,24 +35,6 @@ PLACEMENT = Placement(start=4, size=2)
 def api() -> Iterator[LocalAPIServer]:
     with LocalAPIServer() as server:
         yield server
-
-
-class Background:
-    """``service.prepare(refs)`` on another thread, as kubelet's gRPC call would run it."""
-
-    def __init__(self, service: PrepareService, refs: Sequence[ClaimRef]) -> None:
-        self.results: dict[str, PrepareResult] = {}
-        self._thread = threading.Thread(target=lambda: self.results.update(service.prepare(refs)), daemon=True)
-        self._thread.start()
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-    def join(self) -> dict[str, PrepareResult]:
-        self._thread.join(30)
-        assert not self._thread.is_alive(), "prepare did not finish"
-        return self.results
 
 
 def gi_at(node: Node, gpu: str, placement: Placement) -> GpuInstanceInfo | None:

@@ -261,9 +261,9 @@ def test_a_restarted_plugin_adopts_verified_claims_and_rewrites_a_missing_spec(n
     assert [r.claim_uid for r in report.adopted] == [ref.uid]
     assert spec_path(node.cdi_dir, DRIVER, ref.uid).exists()
     assert restarted.owned_instances() == {(node.gpu_uuid(0), 5)}
-    calls = node.nvml_calls()
+    mutations = node.nvml_mutations()
     assert restarted.prepare([ref])[ref.uid] == first
-    assert node.nvml_calls() == calls
+    assert node.nvml_mutations() == mutations  # verified against NVML, nothing created
 
 
 def test_a_record_that_does_not_verify_is_rolled_back_but_a_stranger_at_its_placement_survives(node: Node) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import threading
 from collections.abc import Collection, Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.types import ComputeInstanceInfo, ComputeInstanceProfileInfo, GpuInstanceInfo
 from kubeletplugin.prepare import PrepareSettings
 from kubeletplugin.prepare.cdi import spec_path
-from kubeletplugin.service import ClaimRef, UnprepareResult
+from kubeletplugin.service import ClaimRef, PrepareResult, UnprepareResult
 from tests.prepare_harness import DRIVER, Node, mig_config, opaque, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
@@ -46,17 +47,17 @@ def spec_of(node: Node, ref: ClaimRef) -> dict[str, Any]:
     return json.loads(spec_path(node.cdi_dir, DRIVER, ref.uid).read_text())
 
 
-def test_second_prepare_returns_the_same_devices_without_any_nvml_call(node: Node) -> None:
+def test_second_prepare_returns_the_same_devices_and_changes_nothing(node: Node) -> None:
     service = node.service()
     ref = node.claim("idempotent", [result(ONE_G_20)])
     first = service.prepare([ref])[ref.uid]
     assert first.error == ""
     instances = node.instances()
-    calls = node.nvml_calls()
+    mutations = node.nvml_mutations()
 
     again = service.prepare([ref])[ref.uid]
     assert again == first
-    assert node.nvml_calls() == calls
+    assert node.nvml_mutations() == mutations  # the record is verified against NVML: reads only
     assert node.instances() == instances
 
 
@@ -445,3 +446,76 @@ def test_admin_access_creates_nothing_and_sees_what_exists(node: Node) -> None:
     assert service.unprepare([admin])[admin.uid].error == ""
     assert node.instances() == before  # the owner's instance is never the admin claim's to destroy
     assert service.owned_instances() == {(node.gpu_uuid(0), gi)}
+
+
+@pytest.mark.parametrize("field", ["namespace", "name", "uid"])
+def test_a_claim_sent_with_an_empty_field_fails_in_one_line_naming_the_field(node: Node, field: str) -> None:
+    service = node.service()
+    real = node.claim("named", [result(ONE_G_20)])
+    ref = dataclasses.replace(real, **{field: ""})
+    for error in (service.prepare([ref])[ref.uid].error, service.unprepare([ref])[ref.uid].error):
+        assert error.startswith(f"kubelet sent a claim with an empty {field} ")
+        assert "\n" not in error
+    assert node.instances() == []
+
+
+def test_a_claim_uid_that_could_name_a_file_elsewhere_is_refused(node: Node) -> None:
+    service = node.service()
+    ref = ClaimRef("default", "escape", "../../etc/x")
+    error = service.unprepare([ref])[ref.uid].error
+    assert error.startswith("kubelet sent claim default/escape with uid '../../etc/x', which is not a Kubernetes UID")
+
+
+def test_a_claim_with_only_other_drivers_devices_succeeds_and_says_so(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = node.service()
+    ref = node.claim("nics-only", [result("eth0", request="nic", driver="net.example.com", pool="rack-1")])
+    with caplog.at_level(logging.INFO, logger="kubeletplugin.prepare.service"):
+        prepared = service.prepare([ref])[ref.uid]
+    assert prepared == PrepareResult()
+    said = [r.getMessage() for r in caplog.records if ref.uid in r.getMessage()]
+    assert said == [
+        f"claim default/nics-only (UID {ref.uid}) has no device of {DRIVER} (allocated by net.example.com only): "
+        "nothing to prepare"
+    ]
+
+
+def replace_behind_migdras_back(node: Node, *, recreate: bool) -> tuple[int, str] | None:
+    """An operator destroys migdra's instance on GPU 0 (and creates the same profile at the same place)."""
+    gpu = node.gpu_uuid(0)
+    ((_, gi, _, _, [(ci, _, _)]),) = node.instances()
+    node.nvml.destroy_compute_instance(gpu, gi, ci)
+    node.nvml.destroy_gpu_instance(gpu, gi)
+    return node.foreign_instance(0, 15, 6, 2) if recreate else None
+
+
+def test_re_preparing_a_claim_whose_instance_an_operator_replaced_fails_cleanly_and_keeps_theirs(node: Node) -> None:
+    service = node.service()
+    ref = node.claim("replaced", [result(ONE_G_20)])
+    assert service.prepare([ref])[ref.uid].error == ""
+    replacement = replace_behind_migdras_back(node, recreate=True)
+    assert replacement is not None
+    theirs = node.instances()
+
+    error = service.prepare([ref])[ref.uid].error  # kubelet prepares again (a restarted pod, say)
+    assert f"is occupied by GPU instance {replacement[0]}" in error
+    assert "that migdra did not create" in error
+    assert node.instances() == theirs  # same GI ID, profile and placement, but not migdra's: left alone
+    assert service.owned_instances() == set()
+    assert not spec_path(node.cdi_dir, DRIVER, ref.uid).exists()  # no stale MIG UUID for the runtime
+
+
+def test_re_preparing_a_claim_whose_instance_an_operator_destroyed_creates_it_again(node: Node) -> None:
+    service = node.service()
+    ref = node.claim("destroyed", [result(ONE_G_20)])
+    first = service.prepare([ref])[ref.uid]
+    ((_, _, _, _, [(_, _, old_uuid)]),) = node.instances()
+    replace_behind_migdras_back(node, recreate=False)
+
+    again = service.prepare([ref])[ref.uid]
+    assert again == first  # same device and CDI IDs ...
+    ((_, _, _, start, [(_, _, new_uuid)]),) = node.instances()
+    assert start == 6
+    assert new_uuid != old_uuid  # ... backed by a new instance, and the spec names it
+    assert f"MIGDRA_MIG_UUID={new_uuid}" in spec_of(node, ref)["devices"][0]["containerEdits"]["env"]

@@ -14,7 +14,6 @@ from kubeletplugin.prepare.checkpoint import (
     ClaimState,
     DeviceIntent,
     DeviceRecord,
-    StateDirLock,
     compute_checksum,
 )
 from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError
@@ -166,17 +165,6 @@ def test_a_placement_held_by_another_claim_is_refused(tmp_path: Path) -> None:
         store.begin(whole_gpu)
 
 
-def test_state_directory_is_owned_by_one_process_at_a_time(tmp_path: Path) -> None:
-    first = StateDirLock(tmp_path, timeout=0)
-    first.acquire()
-    with pytest.raises(CheckpointError, match="locked by another process"):
-        StateDirLock(tmp_path, timeout=0.1).acquire()
-    first.release()
-    second = StateDirLock(tmp_path, timeout=0)
-    second.acquire()
-    second.release()
-
-
 def started(uid: str, *devices: DeviceRecord) -> ClaimRecord:
     return ClaimRecord(claim_uid=uid, namespace="ns", name=uid, state=ClaimState.PREPARE_STARTED, devices=devices)
 
@@ -227,3 +215,23 @@ def test_a_checkpoint_written_before_gpu_instances_before_existed_still_loads(tm
     (record,) = CheckpointStore(tmp_path, BOOT).load().records
     assert record.devices[0].gpu_instances_before is None
     assert not record.devices[0].creation_requested
+
+
+def test_two_plugin_processes_share_one_checkpoint_without_losing_a_record(tmp_path: Path) -> None:
+    """The old and the new pod of a rolling update: each change is made to the file as it is now."""
+    old, new = CheckpointStore(tmp_path, BOOT), CheckpointStore(tmp_path, BOOT)
+    old.load()
+    new.load()
+    old.begin(started("uid-old", DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-0", 0))))
+    new.begin(started("uid-new", DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-1", 1))))
+    assert {r.claim_uid for r in old.records()} == {r.claim_uid for r in new.records()} == {"uid-old", "uid-new"}
+
+    with pytest.raises(DeviceConflictError, match="already prepared for claim ns/uid-old"):
+        new.begin(started("uid-double", DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-0", 0))))
+    new.update_device("uid-old", 0, DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-0", 0), gpu_instance_id=7))
+    assert old.owned_instances() == {(GPU, 7)}  # the other process's step, seen by this one's publisher
+    old.drop("uid-new")
+    assert [r.claim_uid for r in new.records()] == ["uid-old"]
+    assert [r.claim_uid for r in CheckpointStore(tmp_path, BOOT).load().records] == ["uid-old"]
+    old.close()
+    new.close()

@@ -5,8 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from kubeletplugin.prepare.claims import AllocatedDevice, ResourceClaimView, compute_claim_allocation
+from kubeletplugin.prepare.claims import (
+    AllocatedDevice,
+    ResourceClaimView,
+    compute_claim_allocation,
+    describe_validation_error,
+)
 from kubeletplugin.prepare.errors import ClaimMismatchError
 from kubeletplugin.service import ClaimRef
 
@@ -83,3 +89,9 @@ def test_only_our_opaque_configs_are_taken_with_their_position() -> None:
     assert [(c.index, c.source, c.requests, c.parameters) for c in allocation.configs] == [
         (1, "FromClaim", ("gpu",), ours)
     ]
+
+
+def test_a_claim_migdra_cannot_read_is_described_in_one_line() -> None:
+    with pytest.raises(ValidationError) as raised:
+        ResourceClaimView.model_validate({"metadata": {"namespace": "team"}})
+    assert describe_validation_error(raised.value) == "metadata.name: Field required (and 1 more)"

@@ -1,4 +1,5 @@
-"""Which GI, at a recorded placement but without a recorded GI ID, migdra may destroy (a pure rule)."""
+"""Pure rules of realize.py: which GI, at a recorded placement but without a recorded GI ID, migdra may
+destroy; whether a device's placement is taken, and by whose instance."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import pytest
 
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.types import ComputeInstanceInfo, GpuInstanceInfo
-from kubeletplugin.prepare.checkpoint import DeviceIntent, DeviceRecord
-from kubeletplugin.prepare.realize import find_unrecorded_gpu_instance
+from kubeletplugin.prepare.checkpoint import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
+from kubeletplugin.prepare.realize import compute_placement_conflict, find_unrecorded_gpu_instance
 
 GPU = "GPU-00000000-0000-0000-0000-000000000000"
 PLACEMENT = Placement(start=4, size=2)
@@ -83,3 +84,44 @@ def test_a_gi_the_record_does_not_prove_migdras_is_a_stranger(
 )
 def test_a_gi_not_at_exactly_the_recorded_profile_and_placement_is_not_considered(instance: GpuInstanceInfo) -> None:
     assert find_unrecorded_gpu_instance(device(()), [instance]) == (None, None)
+
+
+def record(uid: str, *devices: DeviceRecord) -> ClaimRecord:
+    return ClaimRecord(claim_uid=uid, namespace="ns", name=uid, state=ClaimState.PREPARE_STARTED, devices=devices)
+
+
+OTHER_PLACEMENT = Placement(start=6, size=2)
+WANTED = device(None).intent
+
+
+@pytest.mark.parametrize(
+    ("instances", "records", "expected"),
+    [
+        pytest.param([], [], None, id="free"),
+        pytest.param([gi(5, placement=OTHER_PLACEMENT)], [], None, id="free-beside-another"),
+        pytest.param([gi(5, placement=Placement(start=5, size=1))], [], (5, None), id="overlapped-by-a-stranger"),
+        pytest.param(
+            [gi(5)], [record("b", device(None).model_copy(update={"gpu_instance_id": 5}))], (5, "b"), id="by-gi-id"
+        ),
+        pytest.param([gi(5)], [record("b", device((1,)))], (5, "b"), id="by-a-creation-in-flight"),
+        pytest.param([gi(5)], [record("b", device(None))], (5, None), id="a-record-nvml-was-never-asked-for"),
+        pytest.param(
+            [gi(5)], [record("a", device(None).model_copy(update={"gpu_instance_id": 5}))], (5, None), id="own-claim"
+        ),
+    ],
+)
+def test_compute_placement_conflict(
+    instances: list[GpuInstanceInfo], records: list[ClaimRecord], expected: tuple[int, str | None] | None
+) -> None:
+    conflict = compute_placement_conflict(instances, WANTED, records, claim_uid="a")
+    found = (
+        None if conflict is None else (conflict.occupant.gpu_instance_id, conflict.holder and conflict.holder.claim_uid)
+    )
+    assert found == expected
+
+
+def test_admin_access_and_whole_gpus_never_conflict() -> None:
+    admin = WANTED.model_copy(update={"admin_access": True})
+    whole = WANTED.model_copy(update={"profile_id": None, "placement": None})
+    assert compute_placement_conflict([gi(5)], admin, [], "a") is None
+    assert compute_placement_conflict([gi(5)], whole, [], "a") is None

@@ -1,0 +1,152 @@
+"""Prepare while something else works on the same node: another claim on the same GPU, another plugin.
+
+Two services on one state directory stand in for the two plugin processes of a rolling update: each
+has its own in-process locks, its own NVML handle and its own view of the checkpoint, so only what
+works across processes -- the lock files of the state directory and the checkpoint file itself --
+keeps them apart (flocks belong to open file descriptions, so two services of one process conflict
+exactly as two processes do).  The whole flow with real processes is in
+tests/e2e/test_rolling_update.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.mig.catalog import Placement
+from dra_driver.nvml.backend import Nvml
+from kubeletplugin.prepare.locks import LOCKS_DIR, lock_file_name, release_flock, try_flock
+from tests.prepare_harness import Background, HeldCall, Node, result, simulated_node
+
+H100 = "H100-SXM5-80GB"
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    with LocalAPIServer() as api, simulated_node(tmp_path, [H100, H100], api=api) as simulated:
+        yield simulated
+
+
+@pytest.fixture
+def other_nvml(node: Node) -> Iterator[Nvml]:
+    """A second NVML handle on the same simulated node: the other plugin process's."""
+    nvml = Nvml()
+    nvml.init()
+    try:
+        yield nvml
+    finally:
+        nvml.shutdown()
+
+
+def gpu_lock(node: Node, gpu: int) -> Path:
+    return node.state_dir / LOCKS_DIR / lock_file_name("gpu-", node.gpu_uuid(gpu))
+
+
+def test_a_prepare_is_not_failed_by_an_unprepare_destroying_an_instance_on_the_same_gpu(node: Node) -> None:
+    """The placement check lists the GPU's instances; a GI destroyed in the middle of that listing (another
+    claim being unprepared) made NVML fail the read with INVALID_ARGUMENT, and the prepare with it."""
+    service = node.service()
+    leaving = node.claim("leaving", [result("gpu-0-mig-1g10gb-19-0")])
+    arriving = node.claim("arriving", [result("gpu-0-mig-1g10gb-19-6")])
+    assert service.prepare([leaving])[leaving.uid].error == ""
+
+    with HeldCall(node.nvml, "_gpu_instance_info", first_only=True) as held:
+        prepare = Background(service, [arriving])
+        held.wait_entered()  # the arriving claim's check has the GPU's GI handles and reads the first: leaving's
+        assert service.unprepare([leaving])[leaving.uid].error == ""  # that GI is destroyed under the read
+    assert prepare.join()[arriving.uid].error == ""
+    assert [(gpu, start) for gpu, _, _, start, _ in node.instances()] == [(0, 6)]
+
+
+def test_a_second_plugin_starts_beside_a_running_one_and_shares_its_claims(node: Node, other_nvml: Nvml) -> None:
+    old = node.service()
+    first = node.claim("first", [result("gpu-0-mig-1g20gb-15-4")])
+    assert old.prepare([first])[first.uid].error == ""
+    gi = node.instances()[0][1]
+
+    new = node.service(nvml=other_nvml)  # no wait for the running one: locks are per operation
+    assert new.owned_instances() == {(node.gpu_uuid(0), gi)}  # the publisher of the new pod: not foreign
+    again = new.prepare([first])[first.uid]
+    assert again == old.prepare([first])[first.uid]  # the old pod's record, verified, nothing created
+    assert len(node.instances()) == 1
+
+    second = node.claim("second", [result("gpu-0-mig-1g20gb-15-6")])
+    assert new.prepare([second])[second.uid].error == ""
+    assert len(old.owned_instances()) == 2  # the old pod sees the new pod's record too
+
+    assert old.unprepare([second])[second.uid].error == ""  # prepared by the new pod, released by the old
+    assert new.unprepare([first])[first.uid].error == ""
+    assert node.instances() == []
+    assert old.owned_instances() == new.owned_instances() == set()
+
+
+def test_a_placement_prepared_by_one_plugin_is_refused_to_a_claim_on_the_other(node: Node, other_nvml: Nvml) -> None:
+    old, new = node.service(), node.service(nvml=other_nvml)
+    first = node.claim("first", [result("gpu-1-mig-3g40gb-9-4")])
+    double = node.claim("double", [result("gpu-1-mig-3g40gb-9-4")])
+    assert old.prepare([first])[first.uid].error == ""
+    error = new.prepare([double])[double.uid].error
+    assert "prepared for claim default/first" in error
+    assert len(node.instances()) == 1
+
+
+def test_the_gpu_lock_is_held_across_processes_while_nvml_creates(node: Node, other_nvml: Nvml) -> None:
+    service = node.service(nvml=other_nvml)
+    ref = node.claim("creating", [result("gpu-0-mig-1g10gb-19-2")])
+    with HeldCall(other_nvml, "create_gpu_instance") as held:
+        prepare = Background(service, [ref])
+        held.wait_entered()
+        fd = try_flock(gpu_lock(node, 0), None)  # what the other plugin process would try
+        if fd is not None:
+            release_flock(gpu_lock(node, 0), fd, remove=False)
+        other_gpu = try_flock(gpu_lock(node, 1), None)
+        assert other_gpu is not None  # only the GPU being changed is locked
+        release_flock(gpu_lock(node, 1), other_gpu, remove=False)
+    assert prepare.join()[ref.uid].error == ""
+    assert fd is None, "another process could have changed GPU 0 while NVML created an instance on it"
+
+
+def test_recovery_leaves_alone_a_claim_the_running_plugin_is_preparing(node: Node, other_nvml: Nvml) -> None:
+    """The new pod starts while the old one is between creating a GI and its compute instance: the
+    record says PrepareStarted, as after a crash -- but its claim's lock is held by a live process."""
+    old = node.service(nvml=other_nvml)
+    ref = node.claim("in-flight", [result("gpu-1-mig-1g20gb-15-4")])
+    with HeldCall(other_nvml, "create_compute_instance") as held:
+        prepare = Background(old, [ref])
+        held.wait_entered()
+        new = node.service(start=False)
+        report = new.start()
+        gi_during_start = [gi for _, gi, _, _, _ in node.instances()]
+    assert prepare.join()[ref.uid].error == ""
+    assert [r.claim_uid for r in report.in_flight] == [ref.uid]
+    assert report.rolled_back == ()
+    assert len(gi_during_start) == 1, "the new plugin destroyed the GI the old one was preparing"
+    (instance,) = node.instances()
+    assert instance[1] == gi_during_start[0]
+    assert len(instance[4]) == 1  # its compute instance was created: the prepare finished
+    assert new.prepare([ref])[ref.uid] == old.prepare([ref])[ref.uid]
+
+
+def test_a_claim_lock_file_is_removed_after_use(node: Node) -> None:
+    service = node.service()
+    ref = node.claim("tidy", [result("gpu-0-mig-1g10gb-19-1")])
+    assert service.prepare([ref])[ref.uid].error == ""
+    assert service.unprepare([ref])[ref.uid].error == ""
+    leftover = sorted(p.name for p in (node.state_dir / LOCKS_DIR).iterdir() if p.name.startswith("claim-"))
+    assert leftover == []
+    assert os.listdir(node.state_dir / LOCKS_DIR)  # GPU lock files stay: one per GPU, reused
+
+
+def test_owned_placements_include_a_creation_in_flight_in_the_other_plugin(node: Node, other_nvml: Nvml) -> None:
+    old, new = node.service(nvml=other_nvml), node.service()
+    ref = node.claim("asking", [result("gpu-0-mig-1g20gb-15-2")])
+    with HeldCall(other_nvml, "create_gpu_instance") as held:
+        prepare = Background(old, [ref])
+        held.wait_entered()
+        pending = new.owned_placements()
+    assert prepare.join()[ref.uid].error == ""
+    assert pending == {(node.gpu_uuid(0), 15, Placement(start=2, size=2))}
