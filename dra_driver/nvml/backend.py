@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -71,16 +71,18 @@ def _translate(operation: str, gpu: str | None, exc: pynvml.NVMLError) -> NvmlEr
         message = str(exc)
     except Exception:  # str() calls back into the library; a broken library must not hide the code
         message = f"NVML error {code}"
+    return _error_of(operation, gpu, code, message, type(exc).__name__)
+
+
+def _error_of(operation: str, gpu: str | None, code: int, message: str, nvml_error_name: str | None) -> NvmlError:
+    """The migdra error for an NVML return code, whether pynvml raised it or returned it (activation status)."""
     error_class = _ERROR_CLASSES.get(code, NvmlUnexpectedError)
-    return error_class(operation, code, message, gpu, nvml_error_name=type(exc).__name__)
+    return error_class(operation, code, message, gpu, nvml_error_name=nvml_error_name)
 
 
-@contextmanager
-def _calling(operation: str, gpu: str | None = None) -> Iterator[None]:
-    try:
-        yield
-    except pynvml.NVMLError as exc:
-        raise _translate(operation, gpu, exc) from exc
+CallObserver = Callable[[str, float, str], None]
+"""``(NVML function, seconds, result)``: told of every NVML call, ``result`` is ``success`` or the
+migdra error class (``NvmlNotSupported``).  Metrics hang here, so this module needs no metrics library."""
 
 
 def _text(value: Any) -> str:
@@ -95,15 +97,31 @@ class Nvml:
     compute_instance_id)`` -- the identities NVML itself keeps.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, observe_call: CallObserver | None = None) -> None:
         self._handles: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._initialised = False
+        self._observe_call = observe_call
+
+    @contextmanager
+    def _calling(self, operation: str, gpu: str | None = None) -> Iterator[None]:
+        """Translate NVML errors of the calls inside (the one place), and time them for the observer."""
+        started = time.perf_counter()
+        result = "success"
+        try:
+            yield
+        except pynvml.NVMLError as exc:
+            error = _translate(operation, gpu, exc)
+            result = type(error).__name__
+            raise error from exc
+        finally:
+            if self._observe_call is not None:
+                self._observe_call(operation.split("(", 1)[0], time.perf_counter() - started, result)
 
     # -- session ---------------------------------------------------------------------------------
 
     def init(self) -> None:
-        with _calling("nvmlInit"):
+        with self._calling("nvmlInit"):
             pynvml.nvmlInit()
         self._initialised = True
 
@@ -113,7 +131,7 @@ class Nvml:
         self._initialised = False
         with self._lock:
             self._handles.clear()
-        with _calling("nvmlShutdown"):
+        with self._calling("nvmlShutdown"):
             pynvml.nvmlShutdown()
 
     def __enter__(self) -> Nvml:
@@ -126,28 +144,28 @@ class Nvml:
     # -- system ----------------------------------------------------------------------------------
 
     def driver_version(self) -> str:
-        with _calling("nvmlSystemGetDriverVersion"):
+        with self._calling("nvmlSystemGetDriverVersion"):
             return _text(pynvml.nvmlSystemGetDriverVersion())
 
     def nvml_version(self) -> str:
         """NVML's own version, e.g. ``13.580.159.04`` (CUDA major, then the driver version)."""
-        with _calling("nvmlSystemGetNVMLVersion"):
+        with self._calling("nvmlSystemGetNVMLVersion"):
             return _text(pynvml.nvmlSystemGetNVMLVersion())
 
     def cuda_driver_version(self) -> str:
         """CUDA version the driver supports, as ``major.minor`` (NVML reports e.g. 13000)."""
-        with _calling("nvmlSystemGetCudaDriverVersion"):
+        with self._calling("nvmlSystemGetCudaDriverVersion"):
             value = int(pynvml.nvmlSystemGetCudaDriverVersion())
         return f"{value // 1000}.{(value % 1000) // 10}"
 
     # -- GPUs ------------------------------------------------------------------------------------
 
     def list_gpus(self) -> list[GpuInfo]:
-        with _calling("nvmlDeviceGetCount"):
+        with self._calling("nvmlDeviceGetCount"):
             count = int(pynvml.nvmlDeviceGetCount())
         gpus = []
         for index in range(count):
-            with _calling("nvmlDeviceGetHandleByIndex", f"GPU {index}"):
+            with self._calling("nvmlDeviceGetHandleByIndex", f"GPU {index}"):
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             gpu = self._gpu_info(index, handle)
             with self._lock:
@@ -157,7 +175,7 @@ class Nvml:
 
     def gpu(self, gpu_uuid: str) -> GpuInfo:
         handle = self._handle(gpu_uuid)
-        with _calling("nvmlDeviceGetIndex", gpu_uuid):
+        with self._calling("nvmlDeviceGetIndex", gpu_uuid):
             index = int(pynvml.nvmlDeviceGetIndex(handle))
         return self._gpu_info(index, handle)
 
@@ -171,14 +189,13 @@ class Nvml:
         """
         handle = self._handle(gpu_uuid)
         mode = MigMode.ENABLED if enabled else MigMode.DISABLED
-        with _calling("nvmlDeviceSetMigMode", gpu_uuid):
+        with self._calling("nvmlDeviceSetMigMode", gpu_uuid):
             activation = int(pynvml.nvmlDeviceSetMigMode(handle, int(mode)))
         if activation != pynvml.NVML_SUCCESS:
-            error_class = _ERROR_CLASSES.get(activation, NvmlUnexpectedError)
-            raise error_class("nvmlDeviceSetMigMode (activation)", activation, _error_string(activation), gpu_uuid)
+            raise _error_of("nvmlDeviceSetMigMode (activation)", gpu_uuid, activation, _error_string(activation), None)
         state = self._mig_mode(handle, gpu_uuid)
         if state is None:
-            raise NvmlNotSupported("nvmlDeviceGetMigMode", pynvml.NVML_ERROR_NOT_SUPPORTED, "Not Supported", gpu_uuid)
+            raise _error_of("nvmlDeviceGetMigMode", gpu_uuid, pynvml.NVML_ERROR_NOT_SUPPORTED, "Not Supported", None)
         return state
 
     # -- GPU-instance profiles -------------------------------------------------------------------
@@ -205,7 +222,7 @@ class Nvml:
         the driver does not know the index.
         """
         handle = self._handle(gpu_uuid)
-        with _calling("nvmlDeviceGetGpuInstanceProfileInfo", gpu_uuid):
+        with self._calling("nvmlDeviceGetGpuInstanceProfileInfo", gpu_uuid):
             info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, nvml_profile_index, 2)
         return GpuInstanceProfileInfo(
             nvml_profile_index=nvml_profile_index,
@@ -229,14 +246,14 @@ class Nvml:
         handle = self._handle(gpu_uuid)
         array = (pynvml.c_nvmlGpuInstance_t * max(instance_count, 1))()
         count = ctypes.c_uint(0)
-        with _calling("nvmlDeviceGetGpuInstances", gpu_uuid):
+        with self._calling("nvmlDeviceGetGpuInstances", gpu_uuid):
             pynvml.nvmlDeviceGetGpuInstances(handle, profile_id, array, ctypes.byref(count))
         return int(count.value)
 
     def max_mig_device_count(self, gpu_uuid: str) -> int:
         """``nvmlDeviceGetMaxMigDeviceCount``: 0 when MIG is off."""
         handle = self._handle(gpu_uuid)
-        with _calling("nvmlDeviceGetMaxMigDeviceCount", gpu_uuid):
+        with self._calling("nvmlDeviceGetMaxMigDeviceCount", gpu_uuid):
             return int(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle))
 
     def time_read_only_calls(self, gpu: GpuInfo, profile_id: int, repeats: int) -> dict[str, list[float]]:
@@ -272,7 +289,7 @@ class Nvml:
 
     def remaining_capacity(self, gpu_uuid: str, profile_id: int) -> int:
         handle = self._handle(gpu_uuid)
-        with _calling("nvmlDeviceGetGpuInstanceRemainingCapacity", gpu_uuid):
+        with self._calling("nvmlDeviceGetGpuInstanceRemainingCapacity", gpu_uuid):
             return int(pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(handle, profile_id))
 
     # -- GPU instances ---------------------------------------------------------------------------
@@ -287,7 +304,7 @@ class Nvml:
         for profile in self.gpu_instance_profiles(gpu_uuid):
             array = (pynvml.c_nvmlGpuInstance_t * profile.instance_count)()
             count = ctypes.c_uint(0)
-            with _calling("nvmlDeviceGetGpuInstances", gpu_uuid):
+            with self._calling("nvmlDeviceGetGpuInstances", gpu_uuid):
                 pynvml.nvmlDeviceGetGpuInstances(handle, profile.profile_id, array, ctypes.byref(count))
             found.extend(self._gpu_instance_info(gpu_uuid, array[i]) for i in range(count.value))
         return sorted(found, key=lambda gi: gi.gpu_instance_id)
@@ -306,7 +323,7 @@ class Nvml:
         c_placement.start = placement.start
         c_placement.size = placement.size
         operation = f"nvmlDeviceCreateGpuInstanceWithPlacement(profile {profile_id}, placement {placement})"
-        with _calling(operation, gpu_uuid):
+        with self._calling(operation, gpu_uuid):
             gi_handle = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile_id, ctypes.byref(c_placement))
         created = self._gpu_instance_info(gpu_uuid, gi_handle)
         if created.placement != placement or created.profile_id != profile_id:
@@ -321,7 +338,7 @@ class Nvml:
     def destroy_gpu_instance(self, gpu_uuid: str, gpu_instance_id: int) -> None:
         """Destroy a GI.  Raises :class:`NvmlInUse` while compute instances or processes remain."""
         gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
-        with _calling(f"nvmlGpuInstanceDestroy(GI {gpu_instance_id})", gpu_uuid):
+        with self._calling(f"nvmlGpuInstanceDestroy(GI {gpu_instance_id})", gpu_uuid):
             pynvml.nvmlGpuInstanceDestroy(gi_handle)
 
     # -- compute instances -----------------------------------------------------------------------
@@ -331,7 +348,7 @@ class Nvml:
         profiles = []
         for index in range(_CI_PROFILE_COUNT):
             try:
-                with _calling("nvmlGpuInstanceGetComputeInstanceProfileInfo", gpu_uuid):
+                with self._calling("nvmlGpuInstanceGetComputeInstanceProfileInfo", gpu_uuid):
                     info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi_handle, index, _CI_ENGINE_SHARED, 2)
             except (NvmlNotSupported, NvmlInvalidArgument):
                 continue
@@ -353,7 +370,7 @@ class Nvml:
         """Create a CI of the given ``NVML_COMPUTE_INSTANCE_PROFILE_*`` inside a GI."""
         gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
         operation = f"nvmlGpuInstanceCreateComputeInstance(GI {gpu_instance_id}, CI profile {ci_profile_index})"
-        with _calling(operation, gpu_uuid):
+        with self._calling(operation, gpu_uuid):
             info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
                 gi_handle, ci_profile_index, _CI_ENGINE_SHARED, 2
             )
@@ -367,13 +384,13 @@ class Nvml:
         """Destroy a CI.  Raises :class:`NvmlInUse` while a process holds its MIG device."""
         gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
         operation = f"nvmlComputeInstanceDestroy(GI {gpu_instance_id}, CI {compute_instance_id})"
-        with _calling(operation, gpu_uuid):
+        with self._calling(operation, gpu_uuid):
             ci_handle = pynvml.nvmlGpuInstanceGetComputeInstanceById(gi_handle, compute_instance_id)
             pynvml.nvmlComputeInstanceDestroy(ci_handle)
 
     def mig_device_uuid(self, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int) -> str:
         gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
-        with _calling("nvmlGpuInstanceGetComputeInstanceById", gpu_uuid):
+        with self._calling("nvmlGpuInstanceGetComputeInstanceById", gpu_uuid):
             ci_handle = pynvml.nvmlGpuInstanceGetComputeInstanceById(gi_handle, compute_instance_id)
         return self._compute_instance_info(gpu_uuid, gpu_instance_id, ci_handle).mig_uuid
 
@@ -383,7 +400,7 @@ class Nvml:
         with self._lock:
             handle = self._handles.get(gpu_uuid)
         if handle is None:
-            with _calling("nvmlDeviceGetHandleByUUID", gpu_uuid):
+            with self._calling("nvmlDeviceGetHandleByUUID", gpu_uuid):
                 handle = pynvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
             with self._lock:
                 self._handles[gpu_uuid] = handle
@@ -391,12 +408,12 @@ class Nvml:
 
     def _gi_handle(self, gpu_uuid: str, gpu_instance_id: int) -> Any:
         handle = self._handle(gpu_uuid)
-        with _calling(f"nvmlDeviceGetGpuInstanceById(GI {gpu_instance_id})", gpu_uuid):
+        with self._calling(f"nvmlDeviceGetGpuInstanceById(GI {gpu_instance_id})", gpu_uuid):
             return pynvml.nvmlDeviceGetGpuInstanceById(handle, gpu_instance_id)
 
     def _mig_mode(self, handle: Any, gpu_uuid: str) -> MigModeState | None:
         try:
-            with _calling("nvmlDeviceGetMigMode", gpu_uuid):
+            with self._calling("nvmlDeviceGetMigMode", gpu_uuid):
                 current, pending = pynvml.nvmlDeviceGetMigMode(handle)
         except NvmlNotSupported:
             return None
@@ -404,22 +421,22 @@ class Nvml:
 
     def _gpu_info(self, index: int, handle: Any) -> GpuInfo:
         where = f"GPU {index}"
-        with _calling("nvmlDeviceGetUUID", where):
+        with self._calling("nvmlDeviceGetUUID", where):
             uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
-        with _calling("nvmlDeviceGetName", uuid):
+        with self._calling("nvmlDeviceGetName", uuid):
             name = _text(pynvml.nvmlDeviceGetName(handle))
-        with _calling("nvmlDeviceGetMinorNumber", uuid):
+        with self._calling("nvmlDeviceGetMinorNumber", uuid):
             minor = int(pynvml.nvmlDeviceGetMinorNumber(handle))
-        with _calling("nvmlDeviceGetPciInfo", uuid):
+        with self._calling("nvmlDeviceGetPciInfo", uuid):
             pci = pynvml.nvmlDeviceGetPciInfo(handle)
-        with _calling("nvmlDeviceGetArchitecture", uuid):
+        with self._calling("nvmlDeviceGetArchitecture", uuid):
             architecture = int(pynvml.nvmlDeviceGetArchitecture(handle))
-        with _calling("nvmlDeviceGetCudaComputeCapability", uuid):
+        with self._calling("nvmlDeviceGetCudaComputeCapability", uuid):
             major, minor_cc = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-        with _calling("nvmlDeviceGetMemoryInfo", uuid):
+        with self._calling("nvmlDeviceGetMemoryInfo", uuid):
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
         try:
-            with _calling("nvmlDeviceGetNumaNodeId", uuid):
+            with self._calling("nvmlDeviceGetNumaNodeId", uuid):
                 numa: int | None = int(pynvml.nvmlDeviceGetNumaNodeId(handle))
         except (NvmlNotSupported, NvmlLibraryUnavailable, NvmlInvalidArgument):
             numa = None  # older drivers lack the call; NUMA is optional information
@@ -443,17 +460,17 @@ class Nvml:
 
     def _possible_placements(self, handle: Any, gpu_uuid: str, profile_id: int) -> tuple[Placement, ...]:
         count = ctypes.c_uint(0)
-        with _calling("nvmlDeviceGetGpuInstancePossiblePlacements", gpu_uuid):
+        with self._calling("nvmlDeviceGetGpuInstancePossiblePlacements", gpu_uuid):
             pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
         if count.value == 0:
             return ()
         array = (pynvml.c_nvmlGpuInstancePlacement_t * count.value)()
-        with _calling("nvmlDeviceGetGpuInstancePossiblePlacements", gpu_uuid):
+        with self._calling("nvmlDeviceGetGpuInstancePossiblePlacements", gpu_uuid):
             pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
         return tuple(Placement(start=int(array[i].start), size=int(array[i].size)) for i in range(count.value))
 
     def _gpu_instance_info(self, gpu_uuid: str, gi_handle: Any) -> GpuInstanceInfo:
-        with _calling("nvmlGpuInstanceGetInfo", gpu_uuid):
+        with self._calling("nvmlGpuInstanceGetInfo", gpu_uuid):
             info = pynvml.nvmlGpuInstanceGetInfo(gi_handle)
         gpu_instance_id = int(info.id)
         return GpuInstanceInfo(
@@ -468,19 +485,19 @@ class Nvml:
         found: list[ComputeInstanceInfo] = []
         for index in range(_CI_PROFILE_COUNT):
             try:
-                with _calling("nvmlGpuInstanceGetComputeInstanceProfileInfo", gpu_uuid):
+                with self._calling("nvmlGpuInstanceGetComputeInstanceProfileInfo", gpu_uuid):
                     info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi_handle, index, _CI_ENGINE_SHARED, 2)
             except (NvmlNotSupported, NvmlInvalidArgument):
                 continue
             array = (pynvml.c_nvmlComputeInstance_t * int(info.instanceCount))()
             count = ctypes.c_uint(0)
-            with _calling("nvmlGpuInstanceGetComputeInstances", gpu_uuid):
+            with self._calling("nvmlGpuInstanceGetComputeInstances", gpu_uuid):
                 pynvml.nvmlGpuInstanceGetComputeInstances(gi_handle, int(info.id), array, ctypes.byref(count))
             found.extend(self._compute_instance_info(gpu_uuid, gpu_instance_id, array[i]) for i in range(count.value))
         return sorted(found, key=lambda ci: ci.compute_instance_id)
 
     def _compute_instance_info(self, gpu_uuid: str, gpu_instance_id: int, ci_handle: Any) -> ComputeInstanceInfo:
-        with _calling("nvmlComputeInstanceGetInfo", gpu_uuid):
+        with self._calling("nvmlComputeInstanceGetInfo", gpu_uuid):
             info = pynvml.nvmlComputeInstanceGetInfo(ci_handle)
             mig_uuid = _text(pynvml.nvmlDeviceGetUUID(info.device))
             attributes = pynvml.nvmlDeviceGetAttributes(info.device)

@@ -7,6 +7,7 @@ on a real GPU node.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pynvml
 import pytest
@@ -177,3 +178,25 @@ def test_instances_made_by_someone_else_are_visible(simulated_node: OpenSimulate
         listed = nvml.gpu_instances(uuid)
     assert [(gi.gpu_instance_id, str(gi.placement)) for gi in listed] == [(13, "6:1")]
     assert len(listed[0].compute_instances) == 1
+
+
+def test_every_nvml_call_is_told_to_the_observer_with_its_function_and_result(tmp_path: Path) -> None:
+    """What the plugin's per-function NVML latency metric hangs on: one observation per call."""
+    from dra_driver.nvml import sim
+    from dra_driver.nvml.backend import Nvml
+
+    seen: list[tuple[str, float, str]] = []
+    sim.install(tmp_path / "state.json", gpus=["H100-SXM5-80GB"], mig_enabled=True, faults={})
+    try:
+        with Nvml(observe_call=lambda function, seconds, result: seen.append((function, seconds, result))) as nvml:
+            uuid = nvml.list_gpus()[0].uuid
+            seen.clear()
+            nvml.create_gpu_instance(uuid, 19, Placement(start=0, size=1))
+            with pytest.raises(errors.NvmlInsufficientResources):
+                nvml.create_gpu_instance(uuid, 19, Placement(start=0, size=1))
+    finally:
+        sim.uninstall()
+    calls = [(function, result) for function, _, result in seen]
+    assert calls.count(("nvmlDeviceCreateGpuInstanceWithPlacement", "success")) == 1
+    assert calls.count(("nvmlDeviceCreateGpuInstanceWithPlacement", "NvmlInsufficientResources")) == 1
+    assert all(seconds >= 0 for _, seconds, _ in seen)
