@@ -5,7 +5,7 @@ Names follow Prometheus conventions (``migdra_`` prefix, ``_total`` for counters
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class PublishMetrics:
@@ -25,3 +25,55 @@ class PublishMetrics:
             "migdra_resourceslice_writes_total", "ResourceSlice API writes", ["operation"], registry=registry
         )
         self.pool_generation = Gauge("migdra_pool_generation", "current pool generation", registry=registry)
+
+
+# Latencies from sub-millisecond NVML reads to multi-second prepares of busy GPUs.
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class PrepareMetrics:
+    """What NodePrepareResources / NodeUnprepareResources, NVML and the checkpoint report.
+
+    Per claim, not per kubelet call: one call may carry many claims, and each succeeds or fails alone.
+    ``result`` is ``success`` or ``error`` for claims; for NVML calls it is ``success`` or the migdra
+    error class (``NvmlInsufficientResources``), so refusals can be told from slowness.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.claims = Counter(
+            "migdra_claims_total",
+            "claims prepared or unprepared, by operation (prepare, unprepare) and result (success, error)",
+            ["operation", "result"],
+            registry=registry,
+        )
+        self.claim_duration = Histogram(
+            "migdra_claim_duration_seconds",
+            "seconds to prepare or unprepare one claim, NVML and checkpoint included",
+            ["operation", "result"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.nvml_call_duration = Histogram(
+            "migdra_nvml_call_duration_seconds",
+            "seconds per NVML call, by NVML function and result",
+            ["function", "result"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.checkpoint_write_duration = Histogram(
+            "migdra_checkpoint_write_duration_seconds",
+            "seconds per durable checkpoint write (temporary file, fsync, rename, directory fsync)",
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+    def observe_claim(self, operation: str, seconds: float, ok: bool) -> None:
+        result = "success" if ok else "error"
+        self.claims.labels(operation, result).inc()
+        self.claim_duration.labels(operation, result).observe(seconds)
+
+    def observe_nvml_call(self, function: str, seconds: float, result: str) -> None:
+        self.nvml_call_duration.labels(function, result).observe(seconds)
+
+    def observe_checkpoint_write(self, seconds: float) -> None:
+        self.checkpoint_write_duration.observe(seconds)

@@ -15,7 +15,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from dra_driver.errors import ConfigurationError
-from dra_driver.nvml.backend import Nvml
+from dra_driver.nvml.backend import CallObserver, Nvml
 from dra_driver.nvml.errors import NvmlLibraryUnavailable
 from dra_driver.settings import NvmlSettings
 
@@ -24,10 +24,13 @@ SIMULATOR_HINT = "to try migdra without a GPU use --sim-gpus H100-SXM5-80GB:8"
 
 
 @contextmanager
-def open_nvml(settings: NvmlSettings) -> Iterator[Nvml]:
-    """An initialised :class:`Nvml`; with ``nvml=simulated`` the simulator is installed around it."""
+def open_nvml(settings: NvmlSettings, observe_call: CallObserver | None = None) -> Iterator[Nvml]:
+    """An initialised :class:`Nvml`; with ``nvml=simulated`` the simulator is installed around it.
+
+    ``observe_call`` is told of every NVML call (the plugin's latency metric).
+    """
     if settings.nvml == "real":
-        with _real_nvml() as nvml:
+        with _real_nvml(observe_call) as nvml:
             yield nvml
         return
     from dra_driver.nvml import sim  # noqa: PLC0415 -- the simulator is loaded only when asked for
@@ -51,13 +54,13 @@ def open_nvml(settings: NvmlSettings) -> Iterator[Nvml]:
         except sim.StateFileError as exc:
             raise ConfigurationError(f"--sim-state (MIGDRA_SIM_STATE): {exc}") from exc
         stack.callback(sim.uninstall)
-        with Nvml() as nvml:
+        with Nvml(observe_call) as nvml:
             yield nvml
 
 
 @contextmanager
-def _real_nvml() -> Iterator[Nvml]:
-    nvml = Nvml()
+def _real_nvml(observe_call: CallObserver | None) -> Iterator[Nvml]:
+    nvml = Nvml(observe_call)
     try:
         nvml.init()
     except NvmlLibraryUnavailable as exc:

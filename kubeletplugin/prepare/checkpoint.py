@@ -228,8 +228,15 @@ class CheckpointStore:
     """
 
     def __init__(
-        self, state_dir: Path, boot_id: str, *, lock_timeout: float = 30.0, clock: Callable[[], float] = time.monotonic
+        self,
+        state_dir: Path,
+        boot_id: str,
+        *,
+        lock_timeout: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        observe_write: Callable[[float], None] | None = None,
     ) -> None:
+        self._observe_write = observe_write  # seconds of each durable write (fsyncs included): a metric
         self.path = state_dir / CHECKPOINT_FILE
         self.lock_path = state_dir / STATE_LOCK_FILE
         self.boot_id = boot_id
@@ -479,7 +486,10 @@ class CheckpointStore:
 
     def _write_locked(self, checkpoint: Checkpoint) -> None:
         """Replace the file (caller holds the flock and ``_view_lock``) and make it the view."""
+        started = time.perf_counter()
         write_file_atomically(self.path, build_checkpoint_file(checkpoint), mode=0o600)
+        if self._observe_write is not None:
+            self._observe_write(time.perf_counter() - started)
         fd, st = self._open()  # under the flock nobody else replaced it since the rename
         self._pin(fd, st, checkpoint)
 
