@@ -9,6 +9,12 @@ with one line and never leaves half-published slices behind.  Once the slices ar
 in the full plugin, kubelet's sockets are served) one line says so through ``announce``; otherwise
 the process stays quiet unless something goes wrong.
 
+An API server outage never stops the process: prepare and unprepare of claims in the checkpoint need
+no API call, and publishing waits with a capped, jittered backoff (``MIGDRA_API_BACKOFF_*``,
+:class:`~dra_driver.kubeapi.BackoffPolicy`) and catches up when the server is back.  Only a refusal
+(the API server rejecting the slices), NVML failing or a bug, ``fatal_after`` publish rounds in a row,
+stops it.
+
 Concurrency model (threads, no asyncio): the publish loop on its own thread (periodic NVML rescan +
 triggers); the gRPC servers' thread pools calling the thread-safe :class:`PrepareService` (which runs
 claims on its own worker pool under per-GPU locks, and writes claim status on one background
@@ -29,9 +35,8 @@ from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, start_http_server
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dra_driver.devicemodel.config import DeviceModelConfig
@@ -40,10 +45,15 @@ from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.durable import writable_directory_problem
 from dra_driver.errors import ConfigurationError, MigdraError
-from dra_driver.kubeapi import describe_failure, is_transport_failure, load_client_configuration, new_api_client
+from dra_driver.kubeapi import (
+    ApiRequestError,
+    BackoffPolicy,
+    describe_failure,
+    load_client_configuration,
+    new_api_client,
+)
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
-from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.settings import NvmlSettings, load_device_model_config
 from kubeletplugin.grpc import PluginServers
@@ -52,7 +62,14 @@ from kubeletplugin.health import NvmlDeviceHealth
 from kubeletplugin.metrics import PublishMetrics
 from kubeletplugin.pool_report import PoolReporter
 from kubeletplugin.prepare import PrepareService, PrepareSettings
-from kubeletplugin.publisher import PublishLoop, PublishResult, SlicePublisher
+from kubeletplugin.publisher import (
+    DEFAULT_REQUEST_TIMEOUT,
+    PublishLoop,
+    PublishResult,
+    RoundFailure,
+    SlicePublisher,
+    read_settled_inventory,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +81,10 @@ MAX_DRIVER_NAME = 63
 
 
 class PublishingError(MigdraError):
-    """Publishing the node's ResourceSlices kept failing (``fatal_after`` rounds in a row); the process
-    exits with status 1 and one line naming the last failure, so Kubernetes restarts it."""
+    """Publishing the node's ResourceSlices kept failing for a reason an API outage does not explain
+    (the API server refused the slices, NVML failed, a bug) ``fatal_after`` rounds in a row; the
+    process exits with status 1 and one line naming the last failure, so Kubernetes restarts it.  An
+    outage alone never raises it: prepare and unprepare must keep working from the checkpoint."""
 
 
 class Ownership(Protocol):
@@ -104,6 +123,16 @@ class PluginSettings(BaseSettings):
         "gate ResourceHealthStatus): a device is unhealthy while its GPU does not answer NVML",
     )
     health_interval: float = Field(default=10.0, gt=0, description="seconds between health reports to kubelet")
+    api_backoff_initial: float = Field(
+        default=0.5,
+        gt=0,
+        description="seconds before the first retry of an API request the server did not answer, throttled or "
+        "failed (publishing slices, writing claim status); doubled per failure up to MIGDRA_API_BACKOFF_MAX, "
+        "with jitter. An API outage is retried for as long as it lasts",
+    )
+    api_backoff_max: float = Field(
+        default=30.0, gt=0, description="the longest wait, in seconds, between retries of a failing API request"
+    )
 
     @field_validator("node_name")
     @classmethod
@@ -130,9 +159,22 @@ class PluginSettings(BaseSettings):
             parse_metrics_address(value)
         return value
 
+    @field_validator("api_backoff_max")
+    @classmethod
+    def _api_backoff_max(cls, value: float, info: ValidationInfo) -> float:
+        initial = info.data.get("api_backoff_initial")
+        if isinstance(initial, float) and value < initial:
+            raise ValueError(f"must be at least MIGDRA_API_BACKOFF_INITIAL ({initial:g} s)")
+        return value
+
     @property
     def plugin_directory(self) -> Path:
         return self.plugin_dir or KUBELET_PLUGINS_DIR / self.driver_name
+
+    @property
+    def api_backoff(self) -> BackoffPolicy:
+        """How every writer of this process (slices, claim status) waits between retries."""
+        return BackoffPolicy(self.api_backoff_initial, self.api_backoff_max)
 
 
 def parse_metrics_address(address: str) -> tuple[str, int]:
@@ -192,6 +234,7 @@ class _Publishing:
         )
         self.reporter = PoolReporter(PublishMetrics(registry))
         self.fatal: list[BaseException] = []
+        self.failed_rounds = 0
         self.last_pool: NodePool | None = None
         self.last_result = PublishResult()
         self.server = ""
@@ -202,6 +245,10 @@ class _Publishing:
     def on_fatal(self, exc: BaseException) -> None:
         self.fatal.append(exc)
         self._stop.set()
+
+    def on_failure(self, kind: RoundFailure, exc: BaseException, in_a_row: int) -> None:
+        """Every failed round (logged by the loop); kept for the fatal line's count."""
+        self.failed_rounds = in_a_row
 
     def on_round(self, pool: NodePool, result: PublishResult) -> None:
         self.last_pool = pool
@@ -229,9 +276,9 @@ class _Publishing:
         so an instance being created (known by placement until its ID is recorded) or being destroyed
         (record dropped right after) never shows up as foreign for one round."""
         if ownership is None:
-            return build_pool(read_inventory(nvml), self.device_config)
+            return build_pool(read_settled_inventory(nvml), self.device_config)
         before = ownership.owned_instances()
-        inventory = read_inventory(nvml)
+        inventory = read_settled_inventory(nvml)
         return build_pool(
             inventory,
             self.device_config,
@@ -241,15 +288,23 @@ class _Publishing:
 
     @contextmanager
     def running(
-        self, api_client: client.ApiClient, nvml: Nvml, ownership: Ownership | None
+        self,
+        api_client: client.ApiClient,
+        nvml: Nvml,
+        ownership: Ownership | None,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> Iterator[SlicePublisher]:
-        publisher = SlicePublisher(api_client, self.plugin.node_name, self.device_config.driver_name)
+        publisher = SlicePublisher(
+            api_client, self.plugin.node_name, self.device_config.driver_name, request_timeout=request_timeout
+        )
         loop = PublishLoop(
             publisher,
             lambda: self.compute_pool(nvml, ownership),
             interval=self.plugin.rescan_interval,
             on_fatal=self.on_fatal,
             on_round=self.on_round,
+            backoff=self.plugin.api_backoff,
+            on_failure=self.on_failure,
         )
         loop.start()
         log.info("publishing ResourceSlices of node %s for %s", self.plugin.node_name, self.device_config.driver_name)
@@ -259,18 +314,16 @@ class _Publishing:
             loop.stop()
             if self.plugin.cleanup_on_exit:
                 try:
-                    log.info("deleted %d ResourceSlices on exit", publisher.delete_all())
-                except Exception as exc:
-                    if not isinstance(exc, ApiException) and not is_transport_failure(exc):
-                        raise
-                    log.error("could not delete the ResourceSlices on exit: %s", describe_failure(exc, self.server))
+                    log.info("deleted %d ResourceSlices on exit", publisher.delete_all(self.plugin.api_backoff))
+                except ApiRequestError as exc:
+                    log.error("could not delete the ResourceSlices on exit: %s", exc)
 
     def exit_code(self) -> int:
         """0, or raises :class:`PublishingError` when publishing kept failing (one line: the last failure)."""
         if self.fatal:
             raise PublishingError(
-                f"publishing the ResourceSlices of node {self.plugin.node_name} kept failing: "
-                f"{describe_failure(self.fatal[0], self.server)}"
+                f"publishing the ResourceSlices of node {self.plugin.node_name} kept failing "
+                f"({self.failed_rounds} rounds in a row): {describe_failure(self.fatal[0], self.server)}"
             ) from self.fatal[0]
         return 0
 
@@ -346,7 +399,7 @@ def run_plugin(
         recovery = service.start()  # a checkpoint that cannot be trusted stops us: CheckpointError
         log.info("start-up recovery: %s", recovery)
         try:
-            with publishing.running(api_client, nvml, ownership=service):
+            with publishing.running(api_client, nvml, ownership=service, request_timeout=prepare.api_timeout):
                 servers = PluginServers(
                     driver_name,
                     plugin.registry_dir,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.pool import NodePool, build_pool
+from dra_driver.kubeapi import BackoffPolicy
 from dra_driver.mig import load_catalog
 from dra_driver.nvml.inventory import read_inventory
 from kubeletplugin.publisher import PublishLoop, SlicePublisher
@@ -23,6 +25,7 @@ from tests.conftest import OpenSimulatedNode
 
 NODE = "node-a"
 DRIVER = "gpu.migdra.io"
+FAST = BackoffPolicy(initial=0.001, maximum=0.01)  # retries of failed rounds, in tests
 
 
 @pytest.fixture
@@ -126,7 +129,7 @@ def test_mig_mode_change_on_one_gpu_republishes(api_client: client.ApiClient, no
 def test_someone_elses_edit_is_reverted_and_a_conflict_is_retried(
     api_client: client.ApiClient, node: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    publisher = SlicePublisher(api_client, NODE, DRIVER, backoff_seconds=0.01)
+    publisher = SlicePublisher(api_client, NODE, DRIVER)
     publisher.publish(pool_of("H100"))
     resource = client.ResourceV1Api(api_client)
     victim = stored_slices(api_client)[1]
@@ -190,7 +193,7 @@ def test_invalid_slices_are_refused_by_the_server(api_client: client.ApiClient, 
     pool = pool_of("H100", config=bad)
     broken = NodePool(DRIVER, (*pool.devices, pool.devices[0]), pool.counter_sets)  # a duplicate device
     with pytest.raises(ApiException) as info:
-        SlicePublisher(api_client, NODE, DRIVER, backoff_seconds=0.01).publish(broken)
+        SlicePublisher(api_client, NODE, DRIVER).publish(broken)
     assert info.value.status == 422
 
 
@@ -234,20 +237,19 @@ def test_a_refused_pool_is_logged_as_one_line_per_round_and_then_is_fatal(
     pool = pool_of("H100")
     broken = NodePool(DRIVER, (*pool.devices, pool.devices[0]), pool.counter_sets)  # a duplicate device
     fatal: list[BaseException] = []
+    stopped = threading.Event()
     loop = PublishLoop(
-        SlicePublisher(api_client, NODE, DRIVER, backoff_seconds=0.01),
+        SlicePublisher(api_client, NODE, DRIVER),
         lambda: broken,
         interval=0.01,
-        on_fatal=fatal.append,
+        on_fatal=lambda exc: (fatal.append(exc), stopped.set()),
         fatal_after=2,
+        backoff=FAST,
     )
     with caplog.at_level("ERROR", logger="kubeletplugin.publisher"):
         loop.start()
-        deadline = time.monotonic() + 10
-        while not fatal and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert stopped.wait(10), "a pool the API server refuses must stop the loop"
         loop.stop()
-    assert fatal
     assert isinstance(fatal[0], ApiException)
     failures = [r for r in caplog.records if r.name == "kubeletplugin.publisher"]
     assert len(failures) == 2
