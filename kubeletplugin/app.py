@@ -10,16 +10,16 @@ in the full plugin, kubelet's sockets are served) one line says so through ``ann
 the process stays quiet unless something goes wrong.
 
 An API server outage never stops the process: prepare and unprepare of claims in the checkpoint need
-no API call, and publishing waits with a capped, jittered backoff (``MIGDRA_API_BACKOFF_*``,
-:class:`~dra_driver.kubeapi.BackoffPolicy`) and catches up when the server is back.  Only a refusal
-(the API server rejecting the slices), NVML failing or a bug, ``fatal_after`` publish rounds in a row,
-stops it.
+no API call; publishing and claim status writes wait with one backoff policy (``MIGDRA_API_BACKOFF_*``,
+:class:`~dra_driver.kubeapi.BackoffPolicy`) and catch up when the server is back; and the claims'
+status is reconciled with the checkpoint at start and periodically.  Only a refusal (the API server
+rejecting the slices), NVML failing or a bug, ``fatal_after`` publish rounds in a row, stops it.
 
 Concurrency model (threads, no asyncio): the publish loop on its own thread (periodic NVML rescan +
 triggers); the gRPC servers' thread pools calling the thread-safe :class:`PrepareService` (which runs
-claims on its own worker pool under per-GPU locks, and writes claim status on one background
-thread); the main thread waits for SIGTERM/SIGINT and then shuts down in order: deregister from
-kubelet, let in-flight calls finish, stop publishing, close prepare (instances are kept).
+claims on its own worker pool under per-GPU locks, and writes and reconciles claim status on one
+background thread); the main thread waits for SIGTERM/SIGINT and then shuts down in order: deregister
+from kubelet, let in-flight calls finish, stop publishing, close prepare (instances are kept).
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from kubeletplugin.health import NvmlDeviceHealth
 from kubeletplugin.metrics import PublishMetrics
 from kubeletplugin.pool_report import PoolReporter
 from kubeletplugin.prepare import PrepareService, PrepareSettings
+from kubeletplugin.prepare.status import ClaimReporter
 from kubeletplugin.publisher import (
     DEFAULT_REQUEST_TIMEOUT,
     PublishLoop,
@@ -132,6 +133,12 @@ class PluginSettings(BaseSettings):
     )
     api_backoff_max: float = Field(
         default=30.0, gt=0, description="the longest wait, in seconds, between retries of a failing API request"
+    )
+    status_reconcile_interval: float = Field(
+        default=60.0,
+        gt=0,
+        description="seconds between reconciliations of the claims' status.devices with the checkpoint (one "
+        "also runs at start): a claim says Ready with its MIG identity exactly while its instance exists",
     )
 
     @field_validator("node_name")
@@ -393,8 +400,21 @@ def run_plugin(
         new_api_client(configuration) as api_client,
         open_nvml(nvml_settings) as nvml,
     ):
+        reporter = ClaimReporter(
+            api_client,
+            driver_name,
+            plugin.node_name,
+            backoff=plugin.api_backoff,
+            request_timeout=prepare.api_timeout,
+            reconcile_interval=plugin.status_reconcile_interval,
+        )
         service = PrepareService.from_settings(
-            prepare, nvml=nvml, api_client=api_client, node_name=plugin.node_name, driver_name=driver_name
+            prepare,
+            nvml=nvml,
+            api_client=api_client,
+            node_name=plugin.node_name,
+            driver_name=driver_name,
+            reporter=reporter,
         )
         recovery = service.start()  # a checkpoint that cannot be trusted stops us: CheckpointError
         log.info("start-up recovery: %s", recovery)

@@ -185,6 +185,7 @@ class PrepareService:
         node_name: str,
         driver_name: str,
         read_boot_id: Callable[[], str] = read_node_boot_id,
+        reporter: ClaimReporter | None = None,
     ) -> PrepareService:
         """The service the node process runs, from its settings (``MIGDRA_CDI_DIR``, ``MIGDRA_STATE_DIR``, ...)."""
         return cls(
@@ -200,6 +201,7 @@ class PrepareService:
             crash_at=settings.test_crash_at,
             state_lock_timeout=settings.state_lock_timeout,
             api_timeout=settings.api_timeout,
+            reporter=reporter,
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -213,7 +215,7 @@ class PrepareService:
         store = CheckpointStore(self.state_dir, self._read_boot_id(), lock_timeout=self._lock_timeout)
         loaded = store.load()  # CheckpointError: the process must stop, not guess
         self._store = store
-        self._reporter.start()
+        self._reporter.start(store)  # claim status converges to the checkpoint (and is reconciled with it)
         try:
             for record in loaded.discarded:  # another boot: no process of this boot can be working on them
                 self._delete_spec(record.claim_uid)

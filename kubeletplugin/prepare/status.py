@@ -1,4 +1,5 @@
-"""Identity on the claim: ``status.devices[]`` entries and Events, written in the background.
+"""Identity on the claim: ``status.devices[]`` entries and Events, written in the background, and
+kept equal to the checkpoint.
 
 After prepare migdra records on the ResourceClaim what each device *is* (NVIDIA #1456): for every
 device an entry ``{driver, pool, device, conditions: [Ready=True], data: {gpuUUID, profile,
@@ -7,13 +8,31 @@ placement: {start, size}, migUUID, gpuInstanceID, computeInstanceID, node}}``, a
 prepare failure and unprepare.  On unprepare our data keys and our ``Ready`` condition are removed
 again (an entry with nothing left goes).
 
-Writes are read-modify-write through the ``status`` subresource with the ``resourceVersion`` read
-(409 → read again), and merge: other drivers' entries, other writers' conditions and data keys are
-kept.  They run on one background thread in order; a failure is logged and retried with capped
-backoff and **never** fails prepare.  A claim that is gone (404) or was re-created (other UID) is
-left alone.
+**The checkpoint is the truth; the claim's status follows it.**  A status write does not carry what
+to write: it *converges* the claim -- reads the claim, reads the claim's checkpoint record, and makes
+this driver's entries in this node's pool say exactly that (a prepared record: identity + Ready for
+each of its devices; no record, or one still being prepared or released: nothing of ours).  So a
+write that comes late (after an API outage) or twice writes the truth as it is *then*, never a stale
+intention.  Writes that cannot be made at all -- dropped at shutdown, refused, or an unprepare whose
+report never happened (its CDI spec could not be deleted, kubelet retried) -- are caught by the
+**reconciler**: on start and every ``reconcile_interval`` it lists the claims, compares every claim's
+entries of this driver and pool with the checkpoint, and converges those that differ.  It lists the
+claims *before* it reads the checkpoint: status says Ready only after the record said prepared, so a
+claim seen Ready whose record is gone by the later read was unprepared in between (cleared rightly),
+and the converge write re-reads both anyway.
 
-``build_``/``compute_`` functions are pure; :class:`ClaimReporter` does the I/O.
+Writes are read-modify-write through the ``status`` subresource with the ``resourceVersion`` read
+(a conflict reads again at once, :func:`dra_driver.kubeapi.retry_conflicts`), and merge: other
+drivers' entries, other pools' entries, other writers' conditions and data keys are kept.  They run on
+one background thread in order.  What a failure means comes from
+:func:`dra_driver.kubeapi.classify_failure`: while the API server is unavailable the whole queue waits
+(one capped, jittered backoff for all, so an outage is one log line per attempt, not one per claim)
+and nothing is given up; a refused write (403, 422) is logged in one line and dropped (the next
+reconciliation tries again); a bug is retried ``max_attempts`` times.  Nothing here ever fails
+prepare or unprepare.  A claim that is gone (404) or was re-created (other UID) is left alone.
+
+``build_``/``compute_`` functions are pure; :class:`ClaimReporter` does the I/O.  Never touched: an
+entry of another driver or pool, or one with a ``shareID`` (migdra writes none).
 """
 
 from __future__ import annotations
@@ -22,14 +41,25 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kubeletplugin.prepare.checkpoint import ClaimRecord, DeviceRecord
+from dra_driver.kubeapi import (
+    DEFAULT_CONFLICT_RETRIES,
+    ApiFailure,
+    Backoff,
+    BackoffPolicy,
+    call_json,
+    classify_failure,
+    describe_failure,
+    retry_conflicts,
+)
+from kubeletplugin.prepare.checkpoint import ClaimRecord, ClaimState, DeviceRecord
 from kubeletplugin.prepare.claims import ClaimApi
 from kubeletplugin.service import ClaimRef
 
@@ -148,13 +178,18 @@ def compute_merged_devices(
 
 
 def compute_cleared_devices(
-    existing: Sequence[Mapping[str, Any]], driver_name: str, pool_name: str, device_names: Sequence[str]
+    existing: Sequence[Mapping[str, Any]],
+    driver_name: str,
+    pool_name: str,
+    device_names: Collection[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """``status.devices`` without migdra's data keys and ``Ready`` in these devices' entries; pure."""
+    """``status.devices`` without migdra's data keys and ``Ready`` in our entries of these devices
+    (``None``: every device of this driver in this pool); pure."""
     result: list[dict[str, Any]] = []
-    wanted = set(device_names)
     for entry in existing:
-        if entry.get("driver") != driver_name or entry.get("pool") != pool_name or entry.get("device") not in wanted:
+        if not _is_ours(entry, driver_name, pool_name) or (
+            device_names is not None and entry.get("device") not in device_names
+        ):
             result.append(dict(entry))
             continue
         data = entry.get("data")
@@ -174,14 +209,51 @@ def compute_cleared_devices(
     return result
 
 
+def is_prepared(record: ClaimRecord | None) -> bool:
+    """Whether the record says the claim's devices exist and were handed out (``PrepareCompleted``).
+
+    A ``PrepareStarted`` record is a prepare in progress or a release that failed half-way: its
+    devices are not ready, so the claim must not say they are.
+    """
+    return record is not None and record.state is ClaimState.PREPARE_COMPLETED
+
+
+def compute_converged_devices(
+    existing: Sequence[Mapping[str, Any]],
+    driver_name: str,
+    node_name: str,
+    record: ClaimRecord | None,
+    generation: int | None,
+    now: str,
+) -> list[dict[str, Any]]:
+    """``status.devices`` as the checkpoint ``record`` says it must be; pure.
+
+    Prepared: identity + Ready in an entry per device of the record (merged), and our keys cleared in
+    any other entry of this driver in this node's pool (a device the claim no longer holds here).
+    Otherwise: our keys cleared in every entry of this driver in this node's pool.  The pool is the
+    node's name.  Equal to ``existing`` (same ``lastTransitionTime`` too) when nothing needs a write.
+    """
+    if record is None or not is_prepared(record):
+        return compute_cleared_devices(existing, driver_name, node_name)
+    updates = build_status_updates(record, node_name, generation, now)
+    merged = compute_merged_devices(existing, driver_name, node_name, updates)
+    held = {update.device_name for update in updates}
+    elsewhere = {
+        str(entry.get("device"))
+        for entry in merged
+        if _is_ours(entry, driver_name, node_name) and entry.get("device") not in held
+    }
+    return compute_cleared_devices(merged, driver_name, node_name, elsewhere) if elsewhere else merged
+
+
+def _is_ours(entry: Mapping[str, Any], driver: str, pool: str) -> bool:
+    """An entry migdra writes: this driver, this pool, no ``shareID`` (migdra never shares a device)."""
+    return entry.get("driver") == driver and entry.get("pool") == pool and entry.get("shareID") is None
+
+
 def _find_entry(entries: Sequence[Mapping[str, Any]], driver: str, pool: str, device: str) -> int | None:
     for index, entry in enumerate(entries):
-        if (
-            entry.get("driver") == driver
-            and entry.get("pool") == pool
-            and entry.get("device") == device
-            and entry.get("shareID") is None
-        ):
+        if _is_ours(entry, driver, pool) and entry.get("device") == device:
             return index
     return None
 
@@ -214,6 +286,54 @@ def build_event(
     }
 
 
+class PreparedClaims(Protocol):
+    """What exists on this node: the checkpoint (:class:`~kubeletplugin.prepare.checkpoint.CheckpointStore`),
+    read here, never written.  Both reads return the file as it is now (another plugin process of the
+    node may have changed it)."""
+
+    def get(self, claim_uid: str) -> ClaimRecord | None: ...
+
+    def records(self) -> tuple[ClaimRecord, ...]: ...
+
+
+class _View(BaseModel):
+    # A view of the API's objects: fields migdra does not read are ignored, never refused.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class _ClaimMetadata(_View):
+    name: str
+    namespace: str
+    uid: str
+    generation: int | None = None
+
+
+class _ClaimStatus(_View):
+    devices: list[dict[str, Any]] | None = None
+
+
+class _ListedClaim(_View):
+    metadata: _ClaimMetadata
+    status: _ClaimStatus | None = None
+
+    @property
+    def ref(self) -> ClaimRef:
+        return ClaimRef(self.metadata.namespace, self.metadata.name, self.metadata.uid)
+
+    @property
+    def devices(self) -> list[dict[str, Any]]:
+        return [d for d in (self.status.devices if self.status else None) or [] if isinstance(d, Mapping)]
+
+
+class _ClaimListMeta(_View):
+    continue_: str | None = Field(default=None, alias="continue")
+
+
+class _ClaimList(_View):
+    metadata: _ClaimListMeta = _ClaimListMeta()
+    items: list[dict[str, Any]] = []
+
+
 @dataclass
 class _Job:
     key: tuple[str, ...]
@@ -222,17 +342,27 @@ class _Job:
     attempts: int = 0
     not_before: float = 0.0
     sequence: int = field(default=0)
+    backoff: Backoff | None = None  # its own, for failures that are not the API's
 
 
 class _Gone(Exception):
     """The claim is gone or was re-created: nothing to write."""
 
 
-class ClaimReporter:
-    """Writes claim status and Events on one background thread, in order, with retries.
+_RECONCILE_KEY = ("reconcile",)
+_CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
 
+
+class ClaimReporter:
+    """Writes claim status and Events on one background thread, in order, and reconciles claim status
+    with the checkpoint (see the module docstring).
+
+    :meth:`start` with the checkpoint (``PreparedClaims``) makes every status write converge to it
+    and, with ``reconcile_interval``, reconciles on start and then periodically; without it a status
+    write converges to the record the report carried.  ``backoff`` paces retries while the API server
+    is unavailable; ``max_attempts`` bounds retries of failures that are not the API's (bugs).
     ``flush()`` waits for the queue to drain (tests, shutdown); ``close()`` stops the thread, logging
-    what was still pending.
+    what was still pending (the next start's reconciliation writes it).
     """
 
     def __init__(
@@ -242,28 +372,45 @@ class ClaimReporter:
         node_name: str,
         *,
         max_attempts: int = 8,
-        backoff_seconds: float = 0.2,
-        max_backoff_seconds: float = 10.0,
+        backoff: BackoffPolicy | None = None,
         request_timeout: float = 10.0,
+        reconcile_interval: float | None = None,
+        list_page_size: int = 500,
+        conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
     ) -> None:
+        self._api_client = api_client
         self._claims = ClaimApi(api_client, request_timeout)
         self._core = client.CoreV1Api(api_client)
         self.driver_name = driver_name
         self.node_name = node_name
         self._max_attempts = max_attempts
-        self._backoff = backoff_seconds
-        self._max_backoff = max_backoff_seconds
+        self._backoff_policy = backoff or BackoffPolicy()
+        self._api_backoff = self._backoff_policy.start()  # the reporter thread's alone
         self._timeout = request_timeout
+        self._reconcile_interval = reconcile_interval
+        self._page_size = list_page_size
+        self._conflict_retries = conflict_retries
+        self._checkpoint: PreparedClaims | None = None
         self._jobs: list[_Job] = []
         self._running = 0
         self._sequence = 0
+        self._paused_until = 0.0  # the API server is unavailable: no job before then
+        self._next_reconcile: float | None = None
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
 
+    @property
+    def server(self) -> str:
+        return str(self._api_client.configuration.host)
+
     # -- public --------------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, checkpoint: PreparedClaims | None = None) -> None:
+        """Start writing; with ``checkpoint``, converge to it (and reconcile, if an interval is set)."""
+        self._checkpoint = checkpoint
+        if checkpoint is not None and self._reconcile_interval is not None:
+            self._next_reconcile = time.monotonic()  # at once: what happened while we were away
         self._thread = threading.Thread(target=self._loop, name="migdra-claim-reporter", daemon=True)
         self._thread.start()
 
@@ -274,7 +421,11 @@ class ClaimReporter:
             self._jobs.clear()
             self._cond.notify_all()
         if pending:
-            log.warning("dropping %d unwritten claim report(s) at shutdown: %s", len(pending), "; ".join(pending))
+            log.warning(
+                "dropping %d unwritten claim report(s) at shutdown (claim status is reconciled at the next start): %s",
+                len(pending),
+                "; ".join(pending),
+            )
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
@@ -290,14 +441,18 @@ class ClaimReporter:
                 self._cond.wait(remaining)
         return True
 
+    def reconcile_now(self) -> None:
+        """Queue a reconciliation of every claim's status with the checkpoint (needs :meth:`start` with one)."""
+        if self._checkpoint is None:
+            raise RuntimeError("ClaimReporter.start(checkpoint) must run before reconcile_now()")
+        self._enqueue(_Job(_RECONCILE_KEY, "claim status reconciliation", self._reconcile), replace=True)
+
     def report_prepared(self, ref: ClaimRef, record: ClaimRecord, generation: int | None) -> None:
+        """Identity + Ready for the prepared ``record`` (``generation``: the claim's, as prepared)."""
         now = dt.datetime.now(dt.UTC)
-        updates = build_status_updates(record, self.node_name, generation, rfc3339(now))
-        if updates:
+        if record.devices:
             self._enqueue_status(
-                ref,
-                f"status of {ref.namespace}/{ref.name}: {len(updates)} device(s) ready",
-                lambda existing: compute_merged_devices(existing, self.driver_name, self.node_name, updates),
+                ref, f"status of {ref.namespace}/{ref.name}: {len(record.devices)} device(s) ready", record, generation
             )
         names = ", ".join(device.intent.device_name for device in record.devices) or "no devices of this driver"
         self._enqueue_event(ref, EVENT_PREPARED, f"prepared on node {self.node_name}: {names}", "Normal", now)
@@ -309,11 +464,7 @@ class ClaimReporter:
     def report_unprepared(self, ref: ClaimRef, record: ClaimRecord) -> None:
         names = [device.intent.device_name for device in record.devices]
         if names:
-            self._enqueue_status(
-                ref,
-                f"status of {ref.namespace}/{ref.name}: clear {len(names)} device(s)",
-                lambda existing: compute_cleared_devices(existing, self.driver_name, self.node_name, names),
-            )
+            self._enqueue_status(ref, f"status of {ref.namespace}/{ref.name}: clear {len(names)} device(s)", None)
         self._enqueue_event(
             ref,
             EVENT_UNPREPARED,
@@ -324,21 +475,23 @@ class ClaimReporter:
 
     def report_cleared(self, ref: ClaimRef, record: ClaimRecord) -> None:
         """Clear the status of a claim whose instances recovery rolled back (no Event: it was logged)."""
-        names = [device.intent.device_name for device in record.devices]
-        if names:
+        if record.devices:
             self._enqueue_status(
                 ref,
-                f"status of {ref.namespace}/{ref.name}: clear {len(names)} device(s) after recovery",
-                lambda existing: compute_cleared_devices(existing, self.driver_name, self.node_name, names),
+                f"status of {ref.namespace}/{ref.name}: clear {len(record.devices)} device(s) after recovery",
+                None,
             )
 
     # -- writing -------------------------------------------------------------------------------
 
     def _enqueue_status(
-        self, ref: ClaimRef, describe: str, change: Callable[[list[Mapping[str, Any]]], list[dict[str, Any]]]
+        self, ref: ClaimRef, describe: str, reported: ClaimRecord | None, generation: int | None = None
     ) -> None:
-        # A newer status write for the claim supersedes a pending one: it is computed from a fresh read.
-        self._enqueue(_Job(("status", ref.uid), describe, lambda: self._write_status(ref, change)), replace=True)
+        """Converge the claim's status; ``reported`` is the truth only when no checkpoint was given."""
+        # A newer status write for the claim supersedes a pending one: both converge to the same truth.
+        self._enqueue(
+            _Job(("status", ref.uid), describe, lambda: self._converge(ref, reported, generation)), replace=True
+        )
 
     def _enqueue_event(self, ref: ClaimRef, reason: str, message: str, event_type: str, now: dt.datetime) -> None:
         body = build_event(ref, reason, message, event_type, self.driver_name, self.node_name, now)
@@ -363,8 +516,10 @@ class ClaimReporter:
             self._jobs.append(job)
             self._cond.notify_all()
 
-    def _write_status(self, ref: ClaimRef, change: Callable[[list[Mapping[str, Any]]], list[dict[str, Any]]]) -> None:
-        for _ in range(self._max_attempts):
+    def _converge(self, ref: ClaimRef, reported: ClaimRecord | None, generation: int | None) -> None:
+        """Make the claim's entries of this driver and pool say what the checkpoint says now."""
+
+        def once() -> None:
             try:
                 claim = self._claims.read(ref.namespace, ref.name)
             except ApiException as e:
@@ -374,10 +529,16 @@ class ClaimReporter:
             metadata = claim.get("metadata") or {}
             if metadata.get("uid") != ref.uid:
                 raise _Gone(f"claim {ref.namespace}/{ref.name} now has UID {metadata.get('uid')}, not {ref.uid}")
+            # Read after the claim: a change of the record after this read comes with its own report,
+            # queued behind this one, which reads again.
+            record = self._checkpoint.get(ref.uid) if self._checkpoint is not None else reported
             status = claim.get("status") or {}
             claim["status"] = status
             existing = [d for d in status.get("devices") or [] if isinstance(d, Mapping)]
-            devices = change(existing)
+            observed = metadata.get("generation") if isinstance(metadata.get("generation"), int) else generation
+            devices = compute_converged_devices(
+                existing, self.driver_name, self.node_name, record, observed, rfc3339(dt.datetime.now(dt.UTC))
+            )
             if devices == existing:
                 return
             if devices:
@@ -386,14 +547,61 @@ class ClaimReporter:
                 status.pop("devices", None)
             try:
                 self._claims.replace_status(ref.namespace, ref.name, claim)
-                return
             except ApiException as e:
-                if e.status == 409:
-                    continue  # someone wrote in between: read again and merge again
                 if e.status == 404:
                     raise _Gone(f"claim {ref.namespace}/{ref.name} no longer exists") from e
-                raise
-        raise RuntimeError(f"status of {ref.namespace}/{ref.name}: still conflicting after {self._max_attempts} tries")
+                raise  # 409: retry_conflicts reads again and merges again
+
+        retry_conflicts(once, what=f"status of {ref.namespace}/{ref.name}", limit=self._conflict_retries)
+
+    def _reconcile(self) -> None:
+        """Converge every claim whose entries of this driver and pool disagree with the checkpoint."""
+        checkpoint = self._checkpoint
+        assert checkpoint is not None
+        claims = self._list_claims()  # a failed or partial list raises: nothing is written on it
+        records = {record.claim_uid: record for record in checkpoint.records()}  # after the list: see above
+        now = rfc3339(dt.datetime.now(dt.UTC))
+        stale: list[ClaimRef] = []
+        for claim in claims:
+            existing = claim.devices
+            record = records.pop(claim.metadata.uid, None)
+            wanted = compute_converged_devices(
+                existing, self.driver_name, self.node_name, record, claim.metadata.generation, now
+            )
+            if wanted != existing:
+                stale.append(claim.ref)
+        for ref in stale:
+            self._enqueue_status(ref, f"status of {ref.namespace}/{ref.name}: reconcile with the checkpoint", None)
+        if stale:
+            log.info(
+                "claim status reconciliation: %d claim(s) disagree with the checkpoint: %s",
+                len(stale),
+                ", ".join(f"{ref.namespace}/{ref.name}" for ref in stale),
+            )
+        else:
+            log.debug("claim status reconciliation: %d claim(s) listed, all agree with the checkpoint", len(claims))
+
+    def _list_claims(self) -> list[_ListedClaim]:
+        """Every ResourceClaim of the cluster, page by page; raises if any page fails (never partial)."""
+        claims: list[_ListedClaim] = []
+        token: str | None = None
+        while True:
+            query: dict[str, str | int] = {"limit": self._page_size}
+            if token:
+                query["continue"] = token
+            raw = call_json(self._api_client, "GET", _CLAIMS_PATH, query=query, timeout=self._timeout)
+            try:
+                page = _ClaimList.model_validate(raw)
+            except ValidationError as e:
+                raise ValueError(f"listing ResourceClaims: the API server answered with something else: {e}") from e
+            for item in page.items:
+                try:
+                    claims.append(_ListedClaim.model_validate(item))
+                except ValidationError as e:  # not a claim migdra can name: not one it wrote either
+                    log.debug("claim status reconciliation: skipping an unreadable claim: %s", e)
+            token = page.metadata.continue_
+            if not token:
+                return claims
 
     def _loop(self) -> None:
         while True:
@@ -402,14 +610,24 @@ class ClaimReporter:
                     if self._stopping:
                         return
                     now = time.monotonic()
-                    ready = [j for j in self._jobs if j.not_before <= now]
+                    if self._next_reconcile is not None and now >= self._next_reconcile:
+                        assert self._reconcile_interval is not None
+                        self._next_reconcile = now + self._reconcile_interval
+                        self._sequence += 1
+                        self._jobs = [j for j in self._jobs if j.key != _RECONCILE_KEY]
+                        reconcile = _Job(_RECONCILE_KEY, "claim status reconciliation", self._reconcile)
+                        reconcile.sequence = self._sequence
+                        self._jobs.append(reconcile)
+                    ready = [j for j in self._jobs if j.not_before <= now] if now >= self._paused_until else []
                     if ready:
                         job = min(ready, key=lambda j: j.sequence)
                         self._jobs.remove(job)
                         self._running += 1
                         break
-                    wait = min((j.not_before for j in self._jobs), default=now + 3600) - now
-                    self._cond.wait(max(wait, 0.001))
+                    wake = [max(min(j.not_before for j in self._jobs), self._paused_until)] if self._jobs else []
+                    if self._next_reconcile is not None:
+                        wake.append(self._next_reconcile)
+                    self._cond.wait(max(min(wake, default=now + 3600) - now, 0.001))
             try:
                 self._run(job)
             finally:
@@ -423,28 +641,53 @@ class ClaimReporter:
             job.run()
         except _Gone as e:
             log.info("not writing %s: %s", job.describe, e)
-            return
-        except ApiException as e:
-            if e.status is not None and 400 <= e.status < 500 and e.status not in (408, 429):
-                log.error("writing %s was refused, not retrying: %s %s %s", job.describe, e.status, e.reason, e.body)
-                return
-            self._retry(job, f"{e.status} {e.reason}")
-        except Exception as e:  # a reporter must never die: connection errors, timeouts, bugs alike
-            self._retry(job, repr(e))
+        except Exception as e:  # a reporter must never die: outages, refusals, bugs alike
+            failure = classify_failure(e)
+            if failure is ApiFailure.PERMANENT:
+                log.error("writing %s was refused, not retrying: %s", job.describe, describe_failure(e, self.server))
+            elif failure is not None:
+                self._wait_for_api(job, e)
+            else:
+                self._retry_later(job, e)
         else:
+            self._api_backoff.reset()
             log.debug("wrote %s", job.describe)
 
-    def _retry(self, job: _Job, why: str) -> None:
+    def _wait_for_api(self, job: _Job, error: Exception) -> None:
+        """The API server is unavailable (or someone keeps conflicting): hold the whole queue, this job first.
+
+        Every job would fail the same way, and holding them keeps their order; none is given up.
+        """
+        delay = self._api_backoff.next_delay(error)
+        with self._cond:
+            waiting = len(self._jobs) + 1
+            self._paused_until = time.monotonic() + delay
+            self._requeue_locked(job)
+        log.warning(
+            "writing %s failed: %s; retrying in %.1f s (%d claim report(s) waiting)",
+            job.describe,
+            describe_failure(error, self.server),
+            delay,
+            waiting,
+        )
+
+    def _retry_later(self, job: _Job, error: Exception) -> None:
+        """Not the API's failure (a bug, an answer migdra cannot read): this job alone, a few times."""
         if job.attempts >= self._max_attempts:
-            log.error("giving up writing %s after %d attempts: %s", job.describe, job.attempts, why)
+            log.error("giving up writing %s after %d attempts: %r", job.describe, job.attempts, error)
             return
-        delay = min(self._backoff * 2 ** (job.attempts - 1), self._max_backoff)
-        log.warning("writing %s failed (%s); retrying in %.1f s", job.describe, why, delay)
+        if job.backoff is None:
+            job.backoff = self._backoff_policy.start()
+        delay = job.backoff.next_delay()
+        log.warning("writing %s failed (%r); retrying in %.1f s", job.describe, error, delay)
         job.not_before = time.monotonic() + delay
         with self._cond:
-            if self._stopping:
-                return
-            if any(j.key == job.key for j in self._jobs):
-                return  # superseded by a newer write while this one ran
-            self._jobs.append(job)
-            self._cond.notify_all()
+            self._requeue_locked(job)
+
+    def _requeue_locked(self, job: _Job) -> None:
+        if self._stopping:
+            return
+        if any(j.key == job.key for j in self._jobs):
+            return  # superseded by a newer write while this one ran
+        self._jobs.append(job)  # its old sequence keeps its place in the order
+        self._cond.notify_all()

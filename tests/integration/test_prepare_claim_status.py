@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,9 +14,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_driver.kubeapi import BackoffPolicy
+from kubeletplugin.prepare import service as service_module
 from kubeletplugin.prepare.claims import ClaimApi
 from kubeletplugin.prepare.status import ClaimReporter
 from kubeletplugin.service import ClaimRef
+from tests.api_outage import RestartableApiServer, StoreChanges, restartable_api_server
 from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, result, simulated_node
 
 ONE_G_20 = "gpu-0-mig-1g20gb-15-6"
@@ -124,7 +129,7 @@ def test_a_failing_status_write_never_fails_prepare_and_is_retried(node: Node, m
         return original(self, namespace, name, body)
 
     monkeypatch.setattr(ClaimApi, "replace_status", flaky)
-    reporter = ClaimReporter(node.api_client, DRIVER, NODE, backoff_seconds=0.01)
+    reporter = ClaimReporter(node.api_client, DRIVER, NODE, backoff=BackoffPolicy(initial=0.01, maximum=0.05))
     service = node.service(reporter=reporter)
     ref = node.claim("flaky", [result(ONE_G_20)])
     assert service.prepare([ref])[ref.uid].error == ""
@@ -168,3 +173,187 @@ def test_status_is_not_written_to_a_recreated_claim(node: Node) -> None:
     assert service.unprepare([ref])[ref.uid].error == ""
     assert service.flush_reports()
     assert "devices" not in read_claim_json(node.api_client, again)["status"]
+
+
+# -- the checkpoint is the truth: status converges to it ------------------------------------------
+
+FAST = BackoffPolicy(initial=0.01, maximum=0.05)
+OTHER_NODE_ENTRY = {
+    "driver": DRIVER,
+    "pool": "node-b",
+    "device": ONE_G_20,
+    "conditions": [
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "MigInstanceReady",
+            "message": "on node-b",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    ],
+    "data": {"migUUID": "MIG-of-node-b", "node": "node-b"},
+}
+
+
+class LogCount(logging.Handler):
+    """Counts the records of one logger whose message contains ``text``; ``reached`` once there are ``count``."""
+
+    def __init__(self, logger: str, text: str, count: int) -> None:
+        super().__init__(logging.DEBUG)
+        self.logger = logging.getLogger(logger)
+        self.text = text
+        self.count = count
+        self.seen = 0
+        self.reached = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen += 1
+            if self.seen >= self.count:
+                self.reached.set()
+
+    def __enter__(self) -> LogCount:
+        self.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.removeHandler(self)
+
+
+def our_entries(node: Node, ref: ClaimRef) -> list[dict[str, Any]]:
+    devices = read_claim_json(node.api_client, ref).get("status", {}).get("devices") or []
+    return [d for d in devices if d["driver"] == DRIVER and d["pool"] == NODE]
+
+
+def set_devices(node: Node, ref: ClaimRef, devices: list[dict[str, Any]]) -> None:
+    """Another writer (or a lost write) leaves the claim's status.devices like this."""
+    claim = read_claim_json(node.api_client, ref)
+    claim["status"]["devices"] = devices
+    client.ResourceV1Api(node.api_client).replace_namespaced_resource_claim_status(ref.name, ref.namespace, claim)
+
+
+def test_the_reconciler_makes_status_say_what_the_checkpoint_says_in_our_entries_only(node: Node) -> None:
+    reporter = ClaimReporter(node.api_client, DRIVER, NODE, backoff=FAST)
+    service = node.service(reporter=reporter)
+    nic = result("eth0", request="nic", driver="net.example.com", pool="rack-1")
+    kept = node.claim("kept", [result(ONE_G_20), nic])
+    gone = node.claim("gone", [result("gpu-0-mig-1g20gb-15-4"), nic])
+    elsewhere = node.claim("elsewhere", [result(ONE_G_20, pool="node-b")])  # prepared by node-b's plugin
+    assert service.prepare([kept, gone])[kept.uid].error == ""
+    assert service.flush_reports()
+    written = our_entries(node, kept)
+    assert service.unprepare([gone])[gone.uid].error == ""
+    assert service.flush_reports()
+    # Drift: the prepared claim lost its entry (another writer replaced status.devices); the unprepared
+    # one says Ready for an instance that is gone (its write was lost), next to what others wrote.
+    set_devices(node, kept, [NETWORK_ENTRY])
+    stale = {**written[0], "device": "gpu-0-mig-1g20gb-15-4"}
+    stale["data"] = {**stale["data"], "reservedBy": "scheduler-plugin"}
+    set_devices(node, gone, [NETWORK_ENTRY, stale])
+    set_devices(node, elsewhere, [OTHER_NODE_ENTRY])
+
+    reporter.reconcile_now()
+    assert service.flush_reports()
+
+    devices = read_claim_json(node.api_client, kept)["status"]["devices"]
+    assert devices[0] == NETWORK_ENTRY
+    assert devices[1]["data"] == written[0]["data"]
+    assert [(c["type"], c["status"]) for c in devices[1]["conditions"]] == [("Ready", "True")]
+    assert read_claim_json(node.api_client, gone)["status"]["devices"] == [
+        NETWORK_ENTRY,
+        {"driver": DRIVER, "pool": NODE, "device": "gpu-0-mig-1g20gb-15-4", "data": {"reservedBy": "scheduler-plugin"}},
+    ]
+    assert read_claim_json(node.api_client, elsewhere)["status"]["devices"] == [OTHER_NODE_ENTRY]
+    writes = node.api.store.writes
+    reporter.reconcile_now()
+    assert service.flush_reports()
+    assert node.api.store.writes == writes  # everything agrees now: a reconciliation writes nothing
+
+
+def test_an_unprepare_whose_cdi_spec_could_not_be_deleted_is_cleared_by_the_periodic_reconciliation(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The instance is destroyed and the record dropped, then deleting the CDI spec fails: the call fails,
+    kubelet retries, the retry finds no record -- and no report would ever clear the claim's status."""
+    reporter = ClaimReporter(node.api_client, DRIVER, NODE, backoff=FAST, reconcile_interval=0.2)
+    service = node.service(reporter=reporter)
+    ref = node.claim("cdi-trouble", [result(ONE_G_20)])
+    assert service.prepare([ref])[ref.uid].error == ""
+    changes = StoreChanges(node.api)
+    changes.wait_until(lambda: len(our_entries(node, ref)) == 1, "the prepared claim says Ready")
+
+    original = service_module.delete_cdi_spec
+    failed: list[str] = []
+
+    def failing_once(cdi_dir: Path, driver_name: str, claim_uid: str) -> bool:
+        if not failed:
+            failed.append(claim_uid)
+            raise OSError(30, "Read-only file system")
+        return original(cdi_dir, driver_name, claim_uid)
+
+    monkeypatch.setattr(service_module, "delete_cdi_spec", failing_once)
+    assert "Read-only file system" in service.unprepare([ref])[ref.uid].error
+    assert service.unprepare([ref])[ref.uid].error == ""  # kubelet's retry
+    assert node.instances() == []
+    changes.wait_until(lambda: our_entries(node, ref) == [], "the reconciliation clears the status")
+
+
+@pytest.fixture
+def outage_node(tmp_path: Path) -> Iterator[tuple[RestartableApiServer, Node]]:
+    with restartable_api_server(tmp_path) as api:
+        assert api.server is not None
+        with simulated_node(tmp_path / "node", ["H100-SXM5-80GB"], api=api.server) as simulated:
+            yield api, simulated
+
+
+def test_status_converges_after_an_outage_during_unprepare_without_any_kubelet_call(
+    outage_node: tuple[RestartableApiServer, Node],
+) -> None:
+    api, node = outage_node
+    # max_attempts bounds failures that are not the API's; an outage must never use them up.
+    reporter = ClaimReporter(node.api_client, DRIVER, NODE, backoff=FAST, max_attempts=2)
+    service = node.service(reporter=reporter)
+    ref = node.claim("outage", [result(ONE_G_20)])
+    assert service.prepare([ref])[ref.uid].error == ""
+    assert service.flush_reports()
+    assert len(our_entries(node, ref)) == 1
+
+    api.stop()
+    with LogCount("kubeletplugin.prepare.status", f"writing status of default/{ref.name}", count=12) as failures:
+        assert service.unprepare([ref])[ref.uid].error == ""  # from the checkpoint: the API is not needed
+        assert node.instances() == []
+        assert failures.reached.wait(30), f"the status write was given up after {failures.seen} attempts"
+    api.start()
+    assert service.flush_reports(30)  # the queued write, retried until the API server answered
+    assert our_entries(node, ref) == []
+
+
+def test_a_refused_status_write_is_one_line_and_the_next_reconciliation_writes_it(
+    node: Node, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    original = ClaimApi.replace_status
+    refused: list[str] = []
+
+    def forbidden_once(self: ClaimApi, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        if not refused:
+            refused.append(name)
+            raise ApiException(status=403, reason="Forbidden")
+        return original(self, namespace, name, body)
+
+    monkeypatch.setattr(ClaimApi, "replace_status", forbidden_once)
+    reporter = ClaimReporter(node.api_client, DRIVER, NODE, backoff=FAST)
+    service = node.service(reporter=reporter)
+    ref = node.claim("forbidden", [result(ONE_G_20)])
+    with caplog.at_level(logging.ERROR, logger="kubeletplugin.prepare.status"):
+        assert service.prepare([ref])[ref.uid].error == ""
+        assert service.flush_reports()
+    assert refused == ["forbidden"]
+    assert our_entries(node, ref) == []  # not retried: the same write would be refused again
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "kubeletplugin.prepare.status"]
+    assert line == (
+        "writing status of default/forbidden: 1 device(s) ready was refused, not retrying: "
+        f"the API server {node.api.url} answered 403 Forbidden"
+    )
+    reporter.reconcile_now()  # e.g. once the RBAC rule is fixed
+    assert service.flush_reports()
+    assert len(our_entries(node, ref)) == 1

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubeletplugin.prepare.status import DeviceStatusUpdate, compute_cleared_devices, compute_merged_devices
+import pytest
+
+from dra_driver.mig.catalog import Placement
+from kubeletplugin.prepare.checkpoint import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
+from kubeletplugin.prepare.status import (
+    DeviceStatusUpdate,
+    compute_cleared_devices,
+    compute_converged_devices,
+    compute_merged_devices,
+)
 
 DRIVER = "gpu.migdra.io"
 POOL = "node-a"
@@ -52,3 +61,88 @@ def test_clear_removes_only_our_keys_and_condition() -> None:
     assert compute_cleared_devices([OTHER_DRIVER, ours], DRIVER, POOL, [UPDATE.device_name]) == [OTHER_DRIVER]
     cleared = compute_cleared_devices([shared], DRIVER, POOL, [UPDATE.device_name])
     assert cleared == [{"driver": DRIVER, "pool": POOL, "device": UPDATE.device_name, "data": {"team": "ml"}}]
+
+
+# -- converging to the checkpoint -------------------------------------------------------------------
+
+NOW = "2026-03-01T00:00:00Z"
+OURS = "gpu-0-mig-1g10gb-19-0"
+
+
+def record(state: ClaimState, *device_names: str) -> ClaimRecord:
+    devices = tuple(
+        DeviceRecord(
+            intent=DeviceIntent(
+                device_name=name,
+                request_names=("gpu",),
+                gpu_uuid="GPU-0",
+                gpu_minor=0,
+                profile_id=19,
+                profile_name="1g.10gb",
+                placement=Placement(start=index, size=1),
+            ),
+            gpu_instance_id=9 + index,
+            compute_instance_id=0,
+            mig_uuid=f"MIG-{index}",
+        )
+        for index, name in enumerate(device_names)
+    )
+    return ClaimRecord(claim_uid="uid-1", namespace="ns", name="claim", state=state, devices=devices)
+
+
+def our_entry(device: str = OURS, pool: str = POOL, **extra: Any) -> dict[str, Any]:
+    return {
+        "driver": DRIVER,
+        "pool": pool,
+        "device": device,
+        "conditions": [ready("t0")],
+        "data": {"migUUID": "MIG-gone", "gpuInstanceID": 3, "node": pool},
+        **extra,
+    }
+
+
+UNTOUCHABLE = [
+    OTHER_DRIVER,
+    our_entry(pool="node-b"),  # this driver, another node's pool: that node's plugin writes it
+    our_entry(shareID="9a6f8a3e-6b0e-4ad4-9dbb-0d12c9f7cf2a"),  # a shared device: migdra writes none
+]
+
+
+@pytest.mark.parametrize(
+    "truth",
+    [None, record(ClaimState.PREPARE_STARTED, OURS)],
+    ids=["no record", "being prepared or released"],
+)
+def test_converge_clears_every_entry_of_ours_when_the_claim_is_not_prepared_here(truth: ClaimRecord | None) -> None:
+    foreign_keys = our_entry(data={"migUUID": "MIG-gone", "reservedBy": "controller"})
+    foreign_keys["conditions"] = [ready("t0"), {"type": "Healthy", "status": "True"}]
+    existing = [*UNTOUCHABLE, foreign_keys, our_entry("gpu-0-mig-1g10gb-19-1")]
+    converged = compute_converged_devices(existing, DRIVER, POOL, truth, 1, NOW)
+    assert converged == [
+        *UNTOUCHABLE,
+        {
+            "driver": DRIVER,
+            "pool": POOL,
+            "device": OURS,
+            "conditions": [{"type": "Healthy", "status": "True"}],
+            "data": {"reservedBy": "controller"},
+        },
+    ]
+
+
+def test_converge_writes_identity_and_ready_for_a_prepared_claim_and_clears_devices_it_no_longer_holds() -> None:
+    truth = record(ClaimState.PREPARE_COMPLETED, OURS)
+    existing = [*UNTOUCHABLE, our_entry("gpu-0-mig-1g10gb-19-1")]
+    converged = compute_converged_devices(existing, DRIVER, POOL, truth, 1, NOW)
+    assert converged[: len(UNTOUCHABLE)] == UNTOUCHABLE
+    (written,) = converged[len(UNTOUCHABLE) :]
+    assert (written["device"], written["data"]["migUUID"], written["data"]["gpuInstanceID"]) == (OURS, "MIG-0", 9)
+    assert [(c["type"], c["status"], c["observedGeneration"]) for c in written["conditions"]] == [("Ready", "True", 1)]
+
+
+def test_converge_is_a_fixed_point_so_an_agreeing_claim_is_never_written() -> None:
+    truth = record(ClaimState.PREPARE_COMPLETED, OURS)
+    once = compute_converged_devices([OTHER_DRIVER], DRIVER, POOL, truth, 1, NOW)
+    assert compute_converged_devices(once, DRIVER, POOL, truth, 1, "2027-01-01T00:00:00Z") == once
+    cleared = compute_converged_devices(once, DRIVER, POOL, None, 1, NOW)
+    assert compute_converged_devices(cleared, DRIVER, POOL, None, 1, NOW) == cleared == [OTHER_DRIVER]
