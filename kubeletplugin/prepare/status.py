@@ -337,7 +337,7 @@ class _ClaimList(_View):
 @dataclass
 class _Job:
     key: tuple[str, ...]
-    describe: str
+    describe: str  # what it does, for logs: "writing status of ns/name: ..."
     run: Callable[[], None]
     attempts: int = 0
     not_before: float = 0.0
@@ -350,6 +350,7 @@ class _Gone(Exception):
 
 
 _RECONCILE_KEY = ("reconcile",)
+_RECONCILING = "reconciling claim status with the checkpoint"
 _CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
 
 
@@ -445,14 +446,17 @@ class ClaimReporter:
         """Queue a reconciliation of every claim's status with the checkpoint (needs :meth:`start` with one)."""
         if self._checkpoint is None:
             raise RuntimeError("ClaimReporter.start(checkpoint) must run before reconcile_now()")
-        self._enqueue(_Job(_RECONCILE_KEY, "claim status reconciliation", self._reconcile), replace=True)
+        self._enqueue(_Job(_RECONCILE_KEY, _RECONCILING, self._reconcile), replace=True)
 
     def report_prepared(self, ref: ClaimRef, record: ClaimRecord, generation: int | None) -> None:
         """Identity + Ready for the prepared ``record`` (``generation``: the claim's, as prepared)."""
         now = dt.datetime.now(dt.UTC)
         if record.devices:
             self._enqueue_status(
-                ref, f"status of {ref.namespace}/{ref.name}: {len(record.devices)} device(s) ready", record, generation
+                ref,
+                f"writing status of {ref.namespace}/{ref.name}: {len(record.devices)} device(s) ready",
+                record,
+                generation,
             )
         names = ", ".join(device.intent.device_name for device in record.devices) or "no devices of this driver"
         self._enqueue_event(ref, EVENT_PREPARED, f"prepared on node {self.node_name}: {names}", "Normal", now)
@@ -464,7 +468,9 @@ class ClaimReporter:
     def report_unprepared(self, ref: ClaimRef, record: ClaimRecord) -> None:
         names = [device.intent.device_name for device in record.devices]
         if names:
-            self._enqueue_status(ref, f"status of {ref.namespace}/{ref.name}: clear {len(names)} device(s)", None)
+            self._enqueue_status(
+                ref, f"writing status of {ref.namespace}/{ref.name}: clear {len(names)} device(s)", None
+            )
         self._enqueue_event(
             ref,
             EVENT_UNPREPARED,
@@ -478,7 +484,7 @@ class ClaimReporter:
         if record.devices:
             self._enqueue_status(
                 ref,
-                f"status of {ref.namespace}/{ref.name}: clear {len(record.devices)} device(s) after recovery",
+                f"writing status of {ref.namespace}/{ref.name}: clear {len(record.devices)} device(s) after recovery",
                 None,
             )
 
@@ -495,7 +501,7 @@ class ClaimReporter:
 
     def _enqueue_event(self, ref: ClaimRef, reason: str, message: str, event_type: str, now: dt.datetime) -> None:
         body = build_event(ref, reason, message, event_type, self.driver_name, self.node_name, now)
-        describe = f"event {reason} on {ref.namespace}/{ref.name}"
+        describe = f"writing event {reason} on {ref.namespace}/{ref.name}"
         event = client.CoreV1Event.from_dict(body)
         assert event is not None  # from_dict returns None only for None
 
@@ -507,7 +513,7 @@ class ClaimReporter:
     def _enqueue(self, job: _Job, replace: bool) -> None:
         with self._cond:
             if self._stopping:
-                log.warning("not writing %s: shutting down", job.describe)
+                log.warning("%s: skipped, shutting down", job.describe)
                 return
             self._sequence += 1
             job.sequence = self._sequence
@@ -571,7 +577,9 @@ class ClaimReporter:
             if wanted != existing:
                 stale.append(claim.ref)
         for ref in stale:
-            self._enqueue_status(ref, f"status of {ref.namespace}/{ref.name}: reconcile with the checkpoint", None)
+            self._enqueue_status(
+                ref, f"writing status of {ref.namespace}/{ref.name}: reconcile with the checkpoint", None
+            )
         if stale:
             log.info(
                 "claim status reconciliation: %d claim(s) disagree with the checkpoint: %s",
@@ -615,7 +623,7 @@ class ClaimReporter:
                         self._next_reconcile = now + self._reconcile_interval
                         self._sequence += 1
                         self._jobs = [j for j in self._jobs if j.key != _RECONCILE_KEY]
-                        reconcile = _Job(_RECONCILE_KEY, "claim status reconciliation", self._reconcile)
+                        reconcile = _Job(_RECONCILE_KEY, _RECONCILING, self._reconcile)
                         reconcile.sequence = self._sequence
                         self._jobs.append(reconcile)
                     ready = [j for j in self._jobs if j.not_before <= now] if now >= self._paused_until else []
@@ -640,18 +648,18 @@ class ClaimReporter:
         try:
             job.run()
         except _Gone as e:
-            log.info("not writing %s: %s", job.describe, e)
+            log.info("%s: skipped, %s", job.describe, e)
         except Exception as e:  # a reporter must never die: outages, refusals, bugs alike
             failure = classify_failure(e)
             if failure is ApiFailure.PERMANENT:
-                log.error("writing %s was refused, not retrying: %s", job.describe, describe_failure(e, self.server))
+                log.error("%s was refused, not retrying: %s", job.describe, describe_failure(e, self.server))
             elif failure is not None:
                 self._wait_for_api(job, e)
             else:
                 self._retry_later(job, e)
         else:
             self._api_backoff.reset()
-            log.debug("wrote %s", job.describe)
+            log.debug("%s: done", job.describe)
 
     def _wait_for_api(self, job: _Job, error: Exception) -> None:
         """The API server is unavailable (or someone keeps conflicting): hold the whole queue, this job first.
@@ -664,7 +672,7 @@ class ClaimReporter:
             self._paused_until = time.monotonic() + delay
             self._requeue_locked(job)
         log.warning(
-            "writing %s failed: %s; retrying in %.1f s (%d claim report(s) waiting)",
+            "%s failed: %s; retrying in %.1f s (%d claim report(s) waiting)",
             job.describe,
             describe_failure(error, self.server),
             delay,
@@ -674,12 +682,12 @@ class ClaimReporter:
     def _retry_later(self, job: _Job, error: Exception) -> None:
         """Not the API's failure (a bug, an answer migdra cannot read): this job alone, a few times."""
         if job.attempts >= self._max_attempts:
-            log.error("giving up writing %s after %d attempts: %r", job.describe, job.attempts, error)
+            log.error("giving up %s after %d attempts: %r", job.describe, job.attempts, error)
             return
         if job.backoff is None:
             job.backoff = self._backoff_policy.start()
         delay = job.backoff.next_delay()
-        log.warning("writing %s failed (%r); retrying in %.1f s", job.describe, error, delay)
+        log.warning("%s failed (%r); retrying in %.1f s", job.describe, error, delay)
         job.not_before = time.monotonic() + delay
         with self._cond:
             self._requeue_locked(job)
