@@ -14,6 +14,8 @@ permanent until a person or the configuration changes (an illegal placement, a m
 
 from __future__ import annotations
 
+import yaml
+
 
 class MigdraError(Exception):
     """Base of every error migdra raises on purpose."""
@@ -23,3 +25,16 @@ class MigdraError(Exception):
 
 class ConfigurationError(MigdraError):
     """Settings, flags or environment variables that cannot be used; the message names the field."""
+
+
+def describe_yaml_error(exc: yaml.YAMLError) -> str:
+    """``line L, column C: what`` for a file a user gave us, without PyYAML's multi-line excerpt.
+
+    Binary content (a control character) says so, since that is the likelier mistake than YAML.
+    """
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"character {exc.position}: {exc.reason} (#x{exc.character:04x}): not a text file"
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+    what = ", ".join(str(part) for part in parts if part) or " ".join(str(exc).split())
+    return f"line {mark.line + 1}, column {mark.column + 1}: {what}" if mark is not None else what

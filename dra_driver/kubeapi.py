@@ -65,7 +65,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import kube_config
 from kubernetes.config.config_exception import ConfigException
 
-from dra_driver.errors import ConfigurationError, MigdraError
+from dra_driver.errors import ConfigurationError, MigdraError, describe_yaml_error
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def load_kubeconfig_file(path: Path, *, what: str) -> client.Configuration:
     try:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigurationError(f"{what}: not a kubeconfig (not valid YAML: {_yaml_problem(exc)})") from exc
+        raise ConfigurationError(f"{what}: not a kubeconfig (not valid YAML: {describe_yaml_error(exc)})") from exc
     if not isinstance(loaded, dict):
         got = "an empty file" if loaded is None else f"a {type(loaded).__name__}"
         raise ConfigurationError(
@@ -174,7 +174,7 @@ def _load(what: str, *, config_file: str | None) -> client.Configuration:
     except ConfigException as exc:
         raise ConfigurationError(f"{what}: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise ConfigurationError(f"{what}: not a kubeconfig (not valid YAML: {_yaml_problem(exc)})") from exc
+        raise ConfigurationError(f"{what}: not a kubeconfig (not valid YAML: {describe_yaml_error(exc)})") from exc
     except OSError as exc:  # a certificate or token file the kubeconfig names
         raise ConfigurationError(f"{what}: {exc.strerror or exc}: {exc.filename}") from exc
     except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a field of the wrong shape
@@ -186,15 +186,6 @@ def _load(what: str, *, config_file: str | None) -> client.Configuration:
 
 def _first_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """``line 2, column 1: expected ...`` rather than PyYAML's several lines with a caret."""
-    if isinstance(exc, yaml.reader.ReaderError):  # a control character: binary content
-        return f"character {exc.position}: {exc.reason} (#x{exc.character:04x}): not a text file"
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
-    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else str(problem)
 
 
 def new_api_client(configuration: client.Configuration, *, retries: int | None = None) -> client.ApiClient:

@@ -20,7 +20,7 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dra_driver.devicemodel.config import DeviceModelConfig, ProfileFilter, gpu_reference_problem
-from dra_driver.errors import ConfigurationError
+from dra_driver.errors import ConfigurationError, describe_yaml_error
 from dra_driver.mig.catalog import load_catalog
 
 # Most GPUs one simulated node holds: far beyond any server, small enough to start in a moment.
@@ -229,7 +229,7 @@ def _read_device_model_file(path: Path) -> dict[str, object]:
             f"{what} is not valid YAML (not UTF-8 text: byte {exc.start} is {exc.object[exc.start]:#04x})"
         ) from exc
     except yaml.YAMLError as exc:
-        raise ConfigurationError(f"{what} is not valid YAML ({_yaml_problem(exc)})") from exc
+        raise ConfigurationError(f"{what} is not valid YAML ({describe_yaml_error(exc)})") from exc
     if loaded is None:  # empty, or only comments: nothing configured
         return {}
     if not isinstance(loaded, dict):
@@ -246,14 +246,6 @@ def _read_device_model_file(path: Path) -> dict[str, object]:
             raise ConfigurationError(f"{what}: {spelled[name]!r} and {key!r} are the same key ({_camel(name)})")
         raw[name], spelled[name] = value, str(key)
     return raw
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """``line L, column C: what`` from a YAML error, without PyYAML's multi-line source excerpt."""
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
-    what = ", ".join(str(part) for part in parts if part) or str(exc).splitlines()[0]
-    return f"line {mark.line + 1}, column {mark.column + 1}: {what}" if mark is not None else what
 
 
 def _device_model_problem(error: ErrorDetails) -> str:

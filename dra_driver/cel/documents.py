@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from dra_driver.errors import ConfigurationError
+from dra_driver.errors import ConfigurationError, describe_yaml_error
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,17 +64,8 @@ def load_documents(path: Path) -> list[Document]:
     except json.JSONDecodeError as exc:
         raise ConfigurationError(f"{path}: not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
     except yaml.YAMLError as exc:
-        raise ConfigurationError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from exc
+        raise ConfigurationError(f"{path}: not valid YAML: {describe_yaml_error(exc)}") from exc
     return [Document(str(path), body) for body in _flatten(loaded, path)]
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """``line 2, column 1: expected ...`` rather than PyYAML's several lines with a caret."""
-    if isinstance(exc, yaml.reader.ReaderError):  # a control character: binary content
-        return f"character {exc.position}: {exc.reason} (#x{exc.character:04x}): not a text file"
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
-    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else str(problem)
 
 
 def _flatten(items: list[Any], path: Path, item_kind: str = "") -> Iterator[Mapping[str, Any]]:
