@@ -59,7 +59,7 @@ from dra_driver.settings import NvmlSettings, load_device_model_config
 from kubeletplugin.grpc import PluginServers
 from kubeletplugin.grpc.sockets import MAX_SOCKET_PATH_BYTES, SocketFile, plugin_socket_paths
 from kubeletplugin.health import NvmlDeviceHealth
-from kubeletplugin.metrics import PublishMetrics
+from kubeletplugin.metrics import PrepareMetrics, PublishMetrics
 from kubeletplugin.pool_report import PoolReporter
 from kubeletplugin.prepare import PrepareService, PrepareSettings
 from kubeletplugin.prepare.status import ClaimReporter
@@ -395,10 +395,11 @@ def run_plugin(
     driver_name = publishing.device_config.driver_name
     configuration = check_start_up(plugin, prepare)
     publishing.server = str(configuration.host)
+    metrics = PrepareMetrics(registry)
     with (
         serving_metrics(plugin.metrics_address, registry),
         new_api_client(configuration) as api_client,
-        open_nvml(nvml_settings) as nvml,
+        open_nvml(nvml_settings, observe_call=metrics.observe_nvml_call) as nvml,
     ):
         reporter = ClaimReporter(
             api_client,
@@ -407,7 +408,9 @@ def run_plugin(
             backoff=plugin.api_backoff,
             request_timeout=prepare.api_timeout,
             reconcile_interval=plugin.status_reconcile_interval,
+            on_failure=metrics.observe_status_failure,
         )
+        metrics.watch_status_backlog(lambda: reporter.backlog)
         service = PrepareService.from_settings(
             prepare,
             nvml=nvml,
@@ -415,6 +418,7 @@ def run_plugin(
             node_name=plugin.node_name,
             driver_name=driver_name,
             reporter=reporter,
+            metrics=metrics,
         )
         recovery = service.start()  # a checkpoint that cannot be trusted stops us: CheckpointError
         log.info("start-up recovery: %s", recovery)

@@ -5,6 +5,8 @@ Names follow Prometheus conventions (``migdra_`` prefix, ``_total`` for counters
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
@@ -66,6 +68,24 @@ class PrepareMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=registry,
         )
+
+        self.status_backlog = Gauge(
+            "migdra_claim_status_backlog",
+            "claim status writes and Events waiting to be written (grows while the API server is unavailable)",
+            registry=registry,
+        )
+        self.status_failures = Counter(
+            "migdra_claim_status_failures_total",
+            "failed claim status or Event write attempts, by kind (unavailable: retried; refused; error)",
+            ["kind"],
+            registry=registry,
+        )
+
+    def watch_status_backlog(self, backlog: Callable[[], int]) -> None:
+        self.status_backlog.set_function(backlog)
+
+    def observe_status_failure(self, kind: str) -> None:
+        self.status_failures.labels(kind).inc()
 
     def observe_claim(self, operation: str, seconds: float, ok: bool) -> None:
         result = "success" if ok else "error"

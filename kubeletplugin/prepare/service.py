@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -43,6 +44,7 @@ from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError
 from dra_driver.nvml.types import GpuInstanceInfo
+from kubeletplugin.metrics import PrepareMetrics
 from kubeletplugin.prepare.cdi import (
     CdiDevice,
     build_cdi_spec,
@@ -106,6 +108,7 @@ from kubeletplugin.service import ClaimRef, PreparedDevice, PrepareResult, Unpre
 log = logging.getLogger(__name__)
 
 _R = TypeVar("_R")
+_Result = TypeVar("_Result", PrepareResult, UnprepareResult)
 
 
 class _TopologyOnce:
@@ -152,7 +155,9 @@ class PrepareService:
         state_lock_timeout: float = 30.0,
         api_timeout: float = 10.0,
         reporter: ClaimReporter | None = None,
+        metrics: PrepareMetrics | None = None,
     ) -> None:
+        self._metrics = metrics
         self.nvml = nvml
         self.node_name = node_name
         self.pool_name = node_name  # one pool per node, named after it
@@ -186,6 +191,7 @@ class PrepareService:
         driver_name: str,
         read_boot_id: Callable[[], str] = read_node_boot_id,
         reporter: ClaimReporter | None = None,
+        metrics: PrepareMetrics | None = None,
     ) -> PrepareService:
         """The service the node process runs, from its settings (``MIGDRA_CDI_DIR``, ``MIGDRA_STATE_DIR``, ...)."""
         return cls(
@@ -202,6 +208,7 @@ class PrepareService:
             state_lock_timeout=settings.state_lock_timeout,
             api_timeout=settings.api_timeout,
             reporter=reporter,
+            metrics=metrics,
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -212,7 +219,12 @@ class PrepareService:
         Another plugin process may be serving the node already (a rolling update): what it is working
         on right now -- claims whose lock it holds -- is left to it (``RecoveryReport.in_flight``).
         """
-        store = CheckpointStore(self.state_dir, self._read_boot_id(), lock_timeout=self._lock_timeout)
+        store = CheckpointStore(
+            self.state_dir,
+            self._read_boot_id(),
+            lock_timeout=self._lock_timeout,
+            observe_write=self._metrics.observe_checkpoint_write if self._metrics is not None else None,
+        )
         loaded = store.load()  # CheckpointError: the process must stop, not guess
         self._store = store
         self._reporter.start(store)  # claim status converges to the checkpoint (and is reconciled with it)
@@ -301,10 +313,18 @@ class PrepareService:
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         topology = _TopologyOnce(self.nvml)
-        return self._fan_out(claims, lambda ref: self._prepare_claim_reported(ref, topology))
+        return self._fan_out(claims, lambda ref: self._measured("prepare", self._prepare_claim_reported, ref, topology))
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
-        return self._fan_out(claims, self._unprepare_claim_reported)
+        return self._fan_out(claims, lambda ref: self._measured("unprepare", self._unprepare_claim_reported, ref))
+
+    def _measured(self, operation: str, handle: Callable[..., _Result], *args: object) -> _Result:
+        """One claim's prepare or unprepare, counted and timed by its result (per claim, not per call)."""
+        started = time.perf_counter()
+        outcome = handle(*args)
+        if self._metrics is not None:
+            self._metrics.observe_claim(operation, time.perf_counter() - started, not outcome.error)
+        return outcome
 
     def owned_instances(self) -> set[tuple[str, int]]:
         """(GPU UUID, GPU-instance ID) of every GI migdra created and still records (for the publisher).

@@ -378,7 +378,10 @@ class ClaimReporter:
         reconcile_interval: float | None = None,
         list_page_size: int = 500,
         conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
+        on_failure: Callable[[str], None] | None = None,
     ) -> None:
+        # Told of every failed write attempt, by kind (unavailable, refused, error): a metric.
+        self._on_failure = on_failure
         self._api_client = api_client
         self._claims = ClaimApi(api_client, request_timeout)
         self._core = client.CoreV1Api(api_client)
@@ -404,6 +407,12 @@ class ClaimReporter:
     @property
     def server(self) -> str:
         return str(self._api_client.configuration.host)
+
+    @property
+    def backlog(self) -> int:
+        """Claim status writes and Events queued or being written (reconciliation included)."""
+        with self._cond:
+            return len(self._jobs) + self._running
 
     # -- public --------------------------------------------------------------------------------
 
@@ -651,6 +660,9 @@ class ClaimReporter:
             log.info("%s: skipped, %s", job.describe, e)
         except Exception as e:  # a reporter must never die: outages, refusals, bugs alike
             failure = classify_failure(e)
+            if self._on_failure is not None:
+                kind = "error" if failure is None else "refused" if failure is ApiFailure.PERMANENT else "unavailable"
+                self._on_failure(kind)
             if failure is ApiFailure.PERMANENT:
                 log.error("%s was refused, not retrying: %s", job.describe, describe_failure(e, self.server))
             elif failure is not None:
