@@ -14,7 +14,10 @@ permanent until a person or the configuration changes (an illegal placement, a m
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import yaml
+from pydantic import ValidationError
 
 
 class MigdraError(Exception):
@@ -38,3 +41,38 @@ def describe_yaml_error(exc: yaml.YAMLError) -> str:
     parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
     what = ", ".join(str(part) for part in parts if part) or " ".join(str(exc).split())
     return f"line {mark.line + 1}, column {mark.column + 1}: {what}" if mark is not None else what
+
+
+def describe_settings_error(exc: ValidationError, model: object, flag_fields: Collection[str] | None = None) -> str:
+    """One line for a settings model's validation errors, naming each field as a user sets it.
+
+    pydantic's own text is several lines with internal field names and a documentation URL; a user
+    typed a flag (``--sim-gpus``) or a variable (``MIGDRA_SIM_GPUS``), so those are what we name.
+    ``flag_fields``: the fields a command has flags for (None: all); the others are variables only.
+    """
+    config = getattr(model, "model_config", {})
+    prefix = str(config.get("env_prefix", "")) if isinstance(config, dict) else ""
+    problems = []
+    for error in exc.errors():
+        message = validator_message(error["msg"])
+        if not error["loc"]:  # a whole-model rule: its message names the flags itself
+            problems.append(message)
+            continue
+        field = str(error["loc"][0])
+        variable = f"{prefix}{field.upper()}"
+        has_flag = flag_fields is None or field in flag_fields
+        flag = f"--{field.replace('_', '-')}" if has_flag else variable
+        named = f"{flag} ({variable})" if has_flag else variable
+        if error["type"] == "missing":  # the input is the whole settings dict: nothing to quote
+            problems.append(f"{flag} is required" + (f" (or set {variable})" if has_flag else ""))
+        elif error["type"] == "bool_parsing":
+            expected = "expected true or false (or 1/0, yes/no, on/off)"
+            problems.append(f"{named}: {expected}, got {error['input']!r}")
+        else:
+            problems.append(f"{named}: {message} (got {error['input']!r})")
+    return "; ".join(problems)
+
+
+def validator_message(text: str) -> str:
+    """pydantic prefixes messages from our validators with 'Value error, '; the user needs only ours."""
+    return text.removeprefix("Value error, ").removeprefix("Assertion failed, ")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dra_driver.mig.catalog import load_catalog
 from dra_driver.nvml.session import open_nvml
-from dra_driver.settings import build_nvml_settings
+from dra_driver.nvml.settings import build_nvml_settings
 
 GPUS = "H100-SXM5-80GB:2,A100-SXM4-40GB:1"
 

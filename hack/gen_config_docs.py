@@ -18,7 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
 from dra_driver.cli.main import cli
-from dra_driver.settings import NvmlSettings
+from dra_driver.nvml.settings import NvmlSettings
 from kubeletplugin.app import PluginSettings
 from kubeletplugin.prepare import PrepareSettings
 

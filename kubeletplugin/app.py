@@ -55,7 +55,8 @@ from dra_driver.kubeapi import (
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.session import open_nvml
-from dra_driver.settings import NvmlSettings, load_device_model_config
+from dra_driver.nvml.settings import NvmlSettings
+from dra_driver.settings import load_device_model_config
 from kubeletplugin.grpc import PluginServers
 from kubeletplugin.grpc.sockets import MAX_SOCKET_PATH_BYTES, SocketFile, plugin_socket_paths
 from kubeletplugin.health import NvmlDeviceHealth

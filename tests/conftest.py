@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.session import open_nvml
-from dra_driver.settings import build_nvml_settings
+from dra_driver.nvml.settings import build_nvml_settings
 
 OpenSimulatedNode = Callable[..., AbstractContextManager[Nvml]]
 Boot = Callable[..., Any]

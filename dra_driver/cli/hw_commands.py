@@ -62,7 +62,7 @@ def record(
     from dra_driver.durable import write_file_atomically  # noqa: PLC0415 -- keep `migdra --help` light
     from dra_driver.nvml.recording import record_node  # noqa: PLC0415
     from dra_driver.nvml.session import open_nvml  # noqa: PLC0415
-    from dra_driver.settings import build_nvml_settings  # noqa: PLC0415
+    from dra_driver.nvml.settings import build_nvml_settings  # noqa: PLC0415
 
     if output is not None and not output.parent.is_dir():
         raise ConfigurationError(f"--output {output}: directory {output.parent} does not exist")

@@ -60,7 +60,7 @@ def gpus(
     """Show the GPUs, their MIG profiles and legal placements, and which placements are free."""
     from dra_driver.cli import inventory_view  # noqa: PLC0415 -- keep `migdra --help` free of NVML
     from dra_driver.nvml.session import open_nvml  # noqa: PLC0415
-    from dra_driver.settings import build_nvml_settings  # noqa: PLC0415
+    from dra_driver.nvml.settings import build_nvml_settings  # noqa: PLC0415
 
     settings = build_nvml_settings(nvml=nvml, sim_state=sim_state, sim_gpus=sim_gpus, sim_mig_enabled=sim_mig_enabled)
     with open_nvml(settings) as session:
@@ -99,11 +99,8 @@ def slices(
     from dra_driver.devicemodel.pool import build_pool  # noqa: PLC0415
     from dra_driver.nvml.inventory import read_inventory  # noqa: PLC0415
     from dra_driver.nvml.session import open_nvml  # noqa: PLC0415
-    from dra_driver.settings import (  # noqa: PLC0415
-        build_nvml_settings,
-        check_excluded_gpus_exist,
-        load_device_model_config,
-    )
+    from dra_driver.nvml.settings import build_nvml_settings  # noqa: PLC0415
+    from dra_driver.settings import check_excluded_gpus_exist, load_device_model_config  # noqa: PLC0415
 
     settings = build_nvml_settings(nvml=nvml, sim_state=sim_state, sim_gpus=sim_gpus, sim_mig_enabled=sim_mig_enabled)
     config = load_device_model_config(config_file, driver_name=driver_name, exclude_gpus=exclude_gpu)
@@ -157,7 +154,7 @@ def kubelet_plugin(
     publish_only: bool,
 ) -> None:
     """Run the node plugin: publish ResourceSlices, register with kubelet, prepare and unprepare claims."""
-    from dra_driver.settings import build_nvml_settings  # noqa: PLC0415
+    from dra_driver.nvml.settings import build_nvml_settings  # noqa: PLC0415
     from kubeletplugin import app  # noqa: PLC0415 -- the node process is loaded only here
     from kubeletplugin.prepare import PrepareSettings  # noqa: PLC0415
 
@@ -197,7 +194,7 @@ def _settings(model: Callable[..., SettingsT], what: str, **given: object) -> Se
     """A settings group from flags (None = not given) plus ``MIGDRA_*`` variables; errors name the flag."""
     from pydantic import ValidationError  # noqa: PLC0415 -- keep `migdra --help` light
 
-    from dra_driver.settings import describe_settings_error  # noqa: PLC0415
+    from dra_driver.errors import describe_settings_error  # noqa: PLC0415
 
     try:
         return model(**{key: value for key, value in given.items() if value is not None})

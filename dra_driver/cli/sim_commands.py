@@ -51,7 +51,7 @@ def apiserver(
     from dra_driver.controlplane.apiserver import LocalAPIServer  # noqa: PLC0415
     from dra_driver.controlplane.apiserver.errors import ListenError  # noqa: PLC0415
     from dra_driver.controlplane.apiserver.settings import ApiServerSettings  # noqa: PLC0415
-    from dra_driver.settings import describe_settings_error  # noqa: PLC0415
+    from dra_driver.errors import describe_settings_error  # noqa: PLC0415
 
     given: dict[str, Any] = {"host": host, "port": port, "snapshot": snapshot, "token_file": token_file}
     try:

@@ -155,12 +155,3 @@ def _pci_address(text: str) -> tuple[int, int, int, int] | None:
         int(match["device"], 16),
         int(match["function"] or "0", 16),
     )
-
-
-def normalise_pci_bus_id(bus_id: str) -> str:
-    """NVML's ``00000000:1B:00.0`` -> Kubernetes' standard ``0000:1b:00.0`` (4-digit domain, lower case)."""
-    text = bus_id.strip().lower()
-    domain, sep, rest = text.partition(":")
-    if not sep or rest.count(":") != 1:
-        return text
-    return f"{int(domain, 16):04x}:{rest}" if all(c in "0123456789abcdef" for c in domain) else text

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from dra_driver.devicemodel.config import DeviceModelConfig, normalise_pci_bus_id
+from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.naming import counter_set_name, gpu_device_name, mig_device_name, profile_name
 from dra_driver.devicemodel.vocabulary import (
     CAPACITIES,
@@ -31,6 +31,7 @@ from dra_driver.devicemodel.vocabulary import (
     ValueType,
     memory_slice_counter,
 )
+from dra_driver.host.pci import normalise_pci_bus_id
 from dra_driver.mig.catalog import (
     RESOURCE_FIELDS,
     GpuModel,

@@ -9,8 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dra_driver.devicemodel.config import normalise_pci_bus_id
-from dra_driver.host.pci import pcie_root
+from dra_driver.host.pci import normalise_pci_bus_id, pcie_root
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.types import GpuInventory, NodeInventory
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from dra_driver.errors import ConfigurationError
 from dra_driver.nvml.backend import CallObserver, Nvml
 from dra_driver.nvml.errors import NvmlLibraryUnavailable
-from dra_driver.settings import NvmlSettings
+from dra_driver.nvml.settings import NvmlSettings
 
 # What to try on a machine without the NVIDIA driver (a developer's laptop, a CI runner).
 SIMULATOR_HINT = "to try migdra without a GPU use --sim-gpus H100-SXM5-80GB:8"

@@ -11,7 +11,7 @@ import pytest
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlLibraryUnavailable
 from dra_driver.nvml.session import open_nvml
-from dra_driver.settings import build_nvml_settings
+from dra_driver.nvml.settings import build_nvml_settings
 
 LIBRARY_NOT_FOUND = 12  # NVML_ERROR_LIBRARY_NOT_FOUND
 

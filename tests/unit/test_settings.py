@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.errors import ConfigurationError
-from dra_driver.settings import build_nvml_settings, parse_sim_gpus
+from dra_driver.nvml.settings import build_nvml_settings, parse_sim_gpus
 
 
 def test_sim_gpus_expand_counts_and_normalise_aliases() -> None:
