@@ -25,6 +25,7 @@ from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
+from dra_driver.nvml.settings import build_nvml_settings
 from dra_driver.nvml.sim import SimulatedNvmlLibrary
 from kubeletplugin.prepare import PrepareService, PrepareSettings
 from kubeletplugin.service import ClaimRef
@@ -303,7 +304,9 @@ def _shutdown(nvml: Nvml) -> None:
 
 def _child(arguments: dict[str, Any]) -> None:
     """Crash-test child: one service, prepare the claims, print the results (if it survives)."""
-    sim.install(arguments["state_path"])  # MIGDRA_SIM_FAULTS, when set, is this process's fault plan
+    # MIGDRA_SIM_FAULTS, when set, is this process's fault plan: read as the node process reads it.
+    faults = build_nvml_settings(nvml="simulated", sim_state=arguments["state_path"]).sim_faults
+    sim.install(arguments["state_path"], faults=faults)
     nvml = Nvml()
     nvml.init()
     # The crash point comes from MIGDRA_TEST_CRASH_AT, as in the node process.

@@ -40,7 +40,12 @@ def open_nvml(settings: NvmlSettings, observe_call: CallObserver | None = None) 
         if state is None:  # a throw-away node for this process only (e.g. `migdra slices --sim-gpus ...`)
             state = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="migdra-sim-"))) / "state.json"
         try:
-            sim.install(state, gpus=list(settings.sim_gpus) or None, mig_enabled=settings.sim_mig_enabled)
+            sim.install(
+                state,
+                gpus=list(settings.sim_gpus) or None,
+                mig_enabled=settings.sim_mig_enabled,
+                faults=settings.sim_faults,
+            )
         except sim.StateFileMissingError as exc:
             raise ConfigurationError(
                 f"--sim-state (MIGDRA_SIM_STATE) {exc.path} does not exist; add --sim-gpus MODEL:N "

@@ -77,6 +77,11 @@ class NvmlSettings(BaseSettings):
         "one must hold the same models",
     )
     sim_mig_enabled: bool = Field(default=True, description="start simulated GPUs with MIG mode enabled")
+    sim_faults: str | None = Field(
+        default=None,
+        description="a JSON fault plan for the simulator (docs/simulated-nvml.md), for tests and demos; "
+        "validated when the simulator is installed, ignored with real NVML",
+    )
 
     @field_validator("sim_state")
     @classmethod

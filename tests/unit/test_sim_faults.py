@@ -2,7 +2,8 @@
 
 A rule fails exactly the calls it names with the named ``NVMLError_*`` class and changes nothing;
 latency delays only its symbol and is slept outside the state lock; ``kill_before`` / ``kill_after``
-crash a process before / after the call is persisted; plans reach subprocesses via the environment.
+crash a process before / after the call is persisted; plans reach subprocesses via the
+environment (``MIGDRA_SIM_FAULTS``, read by the NVML settings and passed to ``install``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import pynvml
 import pytest
 
 from dra_driver.nvml import sim
+from dra_driver.nvml.session import open_nvml
+from dra_driver.nvml.settings import build_nvml_settings
 from tests.conftest import Boot
 
 pytestmark = pytest.mark.usefixtures("boot")
@@ -84,7 +87,7 @@ def test_invalid_rules_are_refused(rule: dict[str, Any]) -> None:
 def test_plan_from_the_environment(boot: Boot, monkeypatch: pytest.MonkeyPatch) -> None:
     plan = sim.FaultPlan(rules=(sim.FaultRule(symbol="nvmlDeviceGetCount_v2", error="NVML_ERROR_NOT_FOUND"),))
     monkeypatch.setenv(sim.FAULTS_ENV, plan.model_dump_json())
-    boot()
+    boot(faults=build_nvml_settings(sim_gpus="H100-SXM5-80GB").sim_faults)  # as open_nvml passes it
     with pytest.raises(pynvml.NVMLError_NotFound):
         pynvml.nvmlDeviceGetCount()
     assert pynvml.nvmlDeviceGetCount() == 1
@@ -143,7 +146,8 @@ CREATE_ONE_GI = textwrap.dedent(
     """
     import sys, pynvml
     from dra_driver.nvml import sim
-    sim.install(sys.argv[1])
+    from dra_driver.nvml.settings import build_nvml_settings
+    sim.install(sys.argv[1], faults=build_nvml_settings(sim_state=sys.argv[1]).sim_faults)
     pynvml.nvmlInit()
     pynvml.nvmlDeviceCreateGpuInstance(pynvml.nvmlDeviceGetHandleByIndex(0), 19)
     print("survived", flush=True)
@@ -220,6 +224,7 @@ def test_a_bad_plan_in_the_environment_names_the_variable(
     text: str, message: str, state_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(sim.FAULTS_ENV, text)
-    with pytest.raises(sim.FaultPlanError, match=message):
-        sim.install(state_path, gpus=["H100-SXM5-80GB"])
+    settings = build_nvml_settings(sim_state=state_path, sim_gpus="H100-SXM5-80GB")
+    with pytest.raises(sim.FaultPlanError, match=message), open_nvml(settings):
+        pass
     assert not state_path.exists()

@@ -70,7 +70,8 @@ __all__ = [
 ]
 
 FAULTS_ENV = "MIGDRA_SIM_FAULTS"
-"""Environment variable with a JSON :class:`FaultPlan`, read by ``install`` when ``faults`` is None."""
+"""The setting that carries a JSON :class:`FaultPlan` (``NvmlSettings.sim_faults``); ``install`` names it
+in the errors of a plan given as JSON text.  The simulator itself never reads the environment."""
 
 DEFAULT_DRIVER_VERSION = "580.65.06"
 DEFAULT_CUDA_DRIVER_VERSION = 13000
@@ -85,7 +86,7 @@ def install(
     gpus: Sequence[str] | None = None,
     mig_enabled: bool = False,
     *,
-    faults: FaultPlan | Mapping[str, Any] | None = None,
+    faults: FaultPlan | Mapping[str, Any] | str | None = None,
     latency: Mapping[str, float] | None = None,
     driver_version: str = DEFAULT_DRIVER_VERSION,
     cuda_driver_version: int = DEFAULT_CUDA_DRIVER_VERSION,
@@ -98,7 +99,8 @@ def install(
     versions are ignored, and ``gpus``, when given, must name the same models in the same order (else
     :class:`StateMismatchError`).  Without ``gpus`` a missing file is :class:`StateFileMissingError`.
 
-    ``faults`` (default: the JSON in ``$MIGDRA_SIM_FAULTS``, if set) and ``latency`` (seconds per C
+    ``faults`` (a plan, its mapping, or its JSON text as ``MIGDRA_SIM_FAULTS`` carries it, which errors
+    then name; default: none) and ``latency`` (seconds per C
     symbol, ``"*"`` for all; added to the plan's) apply to this process only; a plan naming a symbol
     the simulator does not implement is :class:`FaultPlanError`.
 
@@ -152,13 +154,13 @@ def _models(names: Sequence[str]) -> list[GpuModel]:
 
 
 def _fault_plan(
-    faults: FaultPlan | Mapping[str, Any] | None, latency: Mapping[str, float] | None
+    faults: FaultPlan | Mapping[str, Any] | str | None, latency: Mapping[str, float] | None
 ) -> tuple[FaultPlan, str]:
     """The plan for this process and where it came from (for error messages)."""
-    if faults is None:
-        from_env = os.environ.get(FAULTS_ENV)
-        source = FAULTS_ENV if from_env else "fault plan"
-        plan = parse_fault_plan(from_env, FAULTS_ENV) if from_env else FaultPlan()
+    if faults is None or faults == "":
+        plan, source = FaultPlan(), "fault plan"
+    elif isinstance(faults, str):
+        plan, source = parse_fault_plan(faults, FAULTS_ENV), FAULTS_ENV
     elif isinstance(faults, FaultPlan):
         plan, source = faults, "fault plan"
     else:
