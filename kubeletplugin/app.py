@@ -57,9 +57,9 @@ from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import NvmlSettings
 from dra_driver.settings import load_device_model_config
+from kubeletplugin.device_health import NvmlDeviceHealth
 from kubeletplugin.grpc import PluginServers
 from kubeletplugin.grpc.sockets import MAX_SOCKET_PATH_BYTES, SocketFile, plugin_socket_paths
-from kubeletplugin.health import NvmlDeviceHealth
 from kubeletplugin.metrics import PrepareMetrics, PublishMetrics
 from kubeletplugin.pool_report import PoolReporter
 from kubeletplugin.prepare import PrepareService, PrepareSettings

@@ -11,7 +11,7 @@ Reusable by any test that needs kubelet's side of the node-local contract (kubel
 Version choice is that of kubelet 1.34+: the first entry of the plugin's ``supported_versions`` that
 this kubelet knows; none known means the registration fails with kubelet's message.  Build a
 v1beta1-only (1.33-like) kubelet with ``KubeletClient(path, versions=("v1beta1.DRAPlugin",))``.
-Results come back as the plain types of :mod:`kubeletplugin.service`, so answers of both versions
+Results come back as the plain types of :mod:`kubeletplugin.draservice`, so answers of both versions
 compare directly.
 
 Also here, for the plugin side of such tests: :class:`RecordingDraService` (canned results, records
@@ -33,12 +33,12 @@ from typing import Any
 
 import grpc
 
+from kubeletplugin.draservice import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 from kubeletplugin.grpc.gen import dra_health_v1alpha1_pb2 as health_pb2
 from kubeletplugin.grpc.gen import dra_health_v1alpha1_pb2_grpc as health_grpc
 from kubeletplugin.grpc.gen import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from kubeletplugin.grpc.gen import pluginregistration_v1_pb2 as registration_pb2
 from kubeletplugin.grpc.gen import pluginregistration_v1_pb2_grpc as registration_grpc
-from kubeletplugin.service import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 
 DRA_PLUGIN_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # what kubelet 1.34/1.35 knows
 HEALTH_VERSION = "v1alpha1.DRAResourceHealth"
@@ -214,7 +214,7 @@ def short_socket_dir() -> Iterator[Path]:
 
 @dataclass
 class RecordingDraService:
-    """A :class:`~kubeletplugin.service.DraService` for tests of the gRPC boundary.
+    """A :class:`~kubeletplugin.draservice.DraService` for tests of the gRPC boundary.
 
     Returns ``prepare_results`` / ``unprepare_results`` for the UIDs it has (claims it has none
     for are left out of the result); raises ``error`` for any call containing a UID of

@@ -27,8 +27,8 @@ from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from dra_driver.nvml.sim import SimulatedNvmlLibrary
+from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare import PrepareService, PrepareSettings
-from kubeletplugin.service import ClaimRef
 
 NODE = "node-a"
 DRIVER = "gpu.migdra.io"

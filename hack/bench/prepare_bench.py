@@ -28,8 +28,8 @@ from kubernetes import client
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
+from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare import PrepareService, PrepareSettings
-from kubeletplugin.service import ClaimRef
 
 NODE = "bench-node"
 DRIVER = "gpu.migdra.io"

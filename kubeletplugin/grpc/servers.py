@@ -6,7 +6,7 @@ deregister first, let in-flight calls finish within a grace period, then remove 
 Concurrency model: synchronous ``grpc.server`` instances, each with its own thread pool -- a small
 one for registration on ``<registry dir>/<driver>-reg.sock`` and one of ``max_workers`` threads
 for DRAPlugin v1 + v1beta1 (and the optional health stream) on ``<plugin dir>/dra.sock``.  Handlers
-run on those worker threads and call the :class:`~kubeletplugin.service.DraService` directly, so
+run on those worker threads and call the :class:`~kubeletplugin.draservice.DraService` directly, so
 the service must be thread-safe; a health stream holds one DRA worker for as long as it is open.
 Nothing here uses asyncio.  Two servers rather than one: the registration socket is removed (which
 deregisters us from kubelet) before the DRA server stops, so kubelet stops sending new work while
@@ -36,6 +36,7 @@ from typing import Any
 import grpc
 from prometheus_client import CollectorRegistry
 
+from kubeletplugin.draservice import DraService
 from kubeletplugin.grpc.dra import SUPPORTED_VERSIONS, DraPluginServicer, DraPluginV1beta1Servicer
 from kubeletplugin.grpc.gen import dra_health_v1alpha1_pb2_grpc as health_grpc
 from kubeletplugin.grpc.gen import dra_v1_pb2_grpc as v1_grpc
@@ -44,7 +45,6 @@ from kubeletplugin.grpc.gen import pluginregistration_v1_pb2_grpc as registratio
 from kubeletplugin.grpc.health import HEALTH_SERVICE_VERSION, DeviceHealthSource, HealthServicer
 from kubeletplugin.grpc.registration import RegistrationServicer
 from kubeletplugin.grpc.sockets import PluginSocketPaths, SocketFile, SocketPathError, plugin_socket_paths
-from kubeletplugin.service import DraService
 
 log = logging.getLogger(__name__)
 

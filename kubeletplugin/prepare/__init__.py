@@ -5,7 +5,7 @@ Modules, one job each: ``claims`` (read the claim, extract this driver's allocat
 ``realize`` (create exactly that GI + full CI; destroy only what a record names), ``cdi`` (per-claim
 CDI specs), ``checkpoint`` (the versioned, checksummed record), ``recovery`` (start-up
 reconciliation), ``status`` (claim status and Events), ``service`` (:class:`PrepareService`, the
-:class:`~kubeletplugin.service.DraService` implementation), plus ``errors``, ``locks`` (per claim and
+:class:`~kubeletplugin.draservice.DraService` implementation), plus ``errors``, ``locks`` (per claim and
 per GPU, in this process and across plugin processes), ``leftovers`` (temporary files of interrupted
 writes), ``crashpoints`` and ``settings``.  This package never imports ``grpc``.
 """

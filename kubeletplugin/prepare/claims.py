@@ -29,8 +29,8 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from urllib3.exceptions import HTTPError
 
+from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare.errors import ClaimMismatchError, ClaimReadError
-from kubeletplugin.service import ClaimRef
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class ClaimAllocation:
     other_drivers: tuple[str, ...] = ()  # drivers of the results that are not ours, sorted, once each
 
 
-def claim_label(ref: ClaimRef) -> str:
+def claim_namespaced_name(ref: ClaimRef) -> str:
     return f"{ref.namespace}/{ref.name}"
 
 
@@ -135,7 +135,7 @@ def compute_claim_ref_problem(ref: ClaimRef) -> str | None:
             )
     if not _CLAIM_UID.match(ref.uid):
         return (
-            f"kubelet sent claim {claim_label(ref)} with uid {ref.uid!r}, which is not a Kubernetes UID "
+            f"kubelet sent claim {claim_namespaced_name(ref)} with uid {ref.uid!r}, which is not a Kubernetes UID "
             "(letters, digits and '-', '.', '_', ':', at most 128)"
         )
     return None
@@ -217,7 +217,8 @@ def compute_claim_allocation(
     """This driver's results and configs of ``claim``; pure (raises :class:`ClaimMismatchError`)."""
     if claim.metadata.uid != ref.uid:
         raise ClaimMismatchError(
-            f"claim {claim_label(ref)} has UID {claim.metadata.uid}, kubelet asked for {ref.uid}", names_claim=True
+            f"claim {claim_namespaced_name(ref)} has UID {claim.metadata.uid}, kubelet asked for {ref.uid}",
+            names_claim=True,
         )
     allocation = claim.status.allocation if claim.status is not None else None
     if allocation is None:

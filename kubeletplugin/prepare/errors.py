@@ -43,8 +43,8 @@ class PrepareError(MigdraError):
         self.message = message
         self.names_claim = names_claim
 
-    def describe(self, claim_label: str) -> str:
-        return self.message if self.names_claim else f"claim {claim_label}: {self.message}"
+    def describe(self, claim_namespaced_name: str) -> str:
+        return self.message if self.names_claim else f"claim {claim_namespaced_name}: {self.message}"
 
 
 class ClaimReadError(PrepareError):

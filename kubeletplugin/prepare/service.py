@@ -1,6 +1,6 @@
 """``PrepareService``: NodePrepareResources / NodeUnprepareResources through NVML, CDI and the checkpoint.
 
-Implements :class:`kubeletplugin.service.DraService`.  The path of one claim (docs/prepare.md):
+Implements :class:`kubeletplugin.draservice.DraService`.  The path of one claim (docs/prepare.md):
 
     checkpoint says PrepareCompleted?  → NVML still shows its instances?  return its devices (no
                                          API call, nothing created: kubelet retries); else roll back
@@ -44,6 +44,7 @@ from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError
 from dra_driver.nvml.types import GpuInstanceInfo
+from kubeletplugin.draservice import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 from kubeletplugin.metrics import PrepareMetrics
 from kubeletplugin.prepare.cdi import (
     CdiDevice,
@@ -70,7 +71,7 @@ from kubeletplugin.prepare.checkpoint import (
 from kubeletplugin.prepare.claims import (
     AllocatedDevice,
     ClaimApi,
-    claim_label,
+    claim_namespaced_name,
     compute_claim_allocation,
     compute_claim_ref_problem,
     read_claim,
@@ -103,7 +104,6 @@ from kubeletplugin.prepare.recovery import (
 )
 from kubeletplugin.prepare.settings import PrepareSettings
 from kubeletplugin.prepare.status import EVENT_PREPARE_FAILED, EVENT_UNPREPARE_FAILED, ClaimReporter
-from kubeletplugin.service import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +356,7 @@ class PrepareService:
         return {uid: future.result() for uid, future in futures.items()}
 
     def _prepare_claim_reported(self, ref: ClaimRef, topology: _TopologyOnce) -> PrepareResult:
-        label = claim_label(ref)
+        label = claim_namespaced_name(ref)
         problem = compute_claim_ref_problem(ref)
         if problem is not None:  # nothing to report the failure on: the claim cannot be named
             log.warning("prepare refused: %s", problem)
@@ -376,7 +376,7 @@ class PrepareService:
         return PrepareResult(error=message)
 
     def _unprepare_claim_reported(self, ref: ClaimRef) -> UnprepareResult:
-        label = claim_label(ref)
+        label = claim_namespaced_name(ref)
         problem = compute_claim_ref_problem(ref)
         if problem is not None:
             log.warning("unprepare refused: %s", problem)
@@ -416,7 +416,7 @@ class PrepareService:
             if not grouped:
                 log.info(
                     "claim %s (UID %s) has no device of %s (allocated by %s only): nothing to prepare",
-                    claim_label(ref),
+                    claim_namespaced_name(ref),
                     ref.uid,
                     self.driver_name,
                     ", ".join(allocation.other_drivers) or "no driver",
@@ -637,7 +637,9 @@ class PrepareService:
             if record is None:
                 if self._delete_spec(ref.uid):
                     log.info(
-                        "unprepare of unknown claim %s (UID %s): removed a stale CDI spec", claim_label(ref), ref.uid
+                        "unprepare of unknown claim %s (UID %s): removed a stale CDI spec",
+                        claim_namespaced_name(ref),
+                        ref.uid,
                     )
                 return
             self._release_or_keep(record)  # the record is dropped before the spec goes (76c3a84)

@@ -59,9 +59,9 @@ from dra_driver.kubeapi import (
     describe_failure,
     retry_conflicts,
 )
+from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare.checkpoint import ClaimRecord, ClaimState, DeviceRecord
 from kubeletplugin.prepare.claims import ClaimApi
-from kubeletplugin.service import ClaimRef
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from kubernetes import client
 
 from dra_driver.mig import load_catalog
 from dra_driver.nvml import sim
-from kubeletplugin.service import ClaimRef
+from kubeletplugin.draservice import ClaimRef
 from tests.api_outage import OutputLines, RestartableApiServer, restartable_api_server
 from tests.kubelet_client import KubeletClient, short_socket_dir
 from tests.prepare_harness import create_claim, read_claim_json, result

@@ -28,8 +28,8 @@ from kubernetes import client
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.nvml import sim
+from kubeletplugin.draservice import ClaimRef, PrepareResult
 from kubeletplugin.prepare.locks import LOCKS_DIR, lock_file_name, release_flock, try_flock
-from kubeletplugin.service import ClaimRef, PrepareResult
 from tests.kubelet_client import KubeletClient, short_socket_dir
 from tests.prepare_harness import create_claim, result
 

@@ -16,9 +16,9 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
+from kubeletplugin.draservice import ClaimRef, PrepareResult
 from kubeletplugin.grpc import NotASocketError, PluginServers, SocketInUseError, SocketPathError
 from kubeletplugin.grpc.sockets import SocketFile
-from kubeletplugin.service import ClaimRef, PrepareResult
 from tests.kubelet_client import KubeletClient, RecordingDraService, short_socket_dir
 
 DRIVER = "gpu.migdra.example.com"

@@ -15,10 +15,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.kubeapi import BackoffPolicy
+from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare import service as service_module
 from kubeletplugin.prepare.claims import ClaimApi
 from kubeletplugin.prepare.status import ClaimReporter
-from kubeletplugin.service import ClaimRef
 from tests.api_outage import RestartableApiServer, StoreChanges, restartable_api_server
 from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, result, simulated_node
 

@@ -21,9 +21,9 @@ from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.types import ComputeInstanceInfo, ComputeInstanceProfileInfo, GpuInstanceInfo
+from kubeletplugin.draservice import ClaimRef, PrepareResult, UnprepareResult
 from kubeletplugin.prepare import PrepareSettings
 from kubeletplugin.prepare.cdi import spec_path
-from kubeletplugin.service import ClaimRef, PrepareResult, UnprepareResult
 from tests.prepare_harness import DRIVER, Node, mig_config, opaque, result, simulated_node
 
 H100 = "H100-SXM5-80GB"

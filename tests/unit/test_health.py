@@ -13,7 +13,7 @@ from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlUnexpectedError
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import GpuInfo
-from kubeletplugin.health import NvmlDeviceHealth
+from kubeletplugin.device_health import NvmlDeviceHealth
 from tests.conftest import OpenSimulatedNode
 
 
@@ -43,7 +43,7 @@ def test_devices_of_a_lost_gpu_are_unhealthy_and_the_rest_healthy(
             assert {entry[0] for entry in report} == {"node-a"}
 
             nvml.lost = pool.devices[0].gpu_uuid
-            caplog.set_level(logging.INFO, logger="kubeletplugin.health")
+            caplog.set_level(logging.INFO, logger="kubeletplugin.device_health")
             report = health()
             health()  # logged once, not on every poll
             unhealthy = {name for _, name, healthy in report if healthy is False}

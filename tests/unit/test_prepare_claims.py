@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare.claims import (
     AllocatedDevice,
     ResourceClaimView,
@@ -14,7 +15,6 @@ from kubeletplugin.prepare.claims import (
     describe_validation_error,
 )
 from kubeletplugin.prepare.errors import ClaimMismatchError
-from kubeletplugin.service import ClaimRef
 
 DRIVER = "gpu.migdra.io"
 NODE = "node-a"
