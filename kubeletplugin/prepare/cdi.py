@@ -19,7 +19,9 @@ Owns the CDI side of prepare (nvml-mig.md §14-15, prior-art.md §6.7):
   ``MIGDRA_MIG_UUIDS`` (the claim's MIG devices) and per device ``MIGDRA_MIG_UUID`` /
   ``MIGDRA_GPU_UUID`` and the opaque config's ``env``.
 
-``build_``/``compute_`` functions are pure; ``read_``/``write_``/``delete_`` touch files.  This
+``write_claim_spec`` / ``ensure_claim_spec`` turn a checkpointed claim record
+into its spec file.  ``build_``/``compute_`` functions are pure; ``read_``/``write_``/``ensure_``/``delete_``
+touch files.  This
 module never talks to NVML or the API server.
 """
 
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.durable import remove_file_durably, write_file_atomically
+from kubeletplugin.prepare.checkpoint import ClaimRecord
 
 log = logging.getLogger(__name__)
 
@@ -223,3 +226,47 @@ def list_cdi_spec_claims(cdi_dir: Path, driver_name: str) -> set[str]:
     if not cdi_dir.is_dir():
         return set()
     return {uid for path in cdi_dir.iterdir() if (uid := claim_uid_of_spec(path, driver_name)) is not None}
+
+
+def read_claim_cdi_devices(proc_root: Path, record: ClaimRecord) -> tuple[list[CdiDevice], list[str]]:
+    """The spec's devices of a prepared claim record and the MIG UUIDs among them (reads ``proc_root``)."""
+    caps_major = read_caps_major(proc_root)
+    devices: list[CdiDevice] = []
+    mig_uuids: list[str] = []
+    for device in record.devices:
+        intent = device.intent
+        env = dict(intent.env)
+        env["MIGDRA_GPU_UUID"] = intent.gpu_uuid
+        if (
+            device.mig_uuid is not None
+            and device.gpu_instance_id is not None
+            and device.compute_instance_id is not None
+        ):
+            nodes = read_mig_device_nodes(
+                proc_root, intent.gpu_minor, device.gpu_instance_id, device.compute_instance_id, caps_major
+            )
+            env["MIGDRA_MIG_UUID"] = device.mig_uuid
+            mig_uuids.append(device.mig_uuid)
+        else:
+            nodes = gpu_device_nodes(intent.gpu_minor)
+        devices.append(CdiDevice(intent.device_name, nodes, env))
+    return devices, mig_uuids
+
+
+def write_claim_spec(cdi_dir: Path, proc_root: Path, driver_name: str, record: ClaimRecord) -> None:
+    """Write the spec of a prepared claim record; nothing for a record without devices."""
+    if not record.devices:
+        return
+    devices, mig_uuids = read_claim_cdi_devices(proc_root, record)
+    spec = build_cdi_spec(driver_name, record.claim_uid, devices, mig_uuids)
+    path = write_cdi_spec(cdi_dir, driver_name, record.claim_uid, spec)
+    log.info("wrote CDI spec %s for claim %s (UID %s)", path, record.label, record.claim_uid)
+
+
+def ensure_claim_spec(cdi_dir: Path, proc_root: Path, driver_name: str, record: ClaimRecord) -> None:
+    """Write the spec of a prepared claim record again if its file is missing."""
+    if record.devices and not spec_path(cdi_dir, driver_name, record.claim_uid).exists():
+        log.warning(
+            "CDI spec of prepared claim %s (UID %s) is missing; writing it again", record.label, record.claim_uid
+        )
+        write_claim_spec(cdi_dir, proc_root, driver_name, record)

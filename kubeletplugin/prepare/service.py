@@ -47,17 +47,12 @@ from dra_driver.nvml.types import GpuInstanceInfo
 from kubeletplugin.draservice import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 from kubeletplugin.metrics import PrepareMetrics
 from kubeletplugin.prepare.cdi import (
-    CdiDevice,
-    build_cdi_spec,
     claim_uid_of_spec,
     compute_cdi_device_id,
     delete_cdi_spec,
-    gpu_device_nodes,
+    ensure_claim_spec,
     list_cdi_spec_claims,
-    read_caps_major,
-    read_mig_device_nodes,
-    spec_path,
-    write_cdi_spec,
+    write_claim_spec,
 )
 from kubeletplugin.prepare.checkpoint import (
     CheckpointStore,
@@ -660,38 +655,10 @@ class PrepareService:
     # -- CDI -----------------------------------------------------------------------------------
 
     def _write_spec(self, record: ClaimRecord) -> None:
-        if not record.devices:
-            return
-        caps_major = read_caps_major(self.proc_root)
-        devices: list[CdiDevice] = []
-        mig_uuids: list[str] = []
-        for device in record.devices:
-            intent = device.intent
-            env = dict(intent.env)
-            env["MIGDRA_GPU_UUID"] = intent.gpu_uuid
-            if (
-                device.mig_uuid is not None
-                and device.gpu_instance_id is not None
-                and device.compute_instance_id is not None
-            ):
-                nodes = read_mig_device_nodes(
-                    self.proc_root, intent.gpu_minor, device.gpu_instance_id, device.compute_instance_id, caps_major
-                )
-                env["MIGDRA_MIG_UUID"] = device.mig_uuid
-                mig_uuids.append(device.mig_uuid)
-            else:
-                nodes = gpu_device_nodes(intent.gpu_minor)
-            devices.append(CdiDevice(intent.device_name, nodes, env))
-        spec = build_cdi_spec(self.driver_name, record.claim_uid, devices, mig_uuids)
-        path = write_cdi_spec(self.cdi_dir, self.driver_name, record.claim_uid, spec)
-        log.info("wrote CDI spec %s for claim %s (UID %s)", path, record.label, record.claim_uid)
+        write_claim_spec(self.cdi_dir, self.proc_root, self.driver_name, record)
 
     def _ensure_spec(self, record: ClaimRecord) -> None:
-        if record.devices and not spec_path(self.cdi_dir, self.driver_name, record.claim_uid).exists():
-            log.warning(
-                "CDI spec of prepared claim %s (UID %s) is missing; writing it again", record.label, record.claim_uid
-            )
-            self._write_spec(record)
+        ensure_claim_spec(self.cdi_dir, self.proc_root, self.driver_name, record)
 
     def _delete_spec(self, claim_uid: str) -> bool:
         return delete_cdi_spec(self.cdi_dir, self.driver_name, claim_uid)

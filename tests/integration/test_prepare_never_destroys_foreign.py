@@ -17,6 +17,7 @@ import pytest
 
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.errors import NvmlInUse
+from kubeletplugin.prepare import cdi as cdi_module
 from kubeletplugin.prepare import service as service_module
 from tests.prepare_harness import Node, result, simulated_node
 
@@ -40,7 +41,7 @@ def test_a_failed_prepare_on_a_read_only_cdi_directory_leaves_no_record_and_spar
     service = node.service()
     ref = node.claim("claim-a", [result(DEVICE)])
     with monkeypatch.context() as patched:
-        patched.setattr(service_module, "write_cdi_spec", _read_only_filesystem)
+        patched.setattr(cdi_module, "write_cdi_spec", _read_only_filesystem)
         patched.setattr(service_module, "delete_cdi_spec", _read_only_filesystem)
         failed = service.prepare([ref])[ref.uid]
     assert failed.error != ""
