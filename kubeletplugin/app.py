@@ -63,7 +63,7 @@ from kubeletplugin.grpc.sockets import MAX_SOCKET_PATH_BYTES, SocketFile, plugin
 from kubeletplugin.metrics import PrepareMetrics, PublishMetrics
 from kubeletplugin.pool_report import PoolReporter
 from kubeletplugin.prepare import PrepareService, PrepareSettings
-from kubeletplugin.prepare.status import ClaimReporter
+from kubeletplugin.prepare.reporter import ClaimReporter
 from kubeletplugin.publisher import (
     DEFAULT_REQUEST_TIMEOUT,
     PublishLoop,

@@ -3,7 +3,7 @@
 This module owns the boundary with the claim as the API server stores it: a pydantic view of the
 fields migdra reads (``metadata``, ``status.allocation.devices.{results,config}``), one read through
 the official client, and the pure extraction :func:`compute_claim_allocation`.  It never writes to
-the API server (``status.py`` does) and never interprets opaque parameters (``config.py`` does).
+the API server (``reporter.py`` does) and never interprets opaque parameters (``config.py`` does).
 
 Rules (kubelet-grpc.md §3, resource-api.md §5):
 

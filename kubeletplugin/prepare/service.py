@@ -97,8 +97,9 @@ from kubeletplugin.prepare.recovery import (
     recover,
     release_record,
 )
+from kubeletplugin.prepare.reporter import ClaimReporter
 from kubeletplugin.prepare.settings import PrepareSettings
-from kubeletplugin.prepare.status import EVENT_PREPARE_FAILED, EVENT_UNPREPARE_FAILED, ClaimReporter
+from kubeletplugin.prepare.status import EVENT_PREPARE_FAILED, EVENT_UNPREPARE_FAILED
 
 log = logging.getLogger(__name__)
 

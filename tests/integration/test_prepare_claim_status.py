@@ -18,7 +18,7 @@ from dra_driver.kubeapi import BackoffPolicy
 from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare import service as service_module
 from kubeletplugin.prepare.claims import ClaimApi
-from kubeletplugin.prepare.status import ClaimReporter
+from kubeletplugin.prepare.reporter import ClaimReporter
 from tests.api_outage import RestartableApiServer, StoreChanges, restartable_api_server
 from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, result, simulated_node
 
@@ -319,7 +319,7 @@ def test_status_converges_after_an_outage_during_unprepare_without_any_kubelet_c
     assert len(our_entries(node, ref)) == 1
 
     api.stop()
-    with LogCount("kubeletplugin.prepare.status", f"writing status of default/{ref.name}", count=12) as failures:
+    with LogCount("kubeletplugin.prepare.reporter", f"writing status of default/{ref.name}", count=12) as failures:
         assert service.unprepare([ref])[ref.uid].error == ""  # from the checkpoint: the API is not needed
         assert node.instances() == []
         assert failures.reached.wait(30), f"the status write was given up after {failures.seen} attempts"
@@ -344,12 +344,12 @@ def test_a_refused_status_write_is_one_line_and_the_next_reconciliation_writes_i
     reporter = ClaimReporter(node.api_client, DRIVER, NODE, backoff=FAST)
     service = node.service(reporter=reporter)
     ref = node.claim("forbidden", [result(ONE_G_20)])
-    with caplog.at_level(logging.ERROR, logger="kubeletplugin.prepare.status"):
+    with caplog.at_level(logging.ERROR, logger="kubeletplugin.prepare.reporter"):
         assert service.prepare([ref])[ref.uid].error == ""
         assert service.flush_reports()
     assert refused == ["forbidden"]
     assert our_entries(node, ref) == []  # not retried: the same write would be refused again
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "kubeletplugin.prepare.status"]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "kubeletplugin.prepare.reporter"]
     assert line == (
         "writing status of default/forbidden: 1 device(s) ready was refused, not retrying: "
         f"the API server {node.api.url} answered 403 Forbidden"

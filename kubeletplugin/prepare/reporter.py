@@ -1,0 +1,491 @@
+"""The claim status reporter: writes the claim's ``status.devices[]`` entries and Events in the
+background, and keeps them equal to the checkpoint (what they say is computed by
+:mod:`kubeletplugin.prepare.status`).
+
+**The checkpoint is the truth; the claim's status follows it.**  A status write does not carry what
+to write: it *converges* the claim -- reads the claim, reads the claim's checkpoint record, and makes
+this driver's entries in this node's pool say exactly that (a prepared record: identity + Ready for
+each of its devices; no record, or one still being prepared or released: nothing of ours).  So a
+write that comes late (after an API outage) or twice writes the truth as it is *then*, never a stale
+intention.  Writes that cannot be made at all -- dropped at shutdown, refused, or an unprepare whose
+report never happened (its CDI spec could not be deleted, kubelet retried) -- are caught by the
+**reconciler**: on start and every ``reconcile_interval`` it lists the claims, compares every claim's
+entries of this driver and pool with the checkpoint, and converges those that differ.  It lists the
+claims *before* it reads the checkpoint: status says Ready only after the record said prepared, so a
+claim seen Ready whose record is gone by the later read was unprepared in between (cleared rightly),
+and the converge write re-reads both anyway.
+
+Writes are read-modify-write through the ``status`` subresource with the ``resourceVersion`` read
+(a conflict reads again at once, :func:`dra_driver.kubeapi.retry_conflicts`), and merge (other
+drivers', other pools' and other writers' parts are kept).  They run on one background thread in
+order.  What a failure means comes from :func:`dra_driver.kubeapi.classify_failure`: while the API
+server is unavailable the whole queue waits (one capped, jittered backoff for all, so an outage is
+one log line per attempt, not one per claim) and nothing is given up; a refused write (403, 422) is
+logged in one line and dropped (the next reconciliation tries again); a bug is retried
+``max_attempts`` times.  Nothing here ever fails prepare or unprepare.  A claim that is gone (404)
+or was re-created (other UID) is left alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dra_driver.kubeapi import (
+    DEFAULT_CONFLICT_RETRIES,
+    ApiFailure,
+    Backoff,
+    BackoffPolicy,
+    call_json,
+    classify_failure,
+    describe_failure,
+    retry_conflicts,
+)
+from kubeletplugin.draservice import ClaimRef
+from kubeletplugin.prepare.checkpoint import ClaimRecord
+from kubeletplugin.prepare.claims import ClaimApi
+from kubeletplugin.prepare.status import (
+    EVENT_PREPARED,
+    EVENT_UNPREPARED,
+    build_event,
+    compute_converged_devices,
+    rfc3339,
+)
+
+log = logging.getLogger(__name__)
+
+
+class PreparedClaims(Protocol):
+    """What exists on this node: the checkpoint (:class:`~kubeletplugin.prepare.checkpoint.CheckpointStore`),
+    read here, never written.  Both reads return the file as it is now (another plugin process of the
+    node may have changed it)."""
+
+    def get(self, claim_uid: str) -> ClaimRecord | None: ...
+
+    def records(self) -> tuple[ClaimRecord, ...]: ...
+
+
+class _View(BaseModel):
+    # A view of the API's objects: fields migdra does not read are ignored, never refused.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class _ClaimMetadata(_View):
+    name: str
+    namespace: str
+    uid: str
+    generation: int | None = None
+
+
+class _ClaimStatus(_View):
+    devices: list[dict[str, Any]] | None = None
+
+
+class _ListedClaim(_View):
+    metadata: _ClaimMetadata
+    status: _ClaimStatus | None = None
+
+    @property
+    def ref(self) -> ClaimRef:
+        return ClaimRef(self.metadata.namespace, self.metadata.name, self.metadata.uid)
+
+    @property
+    def devices(self) -> list[dict[str, Any]]:
+        return [d for d in (self.status.devices if self.status else None) or [] if isinstance(d, Mapping)]
+
+
+class _ClaimListMeta(_View):
+    continue_: str | None = Field(default=None, alias="continue")
+
+
+class _ClaimList(_View):
+    metadata: _ClaimListMeta = _ClaimListMeta()
+    items: list[dict[str, Any]] = []
+
+
+@dataclass
+class _Job:
+    key: tuple[str, ...]
+    describe: str  # what it does, for logs: "writing status of ns/name: ..."
+    run: Callable[[], None]
+    attempts: int = 0
+    not_before: float = 0.0
+    sequence: int = field(default=0)
+    backoff: Backoff | None = None  # its own, for failures that are not the API's
+
+
+class _Gone(Exception):
+    """The claim is gone or was re-created: nothing to write."""
+
+
+_RECONCILE_KEY = ("reconcile",)
+_RECONCILING = "reconciling claim status with the checkpoint"
+_CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
+
+
+class ClaimReporter:
+    """Writes claim status and Events on one background thread, in order, and reconciles claim status
+    with the checkpoint (see the module docstring).
+
+    :meth:`start` with the checkpoint (``PreparedClaims``) makes every status write converge to it
+    and, with ``reconcile_interval``, reconciles on start and then periodically; without it a status
+    write converges to the record the report carried.  ``backoff`` paces retries while the API server
+    is unavailable; ``max_attempts`` bounds retries of failures that are not the API's (bugs).
+    ``flush()`` waits for the queue to drain (tests, shutdown); ``close()`` stops the thread, logging
+    what was still pending (the next start's reconciliation writes it).
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        driver_name: str,
+        node_name: str,
+        *,
+        max_attempts: int = 8,
+        backoff: BackoffPolicy | None = None,
+        request_timeout: float = 10.0,
+        reconcile_interval: float | None = None,
+        list_page_size: int = 500,
+        conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
+        on_failure: Callable[[str], None] | None = None,
+    ) -> None:
+        # Told of every failed write attempt, by kind (unavailable, refused, error): a metric.
+        self._on_failure = on_failure
+        self._api_client = api_client
+        self._claims = ClaimApi(api_client, request_timeout)
+        self._core = client.CoreV1Api(api_client)
+        self.driver_name = driver_name
+        self.node_name = node_name
+        self._max_attempts = max_attempts
+        self._backoff_policy = backoff or BackoffPolicy()
+        self._api_backoff = self._backoff_policy.start()  # the reporter thread's alone
+        self._timeout = request_timeout
+        self._reconcile_interval = reconcile_interval
+        self._page_size = list_page_size
+        self._conflict_retries = conflict_retries
+        self._checkpoint: PreparedClaims | None = None
+        self._jobs: list[_Job] = []
+        self._running = 0
+        self._sequence = 0
+        self._paused_until = 0.0  # the API server is unavailable: no job before then
+        self._next_reconcile: float | None = None
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def server(self) -> str:
+        return str(self._api_client.configuration.host)
+
+    @property
+    def backlog(self) -> int:
+        """Claim status writes and Events queued or being written (reconciliation included)."""
+        with self._cond:
+            return len(self._jobs) + self._running
+
+    # -- public --------------------------------------------------------------------------------
+
+    def start(self, checkpoint: PreparedClaims | None = None) -> None:
+        """Start writing; with ``checkpoint``, converge to it (and reconcile, if an interval is set)."""
+        self._checkpoint = checkpoint
+        if checkpoint is not None and self._reconcile_interval is not None:
+            self._next_reconcile = time.monotonic()  # at once: what happened while we were away
+        self._thread = threading.Thread(target=self._loop, name="migdra-claim-reporter", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._stopping = True
+            pending = [job.describe for job in self._jobs]
+            self._jobs.clear()
+            self._cond.notify_all()
+        if pending:
+            log.warning(
+                "dropping %d unwritten claim report(s) at shutdown (claim status is reconciled at the next start): %s",
+                len(pending),
+                "; ".join(pending),
+            )
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued report was written (or given up); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._jobs or self._running:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+    def reconcile_now(self) -> None:
+        """Queue a reconciliation of every claim's status with the checkpoint (needs :meth:`start` with one)."""
+        if self._checkpoint is None:
+            raise RuntimeError("ClaimReporter.start(checkpoint) must run before reconcile_now()")
+        self._enqueue(_Job(_RECONCILE_KEY, _RECONCILING, self._reconcile), replace=True)
+
+    def report_prepared(self, ref: ClaimRef, record: ClaimRecord, generation: int | None) -> None:
+        """Identity + Ready for the prepared ``record`` (``generation``: the claim's, as prepared)."""
+        now = dt.datetime.now(dt.UTC)
+        if record.devices:
+            self._enqueue_status(
+                ref,
+                f"writing status of {ref.namespace}/{ref.name}: {len(record.devices)} device(s) ready",
+                record,
+                generation,
+            )
+        names = ", ".join(device.intent.device_name for device in record.devices) or "no devices of this driver"
+        self._enqueue_event(ref, EVENT_PREPARED, f"prepared on node {self.node_name}: {names}", "Normal", now)
+
+    def report_failure(self, ref: ClaimRef, reason: str, message: str) -> None:
+        """A Warning Event (``EVENT_PREPARE_FAILED`` / ``EVENT_UNPREPARE_FAILED``) with the per-claim error."""
+        self._enqueue_event(ref, reason, message, "Warning", dt.datetime.now(dt.UTC))
+
+    def report_unprepared(self, ref: ClaimRef, record: ClaimRecord) -> None:
+        names = [device.intent.device_name for device in record.devices]
+        if names:
+            self._enqueue_status(
+                ref, f"writing status of {ref.namespace}/{ref.name}: clear {len(names)} device(s)", None
+            )
+        self._enqueue_event(
+            ref,
+            EVENT_UNPREPARED,
+            f"unprepared on node {self.node_name}: {', '.join(names) or 'no devices'}",
+            "Normal",
+            dt.datetime.now(dt.UTC),
+        )
+
+    def report_cleared(self, ref: ClaimRef, record: ClaimRecord) -> None:
+        """Clear the status of a claim whose instances recovery rolled back (no Event: it was logged)."""
+        if record.devices:
+            self._enqueue_status(
+                ref,
+                f"writing status of {ref.namespace}/{ref.name}: clear {len(record.devices)} device(s) after recovery",
+                None,
+            )
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _enqueue_status(
+        self, ref: ClaimRef, describe: str, reported: ClaimRecord | None, generation: int | None = None
+    ) -> None:
+        """Converge the claim's status; ``reported`` is the truth only when no checkpoint was given."""
+        # A newer status write for the claim supersedes a pending one: both converge to the same truth.
+        self._enqueue(
+            _Job(("status", ref.uid), describe, lambda: self._converge(ref, reported, generation)), replace=True
+        )
+
+    def _enqueue_event(self, ref: ClaimRef, reason: str, message: str, event_type: str, now: dt.datetime) -> None:
+        body = build_event(ref, reason, message, event_type, self.driver_name, self.node_name, now)
+        describe = f"writing event {reason} on {ref.namespace}/{ref.name}"
+        event = client.CoreV1Event.from_dict(body)
+        assert event is not None  # from_dict returns None only for None
+
+        def create() -> None:
+            self._core.create_namespaced_event(ref.namespace, event, _request_timeout=self._timeout)
+
+        self._enqueue(_Job(("event", ref.uid, body["metadata"]["name"]), describe, create), replace=False)
+
+    def _enqueue(self, job: _Job, replace: bool) -> None:
+        with self._cond:
+            if self._stopping:
+                log.warning("%s: skipped, shutting down", job.describe)
+                return
+            self._sequence += 1
+            job.sequence = self._sequence
+            if replace:
+                self._jobs = [j for j in self._jobs if j.key != job.key]
+            self._jobs.append(job)
+            self._cond.notify_all()
+
+    def _converge(self, ref: ClaimRef, reported: ClaimRecord | None, generation: int | None) -> None:
+        """Make the claim's entries of this driver and pool say what the checkpoint says now."""
+
+        def once() -> None:
+            try:
+                claim = self._claims.read(ref.namespace, ref.name)
+            except ApiException as e:
+                if e.status == 404:
+                    raise _Gone(f"claim {ref.namespace}/{ref.name} no longer exists") from e
+                raise
+            metadata = claim.get("metadata") or {}
+            if metadata.get("uid") != ref.uid:
+                raise _Gone(f"claim {ref.namespace}/{ref.name} now has UID {metadata.get('uid')}, not {ref.uid}")
+            # Read after the claim: a change of the record after this read comes with its own report,
+            # queued behind this one, which reads again.
+            record = self._checkpoint.get(ref.uid) if self._checkpoint is not None else reported
+            status = claim.get("status") or {}
+            claim["status"] = status
+            existing = [d for d in status.get("devices") or [] if isinstance(d, Mapping)]
+            observed = metadata.get("generation") if isinstance(metadata.get("generation"), int) else generation
+            devices = compute_converged_devices(
+                existing, self.driver_name, self.node_name, record, observed, rfc3339(dt.datetime.now(dt.UTC))
+            )
+            if devices == existing:
+                return
+            if devices:
+                status["devices"] = devices
+            else:
+                status.pop("devices", None)
+            try:
+                self._claims.replace_status(ref.namespace, ref.name, claim)
+            except ApiException as e:
+                if e.status == 404:
+                    raise _Gone(f"claim {ref.namespace}/{ref.name} no longer exists") from e
+                raise  # 409: retry_conflicts reads again and merges again
+
+        retry_conflicts(once, what=f"status of {ref.namespace}/{ref.name}", limit=self._conflict_retries)
+
+    def _reconcile(self) -> None:
+        """Converge every claim whose entries of this driver and pool disagree with the checkpoint."""
+        checkpoint = self._checkpoint
+        assert checkpoint is not None
+        claims = self._list_claims()  # a failed or partial list raises: nothing is written on it
+        records = {record.claim_uid: record for record in checkpoint.records()}  # after the list: see above
+        now = rfc3339(dt.datetime.now(dt.UTC))
+        stale: list[ClaimRef] = []
+        for claim in claims:
+            existing = claim.devices
+            record = records.pop(claim.metadata.uid, None)
+            wanted = compute_converged_devices(
+                existing, self.driver_name, self.node_name, record, claim.metadata.generation, now
+            )
+            if wanted != existing:
+                stale.append(claim.ref)
+        for ref in stale:
+            self._enqueue_status(
+                ref, f"writing status of {ref.namespace}/{ref.name}: reconcile with the checkpoint", None
+            )
+        if stale:
+            log.info(
+                "claim status reconciliation: %d claim(s) disagree with the checkpoint: %s",
+                len(stale),
+                ", ".join(f"{ref.namespace}/{ref.name}" for ref in stale),
+            )
+        else:
+            log.debug("claim status reconciliation: %d claim(s) listed, all agree with the checkpoint", len(claims))
+
+    def _list_claims(self) -> list[_ListedClaim]:
+        """Every ResourceClaim of the cluster, page by page; raises if any page fails (never partial)."""
+        claims: list[_ListedClaim] = []
+        token: str | None = None
+        while True:
+            query: dict[str, str | int] = {"limit": self._page_size}
+            if token:
+                query["continue"] = token
+            raw = call_json(self._api_client, "GET", _CLAIMS_PATH, query=query, timeout=self._timeout)
+            try:
+                page = _ClaimList.model_validate(raw)
+            except ValidationError as e:
+                raise ValueError(f"listing ResourceClaims: the API server answered with something else: {e}") from e
+            for item in page.items:
+                try:
+                    claims.append(_ListedClaim.model_validate(item))
+                except ValidationError as e:  # not a claim migdra can name: not one it wrote either
+                    log.debug("claim status reconciliation: skipping an unreadable claim: %s", e)
+            token = page.metadata.continue_
+            if not token:
+                return claims
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._stopping:
+                        return
+                    now = time.monotonic()
+                    if self._next_reconcile is not None and now >= self._next_reconcile:
+                        assert self._reconcile_interval is not None
+                        self._next_reconcile = now + self._reconcile_interval
+                        self._sequence += 1
+                        self._jobs = [j for j in self._jobs if j.key != _RECONCILE_KEY]
+                        reconcile = _Job(_RECONCILE_KEY, _RECONCILING, self._reconcile)
+                        reconcile.sequence = self._sequence
+                        self._jobs.append(reconcile)
+                    ready = [j for j in self._jobs if j.not_before <= now] if now >= self._paused_until else []
+                    if ready:
+                        job = min(ready, key=lambda j: j.sequence)
+                        self._jobs.remove(job)
+                        self._running += 1
+                        break
+                    wake = [max(min(j.not_before for j in self._jobs), self._paused_until)] if self._jobs else []
+                    if self._next_reconcile is not None:
+                        wake.append(self._next_reconcile)
+                    self._cond.wait(max(min(wake, default=now + 3600) - now, 0.001))
+            try:
+                self._run(job)
+            finally:
+                with self._cond:
+                    self._running -= 1
+                    self._cond.notify_all()
+
+    def _run(self, job: _Job) -> None:
+        job.attempts += 1
+        try:
+            job.run()
+        except _Gone as e:
+            log.info("%s: skipped, %s", job.describe, e)
+        except Exception as e:  # a reporter must never die: outages, refusals, bugs alike
+            failure = classify_failure(e)
+            if self._on_failure is not None:
+                kind = "error" if failure is None else "refused" if failure is ApiFailure.PERMANENT else "unavailable"
+                self._on_failure(kind)
+            if failure is ApiFailure.PERMANENT:
+                log.error("%s was refused, not retrying: %s", job.describe, describe_failure(e, self.server))
+            elif failure is not None:
+                self._wait_for_api(job, e)
+            else:
+                self._retry_later(job, e)
+        else:
+            self._api_backoff.reset()
+            log.debug("%s: done", job.describe)
+
+    def _wait_for_api(self, job: _Job, error: Exception) -> None:
+        """The API server is unavailable (or someone keeps conflicting): hold the whole queue, this job first.
+
+        Every job would fail the same way, and holding them keeps their order; none is given up.
+        """
+        delay = self._api_backoff.next_delay(error)
+        with self._cond:
+            waiting = len(self._jobs) + 1
+            self._paused_until = time.monotonic() + delay
+            self._requeue_locked(job)
+        log.warning(
+            "%s failed: %s; retrying in %.1f s (%d claim report(s) waiting)",
+            job.describe,
+            describe_failure(error, self.server),
+            delay,
+            waiting,
+        )
+
+    def _retry_later(self, job: _Job, error: Exception) -> None:
+        """Not the API's failure (a bug, an answer migdra cannot read): this job alone, a few times."""
+        if job.attempts >= self._max_attempts:
+            log.error("giving up %s after %d attempts: %r", job.describe, job.attempts, error)
+            return
+        if job.backoff is None:
+            job.backoff = self._backoff_policy.start()
+        delay = job.backoff.next_delay()
+        log.warning("%s failed (%r); retrying in %.1f s", job.describe, error, delay)
+        job.not_before = time.monotonic() + delay
+        with self._cond:
+            self._requeue_locked(job)
+
+    def _requeue_locked(self, job: _Job) -> None:
+        if self._stopping:
+            return
+        if any(j.key == job.key for j in self._jobs):
+            return  # superseded by a newer write while this one ran
+        self._jobs.append(job)  # its old sequence keeps its place in the order
+        self._cond.notify_all()
