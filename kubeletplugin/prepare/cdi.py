@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.durable import remove_file_durably, write_file_atomically
-from kubeletplugin.prepare.checkpoint import ClaimRecord
+from kubeletplugin.prepare.records import ClaimRecord
 
 log = logging.getLogger(__name__)
 

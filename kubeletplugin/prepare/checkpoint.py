@@ -1,25 +1,18 @@
-"""The node's record of what migdra prepared: versioned, checksummed, written atomically.
+"""The node's record of what migdra prepared: its store, shared by every plugin process of the node.
 
-This module owns the checkpoint schema (pydantic), its file format and its store.  The service
-writes ``PrepareStarted`` (the intended devices: GPU, profile, placement) **before** it touches NVML;
-then, per MIG device and under the GPU's lock, the GPU instances standing on the GPU just before it
-asks NVML for the GI (``gpuInstancesBefore``: "creation requested"), and the GI ID as soon as NVML
+This module owns the checkpoint's store (:class:`CheckpointStore`); the versioned, checksummed
+record schema and file format are :mod:`kubeletplugin.prepare.records`'s.  The service writes
+``PrepareStarted`` (the intended devices: GPU, profile, placement) **before** it touches NVML; then,
+per MIG device and under the GPU's lock, the GPU instances standing on the GPU just before it asks
+NVML for the GI (``gpuInstancesBefore``: "creation requested"), and the GI ID as soon as NVML
 returns it (before the compute instance is created); and ``PrepareCompleted`` (plus the compute
 instance, MIG UUID and CDI IDs) after the CDI spec is on disk.  So after a crash the record tells
 recovery exactly which instances may be migdra's, and :meth:`CheckpointStore.owned_instances` /
 :meth:`~CheckpointStore.owned_placements` tell the slice publisher about an instance from the moment
 it exists.  It never talks to NVML or the API server and never decides what to destroy.
 
-File format (``<state dir>/checkpoint.json``)::
-
-    {"checksum": "sha256:<hex>", "data": {"schemaVersion": 1, "nodeBootID": "...", "claims": {...}}}
-
-The checksum is SHA-256 over the canonical JSON of ``data`` *as stored* (keys sorted, no spaces), so
-a reader that does not know a field added later still verifies the file (NVIDIA's checkpoint broke
-upgrades when new fields changed the checksum, k8s-dra-driver-gpu #1080).  A mismatch, unparsable
-JSON or an unknown schema version is a :class:`CheckpointError`: the plugin refuses to start, the
-file stays for an admin to inspect.  A checkpoint of another boot (``/proc/sys/kernel/random/
-boot_id`` changed) is discarded: MIG instances do not survive a reboot.
+The file is written atomically.  A checkpoint of another boot (``/proc/sys/kernel/random/boot_id``
+changed) is discarded: MIG instances do not survive a reboot.
 
 One file, several processes: during a rolling update the old and the new plugin pod share the state
 directory and both prepare.  :class:`CheckpointStore` therefore keeps no state of its own that the
@@ -31,30 +24,33 @@ under that lock.
 
 from __future__ import annotations
 
-import enum
-import hashlib
-import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dra_driver.durable import write_file_atomically
 from dra_driver.mig.catalog import Placement
 from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError, LockTimeoutError
 from kubeletplugin.prepare.leftovers import remove_leftover_temporary_files
 from kubeletplugin.prepare.locks import describe_lock_timeout, release_flock, try_flock
+from kubeletplugin.prepare.records import (
+    Checkpoint,
+    ClaimRecord,
+    ClaimState,
+    DeviceIntent,
+    DeviceRecord,
+    build_checkpoint_file,
+    compute_conflicting_device,
+    parse_checkpoint_file,
+)
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_SCHEMA_VERSION = 1
 CHECKPOINT_FILE = "checkpoint.json"
 STATE_LOCK_FILE = "prepare.lock"
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
@@ -66,127 +62,6 @@ def read_node_boot_id(path: Path = BOOT_ID_PATH) -> str:
         return path.read_text(encoding="ascii").strip()
     except OSError as e:
         raise CheckpointError(f"cannot read the node boot ID from {path}: {e}") from e
-
-
-class ClaimState(enum.StrEnum):
-    PREPARE_STARTED = "PrepareStarted"
-    PREPARE_COMPLETED = "PrepareCompleted"
-
-
-class _Record(BaseModel):
-    # Unknown fields are ignored (not refused) so a newer checkpoint stays readable after a downgrade;
-    # the schema version guards incompatible changes.
-    model_config = ConfigDict(frozen=True, extra="ignore", validate_by_name=True, validate_by_alias=True)
-
-
-class DeviceIntent(_Record):
-    """What a device of the claim means on this node, decided before any NVML mutation."""
-
-    device_name: str = Field(alias="deviceName")
-    request_names: tuple[str, ...] = Field(alias="requestNames")
-    admin_access: bool = Field(default=False, alias="adminAccess", description="never creates or destroys")
-    gpu_uuid: str = Field(alias="gpuUUID")
-    gpu_minor: int = Field(alias="gpuMinor", ge=0)
-    profile_id: int | None = Field(default=None, alias="profileID", description="GI profile ID; None: whole GPU")
-    profile_name: str | None = Field(default=None, alias="profileName")
-    placement: Placement | None = None
-    multiprocessor_count: int | None = Field(
-        default=None, alias="multiprocessorCount", description="SMs the GI profile advertises"
-    )
-    env: dict[str, str] = Field(default_factory=dict, description="effective opaque-config environment")
-
-    @property
-    def is_mig(self) -> bool:
-        return self.profile_id is not None and self.placement is not None
-
-
-class DeviceRecord(_Record):
-    """A device's intent plus, once known, the instance realized for it (all None before)."""
-
-    intent: DeviceIntent
-    gpu_instance_id: int | None = Field(default=None, alias="gpuInstanceID")
-    compute_instance_id: int | None = Field(default=None, alias="computeInstanceID")
-    compute_instance_profile_id: int | None = Field(default=None, alias="computeInstanceProfileID")
-    mig_uuid: str | None = Field(default=None, alias="migUUID")
-    cdi_device_ids: tuple[str, ...] = Field(default=(), alias="cdiDeviceIDs")
-    gpu_instances_before: tuple[int, ...] | None = Field(
-        default=None,
-        alias="gpuInstancesBefore",
-        description="IDs of the GIs on the GPU when migdra, holding the GPU's lock and having found the placement "
-        "free, was about to ask NVML for this device's GI; None: NVML was never asked",
-    )
-
-    @property
-    def owns_instance(self) -> bool:
-        """Whether this record names a GPU instance migdra created for this claim (admin access never)."""
-        return not self.intent.admin_access and self.intent.is_mig and self.gpu_instance_id is not None
-
-    @property
-    def creation_requested(self) -> bool:
-        """Whether migdra may have asked NVML for this device's GI (recorded before the call is made)."""
-        return not self.intent.admin_access and self.intent.is_mig and self.gpu_instances_before is not None
-
-    @property
-    def creation_in_flight(self) -> bool:
-        """NVML was (maybe) asked for the GI, and its ID is not recorded yet."""
-        return self.creation_requested and self.gpu_instance_id is None
-
-
-class ClaimRecord(_Record):
-    claim_uid: str = Field(alias="claimUID")
-    namespace: str
-    name: str
-    state: ClaimState
-    devices: tuple[DeviceRecord, ...] = ()
-
-    @property
-    def label(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-class Checkpoint(_Record):
-    schema_version: Literal[1] = Field(default=1, alias="schemaVersion")
-    node_boot_id: str = Field(alias="nodeBootID")
-    claims: dict[str, ClaimRecord] = Field(default_factory=dict)
-
-
-def compute_checksum(data: Any) -> str:
-    """SHA-256 over the canonical JSON of ``data`` (sorted keys, compact separators, UTF-8)."""
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-def build_checkpoint_file(checkpoint: Checkpoint) -> bytes:
-    data = checkpoint.model_dump(mode="json", by_alias=True)
-    document = {"checksum": compute_checksum(data), "data": data}
-    return json.dumps(document, sort_keys=True, indent=1, ensure_ascii=False).encode("utf-8")
-
-
-def parse_checkpoint_file(raw: bytes, source: Path) -> Checkpoint:
-    """Verify and decode a checkpoint file; every problem is a :class:`CheckpointError` naming it."""
-    try:
-        document = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"checkpoint {source} is not valid JSON ({e}); refusing to start") from e
-    if not isinstance(document, dict) or "data" not in document or "checksum" not in document:
-        raise CheckpointError(f"checkpoint {source} lacks 'data' or 'checksum'; refusing to start")
-    expected = compute_checksum(document["data"])
-    if document["checksum"] != expected:
-        raise CheckpointError(
-            f"checkpoint {source} is corrupt: checksum {document['checksum']!r} does not match its content "
-            f"({expected}); refusing to start -- inspect the file, then remove it only if no MIG instance "
-            "it names is in use"
-        )
-    data = document["data"]
-    version = data.get("schemaVersion") if isinstance(data, dict) else None
-    if version != CHECKPOINT_SCHEMA_VERSION:
-        raise CheckpointError(
-            f"checkpoint {source} has schema version {version!r}; this migdra reads {CHECKPOINT_SCHEMA_VERSION}"
-        )
-    try:
-        return Checkpoint.model_validate(data)
-    except ValidationError as e:
-        raise CheckpointError(f"checkpoint {source} does not match schema {CHECKPOINT_SCHEMA_VERSION}: {e}") from e
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,21 +376,6 @@ class CheckpointStore:
         if self._pinned is not None:
             os.close(self._pinned)
         self._pinned, self._key = None, None
-
-
-def compute_conflicting_device(intent: DeviceIntent, others: Iterable[DeviceRecord]) -> DeviceRecord | None:
-    """The first of ``others`` that holds hardware ``intent`` needs; admin access never conflicts."""
-    if intent.admin_access:
-        return None
-    for other in others:
-        held = other.intent
-        if held.admin_access or held.gpu_uuid != intent.gpu_uuid:
-            continue
-        if held.placement is None or intent.placement is None:  # a whole GPU overlaps everything on it
-            return other
-        if held.placement.overlaps(intent.placement):
-            return other
-    return None
 
 
 def _describe_intent(intent: DeviceIntent) -> str:

@@ -34,7 +34,6 @@ from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError, NvmlInsufficientResources, NvmlInUse, NvmlNotFound
 from dra_driver.nvml.types import ComputeInstanceProfileInfo, GpuInstanceInfo
-from kubeletplugin.prepare.checkpoint import ClaimRecord, DeviceIntent, DeviceRecord
 from kubeletplugin.prepare.crashpoints import CrashPoint
 from kubeletplugin.prepare.devices import DeviceTarget
 from kubeletplugin.prepare.errors import (
@@ -43,6 +42,7 @@ from kubeletplugin.prepare.errors import (
     RealizeError,
     ReleaseError,
 )
+from kubeletplugin.prepare.records import ClaimRecord, DeviceIntent, DeviceRecord
 
 log = logging.getLogger(__name__)
 

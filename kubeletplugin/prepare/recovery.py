@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError
 from dra_driver.nvml.types import GpuInstanceInfo
-from kubeletplugin.prepare.checkpoint import CheckpointStore, ClaimRecord, ClaimState, DeviceRecord
+from kubeletplugin.prepare.checkpoint import CheckpointStore
 from kubeletplugin.prepare.errors import LockTimeoutError, ReleaseError
 from kubeletplugin.prepare.locks import KeyedLocks
 from kubeletplugin.prepare.realize import release_device
+from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceRecord
 
 log = logging.getLogger(__name__)
 

@@ -51,8 +51,8 @@ from dra_driver.kubeapi import (
     retry_conflicts,
 )
 from kubeletplugin.draservice import ClaimRef
-from kubeletplugin.prepare.checkpoint import ClaimRecord
 from kubeletplugin.prepare.claims import ClaimApi
+from kubeletplugin.prepare.records import ClaimRecord
 from kubeletplugin.prepare.status import (
     EVENT_PREPARED,
     EVENT_UNPREPARED,

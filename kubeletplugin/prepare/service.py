@@ -54,15 +54,7 @@ from kubeletplugin.prepare.cdi import (
     list_cdi_spec_claims,
     write_claim_spec,
 )
-from kubeletplugin.prepare.checkpoint import (
-    CheckpointStore,
-    ClaimRecord,
-    ClaimState,
-    DeviceIntent,
-    DeviceRecord,
-    compute_conflicting_device,
-    read_node_boot_id,
-)
+from kubeletplugin.prepare.checkpoint import CheckpointStore, read_node_boot_id
 from kubeletplugin.prepare.claims import (
     AllocatedDevice,
     ClaimApi,
@@ -89,6 +81,13 @@ from kubeletplugin.prepare.realize import (
     compute_placement_conflict,
     realize_mig_instance,
     roll_back_realized,
+)
+from kubeletplugin.prepare.records import (
+    ClaimRecord,
+    ClaimState,
+    DeviceIntent,
+    DeviceRecord,
+    compute_conflicting_device,
 )
 from kubeletplugin.prepare.recovery import (
     Outcome,

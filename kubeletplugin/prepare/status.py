@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubeletplugin.draservice import ClaimRef
-from kubeletplugin.prepare.checkpoint import ClaimRecord, ClaimState, DeviceRecord
+from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceRecord
 
 READY = "Ready"
 EVENT_PREPARED = "MigDevicesPrepared"

@@ -8,15 +8,9 @@ from pathlib import Path
 import pytest
 
 from dra_driver.mig.catalog import Placement
-from kubeletplugin.prepare.checkpoint import (
-    CheckpointStore,
-    ClaimRecord,
-    ClaimState,
-    DeviceIntent,
-    DeviceRecord,
-    compute_checksum,
-)
+from kubeletplugin.prepare.checkpoint import CheckpointStore
 from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError
+from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord, compute_checksum
 
 BOOT = "boot-a"
 GPU = "GPU-00000000-0000-0000-0000-000000000000"

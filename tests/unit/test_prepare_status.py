@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from dra_driver.mig.catalog import Placement
-from kubeletplugin.prepare.checkpoint import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
+from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
 from kubeletplugin.prepare.status import (
     DeviceStatusUpdate,
     compute_cleared_devices,
