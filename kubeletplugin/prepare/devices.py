@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from dra_driver.devicemodel.naming import gpu_device_name, mig_device_name, parse_mig_device_name, profile_name
 from dra_driver.mig.catalog import MigCatalog, Placement, load_catalog
 from dra_driver.nvml.backend import Nvml
+from dra_driver.nvml.inventory import read_gpu_profiles
 from dra_driver.nvml.types import GpuInfo, GpuInstanceProfileInfo
 from kubeletplugin.prepare.errors import DeviceResolutionError
 
@@ -49,11 +50,12 @@ class DeviceTarget:
 
 
 def read_gpu_topology(nvml: Nvml) -> tuple[GpuTopology, ...]:
-    """Every GPU with its GI profiles (placements included); reads NVML, changes nothing."""
-    return tuple(
-        GpuTopology(gpu, tuple(nvml.gpu_instance_profiles(gpu.uuid)) if gpu.mig_capable else ())
-        for gpu in nvml.list_gpus()
-    )
+    """Every GPU with its GI profiles (placements included); reads NVML, changes nothing.
+
+    The same read as the publisher's inventory (:func:`~dra_driver.nvml.inventory.read_gpu_profiles`),
+    without the instances and sysfs look-ups prepare does not need.
+    """
+    return tuple(GpuTopology(gpu, profiles) for gpu, profiles in read_gpu_profiles(nvml))
 
 
 def compute_device_target(
