@@ -18,17 +18,18 @@ Rules (kubelet-grpc.md §3, resource-api.md §5):
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from urllib3.exceptions import HTTPError
 
+from dra_driver.kubeapi import call_json
 from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare.errors import ClaimMismatchError, ClaimReadError
 
@@ -172,25 +173,8 @@ class ClaimApi:
         return self._call("PUT", self._PATH + "/status", namespace, name, body)
 
     def _call(self, method: str, path: str, namespace: str, name: str, body: dict[str, Any] | None) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        request = self._api_client.param_serialize(
-            method=method,
-            resource_path=path,
-            path_params={"namespace": namespace, "name": name},
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self._api_client.call_api(*request, _request_timeout=self._timeout)
-        payload = response.read()  # type: ignore[no-untyped-call]
-        if not 200 <= response.status <= 299:
-            raise ApiException.from_response(http_resp=response, body=None, data=None)
-        document = json.loads(payload or b"null")
-        if not isinstance(document, dict):
-            raise ValueError(f"{method} {path}: the API server answered with a {type(document).__name__}")
-        return document
+        resource_path = path.format(namespace=quote(namespace, safe=""), name=quote(name, safe=""))
+        return call_json(self._api_client, method, resource_path, body=body, timeout=self._timeout)
 
 
 def read_claim(api: ClaimApi, ref: ClaimRef) -> ResourceClaimView:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 import urllib.request
-from collections.abc import Iterator
 from contextlib import closing
 
 import pytest
@@ -17,29 +16,10 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
-from tests.e2e.test_kubelet_plugin_process import NODE, PluginProcess, _stop
-from tests.kubelet_client import short_socket_dir
+from tests.e2e.test_kubelet_plugin_process import PluginProcess, _stop
 from tests.prepare_harness import create_claim, result
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def plugin() -> Iterator[PluginProcess]:
-    with short_socket_dir() as root, LocalAPIServer() as api:
-        kubeconfig = root / "kubeconfig"
-        api.write_kubeconfig(kubeconfig)
-        with client.ApiClient(client.Configuration(host=api.url)) as c:
-            client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
-        runner = PluginProcess(api, root, kubeconfig)
-        try:
-            yield runner
-        finally:
-            for process in runner.processes:
-                if process.poll() is None:
-                    process.kill()
-                process.communicate(timeout=10)
 
 
 def _free_port() -> int:

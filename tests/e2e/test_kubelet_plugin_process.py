@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from kubernetes import client
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.mig import load_catalog
 from dra_driver.nvml import sim
-from tests.kubelet_client import KubeletClient, short_socket_dir
+from tests.kubelet_client import KubeletClient
 from tests.prepare_harness import create_claim, read_claim_json, result
 
 pytestmark = pytest.mark.slow
@@ -107,23 +106,6 @@ class PluginProcess:
             for gpu in sim.snapshot(self.state).gpus
             for gi in gpu.gpu_instances
         )
-
-
-@pytest.fixture
-def plugin() -> Iterator[PluginProcess]:
-    with short_socket_dir() as root, LocalAPIServer() as api:
-        kubeconfig = root / "kubeconfig"
-        api.write_kubeconfig(kubeconfig)
-        with client.ApiClient(client.Configuration(host=api.url)) as c:
-            client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
-        runner = PluginProcess(api, root, kubeconfig)
-        try:
-            yield runner
-        finally:
-            for process in runner.processes:
-                if process.poll() is None:
-                    process.kill()
-                process.communicate(timeout=10)
 
 
 def _api(plugin: PluginProcess) -> client.ApiClient:

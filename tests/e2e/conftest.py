@@ -1,0 +1,29 @@
+"""Fixtures of the end-to-end tests: the node plugin as a process beside a local API server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from dra_driver.controlplane.apiserver import LocalAPIServer
+from tests.e2e.test_kubelet_plugin_process import NODE, PluginProcess
+from tests.kubelet_client import short_socket_dir
+
+
+@pytest.fixture
+def plugin() -> Iterator[PluginProcess]:
+    with short_socket_dir() as root, LocalAPIServer() as api:
+        kubeconfig = root / "kubeconfig"
+        api.write_kubeconfig(kubeconfig)
+        with client.ApiClient(client.Configuration(host=api.url)) as c:
+            client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
+        runner = PluginProcess(api, root, kubeconfig)
+        try:
+            yield runner
+        finally:
+            for process in runner.processes:
+                if process.poll() is None:
+                    process.kill()
+                process.communicate(timeout=10)
