@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from urllib3.exceptions import HTTPError
 
-from dra_driver.kubeapi import call_json
+from dra_driver.kubeapi import call_json, describe_failure
 from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare.errors import ClaimMismatchError, ClaimReadError
 
@@ -165,6 +165,10 @@ class ClaimApi:
         self._api_client = api_client
         self._timeout = timeout
 
+    @property
+    def server(self) -> str:
+        return str(self._api_client.configuration.host)
+
     def read(self, namespace: str, name: str) -> dict[str, Any]:
         return self._call("GET", self._PATH, namespace, name, None)
 
@@ -184,8 +188,10 @@ def read_claim(api: ClaimApi, ref: ClaimRef) -> ResourceClaimView:
     except ApiException as e:
         if e.status == 404:
             raise ClaimReadError(f"not found in the API server (kubelet asked for UID {ref.uid})") from e
-        raise ClaimReadError(f"reading it from the API server failed: {e.status} {e.reason}") from e
-    except (HTTPError, OSError, ValueError) as e:
+        raise ClaimReadError(f"reading it failed: {describe_failure(e, api.server)}") from e
+    except (HTTPError, OSError) as e:  # no answer (an outage): one line naming the server, not urllib3's dump
+        raise ClaimReadError(f"reading it failed: {describe_failure(e, api.server)}") from e
+    except ValueError as e:
         raise ClaimReadError(f"reading it from the API server failed: {e}") from e
     try:
         return ResourceClaimView.model_validate(raw)
