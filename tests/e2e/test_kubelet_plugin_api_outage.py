@@ -8,10 +8,8 @@ gone); the backoff is made short through the plugin's settings so that takes a s
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,13 +24,11 @@ from dra_driver.nvml import sim
 from kubeletplugin.draservice import ClaimRef
 from tests.api_outage import OutputLines, RestartableApiServer, restartable_api_server
 from tests.kubelet_client import KubeletClient, short_socket_dir
+from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env
 from tests.prepare_harness import create_claim, read_claim_json, result
 
 pytestmark = pytest.mark.slow
 
-MIGDRA = str(Path(sys.executable).with_name("migdra"))
-NODE = "node-a"  # the prepare harness allocates claims in this pool
-DRIVER = "gpu.migdra.io"
 H100 = load_catalog().model("H100-SXM5-80GB")
 # Retries every 20-100 ms instead of 0.5-30 s: an outage of more than the old 10 publish rounds and
 # 8 status writes then takes about a second.
@@ -65,29 +61,9 @@ class Plugin:
         return self.root / "registry" / f"{DRIVER}-reg.sock"
 
     def start(self, env: dict[str, str]) -> tuple[subprocess.Popen[str], OutputLines]:
-        base = {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
         process = subprocess.Popen(
-            [
-                MIGDRA,
-                "kubelet-plugin",
-                "--node-name",
-                NODE,
-                "--kubeconfig",
-                str(self.root / "kubeconfig"),
-                "--registry-dir",
-                str(self.root / "registry"),
-                "--plugin-dir",
-                str(self.root / "plugin"),
-                "--cdi-dir",
-                str(self.root / "cdi"),
-                "--sim-state",
-                str(self.state),
-                "--sim-gpus",
-                "H100-SXM5-80GB:2",
-                "--rescan-interval",
-                "0.5",
-            ],
-            env={**base, "MIGDRA_PROC_ROOT": str(self.root / "proc"), **FAST_RETRIES, **env},
+            kubelet_plugin_argv(self.root, self.root / "kubeconfig", "--rescan-interval", "0.5"),
+            env=kubelet_plugin_env(self.root, [*FAST_RETRIES.items(), *env.items()]),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

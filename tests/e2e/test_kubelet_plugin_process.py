@@ -5,10 +5,8 @@ point of a prepare, a restart, and prepare + unprepare again with nothing leaked
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,13 +20,11 @@ from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.mig import load_catalog
 from dra_driver.nvml import sim
 from tests.kubelet_client import KubeletClient
+from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env
 from tests.prepare_harness import create_claim, read_claim_json, result
 
 pytestmark = pytest.mark.slow
 
-MIGDRA = str(Path(sys.executable).with_name("migdra"))
-NODE = "node-a"  # the prepare harness allocates claims in this pool
-DRIVER = "gpu.migdra.io"
 H100 = load_catalog().model("H100-SXM5-80GB")
 
 
@@ -48,30 +44,9 @@ class PluginProcess:
         return self.root / "registry" / f"{DRIVER}-reg.sock"
 
     def start(self, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen[str]:
-        base = {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
         process = subprocess.Popen(
-            [
-                MIGDRA,
-                "kubelet-plugin",
-                "--node-name",
-                NODE,
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--registry-dir",
-                str(self.root / "registry"),
-                "--plugin-dir",
-                str(self.root / "plugin"),
-                "--cdi-dir",
-                str(self.root / "cdi"),
-                "--nvml",
-                "simulated",
-                "--sim-state",
-                str(self.state),
-                "--sim-gpus",
-                "H100-SXM5-80GB:2",
-                *args,
-            ],
-            env={**base, "MIGDRA_PROC_ROOT": str(self.root / "proc"), **(env or {})},
+            kubelet_plugin_argv(self.root, self.kubeconfig, *args),
+            env=kubelet_plugin_env(self.root, list((env or {}).items())),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

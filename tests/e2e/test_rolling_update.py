@@ -11,10 +11,8 @@ the old process is gone the new one unprepares what the old one prepared, leavin
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,13 +29,11 @@ from dra_driver.nvml import sim
 from kubeletplugin.draservice import ClaimRef, PrepareResult
 from kubeletplugin.prepare.locks import LOCKS_DIR, lock_file_name, release_flock, try_flock
 from tests.kubelet_client import KubeletClient, short_socket_dir
+from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env
 from tests.prepare_harness import create_claim, result
 
 pytestmark = pytest.mark.slow
 
-MIGDRA = str(Path(sys.executable).with_name("migdra"))
-NODE = "node-a"
-DRIVER = "gpu.migdra.io"
 WAIT_S = 30.0
 
 
@@ -69,33 +65,10 @@ class Plugins:
         return self.root / "registry" / f"{DRIVER}-{pod_uid}-reg.sock"
 
     def start(self, pod_uid: str) -> subprocess.Popen[str]:
-        base = {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
         with self.log(pod_uid).open("w") as log:
             process = subprocess.Popen(
-                [
-                    MIGDRA,
-                    "-v",
-                    "kubelet-plugin",
-                    "--node-name",
-                    NODE,
-                    "--kubeconfig",
-                    str(self.kubeconfig),
-                    "--registry-dir",
-                    str(self.root / "registry"),
-                    "--plugin-dir",
-                    str(self.plugin_dir),
-                    "--cdi-dir",
-                    str(self.cdi_dir),
-                    "--pod-uid",
-                    pod_uid,
-                    "--nvml",
-                    "simulated",
-                    "--sim-state",
-                    str(self.sim_state),
-                    "--sim-gpus",
-                    "H100-SXM5-80GB:2",
-                ],
-                env={**base, "MIGDRA_PROC_ROOT": str(self.root / "proc")},
+                kubelet_plugin_argv(self.root, self.kubeconfig, "--pod-uid", pod_uid, verbose=True),
+                env=kubelet_plugin_env(self.root),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 text=True,
