@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_STATE ?= .state/demo
 
-.PHONY: demo test lint unit install clean catalog
+.PHONY: demo test lint unit install clean catalog bench bench-docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,17 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python hack/gen_mig_catalog.py --check
+	$(BIN)/python hack/bench/render.py --check
+
+## bench: run every benchmark (medians of 5 runs, quiet, then with both CPUs busy), write docs/benchmarks.json and
+## the tables of docs/benchmarks.md.  BENCH_ARGS="--only prepare" re-runs one (keeping the other reports).
+BENCH_ARGS ?=
+bench: $(STAMP)
+	$(BIN)/python hack/bench/run_all.py $(BENCH_ARGS)
+
+## bench-docs: render docs/benchmarks.md's tables from docs/benchmarks.json again (after editing the prose)
+bench-docs: $(STAMP)
+	$(BIN)/python hack/bench/render.py
 
 ## catalog: regenerate the shipped MIG catalog from ../shared/reference/mig-profiles.yaml
 catalog: $(STAMP)
