@@ -1,28 +1,45 @@
 #!/usr/bin/env python3
-"""Benchmark: NodePrepareResources / NodeUnprepareResources.
+"""Benchmark: NodePrepareResources / NodeUnprepareResources, in-process and as kubelet sees them.
 
-1. Latency of one-claim prepare and unprepare calls (simulated NVML with zero latency), p50/p99,
-   split into migdra's own time (claim read, checkpoint writes, CDI spec, status queueing) and the
-   NVML time measured around every backend call, side by side.
-2. 56 one-device claims across 8 GPUs (7x 1g.10gb each) in ONE prepare call with 300 ms simulated
-   GPU-instance creation, against the baseline that cannot be beaten without parallelism across
-   GPUs: the serial NVML time of the busiest GPU (7 creations there, one after the other).
+1. **One claim at a time** (1g.10gb on an 8x H100 node, ``--rounds`` prepare+unprepare pairs per
+   run): migdra's own time (the call's wall time minus the time spent inside NVML calls) beside the
+   NVML time of the same calls.  NVML time is measured around every C-level call
+   (``Nvml(observe_call=...)``, which never nests), so nothing is counted twice.  Two NVML sides:
+   the bare simulator (its "NVML time" is mostly its own state-file lock, read and fsync -- not GPU
+   time), and the simulator slowed by the per-call latencies **recorded on a real H200**
+   (``../shared/reference/recordings/``), which looks like hardware for the reads.  Creation and
+   destruction of instances were not recorded (the recording's GPU had MIG off), so they add no
+   latency there: the hardware side of a prepare is underestimated, never flattered.
+2. **56 claims on 8 GPUs in one call** (7x 1g.10gb per GPU), with zero and with 300 ms simulated
+   GI-creation latency, beside the same call for one GPU's 7 claims alone (the busiest GPU's share:
+   the floor if the other GPUs cost nothing) and, for 300 ms, the busiest GPU's serial creation time.
+3. **Disk work per prepare as the node fills**: bytes made durable (fsync'ed regular files) and
+   fsyncs, for the 1st, 28th and 56th one-claim prepare of a node, in the checkpoint and CDI
+   directories (the simulator's own state file is not counted).
+4. **Over the socket**: ``migdra kubelet-plugin`` as its own process, called over its unix socket with
+   kubelet's gRPC stubs, one claim at a time; beside an empty NodePrepareResources call over the
+   same socket (the gRPC round trip any plugin pays) and the in-process prepare of part 1.
 
-Prints Markdown tables; docs/benchmarks.md keeps the last run.
+Every figure is a median of ``--runs`` runs (min-max); ratios are per run, side by side.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
+import stat
+import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchlib import REPO, Report, add_common_arguments, check_runs, percentile, ratios, repeat, summary
 from kubernetes import client
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
@@ -31,44 +48,93 @@ from dra_driver.nvml.backend import Nvml
 from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare import PrepareService, PrepareSettings
 
+sys.path.insert(0, str(REPO))  # tests/kubelet_client.py: kubelet's side of the socket, as the e2e tests use it
+from tests.kubelet_client import KubeletClient, short_socket_dir
+
 NODE = "bench-node"
 DRIVER = "gpu.migdra.io"
+MODEL = "H100-SXM5-80GB"
+RECORDINGS = REPO.parent / "shared" / "reference" / "recordings"
+H200_RECORDING = RECORDINGS / "h200-sxm-580.159.04-mig-disabled.json"
 
 
-class TimedNvml(Nvml):
-    """The real backend, with the wall time spent inside it summed per thread-independent total."""
+class NvmlClock:
+    """Seconds spent inside NVML calls, summed from the backend's per-call observer (calls never nest).
+
+    ``recorded_seconds``: the part of it the simulator slept for the recorded hardware latency (its
+    replaceable ``sleep``), i.e. what the same calls took on the recorded H200.
+    """
 
     def __init__(self) -> None:
-        super().__init__()
         self.seconds = 0.0
-        self._timer_lock = threading.Lock()
-        for name in (
-            "create_gpu_instance",
-            "create_compute_instance",
-            "destroy_compute_instance",
-            "destroy_gpu_instance",
-            "compute_instance_profiles",
-            "gpu_instances",
-            "list_gpus",
-            "gpu_instance_profiles",
-            "gpu_instance",
-            "compute_instances",
-        ):
-            setattr(self, name, self._timed(getattr(self, name)))
+        self.recorded_seconds = 0.0
+        self.calls = 0
+        self._lock = threading.Lock()
 
-    def _timed(self, call: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return call(*args, **kwargs)
-            finally:
-                with self._timer_lock:
-                    self.seconds += time.perf_counter() - start
+    def observe(self, _function: str, seconds: float, _result: str) -> None:
+        with self._lock:
+            self.seconds += seconds
+            self.calls += 1
 
-        return timed
+    def slept(self, seconds: float) -> None:
+        time.sleep(seconds)
+        with self._lock:
+            self.recorded_seconds += seconds
+
+    def reset(self) -> None:
+        with self._lock:
+            self.seconds = self.recorded_seconds = 0.0
+            self.calls = 0
 
 
-def _claim(api_client: client.ApiClient, name: str, device: str) -> ClaimRef:
+@dataclass
+class DurableWrites:
+    """fsyncs of regular files under the watched directories, and their sizes (bytes made durable)."""
+
+    roots: dict[str, Path]
+    bytes: dict[str, int] = field(default_factory=dict)
+    fsyncs: dict[str, int] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        self.bytes = dict.fromkeys(self.roots, 0)
+        self.fsyncs = dict.fromkeys(self.roots, 0)
+
+    def observe(self, fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        for name, root in self.roots.items():
+            if path.startswith(str(root) + os.sep) or path == str(root):
+                self.fsyncs[name] += 1
+                st = os.fstat(fd)
+                if stat.S_ISREG(st.st_mode):
+                    self.bytes[name] += st.st_size
+                return
+
+
+@contextmanager
+def counting_fsyncs(writes: DurableWrites) -> Iterator[None]:
+    """Count every ``os.fsync`` of this process (migdra's durable writes all go through it)."""
+    real_fsync = os.fsync
+
+    def fsync(fd: Any) -> None:
+        real_fsync(fd)
+        writes.observe(fd if isinstance(fd, int) else fd.fileno())
+
+    os.fsync = fsync
+    try:
+        yield
+    finally:
+        os.fsync = real_fsync
+
+
+def recorded_latency() -> dict[str, float]:
+    """Seconds per C symbol that the recorded H200 took (p50), for the simulator and for the tally."""
+    if not H200_RECORDING.exists():
+        raise SystemExit(f"no recording at {H200_RECORDING}: the reference folder must be beside the repo")
+    return sim.recorded_latency(H200_RECORDING)
+
+
+def create_claim(api_client: client.ApiClient, name: str, device: str) -> ClaimRef:
+    """An allocated one-device claim in the bench node's pool, as the scheduler leaves it."""
     resource = client.ResourceV1Api(api_client)
     created = resource.create_namespaced_resource_claim(
         "default",
@@ -94,18 +160,34 @@ def _claim(api_client: client.ApiClient, name: str, device: str) -> ClaimRef:
     return ClaimRef("default", name, created.metadata.uid)
 
 
+def device_name(gpu: int, start: int) -> str:
+    return f"gpu-{gpu}-mig-1g10gb-19-{start}"
+
+
+@dataclass
+class Node:
+    service: PrepareService
+    clock: NvmlClock
+    api_client: client.ApiClient
+    root: Path
+    created: int = 0
+
+    def claim(self, device: str) -> ClaimRef:
+        self.created += 1
+        return create_claim(self.api_client, f"claim-{self.created}", device)
+
+
 @contextmanager
-def _service(gpus: int, latency: dict[str, float]) -> Iterator[tuple[PrepareService, TimedNvml, client.ApiClient]]:
+def simulated_node(gpus: int, latency: dict[str, float]) -> Iterator[Node]:
+    """The real PrepareService on a simulated node, claims in a local API server; all torn down after."""
     with tempfile.TemporaryDirectory(prefix="prepare-bench-") as directory, LocalAPIServer() as api:
         root = Path(directory)
-        sim.install(
-            root / "nvml.json",
-            gpus=["H100-SXM5-80GB"] * gpus,
-            mig_enabled=True,
-            faults=sim.FaultPlan(),
-            latency=latency,
+        library = sim.install(
+            root / "nvml.json", gpus=[MODEL] * gpus, mig_enabled=True, faults=sim.FaultPlan(), latency=latency
         )
-        nvml = TimedNvml()
+        clock = NvmlClock()
+        library.sleep = clock.slept
+        nvml = Nvml(observe_call=clock.observe)
         nvml.init()
         try:
             with client.ApiClient(client.Configuration(host=api.url)) as api_client:
@@ -122,7 +204,7 @@ def _service(gpus: int, latency: dict[str, float]) -> Iterator[tuple[PrepareServ
                 )
                 service.start()
                 try:
-                    yield service, nvml, api_client
+                    yield Node(service, clock, api_client, root)
                 finally:
                     service.close()
         finally:
@@ -130,64 +212,273 @@ def _service(gpus: int, latency: dict[str, float]) -> Iterator[tuple[PrepareServ
             sim.uninstall()
 
 
-def _percentiles(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    return statistics.median(ordered), ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+def timed(call: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
 
 
-def bench_latency(rounds: int) -> dict[str, tuple[list[float], list[float]]]:
-    devices = [f"gpu-0-mig-1g10gb-19-{start}" for start in range(7)]
-    results: dict[str, tuple[list[float], list[float]]] = {"prepare": ([], []), "unprepare": ([], [])}
-    with _service(1, {}) as (service, nvml, api_client):
-        for index in range(rounds):
-            ref = _claim(api_client, f"lat-{index}", devices[index % len(devices)])
-            for operation, call in (("prepare", service.prepare), ("unprepare", service.unprepare)):
-                nvml.seconds = 0.0
-                start = time.perf_counter()
+def expect_success(outcome: dict[str, Any]) -> None:
+    failures = [result.error for result in outcome.values() if result.error]
+    if failures:
+        raise SystemExit(f"a benchmark claim failed: {failures[:3]}")
+
+
+def one_claim_run(rounds: int, latency: dict[str, float]) -> dict[str, float]:
+    """One run of part 1: ``rounds`` prepare+unprepare pairs; p50/p99 of this run per operation."""
+    samples: dict[str, list[float]] = {}
+    with simulated_node(8, latency) as node:
+        for index in range(rounds + 5):  # the first 5 warm caches (imports, CEL, connections): not counted
+            ref = node.claim(device_name(index % 8, index % 7))
+            for operation, call in (("prepare", node.service.prepare), ("unprepare", node.service.unprepare)):
+                node.clock.reset()
+                started = time.perf_counter()
                 outcome = call([ref])
-                total = time.perf_counter() - start
-                assert not outcome[ref.uid].error, outcome[ref.uid].error
-                ours, theirs = results[operation]
-                ours.append((total - nvml.seconds) * 1000)
-                theirs.append(nvml.seconds * 1000)
-    return results
+                total = time.perf_counter() - started
+                expect_success(outcome)
+                if index < 5:
+                    continue
+                for what, value in (
+                    ("total", total),
+                    ("migdra", total - node.clock.seconds),
+                    ("nvml", node.clock.seconds),
+                    ("recorded", node.clock.recorded_seconds),
+                    ("calls", float(node.clock.calls)),
+                ):
+                    samples.setdefault(f"{operation}.{what}", []).append(value)
+    result: dict[str, float] = {}
+    for name, values in samples.items():
+        result[f"{name}.p50"] = percentile(values, 0.5)
+        result[f"{name}.p99"] = percentile(values, 0.99)
+    return result
 
 
-def bench_parallel(create_latency: float) -> tuple[float, float, int]:
-    with _service(8, {"nvmlDeviceCreateGpuInstanceWithPlacement": create_latency}) as (service, _nvml, api_client):
-        refs = [
-            _claim(api_client, f"par-{gpu}-{start}", f"gpu-{gpu}-mig-1g10gb-19-{start}")
-            for gpu in range(8)
-            for start in range(7)
-        ]
-        start_time = time.perf_counter()
-        outcome = service.prepare(refs)
-        wall = time.perf_counter() - start_time
-        failures = [r.error for r in outcome.values() if r.error]
-        assert not failures, failures[:3]
-        busiest_gpu_serial = 7 * create_latency  # the floor without cross-GPU parallelism
-        return wall, busiest_gpu_serial, len(refs)
+def parallel_run(create_latency: float) -> dict[str, float]:
+    """One run of part 2: all 56 claims in one call; then one GPU's 7 claims alone on a fresh node."""
+    latency = {"nvmlDeviceCreateGpuInstanceWithPlacement": create_latency} if create_latency else {}
+    with simulated_node(8, latency) as node:
+        refs = [node.claim(device_name(gpu, start)) for gpu in range(8) for start in range(7)]
+        wall = timed(lambda: expect_success(node.service.prepare(refs)))
+    with simulated_node(8, latency) as node:
+        refs = [node.claim(device_name(0, start)) for start in range(7)]
+        one_gpu = timed(lambda: expect_success(node.service.prepare(refs)))
+    return {"wall": wall, "one_gpu": one_gpu}
+
+
+def filling_run() -> dict[str, float]:
+    """One run of part 3: 56 one-claim prepares in a row; durable bytes and fsyncs of the 1st, 28th, 56th."""
+    result: dict[str, float] = {}
+    with simulated_node(8, {}) as node:
+        writes = DurableWrites({"checkpoint": node.root / "state", "cdi": node.root / "cdi"})
+        refs = [node.claim(device_name(gpu, start)) for start in range(7) for gpu in range(8)]
+        with counting_fsyncs(writes):
+            for number, ref in enumerate(refs, start=1):
+                writes.reset()
+                expect_success(node.service.prepare([ref]))
+                if number in (1, 28, 56):
+                    for name in writes.roots:
+                        result[f"{number}.{name}.bytes"] = float(writes.bytes[name])
+                        result[f"{number}.{name}.fsyncs"] = float(writes.fsyncs[name])
+    return result
+
+
+@contextmanager
+def plugin_process(root: Path, api: LocalAPIServer, extra_env: dict[str, str]) -> Iterator[KubeletClient]:
+    """``migdra kubelet-plugin`` on a simulated 8x H100 node, registered with a test kubelet."""
+    kubeconfig = root / "kubeconfig"
+    api.write_kubeconfig(kubeconfig)
+    registry = root / "registry"
+    argv = [
+        str(Path(sys.executable).with_name("migdra")),
+        "kubelet-plugin",
+        "--node-name",
+        NODE,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--registry-dir",
+        str(registry),
+        "--plugin-dir",
+        str(root / "plugin"),
+        "--cdi-dir",
+        str(root / "cdi"),
+        "--nvml",
+        "simulated",
+        "--sim-state",
+        str(root / "nvml.json"),
+        "--sim-gpus",
+        f"{MODEL}:8",
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
+    env.update({"MIGDRA_PROC_ROOT": str(root / "proc"), **extra_env})
+    log = (root / "plugin.log").open("wb")
+    process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        socket = registry / f"{DRIVER}-reg.sock"
+        deadline = time.monotonic() + 120
+        while not socket.exists():
+            if process.poll() is not None:
+                raise SystemExit(f"the plugin exited {process.returncode}: {(root / 'plugin.log').read_text()}")
+            if time.monotonic() > deadline:
+                raise SystemExit("the plugin did not create its registration socket within 120 s")
+            time.sleep(0.05)
+        with KubeletClient(socket) as kubelet:
+            kubelet.register()
+            yield kubelet
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def socket_run(rounds: int) -> dict[str, float]:
+    """One run of part 4: over the socket, p50/p99 of prepare, unprepare and an empty call."""
+    samples: dict[str, list[float]] = {"prepare": [], "unprepare": [], "empty": []}
+    with (
+        short_socket_dir() as root,
+        LocalAPIServer() as api,
+        client.ApiClient(client.Configuration(host=api.url)) as api_client,
+    ):
+        client.CoreV1Api(api_client).create_node({"metadata": {"name": NODE}})
+        with plugin_process(root, api, {}) as kubelet:
+            for index in range(rounds + 5):
+                ref = create_claim(api_client, f"sock-{index}", device_name(index % 8, index % 7))
+                values = {
+                    "empty": timed(lambda: kubelet.prepare([])),
+                    "prepare": timed(lambda r=ref: expect_success(kubelet.prepare([r]))),
+                    "unprepare": timed(lambda r=ref: expect_success(kubelet.unprepare([r]))),
+                }
+                if index >= 5:
+                    for name, value in values.items():
+                        samples[name].append(value)
+    result: dict[str, float] = {}
+    for name, values in samples.items():
+        result[f"{name}.p50"] = percentile(values, 0.5)
+        result[f"{name}.p99"] = percentile(values, 0.99)
+    return result
+
+
+def ms(values: Sequence[float]) -> dict[str, Any]:
+    return summary([v * 1000 for v in values], "ms", 1)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=100)
-    parser.add_argument("--create-latency", type=float, default=0.3)
+    add_common_arguments(parser)
+    parser.add_argument("--rounds", type=int, default=100, help="prepare+unprepare pairs per run (part 1)")
+    parser.add_argument("--socket-rounds", type=int, default=50, help="calls per run over the socket (part 4)")
+    parser.add_argument("--create-latency", type=float, default=0.3, help="seconds per GI creation (part 2)")
+    parser.add_argument("--smoke", action="store_true", help="tiny rounds and 1 run: check the script works")
     args = parser.parse_args()
-    print("| one claim, 1g.10gb, zero NVML latency | migdra p50 | migdra p99 | NVML p50 (baseline) | NVML p99 |")
-    print("|---|---:|---:|---:|---:|")
-    for operation, (ours, theirs) in bench_latency(args.rounds).items():
-        ours_p50, ours_p99 = _percentiles(ours)
-        nvml_p50, nvml_p99 = _percentiles(theirs)
-        print(f"| {operation} | {ours_p50:.1f} ms | {ours_p99:.1f} ms | {nvml_p50:.1f} ms | {nvml_p99:.1f} ms |")
-    wall, serial, claims = bench_parallel(args.create_latency)
-    print()
-    print("| parallel prepare | claims | wall time | baseline: busiest GPU's serial GI creation | ratio |")
-    print("|---|---:|---:|---:|---:|")
-    print(
-        f"| 8 GPUs x 7 1g.10gb, {args.create_latency * 1000:.0f} ms per GI creation | {claims} | {wall:.2f} s | "
-        f"{serial:.2f} s | {wall / serial:.2f}x |"
+    check_runs(parser, args)
+    if args.smoke:
+        args.runs, args.rounds, args.socket_rounds = 1, 3, 3
+    recorded = recorded_latency()
+    params = {"rounds": args.rounds, "socket_rounds": args.socket_rounds, "create_latency_s": args.create_latency}
+    with Report("prepare", args, params) as report:
+        bare = repeat(args.runs, lambda: one_claim_run(args.rounds, {}))
+        hardware = repeat(args.runs, lambda: one_claim_run(args.rounds, recorded))
+        parallel = {
+            latency: repeat(args.runs, lambda lat=latency: parallel_run(lat)) for latency in (0.0, args.create_latency)
+        }
+        filling = repeat(args.runs, filling_run)
+        socket = repeat(args.runs, lambda: socket_run(args.socket_rounds))
+
+    one = report.table(
+        "one_claim",
+        "One claim (1g.10gb, 8x H100 node): migdra's own time beside NVML's, per call",
+        [
+            "call",
+            "NVML side",
+            "migdra p50",
+            "migdra p99",
+            "NVML p50",
+            "NVML p99",
+            "NVML calls",
+            "migdra ÷ NVML (p50)",
+        ],
     )
+    for operation in ("prepare", "unprepare"):
+        for label, runs in (
+            ("bare simulator (state file, no GPU time)", bare),
+            ("H200-recorded read latency", hardware),
+        ):
+            one.add(
+                operation,
+                label,
+                ms(runs[f"{operation}.migdra.p50"]),
+                ms(runs[f"{operation}.migdra.p99"]),
+                ms(runs[f"{operation}.nvml.p50"]),
+                ms(runs[f"{operation}.nvml.p99"]),
+                summary(runs[f"{operation}.calls.p50"], "", 0),
+                summary(ratios(runs[f"{operation}.migdra.p50"], runs[f"{operation}.nvml.p50"]), "x", 2),
+            )
+    one.add(
+        "prepare",
+        "H200-recorded part of the NVML time alone",
+        ms(hardware["prepare.migdra.p50"]),
+        ms(hardware["prepare.migdra.p99"]),
+        ms(hardware["prepare.recorded.p50"]),
+        ms(hardware["prepare.recorded.p99"]),
+        summary(hardware["prepare.calls.p50"], "", 0),
+        summary(ratios(hardware["prepare.migdra.p50"], hardware["prepare.recorded.p50"]), "x", 2),
+    )
+
+    par = report.table(
+        "parallel",
+        "56 one-device claims on 8 GPUs in one call, beside the busiest GPU's 7 claims alone",
+        [
+            "GI creation latency",
+            "56 claims, one call",
+            "GPU 0's 7 claims alone",
+            "ratio",
+            "busiest GPU's serial GI creation",
+            "ratio",
+        ],
+    )
+    for latency, runs in parallel.items():
+        serial = 7 * latency
+        par.add(
+            f"{latency * 1000:.0f} ms",
+            summary(runs["wall"], "s", 2),
+            summary(runs["one_gpu"], "s", 2),
+            summary(ratios(runs["wall"], runs["one_gpu"]), "x", 2),
+            f"{serial:.2f} s" if serial else "-",
+            summary([w / serial for w in runs["wall"]], "x", 2) if serial else "-",
+        )
+
+    fill = report.table(
+        "filling",
+        "Disk work of one prepare as the node fills (56 one-claim prepares in a row)",
+        ["prepare number", "checkpoint bytes", "checkpoint fsyncs", "CDI bytes", "CDI fsyncs"],
+    )
+    for number in (1, 28, 56):
+        fill.add(
+            f"{number}",
+            summary(filling[f"{number}.checkpoint.bytes"], "B", 0),
+            summary(filling[f"{number}.checkpoint.fsyncs"], "", 0),
+            summary(filling[f"{number}.cdi.bytes"], "B", 0),
+            summary(filling[f"{number}.cdi.fsyncs"], "", 0),
+        )
+
+    sock = report.table(
+        "socket",
+        "As kubelet sees it: over the plugin's unix socket (plugin in its own process), beside in-process",
+        ["call", "over the socket p50", "p99", "in-process p50 (part 1, bare)", "socket ÷ in-process (p50)"],
+    )
+    for operation in ("prepare", "unprepare"):
+        sock.add(
+            operation,
+            ms(socket[f"{operation}.p50"]),
+            ms(socket[f"{operation}.p99"]),
+            ms(bare[f"{operation}.total.p50"]),
+            summary(ratios(socket[f"{operation}.p50"], bare[f"{operation}.total.p50"]), "x", 2),
+        )
+    sock.add("empty NodePrepareResources (gRPC round trip)", ms(socket["empty.p50"]), ms(socket["empty.p99"]), "-", "-")
+    report.finish()
     return 0
 
 

@@ -347,6 +347,9 @@ class PrepareService:
         if self._executor is None:
             raise RuntimeError("PrepareService.start() must run before prepare/unprepare calls")
         unique = {ref.uid: ref for ref in claims}
+        if len(unique) == 1:  # the usual call (one pod, one claim): no hand-off to a worker thread and back
+            ((uid, ref),) = unique.items()
+            return {uid: handle(ref)}
         futures: dict[str, Future[_R]] = {uid: self._executor.submit(handle, ref) for uid, ref in unique.items()}
         return {uid: future.result() for uid, future in futures.items()}
 
