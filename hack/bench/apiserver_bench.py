@@ -1,12 +1,16 @@
 """Benchmark (not a test): sustained writes per second of the local API server with open watches.
 
-Starts ``migdra sim apiserver`` as its own process, opens ``--watches`` watches on the written resource
-in a second process (each reads and counts its events), and drives creates and updates (alternately:
-create an object, then update it with its resourceVersion) over keep-alive HTTP from ``--writers``
-threads in this process for ``--seconds``.  Then it waits until every watch has received every event
-and prints a Markdown table row.  Everything runs on loopback and stops by itself.
+One trial starts ``migdra sim apiserver`` as its own process, opens ``--watches`` watches on the written
+resource in a second process (each reads and counts its events), and drives creates and updates
+(alternately: create an object, then update it with its resourceVersion) over keep-alive HTTP from
+the configuration's writer threads in this process for ``--seconds``.  Then it waits until every
+watch has received every event (or 60 s passed) and stops the server.  Everything runs on loopback.
 
-    .venv/bin/python hack/bench/apiserver_bench.py --seconds 10 --watches 20
+Every run makes one trial of each configuration (``--config KIND:WRITERS``, repeatable), in an order
+rotated from run to run, each against a fresh server, so one trial's objects do not slow the next.
+A figure is the median of the runs' figures with their min and max.
+
+    .venv/bin/python hack/bench/apiserver_bench.py --seconds 5 --watches 20 --runs 5
 """
 
 from __future__ import annotations
@@ -15,21 +19,20 @@ import argparse
 import http.client
 import json
 import multiprocessing
-import os
-import platform
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
+from benchlib import Report, add_common_arguments, check_runs, percentile, summary
 
 PATHS = {
     "configmaps": "/api/v1/namespaces/default/configmaps",
@@ -107,99 +110,150 @@ def writer(host: str, port: int, kind: str, prefix: str, deadline: float, latenc
     return writes
 
 
+DEFAULT_CONFIGS = ("configmaps:2", "resourceclaims:2", "configmaps:1")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """What one trial of one configuration measured."""
+
+    writes: int
+    elapsed: float
+    p50_ms: float
+    p99_ms: float
+    complete_watches: int  # watches that received every event
+    drain_s: float  # how long after the last write the slowest watch had every event
+
+
+def _start_server(workdir: Path) -> tuple[subprocess.Popen[bytes], str, int]:
+    kubeconfig = workdir / "kubeconfig"
+    argv = [sys.executable, "-m", "dra_driver.cli.main", "sim", "apiserver", "--port", "0"]
+    server = subprocess.Popen([*argv, "--kubeconfig-out", str(kubeconfig)], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not kubeconfig.exists():
+        if time.monotonic() > deadline or server.poll() is not None:
+            server.kill()
+            raise SystemExit("the API server did not start")
+        time.sleep(0.05)
+    url = urlsplit(yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
+    return server, url.hostname or "127.0.0.1", url.port or 80
+
+
+def trial(kind: str, writers: int, watches: int, seconds: float) -> Trial:
+    """One fresh server, ``watches`` watches, ``writers`` writer threads for ``seconds``; then drain."""
+    with tempfile.TemporaryDirectory(prefix="apiserver-bench-") as workdir:
+        server, host, port = _start_server(Path(workdir))
+        try:
+            probe = http.client.HTTPConnection(host, port)
+            probe.request("GET", PATHS[kind])
+            since = json.loads(probe.getresponse().read())["metadata"]["resourceVersion"]
+            probe.close()
+
+            ready = multiprocessing.Semaphore(0)
+            parent, child = multiprocessing.Pipe()
+            watchers = multiprocessing.Process(
+                target=watch_process, args=(host, port, PATHS[kind], watches, since, ready, child)
+            )
+            watchers.start()
+            for _ in range(watches):
+                if not ready.acquire(timeout=30):
+                    raise SystemExit("watches did not open")
+
+            latencies: list[float] = []
+            totals = [0] * writers
+            end = time.monotonic() + seconds
+            started = time.monotonic()
+
+            def run(index: int) -> None:
+                totals[index] = writer(host, port, kind, f"bench-{index}", end, latencies)
+
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(writers)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            elapsed = time.monotonic() - started
+            writes = sum(totals)
+
+            drain_started = time.monotonic()
+            delivered: list[int] = []
+            while time.monotonic() - drain_started < 60:
+                parent.send("report")
+                delivered = parent.recv()
+                if min(delivered) >= writes:
+                    break
+                time.sleep(0.1)
+            drain = time.monotonic() - drain_started
+            parent.send("stop")
+            watchers.join(timeout=5)
+            if watchers.is_alive():
+                watchers.kill()
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=30)
+    return Trial(
+        writes=writes,
+        elapsed=elapsed,
+        p50_ms=percentile(latencies, 0.5) * 1000,
+        p99_ms=percentile(latencies, 0.99) * 1000,
+        complete_watches=sum(1 for count in delivered if count >= writes),
+        drain_s=drain,
+    )
+
+
+def _config(text: str) -> tuple[str, int]:
+    kind, _, writers = text.partition(":")
+    if kind not in PATHS or not writers.isdigit() or int(writers) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: want KIND:WRITERS, KIND one of {', '.join(sorted(PATHS))}")
+    return kind, int(writers)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    add_common_arguments(parser)
+    parser.add_argument("--seconds", type=float, default=5.0, help="writing time of one trial")
     parser.add_argument("--watches", type=int, default=20)
-    parser.add_argument("--writers", type=int, default=2)
-    parser.add_argument("--kind", choices=sorted(PATHS), default="configmaps")
-    args = parser.parse_args()
-
-    workdir = Path(tempfile.mkdtemp(prefix="apiserver-bench-"))
-    kubeconfig = workdir / "kubeconfig"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dra_driver.cli.main",
-            "sim",
-            "apiserver",
-            "--port",
-            "0",
-            "--kubeconfig-out",
-            str(kubeconfig),
-        ],
-        stderr=subprocess.DEVNULL,
+    parser.add_argument(
+        "--config",
+        type=_config,
+        action="append",
+        help=f"KIND:WRITERS, repeatable (default {' '.join(DEFAULT_CONFIGS)})",
     )
-    try:
-        deadline = time.monotonic() + 30
-        while not kubeconfig.exists():
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("the API server did not start")
-            time.sleep(0.05)
-        url = urlsplit(yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
-        host, port = url.hostname or "127.0.0.1", url.port or 80
-        probe = http.client.HTTPConnection(host, port)
-        probe.request("GET", PATHS[args.kind])
-        since = json.loads(probe.getresponse().read())["metadata"]["resourceVersion"]
-        probe.close()
+    args = parser.parse_args()
+    check_runs(parser, args)
+    configs: list[tuple[str, int]] = args.config or [_config(text) for text in DEFAULT_CONFIGS]
+    report = Report(
+        "apiserver",
+        args,
+        {"seconds": args.seconds, "watches": args.watches, "configs": [f"{k}:{w}" for k, w in configs]},
+    )
+    trials: dict[tuple[str, int], list[Trial]] = {config: [] for config in configs}
+    with report:
+        for run in range(args.runs):
+            shift = run % len(configs)
+            for kind, writers in configs[shift:] + configs[:shift]:
+                trials[(kind, writers)].append(trial(kind, writers, args.watches, args.seconds))
 
-        ready = multiprocessing.Semaphore(0)
-        parent, child = multiprocessing.Pipe()
-        watchers = multiprocessing.Process(
-            target=watch_process, args=(host, port, PATHS[args.kind], args.watches, since, ready, child)
+    table = report.table(
+        "throughput",
+        f"Writes against the local API server with {args.watches} open watches, {args.seconds:g} s per trial",
+        ["resource", "writers", "writes/s", "p50", "p99", "watches with every event (worst run)", "drain"],
+    )
+    for (kind, writers), runs in trials.items():
+        table.add(
+            kind,
+            str(writers),
+            summary([t.writes / t.elapsed for t in runs], "", 0),
+            summary([t.p50_ms for t in runs], "ms", 2),
+            summary([t.p99_ms for t in runs], "ms", 2),
+            f"{min(t.complete_watches for t in runs)} of {args.watches}",
+            summary([t.drain_s for t in runs], "s", 1),
         )
-        watchers.start()
-        for _ in range(args.watches):
-            if not ready.acquire(timeout=30):
-                raise SystemExit("watches did not open")
-
-        latencies: list[float] = []
-        totals = [0] * args.writers
-        end = time.monotonic() + args.seconds
-        started = time.monotonic()
-
-        def run(index: int) -> None:
-            totals[index] = writer(host, port, args.kind, f"bench-{index}", end, latencies)
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(args.writers)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        elapsed = time.monotonic() - started
-        writes = sum(totals)
-
-        drain_started = time.monotonic()
-        delivered: list[int] = []
-        while time.monotonic() - drain_started < 60:
-            parent.send("report")
-            delivered = parent.recv()
-            if min(delivered) >= writes:
-                break
-            time.sleep(0.1)
-        drain = time.monotonic() - drain_started
-        parent.send("stop")
-        watchers.join(timeout=5)
-        if watchers.is_alive():
-            watchers.kill()
-
-        latencies.sort()
-        p50 = statistics.median(latencies) * 1000
-        p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000
-        print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
-        print()
-        print(
-            "| resource | writers | watches | seconds | writes | writes/s | p50 ms | p99 ms | events per watch (min) |"
-        )
-        print("|---|---|---|---|---|---|---|---|---|")
-        print(
-            f"| {args.kind} | {args.writers} | {args.watches} | {elapsed:.1f} | {writes} | {writes / elapsed:.0f} | "
-            f"{p50:.2f} | {p99:.2f} | {min(delivered)} of {writes} (+{drain:.1f} s) |"
-        )
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)
+    report.note(
+        "A write is one create or one update; p50/p99 are per-request latencies seen by the writers in a run; "
+        "drain is how long after the last write the slowest watch had received every event."
+    )
+    report.finish()
 
 
 if __name__ == "__main__":

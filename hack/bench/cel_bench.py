@@ -1,35 +1,42 @@
 #!/usr/bin/env python3
-"""Benchmark: one DeviceClass selector over 10,000 devices, with and without migdra's caches.
+"""Benchmark: one DeviceClass selector over the devices a few nodes publish, migdra beside plain celpy.
 
-1. Compile time: the first compile in a process (it builds the Lark parser), a fresh compile of the
-   selector, and a compile-cache hit, for celpy's compiled and interpreted runners.
-2. Per-device evaluation time over 10,000 devices published by the device model (H100, A100 and B200
-   nodes, MIG on and off): with device activations built once and reused, rebuilt for every
-   evaluation, or found through the ActivationCache, on both runners; beside two baselines:
-   - plain celpy: the selector compiled once with celpy's own API (``celpy.Environment``, ``compile``,
-     ``program`` with the quantity functions registered) and each device converted to celpy values
-     for its evaluation, the straightforward use of the library;
-   - no caches: migdra compiling the selector and converting the device for every evaluation.
+A ratio against a baseline only means something when both sides do the same work, so the two are
+compared twice, like with like, in the same runs:
 
-Times are the best of two passes over all devices (plain celpy: over ``--plain-devices``; the
-no-caches run: one pass over ``--baseline-devices``).  Prints Markdown tables;
-docs/benchmarks.md (section "CEL selectors") keeps the last run.
+(a) **devices converted once beforehand**: migdra's cached activations (``DeviceActivation`` built
+    once and reused) beside plain celpy evaluating with devices converted to celpy values once
+    beforehand (a ``celtypes.MapType`` per device, reused);
+(b) **device converted for every evaluation**: migdra building a ``DeviceActivation`` per evaluation
+    beside plain celpy converting the device per evaluation.
+
+Plain celpy is the straightforward use of the library: the selector compiled once with celpy's own
+API (``celpy.Environment``, ``compile``, ``program`` with ``quantity`` and ``compareTo`` registered).
+It lacks migdra's semantics (no unknown-domain map, no short-circuit, no cost budget), which only
+flatters it.  Also shown, as information and not as a ratio: migdra through its ``ActivationCache``,
+and with no caches at all (compiling the selector and converting the device for every evaluation).
+
+Every run makes one pass over the same ``--devices`` devices per way and runner, in an order rotated
+from run to run, and counts the matches: every way must agree.  Compile times are per run too (the
+median of 50 compiles; the first compile of a process in a fresh process per run).  Results go to
+``docs/benchmarks.md`` ("CEL selectors") through ``hack/bench/run_all.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
-import platform
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import celpy
 import yaml
+from benchlib import Report, add_common_arguments, check_runs, ratios, summary
 from celpy import celtypes
 from celpy.celparser import CELParser
 
@@ -55,6 +62,19 @@ NODES = [
     (["B200"] * 8, True),
     (["H100-SXM5-80GB"] * 8, False),
 ]
+KINDS = (RunnerKind.COMPILED, RunnerKind.INTERPRETED)
+Item = tuple[str, dict[str, Any]]  # (driver, device) as a ResourceSlice publishes it
+
+# The first compile of a process builds the Lark parser: measured in a fresh process per run, after
+# the imports (which are start-up, measured by startup_bench.py), so the parser build is all it adds.
+FIRST_COMPILE = """
+import sys, time
+import dra_driver.cel.environment, dra_driver.cel.program, dra_driver.cel.device
+from dra_driver.cel import compile_selector
+started = time.perf_counter()
+compile_selector(sys.argv[1])
+print((time.perf_counter() - started) * 1000)
+"""
 
 
 def selector_of(class_name: str) -> str:
@@ -65,9 +85,9 @@ def selector_of(class_name: str) -> str:
     raise SystemExit(f"no DeviceClass {class_name} in {CLASS_FILE}")
 
 
-def devices(count: int) -> list[tuple[str, dict[str, Any]]]:
+def devices(count: int) -> list[Item]:
     """(driver, device) pairs from as many example nodes as it takes; every dict is its own object."""
-    found: list[tuple[str, dict[str, Any]]] = []
+    found: list[Item] = []
     node = 0
     while len(found) < count:
         gpus, mig_enabled = NODES[node % len(NODES)]
@@ -77,27 +97,30 @@ def devices(count: int) -> list[tuple[str, dict[str, Any]]]:
     return found[:count]
 
 
-def per_device_us(
-    action: Callable[[tuple[str, dict[str, Any]]], Any], items: list[Any], passes: int = 2
-) -> tuple[float, int]:
-    """Microseconds per device, best of ``passes`` (the machine is shared), and the number matched."""
-    best = float("inf")
-    matched = 0
-    for _ in range(passes):
-        gc.collect()
-        start = time.perf_counter()
-        matched = sum(1 for item in items if action(item))
-        best = min(best, (time.perf_counter() - start) / len(items) * 1e6)
-    return best, matched
+def pass_us(action: Callable[[Any], Any], items: Sequence[Any]) -> tuple[float, int]:
+    """One pass of ``action`` over ``items``: microseconds per item, and how many it matched."""
+    gc.collect()
+    started = time.perf_counter()
+    matched = sum(1 for item in items if action(item))
+    return (time.perf_counter() - started) / len(items) * 1e6, matched
 
 
 def median_ms(action: Callable[[], Any], repeat: int) -> float:
+    """The median of ``repeat`` timings of ``action``, in milliseconds (one run's figure)."""
     samples = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        started = time.perf_counter()
         action()
-        samples.append((time.perf_counter() - start) * 1000)
+        samples.append((time.perf_counter() - started) * 1000)
     return statistics.median(samples)
+
+
+def first_compile_ms(expression: str) -> float:
+    """The first ``compile_selector`` of a fresh process (it builds migdra's Lark parser)."""
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_COMPILE, expression], capture_output=True, text=True, check=True, timeout=120
+    )
+    return float(done.stdout.strip())
 
 
 # -- plain celpy -----------------------------------------------------------------------------------
@@ -115,7 +138,11 @@ _VALUE: dict[str, Callable[[Any], Any]] = {
 
 
 def plain_environment(kind: RunnerKind) -> Any:
-    """celpy's Environment for one runner (a fresh parser: celpy's is fixed by the first runner kind)."""
+    """celpy's Environment for one runner (a fresh parser: celpy's is fixed by the first runner kind).
+
+    celpy keeps one process-wide parser, so after this only ``kind``'s environment can compile;
+    programs already compiled for the other runner keep working (evaluation does not parse).
+    """
     CELParser.CEL_PARSER = None
     evaluation_globals: Any = celpy.evaluation
     evaluation_globals.dra_driver = dra_driver
@@ -159,132 +186,179 @@ def plain_device(device: dict[str, Any], driver: str) -> celtypes.MapType:
     )
 
 
-def bench_plain(
-    kind: RunnerKind, expression: str, items: list[tuple[str, dict[str, Any]]]
-) -> tuple[float, tuple[float, int]]:
-    """(median compile ms, (per-device µs, matches)) for plain celpy on one runner."""
-    env = plain_environment(kind)
-    compile_ms = median_ms(functools.partial(plain_program, env, expression), 50)
-    program = plain_program(env, expression)
+# -- the ways of evaluating, per runner ------------------------------------------------------------
 
-    def evaluate(item: tuple[str, dict[str, Any]]) -> bool:
-        return bool(program.evaluate({"device": plain_device(item[1], item[0])}))
-
-    return compile_ms, per_device_us(evaluate, items)
+MIGDRA_ONCE = "migdra: activation built once and reused"
+PLAIN_ONCE = "plain celpy: device converted once, celpy values reused"
+MIGDRA_CACHE = "migdra: device dicts through `ActivationCache` (every lookup a hit)"
+MIGDRA_EACH = "migdra: activation built for every evaluation"
+PLAIN_EACH = "plain celpy: device converted for every evaluation"
+NO_CACHES = "migdra with no caches: compile + convert for every evaluation"
+WAYS = (MIGDRA_ONCE, PLAIN_ONCE, MIGDRA_CACHE, MIGDRA_EACH, PLAIN_EACH)
 
 
-NO_CACHES = "**no caches**: compile + convert for every evaluation"
+class Runner:
+    """Every way of evaluating the selector on one celpy runner, over the same devices."""
 
+    def __init__(
+        self,
+        kind: RunnerKind,
+        expression: str,
+        items: list[Item],
+        prepared: tuple[list[DeviceActivation], list[dict[str, Any]], ActivationCache],
+    ) -> None:
+        self.kind = kind
+        self.expression = expression
+        self.items = items
+        program = compile_selector(expression, runner=kind)
+        plain = plain_program(plain_environment(kind), expression)
+        activations, contexts, cache = prepared
+        # Name -> one pass over all devices, returning (µs per device, matches).
+        self.ways: dict[str, Callable[[], tuple[float, int]]] = {
+            MIGDRA_ONCE: lambda: pass_us(program.matches, activations),
+            PLAIN_ONCE: lambda: pass_us(lambda context: bool(plain.evaluate(context)), contexts),
+            MIGDRA_CACHE: lambda: pass_us(
+                lambda item: program.matches(item[1], driver=item[0], activations=cache), items
+            ),
+            MIGDRA_EACH: lambda: pass_us(lambda item: program.matches(DeviceActivation(item[1], item[0])), items),
+            PLAIN_EACH: lambda: pass_us(
+                lambda item: bool(plain.evaluate({"device": plain_device(item[1], item[0])})), items
+            ),
+        }
 
-def bench_runner(
-    kind: RunnerKind,
-    expression: str,
-    items: list[tuple[str, dict[str, Any]]],
-    activations: list[DeviceActivation],
-    baseline_devices: int,
-) -> dict[str, tuple[float, int]]:
-    """Per-device microseconds (and matches) of each way of evaluating, on one runner."""
-    program = compile_selector(expression, runner=kind)
-    program.matches(activations[0])  # warm-up
-    by_item = {id(item): activation for item, activation in zip(items, activations, strict=True)}
-    cache = ActivationCache(maxsize=len(items) + 1)
-    for driver, device in items:
-        program.matches(device, driver=driver, activations=cache)  # first pass fills the cache
-
-    def reused(item: tuple[str, dict[str, Any]]) -> bool:
-        return program.matches(by_item[id(item)])
-
-    def cached(item: tuple[str, dict[str, Any]]) -> bool:
-        return program.matches(item[1], driver=item[0], activations=cache)
-
-    def rebuilt(item: tuple[str, dict[str, Any]]) -> bool:
-        return program.matches(DeviceActivation(item[1], item[0]))
-
-    def naive(item: tuple[str, dict[str, Any]]) -> bool:
-        return CompiledSelector(expression, runner=kind).matches(DeviceActivation(item[1], item[0]))
-
-    return {
-        "activations built once and reused": per_device_us(reused, items),
-        "device dicts via ActivationCache (second pass)": per_device_us(cached, items),
-        "activation rebuilt for every evaluation": per_device_us(rebuilt, items),
-        NO_CACHES: per_device_us(naive, items[:baseline_devices], 1),
-    }
+    def no_caches(self, count: int) -> tuple[float, int]:
+        """One pass over the first ``count`` devices, compiling the selector for every evaluation."""
+        kind, expression = self.kind, self.expression
+        return pass_us(
+            lambda item: CompiledSelector(expression, runner=kind).matches(DeviceActivation(item[1], item[0])),
+            self.items[:count],
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--devices", type=int, default=10_000)
+    add_common_arguments(parser)
+    parser.add_argument("--devices", type=int, default=2000, help="devices per pass (every way, both runners)")
     parser.add_argument("--class-name", default="mig-20gi-40sm.migdra.io", help="a class of " + CLASS_FILE.name)
-    parser.add_argument("--baseline-devices", type=int, default=300, help="devices for the slow baseline")
-    parser.add_argument("--plain-devices", type=int, default=2000, help="devices for the plain celpy baseline")
+    parser.add_argument("--no-caches-devices", type=int, default=200, help="devices for the no-caches pass")
     args = parser.parse_args()
+    check_runs(parser, args)
 
     expression = selector_of(args.class_name)
-    start = time.perf_counter()
-    compile_selector(expression)
-    first_compile_ms = (time.perf_counter() - start) * 1000
-    compile_ms: dict[RunnerKind, float] = {}
-    hit_us: dict[RunnerKind, float] = {}
-    for kind in RunnerKind:
-        compile_ms[kind] = median_ms(functools.partial(CompiledSelector, expression, runner=kind), 50)
-        hit_us[kind] = median_ms(functools.partial(compile_selector, expression, runner=kind), 200) * 1000
-
     items = devices(args.devices)
-    start = time.perf_counter()
-    activations = [build_device_activation(device, driver) for driver, device in items]
-    build_us = (time.perf_counter() - start) / len(items) * 1e6
-    # 10,000 long-lived activations are what a scheduler holds too; keep the collector off them.
-    gc.collect()
-    gc.freeze()
-    results = {kind: bench_runner(kind, expression, items, activations, args.baseline_devices) for kind in RunnerKind}
-    plain = {kind: bench_plain(kind, expression, items[: args.plain_devices]) for kind in RunnerKind}
-    plain_label = "**plain celpy**: compiled once, device converted per evaluation"
+    no_caches_count = min(args.no_caches_devices, len(items))
+    params = {
+        "devices": len(items),
+        "no_caches_devices": no_caches_count,
+        "class": args.class_name,
+        "selector": " ".join(expression.split()),
+        "celpy": celpy_version(),
+    }
+    report = Report("cel", args, params)
+    with report:
+        # Converted once, before any run, by each side in its own way; kept out of the collector's way
+        # (``gc.freeze``) as a long-lived scheduler's would be.
+        activations = [build_device_activation(device, driver) for driver, device in items]
+        contexts = [{"device": plain_device(device, driver)} for driver, device in items]
+        cache = ActivationCache(maxsize=len(items) + 1)
+        program = compile_selector(expression)
+        for driver, device in items:  # fills the cache; its activations are shared by both runners
+            program.matches(device, driver=driver, activations=cache)
+        expected = sum(1 for activation in activations if program.matches(activation))
+        expected_no_caches = sum(1 for activation in activations[:no_caches_count] if program.matches(activation))
+        runners = {kind: Runner(kind, expression, items, (activations, contexts, cache)) for kind in KINDS}
+        gc.collect()
+        gc.freeze()
 
-    print(f"Python {platform.python_version()}, celpy {celpy_version()}, {platform.machine()}")
-    print(f"Selector ({args.class_name}): `{' '.join(expression.split())}`\n")
-    print("| compile | compiled runner | interpreted runner |")
-    print("|---|---:|---:|")
-    print(f"| first compile in the process (builds the Lark parser) | {first_compile_ms:.0f} ms | |")
-    print(
-        f"| compile (median of 50) | {compile_ms[RunnerKind.COMPILED]:.2f} ms "
-        f"| {compile_ms[RunnerKind.INTERPRETED]:.2f} ms |"
-    )
-    print(
-        f"| `compile_selector` cache hit | {hit_us[RunnerKind.COMPILED]:.1f} µs "
-        f"| {hit_us[RunnerKind.INTERPRETED]:.1f} µs |"
-    )
-    print(
-        f"| plain celpy: `env.compile` + `env.program` (median of 50) | {plain[RunnerKind.COMPILED][0]:.2f} ms "
-        f"| {plain[RunnerKind.INTERPRETED][0]:.2f} ms |\n"
-    )
-    compiled = results[RunnerKind.COMPILED]
-    matches = compiled["activations built once and reused"][1]
-    print(f"| per device, {len(items):,} devices ({matches:,} match) | compiled runner | interpreted runner |")
-    print("|---|---:|---:|")
-    for label in compiled:
-        if label == NO_CACHES:
-            cells = " | ".join(f"{plain[kind][1][0]:.1f} µs" for kind in RunnerKind)
-            print(f"| {plain_label} ({min(args.plain_devices, len(items)):,} devices) | {cells} |")
-        cells = " | ".join(f"{results[kind][label][0]:.1f} µs" for kind in RunnerKind)
-        scope = f" ({args.baseline_devices} devices)" if label == NO_CACHES else ""
-        print(f"| {label}{scope} | {cells} |")
-    print(f"| converting one device (first time: cold parse caches) | {build_us:.1f} µs | |\n")
+        per_device: dict[tuple[RunnerKind, str], list[float]] = {}
+        conversions: dict[str, list[float]] = {"migdra": [], "plain": []}
+        compile_times: dict[str, list[float]] = {}
 
-    print("| plain celpy ÷ migdra, per device | compiled runner | interpreted runner |")
-    print("|---|---:|---:|")
-    for label in ("activations built once and reused", "activation rebuilt for every evaluation"):
-        ratios = " | ".join(f"{plain[kind][1][0] / results[kind][label][0]:.1f}x" for kind in RunnerKind)
-        print(f"| migdra, {label} | {ratios} |")
+        def record(key: str, value: float) -> None:
+            compile_times.setdefault(key, []).append(value)
 
-    for label in compiled:
-        counts = {results[kind][label][1] for kind in RunnerKind}
-        if label != NO_CACHES and counts != {matches}:
-            raise SystemExit(f"runners disagree on {label}: {counts}")
-    subset = items[: args.plain_devices]
-    expected = sum(1 for item in subset if compile_selector(expression).matches(item[1], driver=item[0]))
-    for kind in RunnerKind:
-        if plain[kind][1][1] != expected:
-            raise SystemExit(f"plain celpy ({kind.value}) disagrees: {plain[kind][1][1]} matches, not {expected}")
+        for run in range(args.runs):
+            record("first", first_compile_ms(expression))
+            for kind in KINDS:
+                record(
+                    f"compile {kind.value}", median_ms(lambda kind=kind: CompiledSelector(expression, runner=kind), 50)
+                )
+                record(
+                    f"hit {kind.value}",
+                    median_ms(lambda kind=kind: compile_selector(expression, runner=kind), 200) * 1000,
+                )
+                env = plain_environment(kind)
+                record(f"plain {kind.value}", median_ms(lambda env=env: plain_program(env, expression), 50))
+            # Every way on both runners, in an order rotated from run to run, so that load that
+            # comes and goes does not always fall on the same one.
+            plan = [(kind, way) for kind in KINDS for way in WAYS]
+            shift = run * 3 % len(plan)
+            for kind, way in plan[shift:] + plan[:shift]:
+                micros, matched = runners[kind].ways[way]()
+                if matched != expected:
+                    raise SystemExit(f"{way} ({kind.value}) matched {matched} devices, not {expected}")
+                per_device.setdefault((kind, way), []).append(micros)
+            for kind in KINDS:
+                micros, matched = runners[kind].no_caches(no_caches_count)
+                if matched != expected_no_caches:
+                    raise SystemExit(f"no caches ({kind.value}) matched {matched}, not {expected_no_caches}")
+                per_device.setdefault((kind, NO_CACHES), []).append(micros)
+            conversions["migdra"].append(pass_us(lambda item: build_device_activation(item[1], item[0]), items)[0])
+            conversions["plain"].append(pass_us(lambda item: plain_device(item[1], item[0]), items)[0])
+        gc.unfreeze()
+
+    compile_table = report.table(
+        "compile", "Compiling the selector", ["compile", "compiled runner", "interpreted runner"]
+    )
+    compile_table.add(
+        "first compile in a fresh process (builds the Lark parser)", summary(compile_times["first"], "ms", 0), ""
+    )
+    compile_table.add(
+        "migdra: compile (median of 50 per run)",
+        *(summary(compile_times[f"compile {kind.value}"], "ms", 2) for kind in KINDS),
+    )
+    compile_table.add(
+        "migdra: `compile_selector` cache hit (median of 200 per run)",
+        *(summary(compile_times[f"hit {kind.value}"], "µs", 1) for kind in KINDS),
+    )
+    compile_table.add(
+        "plain celpy: `env.compile` + `env.program` (median of 50 per run)",
+        *(summary(compile_times[f"plain {kind.value}"], "ms", 2) for kind in KINDS),
+    )
+
+    table = report.table(
+        "per_device",
+        f"Per device, {len(items):,} devices ({expected:,} match)",
+        ["per device", "compiled runner", "interpreted runner"],
+    )
+    for way in WAYS:
+        table.add(way, *(summary(per_device[(kind, way)], "µs", 1) for kind in KINDS))
+    table.add(
+        f"{NO_CACHES} (first {no_caches_count} devices)",
+        *(summary(per_device[(kind, NO_CACHES)], "µs", 0) for kind in KINDS),
+    )
+    table.add("converting one device, no evaluation: migdra", summary(conversions["migdra"], "µs", 1), "")
+    table.add("converting one device, no evaluation: plain celpy", summary(conversions["plain"], "µs", 1), "")
+
+    ratio_table = report.table(
+        "ratios",
+        "plain celpy ÷ migdra per device, like with like (per-run ratios, same runs)",
+        ["both sides", "compiled runner", "interpreted runner"],
+    )
+    ratio_table.add(
+        "(a) devices converted once beforehand",
+        *(summary(ratios(per_device[(kind, PLAIN_ONCE)], per_device[(kind, MIGDRA_ONCE)]), "x", 1) for kind in KINDS),
+    )
+    ratio_table.add(
+        "(b) device converted for every evaluation",
+        *(summary(ratios(per_device[(kind, PLAIN_EACH)], per_device[(kind, MIGDRA_EACH)]), "x", 1) for kind in KINDS),
+    )
+    report.note(
+        "plain celpy is celpy's own API (Environment, compile, program) with devices as celtypes maps; "
+        "(a) compares migdra's reused activations with plain celpy's reused celpy values, (b) both converting "
+        "every device for every evaluation."
+    )
+    report.finish()
 
 
 if __name__ == "__main__":

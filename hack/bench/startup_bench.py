@@ -4,48 +4,56 @@
 Times, as subprocesses of the same interpreter, `migdra --help`, `migdra gpus --sim-gpus
 H100-SXM5-80GB:8` and `migdra slices --sim-gpus H100-SXM5-80GB:8 -o yaml`, side by side with the
 baseline `python -c pass` (the interpreter's own start-up, which no change to migdra can remove).
-Runs are interleaved -- each round runs every command once, in a rotated order -- so a burst of
-load on the machine falls on all of them alike.  Reports the median wall time with p10/p90, the
-median CPU time (user + system, which load inflates far less than wall time), and the machine's
-load average before and after.
+Every run is ``--rounds-per-run`` interleaved rounds -- each round runs every command once, in an
+order rotated from round to round -- so a burst of load falls on all of them alike; a run's figure
+for a command is the median of its rounds, and "minus baseline" is taken per run (the command's
+median minus the baseline's median of the same run) before it is summarized.  Wall time and CPU time
+(user + system of the child, which load inflates far less than wall time) are both reported.
 
 By default the children may cache bytecode, in a temporary directory (``PYTHONPYCACHEPREFIX``)
 warmed by one uncounted round: an installed migdra has its ``.pyc`` files.  ``--no-bytecode-cache``
 instead compiles every module from source on each run (what ``PYTHONDONTWRITEBYTECODE=1`` does to a
-source checkout).  ``--busy-loops N`` starts N ``while True: pass`` processes for the duration, to
-measure a loaded node; they are always killed afterwards.
+source checkout).  ``--busy-loops N`` (from benchlib) keeps N CPUs spinning meanwhile: a loaded node.
 
-Prints Markdown; docs/benchmarks.md keeps the last run.
+Results go to ``docs/benchmarks.md`` ("Start-up of the `migdra` command") through ``run_all.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from benchlib import Report, add_common_arguments, check_runs, summary
 
 SIM_GPUS = "H100-SXM5-80GB:8"
 
 
 @dataclass
 class Samples:
-    """Wall and CPU seconds of every counted run of one command."""
+    """Wall and CPU seconds of one command: every round of the current run, and each run's median."""
 
     label: str
     argv: list[str]
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
+    run_wall: list[float] = field(default_factory=list)
+    run_cpu: list[float] = field(default_factory=list)
+
+    def close_run(self) -> None:
+        """Keep the medians of the run's rounds and start the next run."""
+        self.run_wall.append(statistics.median(self.wall))
+        self.run_cpu.append(statistics.median(self.cpu))
+        self.wall.clear()
+        self.cpu.clear()
 
 
 def _migdra() -> list[str]:
@@ -98,73 +106,61 @@ def _child_env(pycache: Path | None) -> dict[str, str]:
     return env
 
 
-@contextmanager
-def _busy_loops(count: int) -> Iterator[None]:
-    """``count`` processes spinning on a CPU each, for as long as the block runs; always stopped."""
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for loop in loops:
-            loop.kill()
-        for loop in loops:
-            loop.wait()
-
-
-def _measure(commands: Sequence[Samples], rounds: int, env: dict[str, str]) -> None:
+def _measure(commands: Sequence[Samples], runs: int, rounds: int, env: dict[str, str]) -> None:
     for command in commands:  # warm-up: page cache, and the bytecode cache when there is one
         _run_once(command, env, count=False)
-    for round_index in range(rounds):
-        shift = round_index % len(commands)
-        for command in [*commands[shift:], *commands[:shift]]:
-            _run_once(command, env, count=True)
+    for run_index in range(runs):
+        for round_index in range(rounds):
+            shift = (run_index * rounds + round_index) % len(commands)
+            for command in [*commands[shift:], *commands[:shift]]:
+                _run_once(command, env, count=True)
+        for command in commands:
+            command.close_run()
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.0f}"
+def _minus(values: Sequence[float], baseline: Sequence[float]) -> list[float]:
+    """Per-run differences in milliseconds (the same runs)."""
+    return [(value - base) * 1000 for value, base in zip(values, baseline, strict=True)]
 
 
-def _load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} / {five:.2f} / {fifteen:.2f}"
-
-
-def _report(commands: Sequence[Samples], args: argparse.Namespace, load_before: str, load_after: str) -> None:
-    bytecode = "compiled from source every run" if args.no_bytecode_cache else "bytecode cached (warmed, not counted)"
-    print(
-        f"{datetime.date.today().isoformat()}, {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}; {args.rounds} interleaved rounds; {bytecode}; "
-        f"{args.busy_loops} busy loop(s); load average (1/5/15 min) {load_before} before, {load_after} after"
-    )
-    print()
-    print("| command | wall median ms | p10 | p90 | minus baseline (median) | CPU median ms |")
-    print("|---|---:|---:|---:|---:|---:|")
-    baseline = statistics.median(commands[0].wall)
-    for command in commands:
-        deciles = statistics.quantiles(command.wall, n=10, method="inclusive")
-        median = statistics.median(command.wall)
-        extra = "" if command is commands[0] else f"+{_ms(median - baseline)}"
-        print(
-            f"| {command.label} | {_ms(median)} | {_ms(deciles[0])} | {_ms(deciles[-1])} | {extra} | "
-            f"{_ms(statistics.median(command.cpu))} |"
-        )
+def _ms(values: Sequence[float]) -> list[float]:
+    return [value * 1000 for value in values]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15, help="counted runs of each command")
-    parser.add_argument("--busy-loops", type=int, default=0, help="CPU-spinning processes to run meanwhile")
+    add_common_arguments(parser)
+    parser.add_argument("--rounds-per-run", type=int, default=3, help="interleaved rounds per run (median kept)")
     parser.add_argument("--no-bytecode-cache", action="store_true", help="compile migdra from source every run")
     args = parser.parse_args()
-    if args.rounds < 2:
-        parser.error("--rounds must be at least 2 (for p10/p90)")
+    check_runs(parser, args)
+    if args.rounds_per_run < 1:
+        parser.error("--rounds-per-run must be at least 1")
     commands = _commands()
-    with tempfile.TemporaryDirectory(prefix="migdra-startup-pycache-") as pycache, _busy_loops(args.busy_loops):
+    bytecode = "compiled from source every run" if args.no_bytecode_cache else "bytecode cached (warmed, not counted)"
+    report = Report("startup", args, {"rounds_per_run": args.rounds_per_run, "bytecode": bytecode})
+    with tempfile.TemporaryDirectory(prefix="migdra-startup-pycache-") as pycache, report:
         env = _child_env(None if args.no_bytecode_cache else Path(pycache))
-        load_before = _load()
-        _measure(commands, args.rounds, env)
-        load_after = _load()
-    _report(commands, args, load_before, load_after)
+        _measure(commands, args.runs, args.rounds_per_run, env)
+
+    baseline = commands[0]
+    loaded = f", {args.busy_loops} CPU(s) kept busy" if args.busy_loops else ""
+    table = report.table(
+        "commands",
+        f"Start-up, interleaved rounds per run: {args.rounds_per_run}{loaded}; {bytecode}",
+        ["command", "wall", "wall minus baseline", "CPU", "CPU minus baseline"],
+    )
+    for command in commands:
+        is_baseline = command is baseline
+        table.add(
+            command.label,
+            summary(_ms(command.run_wall), "ms", 0),
+            "" if is_baseline else summary(_minus(command.run_wall, baseline.run_wall), "ms", 0),
+            summary(_ms(command.run_cpu), "ms", 0),
+            "" if is_baseline else summary(_minus(command.run_cpu, baseline.run_cpu), "ms", 0),
+        )
+    report.note("The baseline is `python -c pass`, the interpreter's own start-up; minus baseline is taken per run.")
+    report.finish()
     return 0
 
 
