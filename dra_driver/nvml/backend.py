@@ -9,8 +9,18 @@ module.
 The simulator (:mod:`dra_driver.nvml.sim`) replaces the *library* underneath ``pynvml``, not this
 class, so the code path tested without GPUs is the code path that runs on them.
 
-Thread safety: NVML itself is thread-safe; the handle cache is guarded by a lock.  Callers serialise
-mutations per GPU (the kubelet plugin holds per-GPU locks).
+Thread safety: NVML itself is thread-safe; the handle and profile caches are guarded by a lock.
+Callers serialise mutations per GPU (the kubelet plugin holds per-GPU locks).
+
+Profile cache: a GPU's GI profiles and their possible placements are fixed by the GPU and the driver
+for as long as its MIG mode stays as it is, yet reading them is ~17 profile-info and placement calls,
+~10 ms on a real H200 (recorded; shared/reference/nvml-mig.md §16) -- and a prepare reads them several times
+per claim.  So :meth:`Nvml.gpu_instance_profiles` keeps them per GPU UUID together with the MIG mode
+(current and pending) they were read under, and re-checks that mode with one ``nvmlDeviceGetMigMode``
+(~160 us recorded) on every use: a mode change made by anyone -- our :meth:`Nvml.set_mig_mode`, an
+admin's nvidia-smi, another process -- is seen on the next read.  A driver reload needs a new
+``nvmlInit``, and :meth:`Nvml.init` / :meth:`Nvml.shutdown` drop the cache.  Nothing else of the
+GPU's state (instances, capacity) is cached.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pynvml
@@ -89,6 +100,14 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+@dataclass(frozen=True, slots=True)
+class _ProfileTable:
+    """One GPU's GI profiles (placements included) and the MIG mode they were read under."""
+
+    mig_mode: MigModeState | None
+    profiles: tuple[GpuInstanceProfileInfo, ...]
+
+
 class Nvml:
     """One NVML session: enumerate GPUs and create / inspect / destroy MIG instances.
 
@@ -99,6 +118,11 @@ class Nvml:
 
     def __init__(self, observe_call: CallObserver | None = None) -> None:
         self._handles: dict[str, Any] = {}
+        self._profile_tables: dict[str, _ProfileTable] = {}
+        # One reader per GPU fills its table: threads that miss at once wait for that read, not repeat it.
+        self._profile_fill_locks: dict[str, threading.Lock] = {}
+        # Bumped by init / shutdown, so a table read before either is never stored after it.
+        self._session = 0
         self._lock = threading.Lock()
         self._initialised = False
         self._observe_call = observe_call
@@ -121,6 +145,7 @@ class Nvml:
     # -- session ---------------------------------------------------------------------------------
 
     def init(self) -> None:
+        self._forget_profiles()  # a new session may be a new driver (reloaded, upgraded)
         with self._calling("nvmlInit"):
             pynvml.nvmlInit()
         self._initialised = True
@@ -129,6 +154,7 @@ class Nvml:
         if not self._initialised:
             return
         self._initialised = False
+        self._forget_profiles()
         with self._lock:
             self._handles.clear()
         with self._calling("nvmlShutdown"):
@@ -206,22 +232,24 @@ class Nvml:
         return _GI_PROFILE_COUNT
 
     def gpu_instance_profiles(self, gpu_uuid: str) -> list[GpuInstanceProfileInfo]:
-        """Every GI profile the GPU reports, with its possible placements (works with MIG off too)."""
-        profiles = []
-        for index in range(_GI_PROFILE_COUNT):
-            try:
-                profiles.append(self.gpu_instance_profile(gpu_uuid, index))
-            except (NvmlNotSupported, NvmlInvalidArgument):
-                continue  # this GPU lacks the profile (or the driver predates the constant)
-        return profiles
+        """Every GI profile the GPU reports, with its possible placements (works with MIG off too).
+
+        Cached per GPU while its MIG mode stays the same (see the module docstring): a repeated call
+        costs one ``nvmlDeviceGetMigMode``.
+        """
+        handle = self._handle(gpu_uuid)
+        return list(self._profile_table(handle, gpu_uuid, self._mig_mode(handle, gpu_uuid)))
 
     def gpu_instance_profile(self, gpu_uuid: str, nvml_profile_index: int) -> GpuInstanceProfileInfo:
         """One GI profile by ``NVML_GPU_INSTANCE_PROFILE_*`` index, with its possible placements.
 
-        Raises :class:`NvmlNotSupported` when the GPU lacks it and :class:`NvmlInvalidArgument` when
-        the driver does not know the index.
+        Always asks NVML (never the cache): recordings (:mod:`dra_driver.nvml.recording`) hold what
+        the hardware answers now.  Raises :class:`NvmlNotSupported` when the GPU lacks it and
+        :class:`NvmlInvalidArgument` when the driver does not know the index.
         """
-        handle = self._handle(gpu_uuid)
+        return self._read_gpu_instance_profile(self._handle(gpu_uuid), gpu_uuid, nvml_profile_index)
+
+    def _read_gpu_instance_profile(self, handle: Any, gpu_uuid: str, nvml_profile_index: int) -> GpuInstanceProfileInfo:
         with self._calling("nvmlDeviceGetGpuInstanceProfileInfo", gpu_uuid):
             info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, nvml_profile_index, 2)
         return GpuInstanceProfileInfo(
@@ -301,7 +329,7 @@ class Nvml:
         if mode is None or not mode.enabled:
             return []
         found: list[GpuInstanceInfo] = []
-        for profile in self.gpu_instance_profiles(gpu_uuid):
+        for profile in self._profile_table(handle, gpu_uuid, mode):  # the mode just read keys the cache
             array = (pynvml.c_nvmlGpuInstance_t * profile.instance_count)()
             count = ctypes.c_uint(0)
             with self._calling("nvmlDeviceGetGpuInstances", gpu_uuid):
@@ -455,8 +483,59 @@ class Nvml:
         )
 
     def possible_placements(self, gpu_uuid: str, profile_id: int) -> tuple[Placement, ...]:
-        """``nvmlDeviceGetGpuInstancePossiblePlacements_v2``: every legal placement, MIG on or off."""
-        return self._possible_placements(self._handle(gpu_uuid), gpu_uuid, profile_id)
+        """``nvmlDeviceGetGpuInstancePossiblePlacements_v2``: every legal placement, MIG on or off.
+
+        From the profile cache when the GPU's profiles are cached under its current MIG mode (one
+        ``nvmlDeviceGetMigMode``); otherwise, and for a profile ID the GPU does not list, asked of NVML.
+        """
+        handle = self._handle(gpu_uuid)
+        mode = self._mig_mode(handle, gpu_uuid)
+        with self._lock:
+            table = self._profile_tables.get(gpu_uuid)
+        if table is not None and table.mig_mode == mode:
+            cached = next((p for p in table.profiles if p.profile_id == profile_id), None)
+            if cached is not None:
+                return cached.placements
+        return self._possible_placements(handle, gpu_uuid, profile_id)
+
+    def _profile_table(
+        self, handle: Any, gpu_uuid: str, mode: MigModeState | None
+    ) -> tuple[GpuInstanceProfileInfo, ...]:
+        """The GPU's profiles under ``mode`` (its MIG mode as just read): cached, or read and cached."""
+        with self._lock:
+            table = self._profile_tables.get(gpu_uuid)
+            fill_lock = self._profile_fill_locks.setdefault(gpu_uuid, threading.Lock())
+        if table is not None and table.mig_mode == mode:
+            return table.profiles
+        with fill_lock:
+            with self._lock:
+                table = self._profile_tables.get(gpu_uuid)
+                session = self._session
+            if table is not None and table.mig_mode == mode:
+                return table.profiles  # another thread read them while this one waited
+            profiles = tuple(self._read_gpu_instance_profiles(handle, gpu_uuid))
+            # Kept only if the mode held still throughout the read: a table read across a mode change
+            # belongs to no single mode (and would be served under the wrong one).
+            if self._mig_mode(handle, gpu_uuid) == mode:
+                with self._lock:
+                    if self._session == session:
+                        self._profile_tables[gpu_uuid] = _ProfileTable(mode, profiles)
+            return profiles
+
+    def _read_gpu_instance_profiles(self, handle: Any, gpu_uuid: str) -> list[GpuInstanceProfileInfo]:
+        """Every GI profile the GPU reports, asked of NVML (uncached)."""
+        profiles = []
+        for index in range(_GI_PROFILE_COUNT):
+            try:
+                profiles.append(self._read_gpu_instance_profile(handle, gpu_uuid, index))
+            except (NvmlNotSupported, NvmlInvalidArgument):
+                continue  # this GPU lacks the profile (or the driver predates the constant)
+        return profiles
+
+    def _forget_profiles(self) -> None:
+        with self._lock:
+            self._profile_tables.clear()
+            self._session += 1
 
     def _possible_placements(self, handle: Any, gpu_uuid: str, profile_id: int) -> tuple[Placement, ...]:
         count = ctypes.c_uint(0)
