@@ -6,18 +6,20 @@ Names are parsed with :mod:`dra_driver.devicemodel.naming`, the one place that d
 checked against what **NVML** reports now (the GPU exists, the profile exists on it, the placement is
 one of NVML's possible placements): a stale or forged name is a per-claim error naming the device.
 
-:func:`read_gpu_topology` is the side-effecting half (NVML reads only, never a mutation);
+:class:`NodeGpus` is the side-effecting half (NVML reads only, never a mutation);
 :func:`compute_device_target` is pure.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dra_driver.devicemodel.naming import gpu_device_name, mig_device_name, parse_mig_device_name, profile_name
 from dra_driver.mig.catalog import MigCatalog, Placement, load_catalog
 from dra_driver.nvml.backend import Nvml
-from dra_driver.nvml.inventory import read_gpu_profiles
 from dra_driver.nvml.types import GpuInfo, GpuInstanceProfileInfo
 from kubeletplugin.prepare.errors import DeviceResolutionError
 
@@ -49,13 +51,49 @@ class DeviceTarget:
         return self.profile is not None
 
 
-def read_gpu_topology(nvml: Nvml) -> tuple[GpuTopology, ...]:
-    """Every GPU with its GI profiles (placements included); reads NVML, changes nothing.
+class NodeGpus:
+    """The node's GPUs for resolving device names: listed once, each read fresh only when a device names it.
 
-    The same read as the publisher's inventory (:func:`~dra_driver.nvml.inventory.read_gpu_profiles`),
-    without the instances and sysfs look-ups prepare does not need.
+    Why not read every GPU per prepare: that was ~440 NVML calls for a one-device claim on an 8-GPU
+    node (identity, MIG mode and every profile with its placements of all eight), ~10 ms of NVML time
+    per GPU on real hardware.  What can change is read again; what cannot is not:
+
+    - the GPUs and their identities (UUID, minor number, PCI IDs, model) are fixed for an NVML session
+      -- a GPU appears or disappears only with a driver reload, which ends the plugin's session -- so
+      they are listed at the first prepare and kept;
+    - the MIG mode of a GPU can change at any moment (an administrator), so the GPU a device names is
+      asked for its mode each time; its profiles and placements come from
+      :meth:`Nvml.gpu_instance_profiles`, which keeps them per GPU for as long as the MIG mode stays.
+
+    GPUs no device of the call names appear with their listed identity and no profiles: resolving a
+    device only ever looks at its own GPU.  Thread-safe; reads NVML, changes nothing.
     """
-    return tuple(GpuTopology(gpu, profiles) for gpu, profiles in read_gpu_profiles(nvml))
+
+    def __init__(self, nvml: Nvml) -> None:
+        self._nvml = nvml
+        self._lock = threading.Lock()
+        self._listed: tuple[GpuInfo, ...] | None = None
+
+    def _gpus(self) -> tuple[GpuInfo, ...]:
+        with self._lock:
+            if self._listed is None:
+                self._listed = tuple(self._nvml.list_gpus())
+            return self._listed
+
+    def topology(self, device_names: Iterable[str]) -> tuple[GpuTopology, ...]:
+        """Every GPU; those ``device_names`` name with their MIG mode and profiles as NVML reports them now."""
+        gpus = self._gpus()
+        names = set(device_names)
+        named = {parsed[0] for parsed in map(parse_mig_device_name, names) if parsed is not None}
+        named |= {gpu.minor_number for gpu in gpus if gpu_device_name(gpu.minor_number) in names}
+        entries = []
+        for gpu in gpus:
+            if gpu.minor_number not in named or not gpu.mig_capable:
+                entries.append(GpuTopology(gpu, ()))
+                continue
+            current = dataclasses.replace(gpu, mig_mode=self._nvml.mig_mode(gpu.uuid))
+            entries.append(GpuTopology(current, tuple(self._nvml.gpu_instance_profiles(gpu.uuid))))
+        return tuple(entries)
 
 
 def compute_device_target(

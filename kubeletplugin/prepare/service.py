@@ -30,7 +30,6 @@ in parallel.  This module never imports ``grpc``.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -65,7 +64,7 @@ from kubeletplugin.prepare.claims import (
 )
 from kubeletplugin.prepare.config import compute_device_config, parse_driver_configs
 from kubeletplugin.prepare.crashpoints import CrashHook, CrashPoint
-from kubeletplugin.prepare.devices import DeviceTarget, GpuTopology, compute_device_target, read_gpu_topology
+from kubeletplugin.prepare.devices import DeviceTarget, NodeGpus, compute_device_target
 from kubeletplugin.prepare.errors import (
     CheckpointError,
     DeviceConflictError,
@@ -106,24 +105,6 @@ _R = TypeVar("_R")
 _Result = TypeVar("_Result", PrepareResult, UnprepareResult)
 
 
-class _TopologyOnce:
-    """The GPUs and their profiles, read from NVML at most once per prepare call, when first needed."""
-
-    def __init__(self, nvml: Nvml) -> None:
-        self._nvml = nvml
-        self._lock = threading.Lock()
-        self._value: tuple[GpuTopology, ...] | None = None
-
-    def get(self) -> tuple[GpuTopology, ...]:
-        with self._lock:
-            if self._value is None:
-                try:
-                    self._value = read_gpu_topology(self._nvml)
-                except NvmlError as e:
-                    raise RealizeError(f"reading the node's GPUs through NVML failed: {e}") from e
-            return self._value
-
-
 class PrepareService:
     """Prepares and unprepares claims of one driver on one node.  Thread-safe; see the module docstring.
 
@@ -154,6 +135,7 @@ class PrepareService:
     ) -> None:
         self._metrics = metrics
         self.nvml = nvml
+        self._gpus = NodeGpus(nvml)  # listed once; the GPU a device names is read fresh
         self.node_name = node_name
         self.pool_name = node_name  # one pool per node, named after it
         self.driver_name = driver_name
@@ -307,8 +289,7 @@ class PrepareService:
     # -- DraService ----------------------------------------------------------------------------
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
-        topology = _TopologyOnce(self.nvml)
-        return self._fan_out(claims, lambda ref: self._measured("prepare", self._prepare_claim_reported, ref, topology))
+        return self._fan_out(claims, lambda ref: self._measured("prepare", self._prepare_claim_reported, ref))
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
         return self._fan_out(claims, lambda ref: self._measured("unprepare", self._unprepare_claim_reported, ref))
@@ -353,14 +334,14 @@ class PrepareService:
         futures: dict[str, Future[_R]] = {uid: self._executor.submit(handle, ref) for uid, ref in unique.items()}
         return {uid: future.result() for uid, future in futures.items()}
 
-    def _prepare_claim_reported(self, ref: ClaimRef, topology: _TopologyOnce) -> PrepareResult:
+    def _prepare_claim_reported(self, ref: ClaimRef) -> PrepareResult:
         label = claim_namespaced_name(ref)
         problem = compute_claim_ref_problem(ref)
         if problem is not None:  # nothing to report the failure on: the claim cannot be named
             log.warning("prepare refused: %s", problem)
             return PrepareResult(error=problem)
         try:
-            return self._prepare_claim(ref, topology)
+            return self._prepare_claim(ref)
         except PrepareError as e:
             message = e.describe(label)
             log.warning("prepare failed: %s", message)
@@ -394,7 +375,7 @@ class PrepareService:
         self._reporter.report_failure(ref, EVENT_UNPREPARE_FAILED, message)
         return UnprepareResult(error=message)
 
-    def _prepare_claim(self, ref: ClaimRef, topology: _TopologyOnce) -> PrepareResult:
+    def _prepare_claim(self, ref: ClaimRef) -> PrepareResult:
         store = self._require_store()
         with self._claim_locks.hold(ref.uid):
             record = store.get(ref.uid)
@@ -420,7 +401,10 @@ class PrepareService:
                     ", ".join(allocation.other_drivers) or "no driver",
                 )
                 return PrepareResult()
-            gpus = topology.get()
+            try:
+                gpus = self._gpus.topology(grouped)
+            except NvmlError as e:
+                raise RealizeError(f"reading the node's GPUs through NVML failed: {e}") from e
             intents: list[DeviceIntent] = []
             targets: dict[str, DeviceTarget] = {}
             for device_name, (requests, admin_access) in grouped.items():

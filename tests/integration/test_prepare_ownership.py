@@ -21,7 +21,7 @@ from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import GpuInstanceInfo
 from kubeletplugin.prepare.crashpoints import CrashHook
-from kubeletplugin.prepare.devices import compute_device_target, read_gpu_topology
+from kubeletplugin.prepare.devices import NodeGpus, compute_device_target
 from kubeletplugin.prepare.errors import RealizeError
 from kubeletplugin.prepare.realize import RealizeFailed, realize_mig_instance
 from tests.prepare_harness import Background, HeldCall, Node, result, simulated_node
@@ -129,7 +129,7 @@ def test_a_gpu_instance_whose_id_cannot_be_recorded_is_destroyed_before_anything
     api: LocalAPIServer, tmp_path: Path
 ) -> None:
     with simulated_node(tmp_path, [H100], api=api) as node:
-        gpus = read_gpu_topology(node.nvml)
+        gpus = NodeGpus(node.nvml).topology([DEVICE])
         target = compute_device_target(DEVICE, gpus, admin_access=False)
         journal = _FailingJournal()
         with pytest.raises(RealizeFailed) as failed:
@@ -143,7 +143,7 @@ def test_a_gpu_instance_whose_id_cannot_be_recorded_is_destroyed_before_anything
 def test_an_occupied_placement_is_refused_before_the_request_is_recorded(api: LocalAPIServer, tmp_path: Path) -> None:
     """The placement is checked again under the GPU's lock: a GI that appeared since is never in a request."""
     with simulated_node(tmp_path, [H100], api=api) as node:
-        gpus = read_gpu_topology(node.nvml)
+        gpus = NodeGpus(node.nvml).topology([DEVICE])
         target = compute_device_target(DEVICE, gpus, admin_access=False)
         stranger, _ = node.foreign_instance(0, 15, 4, 2)
         journal = _FailingJournal()
