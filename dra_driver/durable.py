@@ -8,6 +8,12 @@ with ``.`` and end in ``.tmp`` so that CDI's directory scan (``*.json`` / ``*.ya
 the full form, ``.<target name>.<writer PID>.<8 hex digits>.tmp``, is :func:`temporary_path`'s, and
 :func:`parse_temporary_name` reads it back so that a process can clean up after writers that died.
 
+Durability has a cost (two fsyncs per write) and is the caller's to waive: ``sync=False`` keeps the
+atomicity (the rename) and drops both fsyncs, for files whose content is worthless once the kernel
+that wrote them is gone -- the prepare checkpoint's per-claim records, which describe MIG instances
+that do not survive a reboot either (``kubeletplugin/prepare/checkpoint.py`` says why that is safe).
+Every write reports what it cost (:class:`WriteCost`) so that callers can count their disk work.
+
 This module never decides *what* to write or where; callers own their paths.  They can ask first
 whether a directory will take files (:func:`writable_directory_problem`), so that a process checks its
 paths at start-up instead of failing at its first write.
@@ -21,15 +27,36 @@ import re
 import secrets
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 
+@dataclass(frozen=True, slots=True)
+class WriteCost:
+    """The disk work of one :func:`write_file_atomically`: bytes handed to the kernel, and fsyncs."""
+
+    bytes: int
+    fsyncs: int
+
+
 def write_file_atomically(
-    path: Path, data: bytes, mode: int = 0o644, before_replace: Callable[[Path], None] | None = None
-) -> None:
+    path: Path,
+    data: bytes,
+    mode: int = 0o644,
+    before_replace: Callable[[Path], None] | None = None,
+    *,
+    sync: bool = True,
+) -> WriteCost:
     """Replace ``path`` with ``data`` so that a crash at any moment leaves the old or the new file.
 
     ``before_replace`` sees the complete temporary file just before the rename (e.g. to set its mtime).
+
+    ``sync`` (the default) makes the replacement survive a power cut too: the file is fsynced before
+    the rename, or the rename could reach the disk before the data and leave an empty file after a
+    crash of the node; the directory is fsynced after it, or the new name could be lost.  Without
+    ``sync`` the replacement is atomic for every process of this kernel (a ``kill -9`` leaves the old
+    or the new file) but, after a crash of the node, the file may be old, new, empty or torn: only for
+    content that the next boot throws away unread.
     """
     directory = path.parent
     directory.mkdir(parents=True, exist_ok=True)
@@ -39,7 +66,8 @@ def write_file_atomically(
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if sync:
+                os.fsync(handle.fileno())
         if before_replace is not None:
             before_replace(tmp)
         os.replace(tmp, path)
@@ -47,7 +75,10 @@ def write_file_atomically(
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
+    if not sync:
+        return WriteCost(bytes=len(data), fsyncs=0)
     fsync_directory(directory)
+    return WriteCost(bytes=len(data), fsyncs=2)
 
 
 _TEMPORARY_NAME = re.compile(r"^\.(?P<target>.+)\.(?P<pid>[1-9][0-9]{0,9})\.[0-9a-f]{8}\.tmp$")

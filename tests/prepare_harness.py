@@ -29,6 +29,7 @@ from dra_driver.nvml.settings import build_nvml_settings
 from dra_driver.nvml.sim import SimulatedNvmlLibrary
 from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare import PrepareService, PrepareSettings
+from kubeletplugin.prepare.checkpoint import CheckpointStore
 
 NODE = "node-a"
 DRIVER = "gpu.migdra.io"
@@ -136,6 +137,10 @@ class Node:
     @property
     def proc_root(self) -> Path:
         return self.root / "proc"
+
+    def record_path(self, uid: str) -> Path:
+        """The checkpoint's record file of claim ``uid`` (this boot's)."""
+        return CheckpointStore(self.state_dir, BOOT_ID).claim_path(uid)
 
     def service(self, *, start: bool = True, nvml: Nvml | None = None, **kwargs: Any) -> PrepareService:
         """A PrepareService of this node (started unless ``start=False``); closed at the end of the test."""

@@ -1,31 +1,55 @@
 """The node's record of what migdra prepared: its store, shared by every plugin process of the node.
 
-This module owns the checkpoint's store (:class:`CheckpointStore`); the versioned, checksummed
-record schema and file format are :mod:`kubeletplugin.prepare.records`'s.  The service writes
-``PrepareStarted`` (the intended devices: GPU, profile, placement) **before** it touches NVML; then,
-per MIG device and under the GPU's lock, the GPU instances standing on the GPU just before it asks
-NVML for the GI (``gpuInstancesBefore``: "creation requested"), and the GI ID as soon as NVML
-returns it (before the compute instance is created); and ``PrepareCompleted`` (plus the compute
-instance, MIG UUID and CDI IDs) after the CDI spec is on disk.  So after a crash the record tells
-recovery exactly which instances may be migdra's, and :meth:`CheckpointStore.owned_instances` /
+This module owns the checkpoint's store (:class:`CheckpointStore`) and its layout on disk; the
+versioned, checksummed record schema and file formats are :mod:`kubeletplugin.prepare.records`'s.
+The service writes ``PrepareStarted`` (the intended devices: GPU, profile, placement) **before** it
+touches NVML; then, per MIG device and under the GPU's lock, the GPU instances standing on the GPU
+just before it asks NVML for the GI (``gpuInstancesBefore``: "creation requested"), and the GI ID as
+soon as NVML returns it (before the compute instance is created); and ``PrepareCompleted`` (plus the
+compute instance, MIG UUID and CDI IDs) after the CDI spec is on disk.  So after a crash the record
+tells recovery exactly which instances may be migdra's, and :meth:`CheckpointStore.owned_instances` /
 :meth:`~CheckpointStore.owned_placements` tell the slice publisher about an instance from the moment
 it exists.  It never talks to NVML or the API server and never decides what to destroy.
 
-The file is written atomically.  A checkpoint of another boot (``/proc/sys/kernel/random/boot_id``
-changed) is discarded: MIG instances do not survive a reboot.
+Layout: one file per claim, ``<state dir>/claims/<boot ID>/<claim UID>.json``, so a change of a claim
+rewrites that claim's file alone and a prepare's disk work does not grow with the claims the node
+holds (the single ``checkpoint.json`` of schema version 1 was rewritten whole for every step: 225
+rewrites and 9.4 MB for 56 claims).  ``<state dir>/checkpoint.json`` is now a marker naming that
+layout: a migdra that knows only the single file refuses it instead of starting as if nothing were
+prepared, and :meth:`CheckpointStore.load` converts a single file it finds there (an upgrade).
 
-One file, several processes: during a rolling update the old and the new plugin pod share the state
-directory and both prepare.  :class:`CheckpointStore` therefore keeps no state of its own that the
-file does not have: each change is a read-modify-write under an exclusive ``flock`` of
-``<state dir>/prepare.lock`` (held for that change only), and each read re-reads the file when it
+What is durable, and why no record write is fsynced.  Each record file is replaced atomically (a
+temporary file renamed over it): every process of this kernel -- this one after a ``kill -9``, the
+other pod of a rolling update -- sees the old record or the new one, never a torn one, because they
+all read the kernel's page cache, which a process's death does not touch.  An fsync would only add
+that the record survives a crash *of the kernel* (a panic, a power cut).  But then the node reboots
+and no MIG instance survives a reboot: every record of the previous boot is thrown away unread, and
+that is why the boot ID is part of the records' directory -- :meth:`~CheckpointStore.load` removes the
+directories of other boots without parsing them, so a record torn or emptied by the crash can never
+stop the plugin.  So neither the file fsync before the rename ("the rename must not expose an empty
+file after a crash") nor the directory fsync after it ("the record must be on disk before NVML is
+asked to create the instance") protects anything: the instance the record describes dies with the
+page cache that holds the record.  The one fsynced file is the marker, written once per node (fresh
+state directory, or the conversion of a single file): it is read before the boot is known, so an
+empty marker after a crash would stop the plugin.  Not defended: a disk that loses writes while the
+kernel runs on (a failing device under the state directory), which the CDI specs and kubelet's own
+state on the same disk would not survive either.
+
+Several processes: during a rolling update the old and the new plugin pod share the state directory
+and both prepare.  :class:`CheckpointStore` therefore keeps no state of its own that the files do not
+have: each change is made under an exclusive ``flock`` of ``<state dir>/prepare.lock`` (held for that
+change only) to the claim's record as it is on disk then, and each read re-reads the files that
 changed.  Leftover temporary files of interrupted writes are removed at :meth:`CheckpointStore.load`,
 under that lock.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,20 +57,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.durable import write_file_atomically
+from dra_driver.durable import WriteCost, write_file_atomically
 from dra_driver.mig.catalog import Placement
 from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError, LockTimeoutError
 from kubeletplugin.prepare.leftovers import remove_leftover_temporary_files
 from kubeletplugin.prepare.locks import describe_lock_timeout, release_flock, try_flock
 from kubeletplugin.prepare.records import (
+    CLAIMS_DIRECTORY,
     Checkpoint,
+    CheckpointMarker,
     ClaimRecord,
     ClaimState,
     DeviceIntent,
     DeviceRecord,
-    build_checkpoint_file,
+    build_checkpoint_marker,
+    build_claim_file,
     compute_conflicting_device,
     parse_checkpoint_file,
+    parse_claim_file,
 )
 
 log = logging.getLogger(__name__)
@@ -54,6 +82,8 @@ log = logging.getLogger(__name__)
 CHECKPOINT_FILE = "checkpoint.json"
 STATE_LOCK_FILE = "prepare.lock"
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+RECORD_SUFFIX = ".json"
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def read_node_boot_id(path: Path = BOOT_ID_PATH) -> str:
@@ -62,6 +92,21 @@ def read_node_boot_id(path: Path = BOOT_ID_PATH) -> str:
         return path.read_text(encoding="ascii").strip()
     except OSError as e:
         raise CheckpointError(f"cannot read the node boot ID from {path}: {e}") from e
+
+
+def safe_file_name(key: str) -> str:
+    """``key`` itself when it is a plain file name, else a digest of it.
+
+    Claim UIDs come from kubelet and boot IDs from the kernel (or a test); a key such as ``../x``
+    must never name a file outside the checkpoint's directory.
+    """
+    if _SAFE_NAME.match(key):
+        return key
+    return f"sha256-{hashlib.sha256(key.encode('utf-8', 'surrogateescape')).hexdigest()[:32]}"
+
+
+def claim_file_name(claim_uid: str) -> str:
+    return safe_file_name(claim_uid) + RECORD_SUFFIX
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +118,32 @@ class LoadOutcome:
     previous_boot_id: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class CheckpointWriteStats:
+    """The checkpoint's disk work done by one store (one per plugin process), counted as it is done.
+
+    ``writes``: files written (each an atomic replacement); ``bytes``: their size, summed; ``fsyncs``:
+    of files and directories; ``removals``: record files removed (a dropped claim).
+    """
+
+    writes: int = 0
+    bytes: int = 0
+    fsyncs: int = 0
+    removals: int = 0
+
+    def __sub__(self, earlier: CheckpointWriteStats) -> CheckpointWriteStats:
+        """The work done between ``earlier`` and this reading."""
+        return CheckpointWriteStats(
+            self.writes - earlier.writes,
+            self.bytes - earlier.bytes,
+            self.fsyncs - earlier.fsyncs,
+            self.removals - earlier.removals,
+        )
+
+    def plus(self, cost: WriteCost) -> CheckpointWriteStats:
+        return CheckpointWriteStats(self.writes + 1, self.bytes + cost.bytes, self.fsyncs + cost.fsyncs, self.removals)
+
+
 FileKey = tuple[int, int, int, int]
 
 
@@ -81,20 +152,32 @@ def _file_key(st: os.stat_result) -> FileKey:
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
 
+@dataclass(frozen=True, slots=True)
+class _Pinned:
+    """A record file as last read or written: its open descriptor, its key, its record."""
+
+    fd: int
+    key: FileKey
+    record: ClaimRecord
+
+
 class CheckpointStore:
     """The checkpoint of one node, shared by every plugin process of the node; thread-safe.
 
-    The file is the truth, not this process's memory: during a rolling update the other plugin pod
-    changes it too.  So
+    The files are the truth, not this process's memory: during a rolling update the other plugin pod
+    changes them too.  So
 
-    - every change is a read-modify-write under an exclusive ``flock`` of ``<state dir>/prepare.lock``
-      (taken per change and held only for it): the view is re-read if the file changed, changed, and
-      the file rewritten atomically before the lock is released;
-    - every read re-reads the file first if it changed since this process last read or wrote it
-      (no lock needed: the file is only ever replaced by a rename, so a reader sees a whole file).
+    - every change is made under an exclusive ``flock`` of ``<state dir>/prepare.lock`` (taken per
+      change and held only for it): the claim's file is re-read if it changed, and replaced
+      atomically before the lock is released; :meth:`begin` re-reads every changed file under that
+      lock, for its check against the other claims;
+    - every read re-reads first the files that changed since this process last read or wrote them
+      (no lock needed: a file is only ever replaced by a rename, so a reader sees a whole record);
+      :meth:`get` looks at its claim's file alone, the others list the directory and ``stat`` each
+      file, and parse only those that changed.
 
-    "Changed" is decided by the file's (device, inode, mtime, size).  Every write is a new inode, and
-    the descriptor of the file last read stays open, so that inode cannot be reused by a later write
+    "Changed" is decided by a file's (device, inode, mtime, size).  Every write is a new inode, and
+    the descriptor of each file last read stays open, so that inode cannot be reused by a later write
     and mistaken for the version already read.
 
     Records are immutable values; callers replace a claim's record as a whole.  A wait for the lock
@@ -111,73 +194,77 @@ class CheckpointStore:
         clock: Callable[[], float] = time.monotonic,
         observe_write: Callable[[float], None] | None = None,
     ) -> None:
-        self._observe_write = observe_write  # seconds of each durable write (fsyncs included): a metric
-        self.path = state_dir / CHECKPOINT_FILE
+        self._observe_write = observe_write  # seconds of each write or removal: a metric
+        self.state_dir = state_dir
+        self.path = state_dir / CHECKPOINT_FILE  # the marker (schema version 1: every record)
+        self.claims_root = state_dir / CLAIMS_DIRECTORY
+        self.directory = self.claims_root / safe_file_name(boot_id)  # this boot's record files
         self.lock_path = state_dir / STATE_LOCK_FILE
         self.boot_id = boot_id
         self._lock_timeout = lock_timeout
         self._clock = clock
         self._writer = threading.Lock()  # one change of this process at a time (held while waiting for the flock)
         self._view_lock = threading.Lock()  # the view below; held briefly, never while waiting for the flock
-        self._checkpoint = Checkpoint(node_boot_id=boot_id)
-        self._key: FileKey | None = None
-        self._pinned: int | None = None
+        self._files: dict[str, _Pinned] = {}  # by file name
+        self._stats = CheckpointWriteStats()
+
+    def claim_path(self, claim_uid: str) -> Path:
+        """The file of the claim's record."""
+        return self.directory / claim_file_name(claim_uid)
+
+    def write_stats(self) -> CheckpointWriteStats:
+        """The disk work of this store's writes so far (cumulative; subtract two readings for a span)."""
+        with self._view_lock:
+            return self._stats
 
     def load(self) -> LoadOutcome:
-        """Read the file at start-up (absent = empty) and remove leftover temporary files of it.
+        """Read the records at start-up, after converting, discarding and cleaning up what needs it.
 
-        Raises :class:`CheckpointError` if it cannot be trusted (or its lock stayed held); a
-        checkpoint of another boot is discarded (MIG instances do not survive a reboot).
+        Under the checkpoint's lock: removes leftover temporary files of dead writers; converts a
+        single-file checkpoint (schema version 1) of this boot into record files, or discards one of
+        another boot; removes the record directories of other boots (MIG instances do not survive a
+        reboot); then reads every record of this boot.  Raises :class:`CheckpointError` if a file
+        cannot be trusted (naming it; nothing is removed then) or the lock stayed held.
         """
         try:
-            with self._exclusive():
-                # Every writer of the checkpoint holds this lock: no temporary file of it is being written now.
-                remove_leftover_temporary_files(self.path.parent, lambda target: target == self.path.name)
-                with self._view_lock:
-                    try:
-                        fd, st = self._open()
-                    except FileNotFoundError:
-                        self._write_locked(Checkpoint(node_boot_id=self.boot_id))
-                        return LoadOutcome((), (), None)
-                    try:
-                        loaded = parse_checkpoint_file(self._read(fd), self.path)
-                    except BaseException:
-                        os.close(fd)
-                        raise
-                    if loaded.node_boot_id != self.boot_id:
-                        os.close(fd)
-                        log.warning(
-                            "checkpoint %s is from boot %s, this is boot %s: discarding its %d claim(s) "
-                            "(MIG instances do not survive a reboot)",
-                            self.path,
-                            loaded.node_boot_id,
-                            self.boot_id,
-                            len(loaded.claims),
-                        )
-                        self._write_locked(Checkpoint(node_boot_id=self.boot_id))
-                        return LoadOutcome((), tuple(loaded.claims.values()), loaded.node_boot_id)
-                    self._pin(fd, st, loaded)
-                    return LoadOutcome(tuple(loaded.claims.values()), (), loaded.node_boot_id)
+            with self._exclusive(), self._view_lock:
+                self._unpin_all()
+                # Every writer of these files holds this lock: no temporary file of them is being written now.
+                remove_leftover_temporary_files(self.state_dir, lambda target: target == CHECKPOINT_FILE)
+                remove_leftover_temporary_files(self.directory, lambda target: target.endswith(RECORD_SUFFIX))
+                found_this_boot = self.directory.is_dir()
+                discarded, previous = self._convert_single_file_locked()
+                older, older_boot = self._discard_other_boots_locked()
+                discarded += older
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self._refresh_all_locked()
+                records = tuple(pinned.record for pinned in self._sorted_files())
+                if previous is None:
+                    previous = older_boot or (self.boot_id if found_this_boot or records else None)
+                return LoadOutcome(records, tuple(discarded), previous)
         except LockTimeoutError as e:
             raise CheckpointError(f"cannot load the checkpoint: {e.message}") from e
         except OSError as e:
-            raise CheckpointError(f"cannot read checkpoint {self.path}: {e}") from e
+            raise CheckpointError(f"cannot read the checkpoint in {self.state_dir}: {e}") from e
 
     def close(self) -> None:
-        """Let go of the file last read (the store can still be used; it re-reads)."""
+        """Let go of the files last read (the store can still be used; it re-reads)."""
         with self._view_lock:
-            self._unpin()
+            self._unpin_all()
 
-    # -- reads: the file as it is now --------------------------------------------------------------
+    # -- reads: the files as they are now -----------------------------------------------------------
 
     def current(self) -> Checkpoint:
-        """The checkpoint as on disk now (re-read if another process or thread changed it)."""
+        """Every record as on disk now (re-read where another process or thread changed it)."""
         with self._view_lock:
-            self._refresh_locked()
-            return self._checkpoint
+            self._refresh_all_locked()
+            claims = {pinned.record.claim_uid: pinned.record for pinned in self._sorted_files()}
+        return Checkpoint.model_construct(node_boot_id=self.boot_id, claims=claims)
 
     def get(self, claim_uid: str) -> ClaimRecord | None:
-        return self.current().claims.get(claim_uid)
+        """The claim's record as on disk now: its own file is looked at, no other."""
+        with self._view_lock:
+            return self._refresh_one_locked(claim_file_name(claim_uid))
 
     def records(self) -> tuple[ClaimRecord, ...]:
         return tuple(self.current().claims.values())
@@ -202,8 +289,8 @@ class CheckpointStore:
         Covers the moment between NVML creating a GI and its ID reaching the checkpoint: a GI of exactly
         that profile at exactly that placement on that GPU is migdra's.  The entry is recorded under the
         GPU's lock after the placement was found free, before the NVML call, and replaced by the GI ID
-        (:meth:`owned_instances`) in one step; so, read after the node's instances were read, the two
-        together name every GI migdra created.
+        (:meth:`owned_instances`) in one step (one replacement of the claim's file); so, read after the
+        node's instances were read, the two together name every GI migdra created.
         """
         return {
             (device.intent.gpu_uuid, device.intent.profile_id, device.intent.placement)
@@ -230,21 +317,26 @@ class CheckpointStore:
                     return device
         return None
 
-    # -- changes: read-modify-write under the checkpoint's lock ------------------------------------
+    # -- changes: one claim's file, under the checkpoint's lock -------------------------------------
 
     def put(self, record: ClaimRecord) -> None:
-        self._change(lambda claims: {**claims, record.claim_uid: record})
+        """Record ``record`` as the claim's record (nothing is written if the file already says so)."""
+        with self._exclusive(), self._view_lock:
+            if self._refresh_one_locked(claim_file_name(record.claim_uid)) != record:
+                self._write_locked(record)
 
     def begin(self, record: ClaimRecord) -> None:
         """Record ``PrepareStarted`` unless another claim already holds one of its devices.
 
-        The check and the write are one step under the checkpoint's lock, so two claims allocated the
-        same or an overlapping placement (a double allocation) never both proceed, whichever plugin
-        process prepares them.
+        The check and the write are one step under the checkpoint's lock, which every writer of every
+        record holds: so two claims allocated the same or an overlapping placement (a double
+        allocation) never both proceed, whichever plugin process prepares them.  The check reads every
+        record (parsing only the files that changed); the write is the claim's file alone.
         """
-
-        def change(claims: dict[str, ClaimRecord]) -> dict[str, ClaimRecord]:
-            for other in claims.values():
+        with self._exclusive(), self._view_lock:
+            self._refresh_all_locked()
+            for pinned in self._sorted_files():
+                other = pinned.record
                 if other.claim_uid == record.claim_uid:
                     continue
                 for device in record.devices:
@@ -255,17 +347,24 @@ class CheckpointStore:
                             f"{_describe_intent(held.intent)} is already prepared for claim {other.label} "
                             f"(UID {other.claim_uid}); refusing a double allocation"
                         )
-            return {**claims, record.claim_uid: record}
-
-        self._change(change)
+            self._write_locked(record)
 
     def drop(self, claim_uid: str) -> None:
-        def change(claims: dict[str, ClaimRecord]) -> dict[str, ClaimRecord] | None:
-            if claim_uid not in claims:
-                return None
-            return {uid: record for uid, record in claims.items() if uid != claim_uid}
-
-        self._change(change)
+        """Remove the claim's record (its file); nothing happens if it has none."""
+        name = claim_file_name(claim_uid)
+        with self._exclusive(), self._view_lock:
+            if self._refresh_one_locked(name) is None:
+                return
+            started = time.perf_counter()
+            # No directory fsync: a removal lost in a crash of the node is a record of a previous boot,
+            # which the next load discards unread (module docstring).
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.directory / name)
+            self._observed(started)
+            self._stats = CheckpointWriteStats(
+                self._stats.writes, self._stats.bytes, self._stats.fsyncs, self._stats.removals + 1
+            )
+            self._unpin(name)
 
     def update_device(self, claim_uid: str, index: int, device: DeviceRecord) -> ClaimRecord:
         """Replace device ``index`` of the claim's record (a step of its prepare); the new record.
@@ -273,26 +372,16 @@ class CheckpointStore:
         Raises :class:`KeyError` when the claim has no record: callers hold the claim's lock (in every
         plugin process), so its record cannot vanish under them.
         """
-        updated: list[ClaimRecord] = []
-
-        def change(claims: dict[str, ClaimRecord]) -> dict[str, ClaimRecord]:
-            record = claims[claim_uid]
-            devices = (*record.devices[:index], device, *record.devices[index + 1 :])
-            updated.append(record.model_copy(update={"devices": devices}))
-            return {**claims, claim_uid: updated[0]}
-
-        self._change(change)
-        return updated[0]
-
-    def _change(self, change: Callable[[dict[str, ClaimRecord]], dict[str, ClaimRecord] | None]) -> None:
-        """Apply ``change`` to the claims as on disk now and write the result (None: nothing to write)."""
         with self._exclusive(), self._view_lock:
-            self._refresh_locked()
-            claims = change(dict(self._checkpoint.claims))
-            if claims is not None:
-                self._write_locked(self._checkpoint.model_copy(update={"claims": claims}))
+            record = self._refresh_one_locked(claim_file_name(claim_uid))
+            if record is None:
+                raise KeyError(claim_uid)
+            devices = (*record.devices[:index], device, *record.devices[index + 1 :])
+            updated = record.model_copy(update={"devices": devices})
+            self._write_locked(updated)
+            return updated
 
-    # -- the file ----------------------------------------------------------------------------------
+    # -- the files ----------------------------------------------------------------------------------
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -316,66 +405,228 @@ class CheckpointStore:
         finally:
             self._writer.release()
 
-    def _refresh_locked(self) -> None:
-        """Re-read the file if it is not the version of the view (caller holds ``_view_lock``)."""
+    def _convert_single_file_locked(self) -> tuple[list[ClaimRecord], str | None]:
+        """Make ``checkpoint.json`` the marker: the records of another boot it held, and that boot.
+
+        A single file (schema version 1) of this boot is converted: every claim's file is written, the
+        files of this boot that it does not name are removed (an earlier conversion, interrupted, can
+        have left them; no migdra of this version writes records before the marker is in place), and
+        only then is the marker renamed over it.  A crash at any point leaves the single file, and the
+        next load converts it again from the start: no claim is lost or left twice.
+        """
         try:
-            st = os.stat(self.path)
+            raw = self.path.read_bytes()
         except FileNotFoundError:
-            if self._key is not None:
-                log.warning("checkpoint %s was removed while the plugin ran; its records are gone", self.path)
-                self._unpin()
-                self._checkpoint = Checkpoint(node_boot_id=self.boot_id)
-            return
-        except OSError as e:
-            raise CheckpointError(f"cannot read checkpoint {self.path}: {e}") from e
-        if _file_key(st) == self._key:
-            return
+            self._write_marker_locked()  # a fresh state directory: a downgraded migdra must not start on it
+            return [], None
+        loaded = parse_checkpoint_file(raw, self.path)
+        if isinstance(loaded, CheckpointMarker):
+            return [], None
+        if loaded.node_boot_id != self.boot_id:
+            log.warning(
+                "checkpoint %s is from boot %s, this is boot %s: discarding its %d claim(s) "
+                "(MIG instances do not survive a reboot)",
+                self.path,
+                loaded.node_boot_id,
+                self.boot_id,
+                len(loaded.claims),
+            )
+            self._write_marker_locked()
+            return list(loaded.claims.values()), loaded.node_boot_id
+        log.info(
+            "converting checkpoint %s (%d claim(s), one file) into one file per claim in %s",
+            self.path,
+            len(loaded.claims),
+            self.directory,
+        )
+        self.directory.mkdir(parents=True, exist_ok=True)
+        names = set()
+        for record in loaded.claims.values():
+            names.add(claim_file_name(record.claim_uid))
+            self._write_file_locked(self.claim_path(record.claim_uid), build_claim_file(self.boot_id, record))
+        for name in self._record_names():
+            if name not in names:
+                log.warning("removing %s: left by an interrupted conversion of %s", self.directory / name, self.path)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.directory / name)
+        self._write_marker_locked()
+        return [], None
+
+    def _write_marker_locked(self) -> None:
+        # The one fsynced write (both fsyncs): the marker is read before the boot is known, so it must
+        # not be empty or torn after a crash of the node; it is written once per state directory.
+        self._write_file_locked(self.path, build_checkpoint_marker(), sync=True)
+
+    def _discard_other_boots_locked(self) -> tuple[list[ClaimRecord], str | None]:
+        """Remove the record directories of other boots; the records that could still be read, and a boot ID.
+
+        A record of an earlier boot may be torn or empty (a crash of the node before it reached the
+        disk): it is logged and removed, never trusted and never an error.
+        """
+        discarded: list[ClaimRecord] = []
+        previous: str | None = None
         try:
-            fd, st = self._open()
+            entries = sorted(os.scandir(self.claims_root), key=lambda entry: entry.name)
         except FileNotFoundError:
-            return  # replaced and removed in between: the next read sees what is there
-        except OSError as e:
-            raise CheckpointError(f"cannot read checkpoint {self.path}: {e}") from e
+            return [], None
+        for entry in entries:
+            if entry.name == self.directory.name or not entry.is_dir(follow_symlinks=False):
+                continue
+            directory = Path(entry.path)
+            records: list[ClaimRecord] = []
+            for path in sorted(directory.iterdir()):
+                if path.name.endswith(RECORD_SUFFIX) and not path.name.startswith("."):
+                    try:
+                        loaded = parse_claim_file(path.read_bytes(), path)
+                    except (CheckpointError, OSError) as e:
+                        log.warning("discarding %s, a record of an earlier boot that cannot be read: %s", path, e)
+                    else:
+                        records.append(loaded.claim)
+                        previous = loaded.node_boot_id
+                with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                    path.unlink()
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+            log.warning(
+                "checkpoint records of boot %s (%s) discarded: %d claim(s) (MIG instances do not survive a reboot)",
+                previous or entry.name,
+                directory,
+                len(records),
+            )
+            discarded += records
+            previous = previous or entry.name
+        return discarded, previous
+
+    def _record_names(self) -> list[str]:
+        """The record files of this boot's directory, as listed now (temporary files excluded)."""
         try:
-            loaded = parse_checkpoint_file(self._read(fd), self.path)
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if n.endswith(RECORD_SUFFIX) and not n.startswith("."))
+
+    def _refresh_all_locked(self) -> None:
+        """Bring the view up to this boot's directory as it is now (caller holds ``_view_lock``)."""
+        try:
+            entries = list(os.scandir(self.directory))
+        except FileNotFoundError:
+            if self._files:
+                log.warning(
+                    "checkpoint directory %s was removed while the plugin ran; its records are gone", self.directory
+                )
+            entries = []
+        except OSError as e:
+            raise CheckpointError(f"cannot read the checkpoint directory {self.directory}: {e}") from e
+        present: set[str] = set()
+        for entry in entries:
+            name = entry.name
+            if name.startswith(".") or not name.endswith(RECORD_SUFFIX):
+                continue  # temporary files of writes in progress, or not migdra's
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # removed since the listing
+            except OSError as e:
+                raise CheckpointError(f"cannot read checkpoint record {entry.path}: {e}") from e
+            present.add(name)
+            pinned = self._files.get(name)
+            if pinned is None or pinned.key != _file_key(st):
+                self._reload_locked(name)
+        for name in set(self._files) - present:
+            self._unpin(name)
+
+    def _refresh_one_locked(self, name: str) -> ClaimRecord | None:
+        """The record in file ``name`` as it is now (re-read if it changed); None if there is none."""
+        try:
+            st = os.stat(self.directory / name)
+        except FileNotFoundError:
+            self._unpin(name)
+            return None
+        except OSError as e:
+            raise CheckpointError(f"cannot read checkpoint record {self.directory / name}: {e}") from e
+        pinned = self._files.get(name)
+        if pinned is None or pinned.key != _file_key(st):
+            pinned = self._reload_locked(name)  # verifies that the file is ``claim_uid``'s
+        return pinned.record if pinned is not None else None
+
+    def _reload_locked(self, name: str) -> _Pinned | None:
+        """Read, verify and pin file ``name``; None (and forgotten) if it is gone."""
+        path = self.directory / name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._unpin(name)
+            return None
+        except OSError as e:
+            raise CheckpointError(f"cannot read checkpoint record {path}: {e}") from e
+        try:
+            st = os.fstat(fd)
+            loaded = parse_claim_file(_read(fd), path)
             if loaded.node_boot_id != self.boot_id:
                 raise CheckpointError(
-                    f"checkpoint {self.path} now belongs to boot {loaded.node_boot_id}, this is boot {self.boot_id}; "
-                    "something other than migdra rewrote it"
+                    f"checkpoint record {path} belongs to boot {loaded.node_boot_id}, this is boot {self.boot_id}; "
+                    "something other than migdra wrote it -- inspect it, then remove it only if no MIG instance "
+                    "it names is in use"
                 )
+            if claim_file_name(loaded.claim.claim_uid) != name:
+                raise CheckpointError(
+                    f"checkpoint record {path} holds claim {loaded.claim.claim_uid}, whose file is "
+                    f"{claim_file_name(loaded.claim.claim_uid)}; something other than migdra wrote it"
+                )
+        except OSError as e:
+            os.close(fd)
+            raise CheckpointError(f"cannot read checkpoint record {path}: {e}") from e
         except BaseException:
             os.close(fd)
             raise
-        self._pin(fd, st, loaded)
+        pinned = _Pinned(fd, _file_key(st), loaded.claim)
+        self._pin(name, pinned)
+        return pinned
 
-    def _open(self) -> tuple[int, os.stat_result]:
-        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        return fd, os.fstat(fd)
+    def _write_locked(self, record: ClaimRecord) -> None:
+        """Replace the claim's file (caller holds the flock and ``_view_lock``) and make it the view."""
+        name = claim_file_name(record.claim_uid)
+        path = self.directory / name
+        self._write_file_locked(path, build_claim_file(self.boot_id, record))
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # under the flock nobody else replaced it since the rename
+        self._pin(name, _Pinned(fd, _file_key(os.fstat(fd)), record))
 
-    @staticmethod
-    def _read(fd: int) -> bytes:
-        chunks: list[bytes] = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+    def _write_file_locked(self, path: Path, data: bytes, *, sync: bool = False) -> None:
+        """Atomically replace ``path``, counted in the write statistics and the metric.
 
-    def _write_locked(self, checkpoint: Checkpoint) -> None:
-        """Replace the file (caller holds the flock and ``_view_lock``) and make it the view."""
+        ``sync`` is False for record files: see the module docstring for why no fsync is needed.
+        """
         started = time.perf_counter()
-        write_file_atomically(self.path, build_checkpoint_file(checkpoint), mode=0o600)
+        cost = write_file_atomically(path, data, mode=0o600, sync=sync)
+        self._observed(started)
+        self._stats = self._stats.plus(cost)
+
+    def _observed(self, started: float) -> None:
         if self._observe_write is not None:
             self._observe_write(time.perf_counter() - started)
-        fd, st = self._open()  # under the flock nobody else replaced it since the rename
-        self._pin(fd, st, checkpoint)
 
-    def _pin(self, fd: int, st: os.stat_result, checkpoint: Checkpoint) -> None:
-        self._unpin()
-        self._pinned, self._key, self._checkpoint = fd, _file_key(st), checkpoint
+    def _sorted_files(self) -> list[_Pinned]:
+        return [self._files[name] for name in sorted(self._files)]
 
-    def _unpin(self) -> None:
-        if self._pinned is not None:
-            os.close(self._pinned)
-        self._pinned, self._key = None, None
+    def _pin(self, name: str, pinned: _Pinned) -> None:
+        self._unpin(name)
+        self._files[name] = pinned
+
+    def _unpin(self, name: str) -> None:
+        pinned = self._files.pop(name, None)
+        if pinned is not None:
+            os.close(pinned.fd)
+
+    def _unpin_all(self) -> None:
+        for name in list(self._files):
+            self._unpin(name)
+
+
+def _read(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _describe_intent(intent: DeviceIntent) -> str:

@@ -1,21 +1,35 @@
-"""The checkpoint's versioned record schema and file format: what migdra records per claim, how the
-file is checksummed, built and parsed.
+"""The checkpoint's versioned record schema and file formats: what migdra records per claim, how the
+files are checksummed, built and parsed.
 
 This module owns the pydantic models of the checkpoint (:class:`ClaimRecord`, :class:`DeviceRecord`,
-:class:`DeviceIntent`), the file's checksum, :func:`build_checkpoint_file` /
-:func:`parse_checkpoint_file`, and the pure conflict rule :func:`compute_conflicting_device`.  It
-never touches files, locks, NVML or the API server
-(:class:`~kubeletplugin.prepare.checkpoint.CheckpointStore` does the I/O).
+:class:`DeviceIntent`), the files' checksum, their build/parse functions, and the pure conflict rule
+:func:`compute_conflicting_device`.  It never touches files, locks, NVML or the API server
+(:class:`~kubeletplugin.prepare.checkpoint.CheckpointStore` does the I/O and owns the layout).
 
-File format (``<state dir>/checkpoint.json``)::
+Every file is one checksummed document::
 
-    {"checksum": "sha256:<hex>", "data": {"schemaVersion": 1, "nodeBootID": "...", "claims": {...}}}
+    {"checksum": "sha256:<hex>", "data": {"schemaVersion": N, ...}}
+
+Schema version 2 (this migdra), one file per claim, so that a change of a claim rewrites that claim
+alone:
+
+- ``<state dir>/claims/<boot ID>/<claim UID>.json``: ``data`` = ``{"schemaVersion": 2, "nodeBootID":
+  "...", "claim": {<ClaimRecord>}}`` (:func:`build_claim_file` / :func:`parse_claim_file`);
+- ``<state dir>/checkpoint.json``: ``data`` = ``{"schemaVersion": 2, "claimsDirectory": "claims"}``,
+  a marker that says where the records are (:func:`build_checkpoint_marker`).  A migdra that reads
+  only version 1 refuses it ("schema version 2") instead of starting as if nothing were prepared.
+
+Schema version 1 (migdra before one file per claim): ``checkpoint.json`` held every claim,
+``data`` = ``{"schemaVersion": 1, "nodeBootID": "...", "claims": {"<uid>": {<ClaimRecord>}}}``
+(:class:`Checkpoint`, :func:`build_checkpoint_file`).  It is still parsed so that the store can
+convert it (:func:`parse_checkpoint_file` returns either kind).  The claim record itself is the same
+in both versions.
 
 The checksum is SHA-256 over the canonical JSON of ``data`` *as stored* (keys sorted, no spaces), so
 a reader that does not know a field added later still verifies the file (NVIDIA's checkpoint broke
 upgrades when new fields changed the checksum, k8s-dra-driver-gpu #1080).  A mismatch, unparsable
-JSON or an unknown schema version is a :class:`~kubeletplugin.prepare.errors.CheckpointError`: the
-plugin refuses to start, the file stays for an admin to inspect.
+JSON or an unknown schema version is a :class:`~kubeletplugin.prepare.errors.CheckpointError` naming
+the file: the plugin refuses to start, the file stays for an admin to inspect.
 """
 
 from __future__ import annotations
@@ -25,14 +39,20 @@ import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dra_driver.mig.catalog import Placement
 from kubeletplugin.prepare.errors import CheckpointError
 
-CHECKPOINT_SCHEMA_VERSION = 1
+_M = TypeVar("_M", bound=BaseModel)
+
+LEGACY_SCHEMA_VERSION = 1
+"""``checkpoint.json`` holding every claim (converted by the store at start-up)."""
+CHECKPOINT_SCHEMA_VERSION = 2
+"""One file per claim, and ``checkpoint.json`` the marker saying so."""
+CLAIMS_DIRECTORY = "claims"
 
 
 class ClaimState(enum.StrEnum):
@@ -112,9 +132,26 @@ class ClaimRecord(_Record):
 
 
 class Checkpoint(_Record):
+    """Every claim of one boot: schema version 1's file, and what the store's :meth:`current` returns."""
+
     schema_version: Literal[1] = Field(default=1, alias="schemaVersion")
     node_boot_id: str = Field(alias="nodeBootID")
     claims: dict[str, ClaimRecord] = Field(default_factory=dict)
+
+
+class ClaimFile(_Record):
+    """One claim's record file (schema version 2), stamped with the boot that wrote it."""
+
+    schema_version: Literal[2] = Field(default=2, alias="schemaVersion")
+    node_boot_id: str = Field(alias="nodeBootID")
+    claim: ClaimRecord
+
+
+class CheckpointMarker(_Record):
+    """``checkpoint.json`` of schema version 2: the records are one file per claim, in this directory."""
+
+    schema_version: Literal[2] = Field(default=2, alias="schemaVersion")
+    claims_directory: Literal["claims"] = Field(default="claims", alias="claimsDirectory")
 
 
 def compute_checksum(data: Any) -> str:
@@ -123,14 +160,27 @@ def compute_checksum(data: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def build_checkpoint_file(checkpoint: Checkpoint) -> bytes:
-    data = checkpoint.model_dump(mode="json", by_alias=True)
+def _build_document(model: BaseModel) -> bytes:
+    data = model.model_dump(mode="json", by_alias=True)
     document = {"checksum": compute_checksum(data), "data": data}
     return json.dumps(document, sort_keys=True, indent=1, ensure_ascii=False).encode("utf-8")
 
 
-def parse_checkpoint_file(raw: bytes, source: Path) -> Checkpoint:
-    """Verify and decode a checkpoint file; every problem is a :class:`CheckpointError` naming it."""
+def build_checkpoint_file(checkpoint: Checkpoint) -> bytes:
+    """Schema version 1's single file (what a migdra before one file per claim reads)."""
+    return _build_document(checkpoint)
+
+
+def build_claim_file(node_boot_id: str, record: ClaimRecord) -> bytes:
+    return _build_document(ClaimFile(node_boot_id=node_boot_id, claim=record))
+
+
+def build_checkpoint_marker() -> bytes:
+    return _build_document(CheckpointMarker())
+
+
+def _verified_data(raw: bytes, source: Path) -> tuple[dict[str, Any], object]:
+    """``data`` of a checksummed document, and its schema version; every problem a CheckpointError."""
     try:
         document = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -145,15 +195,39 @@ def parse_checkpoint_file(raw: bytes, source: Path) -> Checkpoint:
             "it names is in use"
         )
     data = document["data"]
-    version = data.get("schemaVersion") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"checkpoint {source}: 'data' is not an object; refusing to start")
+    return data, data.get("schemaVersion")
+
+
+def _validated(model: type[_M], data: dict[str, Any], source: Path, version: object) -> _M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise CheckpointError(f"checkpoint {source} does not match schema {version}: {e}") from e
+
+
+def parse_checkpoint_file(raw: bytes, source: Path) -> Checkpoint | CheckpointMarker:
+    """``checkpoint.json``: version 1's single file (to convert) or version 2's marker; verified."""
+    data, version = _verified_data(raw, source)
+    if version == LEGACY_SCHEMA_VERSION:
+        return _validated(Checkpoint, data, source, version)
+    if version == CHECKPOINT_SCHEMA_VERSION:
+        return _validated(CheckpointMarker, data, source, version)
+    raise CheckpointError(
+        f"checkpoint {source} has schema version {version!r}; this migdra reads {LEGACY_SCHEMA_VERSION} "
+        f"and {CHECKPOINT_SCHEMA_VERSION}"
+    )
+
+
+def parse_claim_file(raw: bytes, source: Path) -> ClaimFile:
+    """One claim's record file, verified; every problem is a :class:`CheckpointError` naming it."""
+    data, version = _verified_data(raw, source)
     if version != CHECKPOINT_SCHEMA_VERSION:
         raise CheckpointError(
-            f"checkpoint {source} has schema version {version!r}; this migdra reads {CHECKPOINT_SCHEMA_VERSION}"
+            f"checkpoint record {source} has schema version {version!r}; this migdra reads {CHECKPOINT_SCHEMA_VERSION}"
         )
-    try:
-        return Checkpoint.model_validate(data)
-    except ValidationError as e:
-        raise CheckpointError(f"checkpoint {source} does not match schema {CHECKPOINT_SCHEMA_VERSION}: {e}") from e
+    return _validated(ClaimFile, data, source, version)
 
 
 def compute_conflicting_device(intent: DeviceIntent, others: Iterable[DeviceRecord]) -> DeviceRecord | None:

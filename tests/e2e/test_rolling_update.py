@@ -10,6 +10,7 @@ the old process is gone the new one unprepares what the old one prepared, leavin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -115,8 +116,12 @@ class Plugins:
         )
 
     def checkpoint(self) -> dict[str, Any]:
-        """The checkpoint's records by claim UID, as stored."""
-        claims: dict[str, Any] = json.loads((self.plugin_dir / "checkpoint.json").read_text())["data"]["claims"]
+        """The checkpoint's records by claim UID, as stored (one file per claim, of this boot)."""
+        claims: dict[str, Any] = {}
+        for path in (self.plugin_dir / "claims").glob("*/*.json"):
+            with contextlib.suppress(FileNotFoundError):  # dropped between the listing and the read
+                claim = json.loads(path.read_text())["data"]["claim"]
+                claims[claim["claimUID"]] = claim
         return claims
 
     def gpu_uuid(self, index: int) -> str:

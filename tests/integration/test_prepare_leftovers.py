@@ -1,6 +1,7 @@
 """Temporary files of interrupted atomic writes are removed at start-up -- only those that are provably
-abandoned: exactly of the writer's name pattern, of this driver's checkpoint or CDI specs, and written by
-a process that is gone, under a lock no other plugin process holds (docs/prepare.md, §7).
+abandoned: exactly of the writer's name pattern, of this driver's checkpoint (its marker or a claim's
+record file) or CDI specs, and written by a process that is gone, under a lock no other plugin process
+holds (docs/prepare.md, §7).
 
 The leftovers are real: a child process writes through ``write_file_atomically`` and is SIGKILLed
 right before the rename, as ``kill -9`` mid-write leaves them.
@@ -76,11 +77,13 @@ def test_leftovers_of_dead_writers_are_removed_and_everything_else_is_kept(node:
     removed = [
         killed_mid_write(checkpoint),
         killed_mid_write(checkpoint),
+        killed_mid_write(node.record_path("uid-1")),  # a claim's record file
         killed_mid_write(cdi_of["orphan-1"]),
         renamed(killed_mid_write(cdi_of["mine-4"]), os.getpid()),  # this very process, PID 1 in a container
     ]
     kept = [
         renamed(killed_mid_write(checkpoint), live_process),  # a writer that is alive
+        renamed(killed_mid_write(node.record_path("uid-2")), live_process),
         renamed(killed_mid_write(cdi_of["live-3"]), live_process),
         killed_mid_write(cdi_of["busy-2"]),  # its claim is locked by another plugin process: mid-write?
         killed_mid_write(node.cdi_dir / "nvidia.com-gpu.json"),  # another vendor's spec
@@ -108,10 +111,11 @@ def test_a_restart_after_kill_9_mid_checkpoint_write_leaves_no_temporary_file(no
     ref = node.claim("kept", [result("gpu-0-mig-1g10gb-19-0")])
     assert service.prepare([ref])[ref.uid].error == ""
     service.close()
-    leftover = killed_mid_write(node.state_dir / "checkpoint.json")
-    assert (node.state_dir / "checkpoint.json").read_bytes() != b"{}"  # the rename never happened
+    record = node.record_path(ref.uid)
+    leftover = killed_mid_write(record)
+    assert record.read_bytes() != b"{}"  # the rename never happened
 
     restarted = node.service()
     assert not leftover.exists()
-    assert restarted.prepare([ref])[ref.uid].error == ""  # the checkpoint itself is intact
-    assert sorted(p.name for p in node.state_dir.iterdir() if p.name.endswith(".tmp")) == []
+    assert restarted.prepare([ref])[ref.uid].error == ""  # the record itself is intact
+    assert sorted(p.name for p in record.parent.iterdir() if p.name.endswith(".tmp")) == []

@@ -137,8 +137,8 @@ def test_prepare_survives_kill_9_at_every_step(node: Node, crash_at: str | None,
 
 def checkpoint_devices(node: Node, ref: ClaimRef) -> list[dict[str, Any]]:
     """The device records of the claim in the checkpoint file, as stored."""
-    data = json.loads((node.state_dir / "checkpoint.json").read_text())["data"]
-    return list(data["claims"][ref.uid]["devices"])
+    data = json.loads(node.record_path(ref.uid).read_text())["data"]
+    return list(data["claim"]["devices"])
 
 
 def operator_creates(node: Node, *, with_compute_instance: bool) -> int:
@@ -293,11 +293,11 @@ def test_a_corrupt_checkpoint_refuses_to_start_and_destroys_nothing(node: Node) 
     ref = node.claim("corrupt", [result(DEVICE_A)])
     assert service.prepare([ref])[ref.uid].error == ""
     service.close()
-    checkpoint = node.state_dir / "checkpoint.json"
-    checkpoint.write_text(checkpoint.read_text().replace('"gpuInstanceID": 5', '"gpuInstanceID": 6'))
+    record = node.record_path(ref.uid)
+    record.write_text(record.read_text().replace('"gpuInstanceID": 5', '"gpuInstanceID": 6'))
     before = node.instances()
 
-    with pytest.raises(CheckpointError, match="corrupt: checksum"):
+    with pytest.raises(CheckpointError, match=f"{record} is corrupt: checksum"):
         node.service()
     assert node.instances() == before
     assert spec_path(node.cdi_dir, DRIVER, ref.uid).exists()

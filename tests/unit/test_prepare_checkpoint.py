@@ -1,16 +1,35 @@
-"""The checkpoint: round trip, checksum refusal, other boot discarded, double-allocation guard."""
+"""The checkpoint: round trip, checksum refusal, other boot discarded, double-allocation guard, one file
+per claim (disk work per change independent of the claims held), conversion of the single-file checkpoint."""
 
 from __future__ import annotations
 
 import json
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import kubeletplugin.prepare.checkpoint as checkpoint_module
 from dra_driver.mig.catalog import Placement
-from kubeletplugin.prepare.checkpoint import CheckpointStore
+from kubeletplugin.prepare.checkpoint import CheckpointStore, CheckpointWriteStats
 from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError
-from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord, compute_checksum
+from kubeletplugin.prepare.records import (
+    Checkpoint,
+    ClaimFile,
+    ClaimRecord,
+    ClaimState,
+    DeviceIntent,
+    DeviceRecord,
+    build_checkpoint_file,
+    build_claim_file,
+    compute_checksum,
+    parse_claim_file,
+)
 
 BOOT = "boot-a"
 GPU = "GPU-00000000-0000-0000-0000-000000000000"
@@ -69,18 +88,31 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
     assert reloaded.owned_instances() == {(GPU, 13)}
 
 
-def test_checksum_mismatch_refuses_to_load_and_keeps_the_file(tmp_path: Path) -> None:
+def rewrite(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Change a stored file's ``data`` and checksum it again, as a newer (or older) migdra would write it."""
+    document = json.loads(path.read_text())
+    edit(document["data"])
+    document["checksum"] = compute_checksum(document["data"])
+    path.write_text(json.dumps(document))
+
+
+def test_checksum_mismatch_refuses_to_load_names_the_file_and_keeps_it(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, BOOT)
     store.load()
     store.put(completed("uid-1", realized("gpu-0-mig-1g10gb-19-6", 6, 13)))
-    document = json.loads(store.path.read_text())
-    document["data"]["claims"]["uid-1"]["devices"][0]["gpuInstanceID"] = 14  # a flipped bit
-    store.path.write_text(json.dumps(document))
-    tampered = store.path.read_bytes()
+    store.put(completed("uid-2", realized("gpu-0-mig-1g10gb-19-5", 5, 12)))
+    path = store.claim_path("uid-1")
+    document = json.loads(path.read_text())
+    document["data"]["claim"]["devices"][0]["gpuInstanceID"] = 14  # a flipped bit
+    path.write_text(json.dumps(document))
+    tampered = path.read_bytes()
 
-    with pytest.raises(CheckpointError, match="corrupt: checksum"):
+    with pytest.raises(CheckpointError, match=f"{re.escape(str(path))} is corrupt: checksum"):
         CheckpointStore(tmp_path, BOOT).load()
-    assert store.path.read_bytes() == tampered  # never silently discarded
+    assert path.read_bytes() == tampered  # never silently discarded
+    assert store.claim_path("uid-2").exists()
+    with pytest.raises(CheckpointError, match="corrupt: checksum"):
+        store.records()  # the running process fails its calls too
 
 
 @pytest.mark.parametrize(
@@ -95,9 +127,31 @@ def test_checksum_mismatch_refuses_to_load_and_keeps_the_file(tmp_path: Path) ->
         ),
     ],
 )
-def test_unreadable_checkpoint_refuses_to_start(tmp_path: Path, content: bytes, message: str) -> None:
-    (tmp_path / "checkpoint.json").write_bytes(content)
-    with pytest.raises(CheckpointError, match=message):
+@pytest.mark.parametrize("which", ["marker", "record"])
+def test_an_unreadable_file_refuses_to_start_naming_it(
+    tmp_path: Path, content: bytes, message: str, which: str
+) -> None:
+    """A record we cannot read could name an instance we own: refusing to start is the safe choice."""
+    store = CheckpointStore(tmp_path, BOOT)
+    store.load()
+    store.put(completed("uid-1", realized("gpu-0-mig-1g10gb-19-6", 6, 13)))
+    path = store.path if which == "marker" else store.claim_path("uid-1")
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=f"{re.escape(str(path))}.*{message}"):
+        CheckpointStore(tmp_path, BOOT).load()
+    assert path.read_bytes() == content
+
+
+def test_a_record_file_that_names_another_claim_or_boot_is_refused(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, BOOT)
+    store.load()
+    store.put(completed("uid-1", realized("gpu-0-mig-1g10gb-19-6", 6, 13)))
+    store.claim_path("uid-1").rename(store.claim_path("uid-9"))
+    with pytest.raises(CheckpointError, match="holds claim uid-1"):
+        CheckpointStore(tmp_path, BOOT).load()
+    store.claim_path("uid-9").rename(store.claim_path("uid-1"))
+    rewrite(store.claim_path("uid-1"), lambda data: data.update(nodeBootID="boot-z"))
+    with pytest.raises(CheckpointError, match="belongs to boot boot-z"):
         CheckpointStore(tmp_path, BOOT).load()
 
 
@@ -106,14 +160,12 @@ def test_checksum_covers_the_stored_json_so_unknown_fields_still_verify(tmp_path
     store = CheckpointStore(tmp_path, BOOT)
     store.load()
     store.put(completed("uid-1", realized("gpu-0-mig-1g10gb-19-6", 6, 13)))
-    document = json.loads(store.path.read_text())
-    document["data"]["claims"]["uid-1"]["addedLater"] = {"x": 1}
-    document["checksum"] = compute_checksum(document["data"])
-    store.path.write_text(json.dumps(document))
+    rewrite(store.claim_path("uid-1"), lambda data: data["claim"].update(addedLater={"x": 1}))
+    rewrite(store.path, lambda data: data.update(addedLater=True))
     assert CheckpointStore(tmp_path, BOOT).load().records[0].claim_uid == "uid-1"
 
 
-def test_checkpoint_of_another_boot_is_discarded(tmp_path: Path) -> None:
+def test_records_of_another_boot_are_discarded(tmp_path: Path) -> None:
     old = CheckpointStore(tmp_path, "boot-before-reboot")
     old.load()
     old.put(completed("uid-1", realized("gpu-0-mig-1g10gb-19-6", 6, 13)))
@@ -123,7 +175,24 @@ def test_checkpoint_of_another_boot_is_discarded(tmp_path: Path) -> None:
     assert [r.claim_uid for r in outcome.discarded] == ["uid-1"]
     assert outcome.previous_boot_id == "boot-before-reboot"
     assert store.records() == ()
-    assert CheckpointStore(tmp_path, BOOT).load().records == ()  # the fresh checkpoint is on disk
+    assert not old.directory.exists()
+    assert CheckpointStore(tmp_path, BOOT).load().records == ()
+
+
+def test_a_torn_record_of_another_boot_is_discarded_never_an_error(tmp_path: Path) -> None:
+    """Records are not fsynced: after a crash of the node one may be empty or torn.  It belongs to a boot
+    whose instances are gone, so it is removed unread and the plugin starts."""
+    old = CheckpointStore(tmp_path, "boot-before-reboot")
+    old.load()
+    old.put(completed("uid-1", realized("gpu-0-mig-1g10gb-19-6", 6, 13)))
+    old.put(completed("uid-2", realized("gpu-0-mig-1g10gb-19-5", 5, 12)))
+    old.claim_path("uid-1").write_bytes(b"")
+    old.claim_path("uid-2").write_bytes(old.claim_path("uid-2").read_bytes()[:40])
+    (old.directory / ".uid-3.json.1.0123abcd.tmp").write_bytes(b"{")
+
+    outcome = CheckpointStore(tmp_path, BOOT).load()
+    assert (outcome.records, outcome.discarded) == ((), ())
+    assert not old.directory.exists()
 
 
 def test_a_placement_held_by_another_claim_is_refused(tmp_path: Path) -> None:
@@ -202,10 +271,7 @@ def test_a_checkpoint_written_before_gpu_instances_before_existed_still_loads(tm
     store = CheckpointStore(tmp_path, BOOT)
     store.load()
     store.put(started("uid-1", DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-0", 0))))
-    document = json.loads(store.path.read_text())
-    del document["data"]["claims"]["uid-1"]["devices"][0]["gpuInstancesBefore"]
-    document["checksum"] = compute_checksum(document["data"])
-    store.path.write_text(json.dumps(document))
+    rewrite(store.claim_path("uid-1"), lambda data: data["claim"]["devices"][0].pop("gpuInstancesBefore"))
     (record,) = CheckpointStore(tmp_path, BOOT).load().records
     assert record.devices[0].gpu_instances_before is None
     assert not record.devices[0].creation_requested
@@ -229,3 +295,184 @@ def test_two_plugin_processes_share_one_checkpoint_without_losing_a_record(tmp_p
     assert [r.claim_uid for r in CheckpointStore(tmp_path, BOOT).load().records] == ["uid-old"]
     old.close()
     new.close()
+
+
+# -- one file per claim: a change's disk work does not grow with the claims held ---------------------
+
+
+def prepare_steps(store: CheckpointStore, uid: str, start: int, gpu: str) -> list[ClaimRecord]:
+    """The four writes of a one-device prepare, as the service makes them; the records written."""
+    device = DeviceRecord(intent=intent(f"gpu-mig-1g10gb-19-{start}", start, gpu=gpu))
+    begun = started(uid, device)
+    store.begin(begun)
+    requested = store.update_device(uid, 0, device.model_copy(update={"gpu_instances_before": (1, 2)}))
+    created = store.update_device(uid, 0, requested.devices[0].model_copy(update={"gpu_instance_id": 7}))
+    done = created.model_copy(
+        update={
+            "state": ClaimState.PREPARE_COMPLETED,
+            "devices": (realized(device.intent.device_name, start, 7).model_copy(update={"intent": device.intent}),),
+        }
+    )
+    store.put(done)
+    return [begun, requested, created, done]
+
+
+def test_the_disk_work_of_a_prepare_does_not_depend_on_the_claims_held(tmp_path: Path) -> None:
+    """The 1st and the 50th claim of a node cost the same writes and fsyncs, and bytes that are exactly
+    their own records' -- never a rewrite of the other claims' records."""
+    store = CheckpointStore(tmp_path, BOOT)
+    store.load()
+    spent: list[tuple[CheckpointWriteStats, int]] = []
+    for number in range(50):
+        before = store.write_stats()
+        written = prepare_steps(store, f"uid-{number:02d}", number % 7, f"GPU-{number // 7}")
+        spent.append((store.write_stats() - before, sum(len(build_claim_file(BOOT, r)) for r in written)))
+
+    (first, first_own), (last, last_own) = spent[0], spent[-1]
+    assert first == CheckpointWriteStats(writes=4, bytes=first_own, fsyncs=0)
+    assert last == CheckpointWriteStats(writes=4, bytes=last_own, fsyncs=0)
+    assert abs(last.bytes - first.bytes) == abs(last_own - first_own)  # the records' own size difference
+    assert len(store.records()) == 50
+
+
+def test_a_change_of_one_claim_never_rewrites_another_claims_file(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, BOOT)
+    store.load()
+    prepare_steps(store, "uid-a", 0, GPU)
+    a = store.claim_path("uid-a").stat()
+    prepare_steps(store, "uid-b", 1, GPU)
+    store.drop("uid-b")
+    after = store.claim_path("uid-a").stat()
+    assert (after.st_ino, after.st_mtime_ns, after.st_size) == (a.st_ino, a.st_mtime_ns, a.st_size)
+    assert not store.claim_path("uid-b").exists()
+    assert store.write_stats().removals == 1
+
+
+def test_write_statistics_count_what_is_written_and_the_metric_sees_every_change(tmp_path: Path) -> None:
+    seconds: list[float] = []
+    store = CheckpointStore(tmp_path, BOOT, observe_write=seconds.append)
+    store.load()  # a fresh state directory: the marker, fsynced (file and directory), once
+    assert store.write_stats() == CheckpointWriteStats(writes=1, bytes=len(store.path.read_bytes()), fsyncs=2)
+    record = completed("uid-1", realized("gpu-0-mig-1g10gb-19-6", 6, 13))
+    store.put(record)
+    store.put(record)  # the file already says so: nothing is written
+    store.drop("uid-1")
+    store.drop("uid-1")  # no record: nothing is removed
+    assert store.write_stats() - CheckpointWriteStats(writes=1, bytes=len(store.path.read_bytes()), fsyncs=2) == (
+        CheckpointWriteStats(writes=1, bytes=len(build_claim_file(BOOT, record)), fsyncs=0, removals=1)
+    )
+    assert len(seconds) == 3  # marker, put, drop
+    reloaded = CheckpointStore(tmp_path, BOOT)
+    reloaded.load()
+    assert reloaded.write_stats() == CheckpointWriteStats()  # the marker is there: a restart writes nothing
+
+
+def test_a_reader_re_reads_only_the_files_that_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    writer, reader = CheckpointStore(tmp_path, BOOT), CheckpointStore(tmp_path, BOOT)
+    writer.load()
+    for number in range(5):
+        prepare_steps(writer, f"uid-{number}", number, GPU)
+    reader.load()
+    parsed: list[Path] = []
+
+    def parse(raw: bytes, source: Path) -> ClaimFile:
+        parsed.append(source)
+        return parse_claim_file(raw, source)
+
+    monkeypatch.setattr(checkpoint_module, "parse_claim_file", parse)
+    assert len(reader.records()) == 5
+    assert parsed == []
+    writer.update_device("uid-3", 0, realized("gpu-mig-1g10gb-19-3", 3, 8))
+    assert reader.get("uid-3") == writer.get("uid-3")
+    assert len(reader.records()) == 5
+    assert parsed == [writer.claim_path("uid-3")]  # once, by get(); records() saw it was read already
+
+
+def test_two_stores_see_each_others_changes_through_get(tmp_path: Path) -> None:
+    one, two = CheckpointStore(tmp_path, BOOT), CheckpointStore(tmp_path, BOOT)
+    one.load()
+    two.load()
+    record = completed("uid-1", realized("gpu-0-mig-1g10gb-19-6", 6, 13))
+    one.put(record)
+    assert two.get("uid-1") == record
+    two.drop("uid-1")
+    assert one.get("uid-1") is None
+    assert one.records() == ()
+    one.close()
+    two.close()
+
+
+# -- upgrade: the single-file checkpoint (schema version 1) -----------------------------------------
+
+
+def single_file(tmp_path: Path, boot: str, *records: ClaimRecord) -> bytes:
+    """``checkpoint.json`` as a migdra before one file per claim wrote it."""
+    content = build_checkpoint_file(Checkpoint(node_boot_id=boot, claims={r.claim_uid: r for r in records}))
+    (tmp_path / "checkpoint.json").write_bytes(content)
+    return content
+
+
+A = completed("uid-a", realized("gpu-0-mig-1g10gb-19-6", 6, 13))
+B = started("uid-b", DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-5", 5), gpu_instances_before=(13,)))
+
+
+def test_a_single_file_checkpoint_of_this_boot_is_converted_into_one_file_per_claim(tmp_path: Path) -> None:
+    single_file(tmp_path, BOOT, A, B)
+    store = CheckpointStore(tmp_path, BOOT)
+    outcome = store.load()
+    assert (outcome.records, outcome.discarded) == ((A, B), ())
+    assert sorted(p.name for p in store.directory.iterdir()) == ["uid-a.json", "uid-b.json"]
+    marker = json.loads(store.path.read_text())
+    assert marker["data"] == {"schemaVersion": 2, "claimsDirectory": "claims"}
+    assert marker["checksum"] == compute_checksum(marker["data"])  # a migdra of version 1 verifies it, then refuses 2
+    assert CheckpointStore(tmp_path, BOOT).load().records == (A, B)
+
+
+def test_a_single_file_checkpoint_of_another_boot_is_discarded(tmp_path: Path) -> None:
+    single_file(tmp_path, "boot-before-reboot", A)
+    store = CheckpointStore(tmp_path, BOOT)
+    outcome = store.load()
+    assert (outcome.records, outcome.discarded, outcome.previous_boot_id) == ((), (A,), "boot-before-reboot")
+    assert json.loads(store.path.read_text())["data"]["schemaVersion"] == 2
+
+
+KILLED_MID_CONVERSION = """
+import os, signal, sys
+from pathlib import Path
+import kubeletplugin.prepare.checkpoint as checkpoint
+
+real, calls = checkpoint.write_file_atomically, []
+
+def write(path, data, mode=0o644, before_replace=None, *, sync=True):
+    calls.append(path)
+    if len(calls) == int(sys.argv[2]):
+        before_replace = lambda tmp: os.kill(os.getpid(), signal.SIGKILL)
+    return real(path, data, mode, before_replace, sync=sync)
+
+checkpoint.write_file_atomically = write
+checkpoint.CheckpointStore(Path(sys.argv[1]), sys.argv[3]).load()
+"""
+
+
+@pytest.mark.parametrize("killed_at", [1, 2, 3], ids=["first-claim", "second-claim", "marker"])
+def test_a_conversion_killed_midway_loses_and_duplicates_nothing(tmp_path: Path, killed_at: int) -> None:
+    """``kill -9`` in the middle of the conversion (before the rename of the first claim's file, of the
+    second's, of the marker): the single file stays, and the next load converts it from the start."""
+    stale = completed("uid-stale", realized("gpu-0-mig-1g10gb-19-0", 0, 9))
+    store = CheckpointStore(tmp_path, BOOT)
+    store.directory.mkdir(parents=True)
+    store.claim_path("uid-stale").write_bytes(build_claim_file(BOOT, stale))  # an earlier conversion's leftover
+    single = single_file(tmp_path, BOOT, A, B)
+
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_MID_CONVERSION, str(tmp_path), str(killed_at), BOOT], check=False, timeout=60
+    )
+    assert child.returncode == -signal.SIGKILL
+    assert store.path.read_bytes() == single  # the single file is the truth until the marker replaces it
+    assert [p.name for p in store.directory.iterdir() if p.name.endswith(".tmp")] != [] or killed_at == 3
+
+    outcome = store.load()
+    assert (outcome.records, outcome.discarded) == ((A, B), ())
+    assert sorted(p.name for p in store.directory.iterdir()) == ["uid-a.json", "uid-b.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.json", "claims", "prepare.lock"]
+    assert json.loads(store.path.read_text())["data"]["schemaVersion"] == 2
