@@ -91,6 +91,25 @@ def _error_of(operation: str, gpu: str | None, code: int, message: str, nvml_err
     return error_class(operation, code, message, gpu, nvml_error_name=nvml_error_name)
 
 
+TIMED_CALL_SYMBOLS: dict[str, tuple[str, ...]] = {
+    "GetHandleByIndex": ("nvmlDeviceGetHandleByIndex_v2",),
+    "GetMigMode": ("nvmlDeviceGetMigMode",),
+    "GetUUID": ("nvmlDeviceGetUUID",),
+    "GetGpuInstanceProfileInfo": ("nvmlDeviceGetGpuInstanceProfileInfoV",),  # pynvml picks V for version 2
+    # Two C calls per sample: the count, then the placements (as every placements read here makes them).
+    "GetGpuInstancePossiblePlacements": ("nvmlDeviceGetGpuInstancePossiblePlacements_v2",) * 2,
+    "GetGpuInstanceRemainingCapacity": ("nvmlDeviceGetGpuInstanceRemainingCapacity",),
+    "GetGpuInstances": ("nvmlDeviceGetGpuInstances",),
+}
+"""The NVML C symbols pynvml calls for one sample of each call :meth:`Nvml.time_read_only_calls` times,
+by the name the recording keeps its latency under (``latency_us_p50_p99_read_only_calls``).  The
+simulator turns a recording into per-symbol latency with it (``dra_driver.nvml.sim.recorded_latency``);
+tests/integration/test_sim_latency_profile.py holds it to the calls the timing really makes."""
+
+INIT_SYMBOLS: tuple[str, ...] = ("nvmlInitWithFlags",)
+"""What ``pynvml.nvmlInit`` calls (after loading the library): a recording's ``nvmlInit_ms`` is timed
+around the whole session open, library load included."""
+
 CallObserver = Callable[[str, float, str], None]
 """``(NVML function, seconds, result)``: told of every NVML call, ``result`` is ``success`` or the
 migdra error class (``NvmlNotSupported``).  Metrics hang here, so this module needs no metrics library."""
@@ -289,6 +308,7 @@ class Nvml:
 
         For recordings of real hardware (``migdra hw record``): the calls the node plugin makes when it
         reads a GPU's MIG state.  A call the GPU refuses is left out.  Nothing here changes the GPU.
+        Asks NVML every time (no cache).  A call added here needs its C symbols in :data:`TIMED_CALL_SYMBOLS`.
         """
         handle = self._handle(gpu.uuid)
         calls: dict[str, Any] = {

@@ -18,10 +18,10 @@ import datetime
 import statistics
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dra_driver.mig.catalog import Placement
-from dra_driver.nvml.backend import Nvml
+from dra_driver.nvml.backend import TIMED_CALL_SYMBOLS, Nvml
 from dra_driver.nvml.errors import NvmlError
 from dra_driver.nvml.types import GpuInfo, GpuInstanceInfo, GpuInstanceProfileInfo
 
@@ -127,6 +127,42 @@ class Recording(BaseModel):
     nvml: RecordedNvml
 
 
+class RecordedLatency(BaseModel):
+    """One timed call's latency, in microseconds, over ``--latency-samples`` samples."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    p50_us: float = Field(ge=0)
+    p99_us: float = Field(ge=0)
+
+
+LATENCY_KEY = "latency_us_p50_p99_read_only_calls"
+
+
+class RecordedTiming(BaseModel):
+    """The timing part of a recording (``migdra hw record --latency-samples N``); other keys are ignored.
+
+    A call name migdra does not know is refused, not skipped: the simulator could not say which NVML
+    symbol took that long, and a latency profile silently missing a call would look faster than the GPU.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    latency_us_p50_p99_read_only_calls: dict[str, RecordedLatency]
+    nvmlInit_ms: float | None = Field(default=None, ge=0)
+
+    @field_validator(LATENCY_KEY)
+    @classmethod
+    def _known_calls(cls, value: dict[str, RecordedLatency]) -> dict[str, RecordedLatency]:
+        unknown = sorted(set(value) - set(TIMED_CALL_SYMBOLS))
+        if unknown:
+            raise ValueError(
+                f"unknown timed call(s) {', '.join(unknown)}; migdra knows {', '.join(TIMED_CALL_SYMBOLS)} "
+                "(a new one needs its NVML symbols in dra_driver.nvml.backend.TIMED_CALL_SYMBOLS)"
+            )
+        return value
+
+
 def record_node(nvml: Nvml, *, latency_repeats: int = 0, init_ms: float | None = None) -> dict[str, Any]:
     """Everything NVML answers about the node's MIG, read-only, as a recording document (JSON-ready).
 
@@ -138,7 +174,7 @@ def record_node(nvml: Nvml, *, latency_repeats: int = 0, init_ms: float | None =
         "recorded": datetime.date.today().isoformat(),
     }
     if latency_repeats > 0 and gpus:
-        document["latency_us_p50_p99_read_only_calls"] = _latencies(nvml, gpus[0], latency_repeats)
+        document[LATENCY_KEY] = _latencies(nvml, gpus[0], latency_repeats)
     if init_ms is not None:
         document["nvmlInit_ms"] = round(init_ms, 2)
     document["nvml"] = {

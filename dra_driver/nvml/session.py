@@ -39,13 +39,17 @@ def open_nvml(settings: NvmlSettings, observe_call: CallObserver | None = None) 
         state = settings.sim_state
         if state is None:  # a throw-away node for this process only (e.g. `migdra slices --sim-gpus ...`)
             state = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="migdra-sim-"))) / "state.json"
+        profile = settings.sim_latency_profile
         try:
             sim.install(
                 state,
                 gpus=list(settings.sim_gpus) or None,
                 mig_enabled=settings.sim_mig_enabled,
                 faults=settings.sim_faults,
+                latency_profile=sim.recorded_latency(profile) if profile is not None else None,
             )
+        except sim.LatencyProfileError as exc:
+            raise ConfigurationError(f"MIGDRA_SIM_LATENCY_PROFILE: {exc}") from exc
         except sim.StateFileMissingError as exc:
             raise ConfigurationError(
                 f"--sim-state (MIGDRA_SIM_STATE) {exc.path} does not exist; add --sim-gpus MODEL:N "

@@ -56,6 +56,10 @@ def parse_sim_gpus(value: object) -> tuple[str, ...]:
     return tuple(gpus)
 
 
+# Settings no command has a flag for (tests and demos set them for a process): errors name the variable.
+_VARIABLE_ONLY = frozenset({"sim_faults", "sim_latency_profile"})
+
+
 class NvmlSettings(BaseSettings):
     """Which NVML library the hardware boundary talks to."""
 
@@ -82,6 +86,26 @@ class NvmlSettings(BaseSettings):
         description="a JSON fault plan for the simulator (docs/simulated-nvml.md), for tests and demos; "
         "validated when the simulator is installed, ignored with real NVML",
     )
+
+    sim_latency_profile: Path | None = Field(
+        default=None,
+        description="a recording of a real GPU (migdra hw record --latency-samples N) whose read-only NVML "
+        "latencies (p50) the simulator then takes; calls it did not time take none, and MIGDRA_SIM_FAULTS "
+        "latency wins (docs/simulated-nvml.md); ignored with real NVML",
+    )
+
+    @field_validator("sim_latency_profile")
+    @classmethod
+    def _a_latency_recording(cls, value: Path | None) -> Path | None:
+        """Refuse a missing or malformed recording now, in one line naming the variable, rather than
+        when the simulator is installed (in a plugin, after start-up has begun)."""
+        if value is None:
+            return None
+        path = value.expanduser().absolute()
+        from dra_driver.nvml.sim.latency import recorded_latency  # noqa: PLC0415 -- the simulator only when asked
+
+        recorded_latency(path)  # a LatencyProfileError is a ValueError: pydantic reports it for the variable
+        return path
 
     @field_validator("sim_state")
     @classmethod
@@ -137,9 +161,11 @@ class NvmlSettings(BaseSettings):
 
 
 def build_nvml_settings(**overrides: object) -> NvmlSettings:
-    """Environment plus explicit overrides (``None`` means 'not given'); errors name the field."""
+    """Environment plus explicit overrides (``None`` means 'not given'); errors name the flag or variable."""
     given = {key: value for key, value in overrides.items() if value is not None}
     try:
         return NvmlSettings(**given)  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise ConfigurationError(f"invalid NVML settings: {describe_settings_error(exc, NvmlSettings)}") from exc
+        flags = set(NvmlSettings.model_fields) - _VARIABLE_ONLY
+        problem = describe_settings_error(exc, NvmlSettings, flag_fields=flags)
+        raise ConfigurationError(f"invalid NVML settings: {problem}") from exc

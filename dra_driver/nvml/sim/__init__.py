@@ -8,9 +8,11 @@ transaction).  :class:`SimulatedHardware` (and ``reset_gpu`` / ``set_busy`` / ``
 machine from outside NVML, as an operator with nvidia-smi would.
 
 Modules: ``state`` (persisted models, store, lock), ``hardware`` (MIG rules, pure), ``abi`` (ctypes
-arguments and handles), ``library`` (the C symbols), ``faults`` (fault plans), ``admin`` (operator
-verbs), ``errors``.  This package is one of the two places allowed to import ``pynvml``; nothing here
-may be imported by production code paths except through ``dra_driver.nvml.session``.
+arguments and handles), ``library`` (the C symbols), ``faults`` (fault plans), ``latency`` (latency
+profiles from recordings of real GPUs), ``admin`` (operator verbs), ``errors``.  This package is one
+of the two places allowed to import ``pynvml``; nothing here may be imported by production code paths
+except through ``dra_driver.nvml.session`` (and its settings, which check a latency profile when
+``MIGDRA_SIM_LATENCY_PROFILE`` asks for one).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dra_driver.nvml.sim.admin import SimulatedHardware, reset_gpu, set_busy, sn
 from dra_driver.nvml.sim.errors import (
     FaultPlanError,
     HardwareRefusedError,
+    LatencyProfileError,
     SimulatorError,
     StateFileError,
     StateFileMissingError,
@@ -36,6 +39,7 @@ from dra_driver.nvml.sim.errors import (
     StateMismatchError,
 )
 from dra_driver.nvml.sim.faults import (
+    ANY_SYMBOL,
     FaultInjector,
     FaultPlan,
     FaultRule,
@@ -43,6 +47,7 @@ from dra_driver.nvml.sim.faults import (
     parse_fault_plan,
     validate_fault_plan,
 )
+from dra_driver.nvml.sim.latency import recorded_latency
 from dra_driver.nvml.sim.library import SimulatedNvmlLibrary
 from dra_driver.nvml.sim.state import SimState, StateStore
 
@@ -54,6 +59,7 @@ __all__ = [
     "FaultPlanError",
     "FaultRule",
     "HardwareRefusedError",
+    "LatencyProfileError",
     "SimState",
     "SimulatedHardware",
     "SimulatedNvmlLibrary",
@@ -63,6 +69,7 @@ __all__ = [
     "StateLockTimeout",
     "StateMismatchError",
     "install",
+    "recorded_latency",
     "reset_gpu",
     "set_busy",
     "snapshot",
@@ -88,6 +95,7 @@ def install(
     *,
     faults: FaultPlan | Mapping[str, Any] | str | None = None,
     latency: Mapping[str, float] | None = None,
+    latency_profile: Mapping[str, float] | None = None,
     driver_version: str = DEFAULT_DRIVER_VERSION,
     cuda_driver_version: int = DEFAULT_CUDA_DRIVER_VERSION,
 ) -> SimulatedNvmlLibrary:
@@ -102,13 +110,15 @@ def install(
     ``faults`` (a plan, its mapping, or its JSON text as ``MIGDRA_SIM_FAULTS`` carries it, which errors
     then name; default: none) and ``latency`` (seconds per C
     symbol, ``"*"`` for all; added to the plan's) apply to this process only; a plan naming a symbol
-    the simulator does not implement is :class:`FaultPlanError`.
+    the simulator does not implement is :class:`FaultPlanError`.  ``latency_profile`` (seconds per
+    symbol, e.g. :func:`recorded_latency` of a real GPU) lies beneath both: a symbol they name keeps
+    their latency, and with a ``"*"`` among them the profile is not used at all (explicit wins).
 
     Everything is validated before the state file is touched; a refused state file is left as it is.
     """
     path = Path(state_path)
     models = _models(gpus) if gpus is not None else None
-    plan, source = _fault_plan(faults, latency)
+    plan, source = _fault_plan(faults, latency, latency_profile)
     store = StateStore(path)
     library = SimulatedNvmlLibrary(store, FaultInjector(plan))
     check_symbols(plan, {name for name in vars(library) if name.startswith("nvml")}, source)
@@ -154,7 +164,9 @@ def _models(names: Sequence[str]) -> list[GpuModel]:
 
 
 def _fault_plan(
-    faults: FaultPlan | Mapping[str, Any] | str | None, latency: Mapping[str, float] | None
+    faults: FaultPlan | Mapping[str, Any] | str | None,
+    latency: Mapping[str, float] | None,
+    latency_profile: Mapping[str, float] | None,
 ) -> tuple[FaultPlan, str]:
     """The plan for this process and where it came from (for error messages)."""
     if faults is None or faults == "":
@@ -165,6 +177,8 @@ def _fault_plan(
         plan, source = faults, "fault plan"
     else:
         plan, source = validate_fault_plan(dict(faults), "fault plan"), "fault plan"
-    if latency:
-        plan = validate_fault_plan({"rules": plan.rules, "latency": {**plan.latency, **latency}}, "latency")
+    explicit = {**plan.latency, **(latency or {})}
+    merged = explicit if ANY_SYMBOL in explicit else {**(latency_profile or {}), **explicit}
+    if merged != plan.latency:
+        plan = validate_fault_plan({"rules": plan.rules, "latency": merged}, "latency")
     return plan, source

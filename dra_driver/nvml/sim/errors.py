@@ -24,9 +24,14 @@ This module owns the simulator's exception tree; it never imports ctypes or touc
     │   ├── StateFileMissingError  it does not exist and no GPUs were given to create it from.
     │   └── StateMismatchError     it describes other GPUs than ``install(gpus=...)`` asked for.
     │                              Permanent: delete the state file or stop passing ``gpus``.
-    └── FaultPlanError             a fault plan (``MIGDRA_SIM_FAULTS`` or ``install(faults=...)``) that
-                                   is not JSON, has an unknown shape, or names a symbol the simulator
-                                   does not implement.  A ConfigurationError; permanent.
+    ├── FaultPlanError             a fault plan (``MIGDRA_SIM_FAULTS`` or ``install(faults=...)``) that
+    │                              is not JSON, has an unknown shape, or names a symbol the simulator
+    │                              does not implement.  A ConfigurationError; permanent.
+    └── LatencyProfileError        a recording given as a latency profile (``recorded_latency``,
+                                   ``MIGDRA_SIM_LATENCY_PROFILE``) that is missing, not JSON, holds no
+                                   latencies, or times a call migdra does not know.  A
+                                   ConfigurationError (and a ValueError, so settings can name the
+                                   variable); permanent.
 """
 
 from __future__ import annotations
@@ -89,6 +94,10 @@ class StateMismatchError(StateFileError):
 
 class FaultPlanError(SimulatorError, ConfigurationError, ValueError):
     """A fault plan that cannot be used; the message names where it came from and the field."""
+
+
+class LatencyProfileError(SimulatorError, ConfigurationError, ValueError):
+    """A recording that cannot serve as a latency profile; the message names the file and the problem."""
 
 
 # pydantic names Python types; the files and variables it checks here are JSON.
