@@ -70,6 +70,7 @@ from kubeletplugin.prepare.records import (
     ClaimState,
     DeviceIntent,
     DeviceRecord,
+    build_checkpoint_file,
     build_checkpoint_marker,
     build_claim_file,
     compute_conflicting_device,
@@ -381,6 +382,34 @@ class CheckpointStore:
             self._write_locked(updated)
             return updated
 
+    def downgrade_to_single_file(self) -> int:
+        """Turn this boot's record files back into one ``checkpoint.json`` (schema version 1); the claims.
+
+        For going back to a migdra that reads only the single file.  No migdra of this version may run
+        on the node meanwhile or afterwards (it would keep writing record files that the older one never
+        reads): stop the plugin on the node first.  Under the checkpoint's lock, the single file is
+        written and fsynced (it must survive a power cut before the older migdra reads it), replacing
+        the marker; then the record directories are removed.  A crash in between leaves the single file
+        beside record files, which an older migdra ignores and this version converts again, identically.
+        """
+        if not self.path.is_file():
+            raise CheckpointError(f"no checkpoint in {self.state_dir} ({self.path} does not exist)")
+        try:
+            with self._exclusive(), self._view_lock:
+                if not isinstance(parse_checkpoint_file(self.path.read_bytes(), self.path), CheckpointMarker):
+                    raise CheckpointError(f"{self.path} is a single-file checkpoint already")
+                self._refresh_all_locked()
+                claims = {pinned.record.claim_uid: pinned.record for pinned in self._sorted_files()}
+                self._unpin_all()
+                single = Checkpoint(node_boot_id=self.boot_id, claims=claims)
+                self._write_file_locked(self.path, build_checkpoint_file(single), sync=True)
+                _remove_record_directories(self.claims_root)
+        except LockTimeoutError as e:
+            raise CheckpointError(f"cannot write the single-file checkpoint: {e.message}") from e
+        except OSError as e:
+            raise CheckpointError(f"cannot write the single-file checkpoint in {self.state_dir}: {e}") from e
+        return len(claims)
+
     # -- the files ----------------------------------------------------------------------------------
 
     @contextmanager
@@ -633,3 +662,15 @@ def _describe_intent(intent: DeviceIntent) -> str:
     if intent.placement is None:
         return "(the whole GPU)"
     return f"placement {intent.placement} ({intent.profile_name}, device {intent.device_name})"
+
+
+def _remove_record_directories(root: Path) -> None:
+    """Remove the record directories (files, then directories); nothing outside ``root``."""
+    if not root.is_dir():
+        return
+    for directory in sorted((p for p in root.iterdir() if p.is_dir() and not p.is_symlink()), reverse=True):
+        for path in directory.iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        directory.rmdir()
+    root.rmdir()

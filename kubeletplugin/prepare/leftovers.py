@@ -2,9 +2,11 @@
 
 ``dra_driver.durable.write_file_atomically`` writes ``.<target>.<writer PID>.<hex>.tmp`` and renames it
 over the target; a writer killed in between (``kill -9``, a node crash) leaves the temporary file for
-ever.  Prepare writes two kinds: the checkpoint's (``.checkpoint.json.*.tmp`` in the state directory)
-and CDI specs' (``.<driver>-claim_<UID>.json.*.tmp`` in the CDI directory).  Neither is ever read
-(CDI's scan loads ``*.json``/``*.yaml`` only), but they accumulate.
+ever.  Prepare writes two kinds: the checkpoint's (``.checkpoint.json.*.tmp`` in the state directory,
+``.<claim UID>.json.*.tmp`` in its records' directory ``claims/<boot ID>/``) and CDI specs'
+(``.<driver>-claim_<UID>.json.*.tmp`` in the CDI directory).  None is ever read (the checkpoint and
+CDI's scan skip names that start with ``.``), but they accumulate.  Those of a record directory of an
+earlier boot go with that directory.
 
 A temporary file is removed only when all of these hold:
 

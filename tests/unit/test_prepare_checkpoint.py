@@ -16,6 +16,7 @@ import pytest
 
 import kubeletplugin.prepare.checkpoint as checkpoint_module
 from dra_driver.mig.catalog import Placement
+from kubeletplugin.prepare import checkpoint_downgrade
 from kubeletplugin.prepare.checkpoint import CheckpointStore, CheckpointWriteStats
 from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError
 from kubeletplugin.prepare.records import (
@@ -476,3 +477,32 @@ def test_a_conversion_killed_midway_loses_and_duplicates_nothing(tmp_path: Path,
     assert sorted(p.name for p in store.directory.iterdir()) == ["uid-a.json", "uid-b.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.json", "claims", "prepare.lock"]
     assert json.loads(store.path.read_text())["data"]["schemaVersion"] == 2
+
+
+def test_a_downgrade_writes_the_single_file_back_and_an_upgrade_converts_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = CheckpointStore(tmp_path, BOOT)
+    store.load()
+    store.put(A)
+    store.put(B)
+    store.close()
+    monkeypatch.setattr(checkpoint_downgrade, "read_node_boot_id", lambda: BOOT)
+
+    assert checkpoint_downgrade.main([str(tmp_path)]) == 0
+    assert "wrote 2 claim(s)" in capsys.readouterr().out
+    document = json.loads(store.path.read_text())
+    assert document["checksum"] == compute_checksum(document["data"])
+    assert Checkpoint.model_validate(document["data"]) == Checkpoint(node_boot_id=BOOT, claims={"uid-a": A, "uid-b": B})
+    assert not store.claims_root.exists()  # what an older migdra would never read is gone
+
+    assert CheckpointStore(tmp_path, BOOT).load().records == (A, B)  # and the upgrade converts it again
+
+
+def test_a_downgrade_refuses_a_directory_without_the_marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkpoint_downgrade, "read_node_boot_id", lambda: BOOT)
+    assert checkpoint_downgrade.main([str(tmp_path / "absent")]) == 1
+    assert not (tmp_path / "absent").exists()
+    single = single_file(tmp_path, BOOT, A)
+    assert checkpoint_downgrade.main([str(tmp_path)]) == 1  # already one file
+    assert (tmp_path / "checkpoint.json").read_bytes() == single
