@@ -256,8 +256,14 @@ class Nvml:
         Cached per GPU while its MIG mode stays the same (see the module docstring): a repeated call
         costs one ``nvmlDeviceGetMigMode``.
         """
+        return self.mig_mode_and_profiles(gpu_uuid)[1]
+
+    def mig_mode_and_profiles(self, gpu_uuid: str) -> tuple[MigModeState | None, list[GpuInstanceProfileInfo]]:
+        """The GPU's MIG mode now and its GI profiles under that mode, for one ``nvmlDeviceGetMigMode``
+        when the profiles are cached: what a caller that needs both would otherwise read the mode twice for."""
         handle = self._handle(gpu_uuid)
-        return list(self._profile_table(handle, gpu_uuid, self._mig_mode(handle, gpu_uuid)))
+        mode = self._mig_mode(handle, gpu_uuid)
+        return mode, list(self._profile_table(handle, gpu_uuid, mode))
 
     def gpu_instance_profile(self, gpu_uuid: str, nvml_profile_index: int) -> GpuInstanceProfileInfo:
         """One GI profile by ``NVML_GPU_INSTANCE_PROFILE_*`` index, with its possible placements.

@@ -84,6 +84,17 @@ def test_a_second_read_asks_nvml_only_for_the_mig_mode(tmp_path: Path) -> None:
         assert calls.take() == Counter({"nvmlDeviceGetMigMode": 1})
 
 
+def test_mode_and_profiles_together_ask_for_the_mode_once(tmp_path: Path) -> None:
+    with observed(tmp_path / "state.json", ["A100-SXM4-40GB"], mig_enabled=False) as (nvml, calls, (uuid,)):
+        profiles = nvml.gpu_instance_profiles(uuid)
+        calls.take()
+        mode, together = nvml.mig_mode_and_profiles(uuid)
+        assert calls.take() == Counter({"nvmlDeviceGetMigMode": 1})
+        assert (mode, together) == (nvml.mig_mode(uuid), profiles)
+        assert mode is not None
+        assert not mode.enabled
+
+
 @pytest.mark.parametrize("model_key", sorted(load_catalog().gpus))
 def test_cached_profiles_equal_an_uncached_read(tmp_path: Path, model_key: str) -> None:
     with observed(tmp_path / "state.json", [model_key], mig_enabled=False) as (nvml, _, (uuid,)):
