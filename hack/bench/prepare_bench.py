@@ -13,9 +13,9 @@
 2. **56 claims on 8 GPUs in one call** (7x 1g.10gb per GPU), with zero and with 300 ms simulated
    GI-creation latency, beside the same call for one GPU's 7 claims alone (the busiest GPU's share:
    the floor if the other GPUs cost nothing) and, for 300 ms, the busiest GPU's serial creation time.
-3. **Disk work per prepare as the node fills**: bytes made durable (fsync'ed regular files) and
-   fsyncs, for the 1st, 28th and 56th one-claim prepare of a node, in the checkpoint and CDI
-   directories (the simulator's own state file is not counted).
+3. **Disk work per prepare as the node fills**: checkpoint files written, their bytes and fsyncs (the
+   store's own counters), and the CDI spec's bytes and fsyncs, for the 1st, 28th and 56th one-claim
+   prepare of a node (the simulator's own state file is not counted).
 4. **Over the socket**: ``migdra kubelet-plugin`` as its own process, called over its unix socket with
    kubelet's gRPC stubs, one claim at a time; beside an empty NodePrepareResources call over the
    same socket (the gRPC round trip any plugin pays) and the in-process prepare of part 1.
@@ -34,15 +34,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from benchlib import REPO, Report, add_common_arguments, check_runs, percentile, ratios, repeat, summary
 from kubernetes import client
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from kubeletplugin.draservice import ClaimRef
@@ -164,6 +164,39 @@ def device_name(gpu: int, start: int) -> str:
     return f"gpu-{gpu}-mig-1g10gb-19-{start}"
 
 
+@dataclass(frozen=True)
+class ApiServer:
+    url: str
+    kubeconfig: Path
+
+
+@contextmanager
+def api_server_process(root: Path) -> Iterator[ApiServer]:
+    """``migdra sim apiserver`` in its own process, as a cluster's API server is: serving it costs this
+    process no CPU, so the in-process and the over-the-socket prepare are compared on equal terms."""
+    kubeconfig = root / "kubeconfig"
+    argv = [str(Path(sys.executable).with_name("migdra")), "sim", "apiserver", "--port", "0"]
+    argv += ["--kubeconfig-out", str(kubeconfig)]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not kubeconfig.exists():  # written once the server listens
+            if process.poll() is not None:
+                raise SystemExit(f"migdra sim apiserver exited {process.returncode}: {process.stderr.read()!r}")
+            if time.monotonic() > deadline:
+                raise SystemExit("migdra sim apiserver wrote no kubeconfig within 60 s")
+            time.sleep(0.02)
+        server = yaml.safe_load(kubeconfig.read_text(encoding="utf-8"))["clusters"][0]["cluster"]["server"]
+        yield ApiServer(server, kubeconfig)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 @dataclass
 class Node:
     service: PrepareService
@@ -179,37 +212,34 @@ class Node:
 
 @contextmanager
 def simulated_node(gpus: int, latency: dict[str, float]) -> Iterator[Node]:
-    """The real PrepareService on a simulated node, claims in a local API server; all torn down after."""
-    with tempfile.TemporaryDirectory(prefix="prepare-bench-") as directory, LocalAPIServer() as api:
+    """The real PrepareService on a simulated node, claims in an API server process; all torn down after."""
+    with tempfile.TemporaryDirectory(prefix="prepare-bench-") as directory, ExitStack() as stack:
         root = Path(directory)
+        api = stack.enter_context(api_server_process(root))
         library = sim.install(
             root / "nvml.json", gpus=[MODEL] * gpus, mig_enabled=True, faults=sim.FaultPlan(), latency=latency
         )
+        stack.callback(sim.uninstall)
         clock = NvmlClock()
         library.sleep = clock.slept
         nvml = Nvml(observe_call=clock.observe)
         nvml.init()
-        try:
-            with client.ApiClient(client.Configuration(host=api.url)) as api_client:
-                service = PrepareService(
-                    nvml=nvml,
-                    api_client=api_client,
-                    node_name=NODE,
-                    driver_name=DRIVER,
-                    cdi_dir=root / "cdi",
-                    state_dir=root / "state",
-                    proc_root=root / "proc",
-                    read_boot_id=lambda: "bench-boot",
-                    workers=PrepareSettings().prepare_workers,
-                )
-                service.start()
-                try:
-                    yield Node(service, clock, api_client, root)
-                finally:
-                    service.close()
-        finally:
-            nvml.shutdown()
-            sim.uninstall()
+        stack.callback(nvml.shutdown)
+        api_client = stack.enter_context(client.ApiClient(client.Configuration(host=api.url)))
+        service = PrepareService(
+            nvml=nvml,
+            api_client=api_client,
+            node_name=NODE,
+            driver_name=DRIVER,
+            cdi_dir=root / "cdi",
+            state_dir=root / "state",
+            proc_root=root / "proc",
+            read_boot_id=lambda: "bench-boot",
+            workers=PrepareSettings().prepare_workers,
+        )
+        service.start()
+        stack.callback(service.close)
+        yield Node(service, clock, api_client, root)
 
 
 def timed(call: Callable[[], Any]) -> float:
@@ -266,27 +296,33 @@ def parallel_run(create_latency: float) -> dict[str, float]:
 
 
 def filling_run() -> dict[str, float]:
-    """One run of part 3: 56 one-claim prepares in a row; durable bytes and fsyncs of the 1st, 28th, 56th."""
+    """One run of part 3: 56 one-claim prepares in a row; disk work of the 1st, 28th and 56th.
+
+    The checkpoint's by its store's own counters (files written, bytes, fsyncs); the CDI spec's by
+    counting ``os.fsync`` of files in the CDI directory and their sizes (every spec write is fsynced).
+    """
     result: dict[str, float] = {}
     with simulated_node(8, {}) as node:
-        writes = DurableWrites({"checkpoint": node.root / "state", "cdi": node.root / "cdi"})
+        writes = DurableWrites({"cdi": node.root / "cdi"})
         refs = [node.claim(device_name(gpu, start)) for start in range(7) for gpu in range(8)]
         with counting_fsyncs(writes):
             for number, ref in enumerate(refs, start=1):
                 writes.reset()
+                before = node.service.checkpoint_write_stats()
                 expect_success(node.service.prepare([ref]))
+                after = node.service.checkpoint_write_stats()
                 if number in (1, 28, 56):
-                    for name in writes.roots:
-                        result[f"{number}.{name}.bytes"] = float(writes.bytes[name])
-                        result[f"{number}.{name}.fsyncs"] = float(writes.fsyncs[name])
+                    result[f"{number}.checkpoint.writes"] = float(after.writes - before.writes)
+                    result[f"{number}.checkpoint.bytes"] = float(after.bytes - before.bytes)
+                    result[f"{number}.checkpoint.fsyncs"] = float(after.fsyncs - before.fsyncs)
+                    result[f"{number}.cdi.bytes"] = float(writes.bytes["cdi"])
+                    result[f"{number}.cdi.fsyncs"] = float(writes.fsyncs["cdi"])
     return result
 
 
 @contextmanager
-def plugin_process(root: Path, api: LocalAPIServer, extra_env: dict[str, str]) -> Iterator[KubeletClient]:
+def plugin_process(root: Path, api: ApiServer, extra_env: dict[str, str]) -> Iterator[KubeletClient]:
     """``migdra kubelet-plugin`` on a simulated 8x H100 node, registered with a test kubelet."""
-    kubeconfig = root / "kubeconfig"
-    api.write_kubeconfig(kubeconfig)
     registry = root / "registry"
     argv = [
         str(Path(sys.executable).with_name("migdra")),
@@ -294,7 +330,7 @@ def plugin_process(root: Path, api: LocalAPIServer, extra_env: dict[str, str]) -
         "--node-name",
         NODE,
         "--kubeconfig",
-        str(kubeconfig),
+        str(api.kubeconfig),
         "--registry-dir",
         str(registry),
         "--plugin-dir",
@@ -339,7 +375,7 @@ def socket_run(rounds: int) -> dict[str, float]:
     samples: dict[str, list[float]] = {"prepare": [], "unprepare": [], "empty": []}
     with (
         short_socket_dir() as root,
-        LocalAPIServer() as api,
+        api_server_process(root) as api,
         client.ApiClient(client.Configuration(host=api.url)) as api_client,
     ):
         client.CoreV1Api(api_client).create_node({"metadata": {"name": NODE}})
@@ -453,11 +489,19 @@ def main() -> int:
     fill = report.table(
         "filling",
         "Disk work of one prepare as the node fills (56 one-claim prepares in a row)",
-        ["prepare number", "checkpoint bytes", "checkpoint fsyncs", "CDI bytes", "CDI fsyncs"],
+        [
+            "prepare number",
+            "checkpoint files written",
+            "checkpoint bytes",
+            "checkpoint fsyncs",
+            "CDI bytes",
+            "CDI fsyncs",
+        ],
     )
     for number in (1, 28, 56):
         fill.add(
             f"{number}",
+            summary(filling[f"{number}.checkpoint.writes"], "", 0),
             summary(filling[f"{number}.checkpoint.bytes"], "B", 0),
             summary(filling[f"{number}.checkpoint.fsyncs"], "", 0),
             summary(filling[f"{number}.cdi.bytes"], "B", 0),

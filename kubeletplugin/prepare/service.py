@@ -53,7 +53,7 @@ from kubeletplugin.prepare.cdi import (
     list_cdi_spec_claims,
     write_claim_spec,
 )
-from kubeletplugin.prepare.checkpoint import CheckpointStore, read_node_boot_id
+from kubeletplugin.prepare.checkpoint import CheckpointStore, CheckpointWriteStats, read_node_boot_id
 from kubeletplugin.prepare.claims import (
     AllocatedDevice,
     ClaimApi,
@@ -317,6 +317,10 @@ class PrepareService:
         docs/prepare.md, "What the slice publisher is told").
         """
         return self._require_store().owned_placements()
+
+    def checkpoint_write_stats(self) -> CheckpointWriteStats:
+        """The checkpoint's disk work done by this process so far (the prepare benchmark reads it)."""
+        return self._require_store().write_stats()
 
     def flush_reports(self, timeout: float = 10.0) -> bool:
         """Wait until queued claim status writes and Events are done (tests, shutdown)."""
