@@ -62,8 +62,8 @@ class NodeGpus:
       -- a GPU appears or disappears only with a driver reload, which ends the plugin's session -- so
       they are listed at the first prepare and kept;
     - the MIG mode of a GPU can change at any moment (an administrator), so the GPU a device names is
-      asked for its mode each time; its profiles and placements come from
-      :meth:`Nvml.gpu_instance_profiles`, which keeps them per GPU for as long as the MIG mode stays.
+      asked for its mode each time (:meth:`Nvml.mig_mode_and_profiles`, which keeps the profiles and
+      placements per GPU for as long as that mode stays).
 
     GPUs no device of the call names appear with their listed identity and no profiles: resolving a
     device only ever looks at its own GPU.  Thread-safe; reads NVML, changes nothing.
@@ -91,8 +91,8 @@ class NodeGpus:
             if gpu.minor_number not in named or not gpu.mig_capable:
                 entries.append(GpuTopology(gpu, ()))
                 continue
-            current = dataclasses.replace(gpu, mig_mode=self._nvml.mig_mode(gpu.uuid))
-            entries.append(GpuTopology(current, tuple(self._nvml.gpu_instance_profiles(gpu.uuid))))
+            mode, profiles = self._nvml.mig_mode_and_profiles(gpu.uuid)
+            entries.append(GpuTopology(dataclasses.replace(gpu, mig_mode=mode), tuple(profiles)))
         return tuple(entries)
 
 
