@@ -9,6 +9,14 @@ with one line and never leaves half-published slices behind.  Once the slices ar
 in the full plugin, kubelet's sockets are served) one line says so through ``announce``; otherwise
 the process stays quiet unless something goes wrong.
 
+Start-up order of the full plugin: checks, NVML, the checkpoint's recovery, then kubelet's sockets
+(registration), then publishing.  Kubelet may call NodePrepareResources as soon as we register, and
+answering it needs the checkpoint recovered (and NVML), not this process's slices: a claim can only
+be allocated from slices already in the API (the previous instance's, or ours once published), and
+prepare reads the claim's allocation itself.  So registration does not wait for the first publish,
+and the first publish does not compete with it for the CPU.  Start-up imports only what it uses (no
+client API classes or models; see :class:`~kubeletplugin.publisher.SlicePublisher`).
+
 An API server outage never stops the process: prepare and unprepare of claims in the checkpoint need
 no API call; publishing and claim status writes wait with one backoff policy (``MIGDRA_API_BACKOFF_*``,
 :class:`~dra_driver.kubeapi.BackoffPolicy`) and catch up when the server is back; and the claims'
@@ -31,10 +39,8 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
-from wsgiref.simple_server import WSGIServer
+from typing import TYPE_CHECKING, Protocol
 
-from kubernetes import client
 from prometheus_client import CollectorRegistry, start_http_server
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -66,12 +72,19 @@ from kubeletplugin.prepare import PrepareService, PrepareSettings
 from kubeletplugin.prepare.reporter import ClaimReporter
 from kubeletplugin.publisher import (
     DEFAULT_REQUEST_TIMEOUT,
+    InventoryReader,
     PublishLoop,
     PublishResult,
     RoundFailure,
     SlicePublisher,
     read_settled_inventory,
 )
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from kubernetes.client.api_client import ApiClient
+    from kubernetes.client.configuration import Configuration
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +211,7 @@ def parse_metrics_address(address: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port_text)
 
 
-def check_start_up(plugin: PluginSettings, prepare: PrepareSettings | None) -> client.Configuration:
+def check_start_up(plugin: PluginSettings, prepare: PrepareSettings | None) -> Configuration:
     """Everything that can be checked before the API server or the hardware is touched; returns the
     loaded client configuration.  Raises :class:`ConfigurationError` naming the flag (or
     :class:`~kubeletplugin.grpc.sockets.SocketInUseError` when another instance serves our socket).
@@ -249,6 +262,8 @@ class _Publishing:
         self._stop = stop
         self._lock = threading.Lock()
         self._pending_announcement: Callable[[], None] | None = None
+        # The last pool and what it was built from: an unchanged rescan builds no new pool.
+        self._built: tuple[object, NodePool] | None = None
 
     def on_fatal(self, exc: BaseException) -> None:
         self.fatal.append(exc)
@@ -279,25 +294,36 @@ class _Publishing:
             f"(pool generation {result.generation})"
         )
 
-    def compute_pool(self, nvml: Nvml, ownership: Ownership | None) -> NodePool:
-        """The pool from a fresh NVML read.  What migdra owns is read before *and* after the inventory,
-        so an instance being created (known by placement until its ID is recorded) or being destroyed
-        (record dropped right after) never shows up as foreign for one round."""
+    def compute_pool(self, nvml: Nvml, ownership: Ownership | None, reader: InventoryReader | None = None) -> NodePool:
+        """The pool from a fresh NVML read (through ``reader``, which asks only for what can change).
+
+        What migdra owns is read before *and* after the inventory, so an instance being created (known
+        by placement until its ID is recorded) or being destroyed (record dropped right after) never
+        shows up as foreign for one round.  The same inventory and ownership as last time give the
+        same pool object back (building one is pure), which the publisher recognises at once."""
+        read = (reader or InventoryReader()).read
         if ownership is None:
-            return build_pool(read_settled_inventory(nvml), self.device_config)
-        before = ownership.owned_instances()
-        inventory = read_settled_inventory(nvml)
-        return build_pool(
-            inventory,
-            self.device_config,
-            owned_instances=before | ownership.owned_instances(),
-            owned_placements=ownership.owned_placements(),
-        )
+            inventory = read_settled_inventory(nvml, read)
+            owned: tuple[frozenset[tuple[str, int]], frozenset[tuple[str, int, Placement]]] = (frozenset(), frozenset())
+        else:
+            before = ownership.owned_instances()
+            inventory = read_settled_inventory(nvml, read)
+            owned = (frozenset(before | ownership.owned_instances()), frozenset(ownership.owned_placements()))
+        key = (inventory, owned)
+        built = self._built
+        if built is not None and built[0] == key:
+            return built[1]
+        if ownership is None:
+            pool = build_pool(inventory, self.device_config)
+        else:
+            pool = build_pool(inventory, self.device_config, owned_instances=owned[0], owned_placements=owned[1])
+        self._built = (key, pool)
+        return pool
 
     @contextmanager
     def running(
         self,
-        api_client: client.ApiClient,
+        api_client: ApiClient,
         nvml: Nvml,
         ownership: Ownership | None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
@@ -305,9 +331,10 @@ class _Publishing:
         publisher = SlicePublisher(
             api_client, self.plugin.node_name, self.device_config.driver_name, request_timeout=request_timeout
         )
+        reader = InventoryReader()  # one per NVML session: it keeps the GPUs' listing
         loop = PublishLoop(
             publisher,
-            lambda: self.compute_pool(nvml, ownership),
+            lambda: self.compute_pool(nvml, ownership, reader),
             interval=self.plugin.rescan_interval,
             on_fatal=self.on_fatal,
             on_round=self.on_round,
@@ -423,23 +450,21 @@ def run_plugin(
         )
         recovery = service.start()  # a checkpoint that cannot be trusted stops us: CheckpointError
         log.info("start-up recovery: %s", recovery)
+        servers = PluginServers(
+            driver_name,
+            plugin.registry_dir,
+            plugin.plugin_directory,
+            service,
+            metrics_registry=registry,
+            pod_uid=plugin.pod_uid,
+            health=(NvmlDeviceHealth(nvml, plugin.node_name, lambda: publishing.last_pool) if plugin.health else None),
+            health_interval=plugin.health_interval,
+        )
         try:
+            # Registered before the first publish: prepare needs the recovered checkpoint, not our slices
+            # (see the module docstring).  A socket path taken since the start-up check: SocketPathError.
+            servers.start()
             with publishing.running(api_client, nvml, ownership=service, request_timeout=prepare.api_timeout):
-                servers = PluginServers(
-                    driver_name,
-                    plugin.registry_dir,
-                    plugin.plugin_directory,
-                    service,
-                    metrics_registry=registry,
-                    pod_uid=plugin.pod_uid,
-                    health=(
-                        NvmlDeviceHealth(nvml, plugin.node_name, lambda: publishing.last_pool)
-                        if plugin.health
-                        else None
-                    ),
-                    health_interval=plugin.health_interval,
-                )
-                servers.start()  # a socket path taken since the start-up check: SocketPathError
                 publishing.announce_when_published(
                     announce,
                     lambda: (
@@ -452,6 +477,7 @@ def run_plugin(
                 stop.wait()
                 servers.stop(plugin.shutdown_grace)  # deregister, then let in-flight calls finish
         finally:
+            servers.stop(grace=None)  # idempotent: only a failed start-up gets here with them serving
             service.close()
     return publishing.exit_code()
 

@@ -19,29 +19,41 @@ conflict (someone wrote in between) re-runs the whole list-render-write at once.
   and after ``fatal_after`` such rounds in a row ``on_fatal`` stops the process with one line.
 
 The loop never destroys anything on a failed read: a round either publishes a whole pool or nothing.
+
+An unchanged rescan is cheap, because a node plugin rescans for as long as it lives and almost every
+rescan changes nothing: :class:`InventoryReader` asks NVML again only for what can change (each GPU's
+MIG mode and GPU instances; the profiles come from :meth:`Nvml.gpu_instance_profiles`' per-mode cache),
+and :class:`SlicePublisher` talks to the API in raw JSON (no client models: building them for an 8-GPU
+pool cost ~100 ms of CPU per LIST, and importing the client's API classes seconds of start-up) and,
+when the pool and every slice's ``resourceVersion`` are what it last wrote or checked, does not even
+render the slices: one LIST, no write.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.policy import PlacementPolicy
 from dra_driver.devicemodel.pool import NodePool
 from dra_driver.errors import MigdraError
+from dra_driver.host.pci import normalise_pci_bus_id, pcie_root
 from dra_driver.kubeapi import (
     DEFAULT_CONFLICT_RETRIES,
     ApiFailure,
     ApiRequestError,
     BackoffPolicy,
+    call_json,
     call_with_retries,
     classify_failure,
     describe_failure,
@@ -50,7 +62,10 @@ from dra_driver.kubeapi import (
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError, NvmlInvalidArgument, NvmlNotFound
 from dra_driver.nvml.inventory import read_inventory
-from dra_driver.nvml.types import NodeInventory
+from dra_driver.nvml.types import GpuInfo, GpuInventory, NodeInventory
+
+if TYPE_CHECKING:
+    from kubernetes.client.api_client import ApiClient
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +112,61 @@ def read_settled_inventory(
     raise AssertionError("unreachable")
 
 
+class InventoryReader:
+    """The node's inventory for the publisher's rescans, asking NVML again only for what can change.
+
+    Why: the publisher rescans every ``rescan_interval`` for as long as the plugin lives, and almost
+    every rescan finds nothing new; a full read lists every GPU's identity again (~10 NVML calls per
+    GPU, ~0.5 ms each on real hardware) and walks sysfs for its PCIe root.  What cannot change is kept:
+
+    - the GPUs, their identities and PCIe roots, and the driver's versions are fixed for an NVML session
+      (a GPU appears or disappears only with a driver reload, which ends the plugin's session), so they
+      are listed at the first read and kept;
+    - each GPU's MIG mode can change at any moment (an administrator) and its GPU instances with every
+      prepare and unprepare: both are asked for on every read.  The profiles and placements come from
+      :meth:`Nvml.gpu_instance_profiles`, which keeps them per GPU for as long as its MIG mode stays.
+
+    A failed read forgets the listing, so the read after it lists the GPUs again.  One reader per NVML
+    session; not thread-safe (the publish loop's thread alone reads).  Reads NVML, changes nothing.
+    """
+
+    def __init__(self, sysfs: Path = Path("/sys")) -> None:
+        self._sysfs = sysfs
+        self._nvml: Nvml | None = None
+        self._gpus: tuple[GpuInfo, ...] = ()
+        self._versions = ("", "")
+
+    def read(self, nvml: Nvml) -> NodeInventory:
+        """The inventory as :func:`~dra_driver.nvml.inventory.read_inventory` reads it (equal values)."""
+        try:
+            return self._read(nvml)
+        except BaseException:
+            self._nvml = None  # list again next time: whatever failed may have been the GPU set
+            raise
+
+    def _read(self, nvml: Nvml) -> NodeInventory:
+        listed_now = self._nvml is not nvml
+        if listed_now:
+            self._gpus = tuple(
+                dataclasses.replace(gpu, pcie_root=pcie_root(normalise_pci_bus_id(gpu.pci_bus_id), self._sysfs))
+                for gpu in nvml.list_gpus()
+            )
+            self._versions = (nvml.driver_version(), nvml.cuda_driver_version())
+            self._nvml = nvml
+        gpus = []
+        for position, known in enumerate(self._gpus):
+            gpu = known
+            if not listed_now and known.mig_capable:  # a GPU without MIG support never gains it
+                mode = nvml.mig_mode(known.uuid)
+                if mode != known.mig_mode:
+                    gpu = dataclasses.replace(known, mig_mode=mode)
+                    self._gpus = (*self._gpus[:position], gpu, *self._gpus[position + 1 :])
+            profiles = tuple(nvml.gpu_instance_profiles(gpu.uuid)) if gpu.mig_capable else ()
+            instances = tuple(nvml.gpu_instances(gpu.uuid)) if gpu.mig_enabled else ()
+            gpus.append(GpuInventory(gpu=gpu, profiles=profiles, gpu_instances=instances))
+        return NodeInventory(driver_version=self._versions[0], cuda_driver_version=self._versions[1], gpus=tuple(gpus))
+
+
 @dataclass(frozen=True, slots=True)
 class PublishResult:
     """What one publish did: the API writes it made and the generation the pool is at now."""
@@ -111,12 +181,29 @@ class PublishResult:
         return self.created + self.updated + self.deleted
 
 
+SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    """What the API held the last time it held exactly the pool: every slice's (name, resourceVersion)."""
+
+    pool: NodePool
+    owner: dict[str, Any] | None
+    versions: frozenset[tuple[str, str]]
+
+
 class SlicePublisher:
-    """Publishes one node's pool of one driver."""
+    """Publishes one node's pool of one driver, in raw JSON through the client's transport.
+
+    Why raw JSON: the client's models cost ~100 ms of CPU to build from one LIST of an 8-GPU pool and
+    back, on every rescan, and importing the API classes (``CoreV1Api`` alone imports every core model)
+    seconds of the plugin's start-up; the publisher needs neither, only the JSON it compares and writes.
+    """
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        api_client: ApiClient,
         node_name: str,
         driver_name: str,
         policy: PlacementPolicy | None = None,
@@ -125,14 +212,13 @@ class SlicePublisher:
         conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
     ) -> None:
         self._api_client = api_client
-        self._resource = client.ResourceV1Api(api_client)
-        self._core = client.CoreV1Api(api_client)
         self.node_name = node_name
         self.driver_name = driver_name
         self._policy = policy
         self._timeout = request_timeout
         self._conflict_retries = conflict_retries
         self._node_owner: dict[str, Any] | None = None
+        self._settled: _Settled | None = None
 
     @property
     def server(self) -> str:
@@ -160,6 +246,7 @@ class SlicePublisher:
         """
 
         def once() -> int:
+            self._settled = None
             deleted = 0
             for item in self._existing():
                 self._delete(item["metadata"]["name"])
@@ -180,26 +267,36 @@ class SlicePublisher:
         existing = {item["metadata"]["name"]: item for item in self._existing()}
         owner = self._owner()
         current_generation = max((int(i["spec"]["pool"]["generation"]) for i in existing.values()), default=0)
+        versions = _versions(existing.values())
+        settled = self._settled
+        # The same pool and owner, and every slice as it was when the API last held exactly them (a
+        # resourceVersion changes with every write): nothing to render, compare or write.
+        if settled is not None and settled.versions == versions and settled.owner == owner and settled.pool == pool:
+            return PublishResult(generation=current_generation)
         desired = render_slices(pool, self.node_name, current_generation, owner, self._policy)
         if self._unchanged(desired, existing):
+            self._settled = _Settled(pool, owner, versions)
             return PublishResult(generation=current_generation)
+        self._settled = None  # until every write below has landed
         generation = current_generation + 1
         desired = render_slices(pool, self.node_name, generation, owner, self._policy)
+        written: list[dict[str, Any]] = []
         created = updated = 0
         for body in desired:  # new content first, so consumers see the new generation complete soonest
             name = body["metadata"]["name"]
             if name in existing:
                 body["metadata"]["resourceVersion"] = existing[name]["metadata"]["resourceVersion"]
-                self._replace(name, body)
+                written.append(self._replace(name, body))
                 updated += 1
             else:  # 409 AlreadyExists if someone created it since the list: a conflict, listed again
-                self._resource.create_resource_slice(_slice_model(body), _request_timeout=self._timeout)
+                written.append(call_json(self._api_client, "POST", SLICES_PATH, body=body, timeout=self._timeout))
                 created += 1
         wanted = {body["metadata"]["name"] for body in desired}
         deleted = 0
         for name in sorted(set(existing) - wanted):
             self._delete(name)
             deleted += 1
+        self._settled = _Settled(pool, owner, _versions(written))
         log.info(
             "published pool %s generation %d: %d created, %d updated, %d deleted",
             self.node_name,
@@ -227,18 +324,24 @@ class SlicePublisher:
         return True
 
     def _existing(self) -> list[dict[str, Any]]:
-        listed = self._resource.list_resource_slice(
-            field_selector=f"spec.nodeName={self.node_name},spec.driver={self.driver_name}",
-            _request_timeout=self._timeout,
+        """This pool's slices as the API holds them: one LIST, JSON dicts."""
+        listed = call_json(
+            self._api_client,
+            "GET",
+            SLICES_PATH,
+            query={"fieldSelector": f"spec.nodeName={self.node_name},spec.driver={self.driver_name}"},
+            timeout=self._timeout,
         )
-        items = [_as_dict(self._api_client, item) for item in listed.items]
-        return [i for i in items if i["spec"].get("pool", {}).get("name") == self.node_name]
+        items = listed.get("items") or []
+        return [i for i in items if (i.get("spec") or {}).get("pool", {}).get("name") == self.node_name]
 
     def _owner(self) -> dict[str, Any] | None:
         """An ownerReference to this node's Node object, so the slices go when the node goes."""
         if self._node_owner is None:
             try:
-                node = self._core.read_node(self.node_name, _request_timeout=self._timeout)
+                node = call_json(
+                    self._api_client, "GET", f"/api/v1/nodes/{quote(self.node_name, safe='')}", timeout=self._timeout
+                )
             except ApiException as exc:
                 if exc.status != 404:
                     raise
@@ -248,14 +351,14 @@ class SlicePublisher:
                 "apiVersion": "v1",
                 "kind": "Node",
                 "name": self.node_name,
-                "uid": _as_dict(self._api_client, node)["metadata"]["uid"],
+                "uid": node["metadata"]["uid"],
                 "controller": True,
             }
         return self._node_owner
 
-    def _replace(self, name: str, body: dict[str, Any]) -> None:
+    def _replace(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            self._resource.replace_resource_slice(name, _slice_model(body), _request_timeout=self._timeout)
+            return call_json(self._api_client, "PUT", _slice_path(name), body=body, timeout=self._timeout)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -267,22 +370,19 @@ class SlicePublisher:
 
     def _delete(self, name: str) -> None:
         try:
-            self._resource.delete_resource_slice(name, _request_timeout=self._timeout)
+            call_json(self._api_client, "DELETE", _slice_path(name), timeout=self._timeout)
         except ApiException as exc:
             if exc.status != 404:  # already gone is what we wanted
                 raise
 
 
-def _slice_model(body: dict[str, Any]) -> client.V1ResourceSlice:
-    model = client.V1ResourceSlice.from_dict(body)
-    if model is None:
-        raise ValueError("empty ResourceSlice body")
-    return model
+def _slice_path(name: str) -> str:
+    return f"{SLICES_PATH}/{quote(name, safe='')}"
 
 
-def _as_dict(api_client: client.ApiClient, model: object) -> dict[str, Any]:
-    """A client model as the API's JSON (camelCase keys, no nulls), for exact comparison."""
-    return cast(dict[str, Any], api_client.sanitize_for_serialization(model))  # type: ignore[no-untyped-call]
+def _versions(items: Iterable[Mapping[str, Any]]) -> frozenset[tuple[str, str]]:
+    """(name, resourceVersion) of every slice: what changes whenever anyone writes one."""
+    return frozenset((item["metadata"]["name"], str(item["metadata"].get("resourceVersion", ""))) for item in items)
 
 
 class RoundFailure(enum.Enum):

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -162,7 +163,6 @@ class ClaimReporter:
         self._on_failure = on_failure
         self._api_client = api_client
         self._claims = ClaimApi(api_client, request_timeout)
-        self._core = client.CoreV1Api(api_client)
         self.driver_name = driver_name
         self.node_name = node_name
         self._max_attempts = max_attempts
@@ -289,11 +289,11 @@ class ClaimReporter:
     def _enqueue_event(self, ref: ClaimRef, reason: str, message: str, event_type: str, now: dt.datetime) -> None:
         body = build_event(ref, reason, message, event_type, self.driver_name, self.node_name, now)
         describe = f"writing event {reason} on {ref.namespace}/{ref.name}"
-        event = client.CoreV1Event.from_dict(body)
-        assert event is not None  # from_dict returns None only for None
+        # Raw JSON, not the client's CoreV1Api: importing that module costs the plugin a second or more of start-up.
+        path = f"/api/v1/namespaces/{quote(ref.namespace, safe='')}/events"
 
         def create() -> None:
-            self._core.create_namespaced_event(ref.namespace, event, _request_timeout=self._timeout)
+            call_json(self._api_client, "POST", path, body=body, timeout=self._timeout)
 
         self._enqueue(_Job(("event", ref.uid, body["metadata"]["name"]), describe, create), replace=False)
 

@@ -137,20 +137,21 @@ def test_someone_elses_edit_is_reverted_and_a_conflict_is_retried(
     resource.replace_resource_slice(victim["metadata"]["name"], victim)
 
     # The first replace races with another writer and gets 409; the publisher must list again and retry.
-    original = resource.replace_resource_slice
+    # The race is made at the transport, so it holds however the publisher builds its requests.
+    original = api_client.call_api
     raced: list[str] = []
 
-    def racing_replace(name: str, body: Any, **kwargs: Any) -> Any:
-        if not raced:
+    def racing_call(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if method == "PUT" and "/resourceslices/" in url and not raced:
+            name = url.rsplit("/", 1)[1]
             raced.append(name)
-            current = client.ResourceV1Api(api_client).read_resource_slice(name)
-            current.metadata.labels = {"touched": "yes"}
-            client.ResourceV1Api(api_client).replace_resource_slice(name, current)
-        return original(name, body, **kwargs)
+            with client.ApiClient(client.Configuration(host=api_client.configuration.host)) as other:
+                current = client.ResourceV1Api(other).read_resource_slice(name)
+                current.metadata.labels = {"touched": "yes"}
+                client.ResourceV1Api(other).replace_resource_slice(name, current)
+        return original(method, url, *args, **kwargs)
 
-    monkeypatch.setattr(
-        client.ResourceV1Api, "replace_resource_slice", lambda self, n, b, **k: racing_replace(n, b, **k)
-    )
+    monkeypatch.setattr(api_client, "call_api", racing_call)
     result = publisher.publish(pool_of("H100"))
     assert raced
     assert result.generation >= 2
