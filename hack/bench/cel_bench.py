@@ -16,10 +16,12 @@ It lacks migdra's semantics (no unknown-domain map, no short-circuit, no cost bu
 flatters it.  Also shown, as information and not as a ratio: migdra through its ``ActivationCache``,
 and with no caches at all (compiling the selector and converting the device for every evaluation).
 
-Every run makes one pass over the same ``--devices`` devices per way and runner, in an order rotated
-from run to run, and counts the matches: every way must agree.  Compile times are per run too (the
-median of 50 compiles; the first compile of a process in a fresh process per run).  Results go to
-``docs/benchmarks.md`` ("CEL selectors") through ``hack/bench/run_all.py``.
+Every run makes one pass over the same ``--devices`` devices per way on the interpreted runner and
+``--passes`` passes on the compiled runner (whose passes are short enough for one preemption to show;
+the run keeps their median), all interleaved in an order rotated from run to run; every pass counts
+the matches, and every way must agree.  Compile times are per run too (the median of 50 compiles;
+the first compile of a process in a fresh process per run).  Results go to ``docs/benchmarks.md``
+("CEL selectors") through ``hack/bench/run_all.py``.
 """
 
 from __future__ import annotations
@@ -241,6 +243,9 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=2000, help="devices per pass (every way, both runners)")
     parser.add_argument("--class-name", default="mig-20gi-40sm.migdra.io", help="a class of " + CLASS_FILE.name)
     parser.add_argument("--no-caches-devices", type=int, default=200, help="devices for the no-caches pass")
+    parser.add_argument(
+        "--passes", type=int, default=3, help="passes per way and run on the compiled runner (median kept)"
+    )
     args = parser.parse_args()
     check_runs(parser, args)
 
@@ -250,6 +255,7 @@ def main() -> None:
     params = {
         "devices": len(items),
         "no_caches_devices": no_caches_count,
+        "compiled_runner_passes_per_run": args.passes,
         "class": args.class_name,
         "selector": " ".join(expression.split()),
         "celpy": celpy_version(),
@@ -290,14 +296,20 @@ def main() -> None:
                 env = plain_environment(kind)
                 record(f"plain {kind.value}", median_ms(lambda env=env: plain_program(env, expression), 50))
             # Every way on both runners, in an order rotated from run to run, so that load that
-            # comes and goes does not always fall on the same one.
-            plan = [(kind, way) for kind in KINDS for way in WAYS]
+            # comes and goes does not always fall on the same one.  A compiled-runner pass lasts a
+            # tenth of a second, where one preemption shows: it makes ``--passes`` passes, interleaved,
+            # and the run keeps their median.
+            plan = [(RunnerKind.COMPILED, way) for _ in range(args.passes) for way in WAYS]
+            plan += [(RunnerKind.INTERPRETED, way) for way in WAYS]
             shift = run * 3 % len(plan)
+            passes: dict[tuple[RunnerKind, str], list[float]] = {}
             for kind, way in plan[shift:] + plan[:shift]:
                 micros, matched = runners[kind].ways[way]()
                 if matched != expected:
                     raise SystemExit(f"{way} ({kind.value}) matched {matched} devices, not {expected}")
-                per_device.setdefault((kind, way), []).append(micros)
+                passes.setdefault((kind, way), []).append(micros)
+            for key, values in passes.items():
+                per_device.setdefault(key, []).append(statistics.median(values))
             for kind in KINDS:
                 micros, matched = runners[kind].no_caches(no_caches_count)
                 if matched != expected_no_caches:
