@@ -1,4 +1,4 @@
-"""Durable, atomic replacement and removal of small files: the one implementation migdra uses.
+"""Durable, atomic replacement of small files: the one implementation migdra uses.
 
 Used for the prepare checkpoint and CDI specs, the simulated NVML's state file and the local API
 server's snapshot.  A reader (the container runtime scanning the CDI directory, or migdra itself after
@@ -11,7 +11,8 @@ the full form, ``.<target name>.<writer PID>.<8 hex digits>.tmp``, is :func:`tem
 Durability has a cost (two fsyncs per write) and is the caller's to waive: ``sync=False`` keeps the
 atomicity (the rename) and drops both fsyncs, for files whose content is worthless once the kernel
 that wrote them is gone -- the prepare checkpoint's per-claim records, which describe MIG instances
-that do not survive a reboot either (``kubeletplugin/prepare/checkpoint.py`` says why that is safe).
+that do not survive a reboot either (``kubeletplugin/prepare/checkpoint.py`` says why that is safe),
+and the CDI specs naming those instances (``kubeletplugin/prepare/cdi.py``).
 Every write reports what it cost (:class:`WriteCost`) so that callers can count their disk work.
 
 This module never decides *what* to write or where; callers own their paths.  They can ask first
@@ -95,16 +96,6 @@ def parse_temporary_name(name: str) -> tuple[str, int] | None:
     if match is None:
         return None
     return match["target"], int(match["pid"])
-
-
-def remove_file_durably(path: Path) -> bool:
-    """Delete ``path`` and make the deletion durable; False if it did not exist."""
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return False
-    fsync_directory(path.parent)
-    return True
 
 
 def fsync_directory(directory: Path) -> None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dra_driver.durable import remove_file_durably, write_file_atomically
+from dra_driver.durable import write_file_atomically
 from kubeletplugin.prepare.records import ClaimRecord
 
 log = logging.getLogger(__name__)
@@ -210,15 +210,27 @@ def build_cdi_spec(
 
 
 def write_cdi_spec(cdi_dir: Path, driver_name: str, claim_uid: str, spec: Mapping[str, Any]) -> Path:
-    """Write (or atomically replace) the claim's spec; the runtime never sees a partial file."""
+    """Write (or atomically replace) the claim's spec; the runtime never sees a partial file.
+
+    Atomic, not fsynced (docs/prepare.md §5): a spec names MIG instances of this boot only.  After a
+    ``kill -9`` every process reads the page cache, so the spec is whole; an fsync would only make it
+    survive a crash of the kernel, after which its instances are gone, kubelet prepares the claim
+    again (writing the spec anew) and start-up removes a spec no record names.  On the default
+    ``/var/run/cdi`` (a tmpfs) an fsync is a no-op anyway.
+    """
     path = spec_path(cdi_dir, driver_name, claim_uid)
-    write_file_atomically(path, (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode("utf-8"), mode=0o644)
+    data = (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    write_file_atomically(path, data, mode=0o644, sync=False)
     return path
 
 
 def delete_cdi_spec(cdi_dir: Path, driver_name: str, claim_uid: str) -> bool:
-    """Remove the claim's spec; False if there was none (idempotent)."""
-    return remove_file_durably(spec_path(cdi_dir, driver_name, claim_uid))
+    """Remove the claim's spec; False if there was none (idempotent).  Not fsynced, as for writing."""
+    try:
+        spec_path(cdi_dir, driver_name, claim_uid).unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def list_cdi_spec_claims(cdi_dir: Path, driver_name: str) -> set[str]:
