@@ -109,12 +109,14 @@ def slices(
     if problem is not None:
         given = "--node-name" if node_name else "this host's name (give --node-name)"
         raise ConfigurationError(f"{given} {node!r}: not a Kubernetes node name: it {problem}")
-    with open_nvml(settings) as session:
-        inventory = read_inventory(session)
-    gpus = [(entry.gpu.uuid, entry.gpu.pci_bus_id) for entry in inventory.gpus]
-    check_excluded_gpus_exist(config, gpus, from_flags=exclude_gpu, path=config_file)
-    pool = build_pool(inventory, config)
-    click.echo(slices_view.render(render_slices(pool, node, generation=1), pool, output), nl=False)
+    with slices_view.garbage_collector_paused():
+        with open_nvml(settings) as session:
+            inventory = read_inventory(session)
+        gpus = [(entry.gpu.uuid, entry.gpu.pci_bus_id) for entry in inventory.gpus]
+        check_excluded_gpus_exist(config, gpus, from_flags=exclude_gpu, path=config_file)
+        pool = build_pool(inventory, config)
+        text = slices_view.render(render_slices(pool, node, generation=1), pool, output)
+    click.echo(text, nl=False)
 
 
 @cli.command("kubelet-plugin")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from dra_driver.mig import Placement, load_catalog
 from tests.conftest import OpenSimulatedNode
@@ -121,3 +125,31 @@ def test_a_state_file_of_other_gpus_is_one_clear_error_line(tmp_path: Path) -> N
     assert f"{state} holds ['A30']" in result.stderr
     assert "Traceback" not in result.stderr
     assert Path(state).read_bytes() == before  # refused, never rewritten
+
+
+def test_slices_builds_and_renders_with_the_cyclic_garbage_collector_paused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collector's full collections made `migdra slices` worse than linear in GPUs (scale_bench)."""
+    from click.testing import CliRunner
+
+    from dra_driver.cli import slices_view
+    from dra_driver.cli.main import cli
+
+    seen: list[bool] = []
+    real_render = slices_view.render
+
+    def render(*args: Any, **kwargs: Any) -> str:
+        seen.append(gc.isenabled())
+        return real_render(*args, **kwargs)
+
+    monkeypatch.setattr(slices_view, "render", render)
+    for name in [n for n in os.environ if n.startswith("MIGDRA_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    assert gc.isenabled()
+    result = CliRunner().invoke(cli, ["slices", "--sim-gpus", "H100-SXM5-80GB:2", "--node-name", "n1", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    assert seen == [False]
+    assert gc.isenabled()  # restored
+    assert len(json.loads(result.output)["items"]) >= 1
