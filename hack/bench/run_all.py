@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,18 @@ BENCHES: dict[str, list[str]] = {
 LOADED = ("startup", "plugin", "prepare")
 
 
+def settle(limit: float, most: float) -> None:
+    """Wait (at most ``most`` seconds) until the 1-minute load average is under ``limit``.
+
+    Why: the load average lags by about a minute, so a benchmark that starts right after a busy one
+    (the API server's has over 40 threads runnable) would record that one's load as its own, and run
+    on a machine still catching up.
+    """
+    deadline = time.monotonic() + most
+    while os.getloadavg()[0] >= limit and time.monotonic() < deadline:
+        time.sleep(5)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", choices=sorted(BENCHES), help="run only these (repeatable)")
@@ -44,6 +58,9 @@ def main() -> int:
         "--busy-loops", type=int, default=2, help=f"CPU-spinning processes for the loaded runs of {', '.join(LOADED)}"
     )
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--settle", type=float, default=120.0, help="seconds to wait at most for the load to fall before each"
+    )
     args = parser.parse_args()
     results: dict[str, Any] = {"reports": {}}
     if args.results.exists():
@@ -58,6 +75,7 @@ def main() -> int:
             if not script.exists():
                 print(f"bench: {script.relative_to(REPO)} does not exist yet, skipped", file=sys.stderr)
                 continue
+            settle(limit=max(1.0, (os.cpu_count() or 1) / 2), most=args.settle)
             out = Path(scratch) / f"{name}-{loops}.json"
             argv = [sys.executable, str(script), *BENCHES[name], "--runs", str(args.runs)]
             argv += ["--busy-loops", str(loops), "--json", str(out)]
