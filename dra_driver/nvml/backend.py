@@ -12,15 +12,28 @@ class, so the code path tested without GPUs is the code path that runs on them.
 Thread safety: NVML itself is thread-safe; the handle and profile caches are guarded by a lock.
 Callers serialise mutations per GPU (the kubelet plugin holds per-GPU locks).
 
-Profile cache: a GPU's GI profiles and their possible placements are fixed by the GPU and the driver
+Profile caches: a GPU's GI profiles and their possible placements are fixed by the GPU and the driver
 for as long as its MIG mode stays as it is, yet reading them is ~17 profile-info and placement calls,
 ~10 ms on a real H200 (recorded; shared/reference/nvml-mig.md §16) -- and a prepare reads them several times
 per claim.  So :meth:`Nvml.gpu_instance_profiles` keeps them per GPU UUID together with the MIG mode
 (current and pending) they were read under, and re-checks that mode with one ``nvmlDeviceGetMigMode``
 (~160 us recorded) on every use: a mode change made by anyone -- our :meth:`Nvml.set_mig_mode`, an
-admin's nvidia-smi, another process -- is seen on the next read.  A driver reload needs a new
-``nvmlInit``, and :meth:`Nvml.init` / :meth:`Nvml.shutdown` drop the cache.  Nothing else of the
-GPU's state (instances, capacity) is cached.
+admin's nvidia-smi, another process -- is seen on the next read.
+
+The compute-instance profiles a GI offers depend on the GI's profile (and the GPU), not on the GI:
+every 2g.20gb GI of a GPU offers the same CI profiles.  Reading them is one
+``nvmlGpuInstanceGetComputeInstanceProfileInfoV`` per ``NVML_COMPUTE_INSTANCE_PROFILE_*`` index (9
+calls), and listing a GI's compute instances needs them -- for every GI that
+:meth:`Nvml.gpu_instances` lists.  So they are cached the same way, per (GPU UUID, GI profile ID)
+under the MIG mode they were read under, validated by the same mode read: a listing reads the mode
+once and uses it for the GI table and every GI's CI table.  A GI just created has no compute
+instances, so :meth:`Nvml.create_gpu_instance` does not ask NVML for them.
+
+Any read of a GPU's MIG mode that finds it changed since the last one drops that GPU's tables of both
+kinds (:meth:`Nvml._saw_mode`), so a mode switched off and on again, seen in between, is read afresh.
+A driver reload needs a new ``nvmlInit``, and :meth:`Nvml.init` / :meth:`Nvml.shutdown` drop both
+caches.  A table read while the mode changed (the mode is read again after the read) is not kept.
+Nothing else of the GPU's state (instances, capacity) is cached.
 """
 
 from __future__ import annotations
@@ -28,10 +41,10 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
 
 import pynvml
 
@@ -119,12 +132,17 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+_V = TypeVar("_V")
+_K = TypeVar("_K", bound=Hashable)
+
+
 @dataclass(frozen=True, slots=True)
-class _ProfileTable:
-    """One GPU's GI profiles (placements included) and the MIG mode they were read under."""
+class _ProfileTable(Generic[_V]):
+    """A cached profile table (a GPU's GI profiles, or one GI profile's CI profiles) and the MIG mode
+    it was read under: it is served only while the GPU's mode is still that one."""
 
     mig_mode: MigModeState | None
-    profiles: tuple[GpuInstanceProfileInfo, ...]
+    profiles: tuple[_V, ...]
 
 
 class Nvml:
@@ -137,9 +155,13 @@ class Nvml:
 
     def __init__(self, observe_call: CallObserver | None = None) -> None:
         self._handles: dict[str, Any] = {}
-        self._profile_tables: dict[str, _ProfileTable] = {}
-        # One reader per GPU fills its table: threads that miss at once wait for that read, not repeat it.
-        self._profile_fill_locks: dict[str, threading.Lock] = {}
+        self._profile_tables: dict[str, _ProfileTable[GpuInstanceProfileInfo]] = {}  # by GPU UUID
+        # By (GPU UUID, GI profile ID): CI profiles depend on the GI's profile, not on the GI.
+        self._ci_profile_tables: dict[tuple[str, int], _ProfileTable[ComputeInstanceProfileInfo]] = {}
+        # The MIG mode each GPU was last seen in: a change seen by any read drops the GPU's tables.
+        self._seen_modes: dict[str, MigModeState | None] = {}
+        # One reader per table fills it: threads that miss at once wait for that read, not repeat it.
+        self._profile_fill_locks: dict[Hashable, threading.Lock] = {}
         # Bumped by init / shutdown, so a table read before either is never stored after it.
         self._session = 0
         self._lock = threading.Lock()
@@ -355,16 +377,19 @@ class Nvml:
         if mode is None or not mode.enabled:
             return []
         found: list[GpuInstanceInfo] = []
-        for profile in self._profile_table(handle, gpu_uuid, mode):  # the mode just read keys the cache
+        # The one mode just read validates the GI table and every GI's CI table: one check per listing.
+        for profile in self._profile_table(handle, gpu_uuid, mode):
             array = (pynvml.c_nvmlGpuInstance_t * profile.instance_count)()
             count = ctypes.c_uint(0)
             with self._calling("nvmlDeviceGetGpuInstances", gpu_uuid):
                 pynvml.nvmlDeviceGetGpuInstances(handle, profile.profile_id, array, ctypes.byref(count))
-            found.extend(self._gpu_instance_info(gpu_uuid, array[i]) for i in range(count.value))
+            found.extend(self._gpu_instance_info(gpu_uuid, handle, array[i], mode) for i in range(count.value))
         return sorted(found, key=lambda gi: gi.gpu_instance_id)
 
     def gpu_instance(self, gpu_uuid: str, gpu_instance_id: int) -> GpuInstanceInfo:
-        return self._gpu_instance_info(gpu_uuid, self._gi_handle(gpu_uuid, gpu_instance_id))
+        gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
+        handle = self._handle(gpu_uuid)
+        return self._gpu_instance_info(gpu_uuid, handle, gi_handle, self._mig_mode(handle, gpu_uuid))
 
     def create_gpu_instance(self, gpu_uuid: str, profile_id: int, placement: Placement) -> GpuInstanceInfo:
         """Create a GI of ``profile_id`` at exactly ``placement``; never anywhere else.
@@ -379,7 +404,8 @@ class Nvml:
         operation = f"nvmlDeviceCreateGpuInstanceWithPlacement(profile {profile_id}, placement {placement})"
         with self._calling(operation, gpu_uuid):
             gi_handle = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile_id, ctypes.byref(c_placement))
-        created = self._gpu_instance_info(gpu_uuid, gi_handle)
+        # A GI is created without compute instances (those are created one by one, by ID): nothing to list.
+        created = self._bare_gpu_instance_info(gpu_uuid, gi_handle)
         if created.placement != placement or created.profile_id != profile_id:
             raise NvmlUnexpectedError(
                 operation,
@@ -398,30 +424,25 @@ class Nvml:
     # -- compute instances -----------------------------------------------------------------------
 
     def compute_instance_profiles(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstanceProfileInfo]:
+        """The CI profiles the GI offers, in index order.
+
+        Cached per GI profile (see the module docstring): a repeated call costs the GI's handle, its
+        info (for its profile) and one ``nvmlDeviceGetMigMode``, instead of one read per CI profile index.
+        """
         gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
-        profiles = []
-        for index in range(_CI_PROFILE_COUNT):
-            try:
-                with self._calling("nvmlGpuInstanceGetComputeInstanceProfileInfo", gpu_uuid):
-                    info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi_handle, index, _CI_ENGINE_SHARED, 2)
-            except (NvmlNotSupported, NvmlInvalidArgument):
-                continue
-            profiles.append(
-                ComputeInstanceProfileInfo(
-                    ci_profile_index=index,
-                    profile_id=int(info.id),
-                    name=_text(info.name),
-                    slice_count=int(info.sliceCount),
-                    instance_count=int(info.instanceCount),
-                    multiprocessor_count=int(info.multiprocessorCount),
-                )
-            )
-        return profiles
+        handle = self._handle(gpu_uuid)
+        mode = self._mig_mode(handle, gpu_uuid)
+        gi_profile_id = self._bare_gpu_instance_info(gpu_uuid, gi_handle).profile_id
+        return list(self._ci_profile_table(handle, gi_handle, gpu_uuid, gi_profile_id, mode))
 
     def create_compute_instance(
         self, gpu_uuid: str, gpu_instance_id: int, ci_profile_index: int
     ) -> ComputeInstanceInfo:
-        """Create a CI of the given ``NVML_COMPUTE_INSTANCE_PROFILE_*`` inside a GI."""
+        """Create a CI of the given ``NVML_COMPUTE_INSTANCE_PROFILE_*`` inside a GI.
+
+        Reads that one CI profile (for its ID) from NVML, not from the CI table: which cached table
+        applies depends on the GI's profile and the GPU's MIG mode, two calls to learn, to save one.
+        """
         gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
         operation = f"nvmlGpuInstanceCreateComputeInstance(GI {gpu_instance_id}, CI profile {ci_profile_index})"
         with self._calling(operation, gpu_uuid):
@@ -432,7 +453,7 @@ class Nvml:
         return self._compute_instance_info(gpu_uuid, gpu_instance_id, ci_handle)
 
     def compute_instances(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstanceInfo]:
-        return self._compute_instances(gpu_uuid, gpu_instance_id, self._gi_handle(gpu_uuid, gpu_instance_id))
+        return list(self.gpu_instance(gpu_uuid, gpu_instance_id).compute_instances)
 
     def destroy_compute_instance(self, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int) -> None:
         """Destroy a CI.  Raises :class:`NvmlInUse` while a process holds its MIG device."""
@@ -470,8 +491,26 @@ class Nvml:
             with self._calling("nvmlDeviceGetMigMode", gpu_uuid):
                 current, pending = pynvml.nvmlDeviceGetMigMode(handle)
         except NvmlNotSupported:
-            return None
-        return MigModeState(current=MigMode(int(current)), pending=MigMode(int(pending)))
+            mode = None
+        else:
+            mode = MigModeState(current=MigMode(int(current)), pending=MigMode(int(pending)))
+        self._saw_mode(gpu_uuid, mode)
+        return mode
+
+    def _saw_mode(self, gpu_uuid: str, mode: MigModeState | None) -> None:
+        """Drop the GPU's profile tables when its MIG mode is seen to differ from the last one seen.
+
+        Each table is served only under the mode it was read under anyway; dropping them as soon as any
+        read (a listing that stops early with MIG off, ``mig_mode``, a GPU listing) sees a change also
+        retires them across a change and its undoing (MIG off and on again) that this backend saw, and
+        frees what no longer applies.  A change and its undoing that no read saw cannot be told apart.
+        """
+        with self._lock:
+            if gpu_uuid in self._seen_modes and self._seen_modes[gpu_uuid] != mode:
+                self._profile_tables.pop(gpu_uuid, None)
+                for key in [key for key in self._ci_profile_tables if key[0] == gpu_uuid]:
+                    del self._ci_profile_tables[key]
+            self._seen_modes[gpu_uuid] = mode
 
     def _gpu_info(self, index: int, handle: Any) -> GpuInfo:
         where = f"GPU {index}"
@@ -528,24 +567,58 @@ class Nvml:
         self, handle: Any, gpu_uuid: str, mode: MigModeState | None
     ) -> tuple[GpuInstanceProfileInfo, ...]:
         """The GPU's profiles under ``mode`` (its MIG mode as just read): cached, or read and cached."""
+        return self._cached_table(
+            self._profile_tables,
+            gpu_uuid,
+            handle,
+            gpu_uuid,
+            mode,
+            lambda: self._read_gpu_instance_profiles(handle, gpu_uuid),
+        )
+
+    def _ci_profile_table(
+        self, handle: Any, gi_handle: Any, gpu_uuid: str, gi_profile_id: int, mode: MigModeState | None
+    ) -> tuple[ComputeInstanceProfileInfo, ...]:
+        """The CI profiles of GI profile ``gi_profile_id`` under ``mode`` (the GPU's MIG mode as just
+        read), read through ``gi_handle`` (a GI of that profile) when not cached."""
+        return self._cached_table(
+            self._ci_profile_tables,
+            (gpu_uuid, gi_profile_id),
+            handle,
+            gpu_uuid,
+            mode,
+            lambda: self._read_compute_instance_profiles(gi_handle, gpu_uuid),
+        )
+
+    def _cached_table(
+        self,
+        tables: dict[_K, _ProfileTable[_V]],
+        key: _K,
+        handle: Any,
+        gpu_uuid: str,
+        mode: MigModeState | None,
+        read: Callable[[], list[_V]],
+    ) -> tuple[_V, ...]:
+        """``tables[key]`` if it was read under ``mode``, else ``read()`` -- kept if the mode held still."""
         with self._lock:
-            table = self._profile_tables.get(gpu_uuid)
-            fill_lock = self._profile_fill_locks.setdefault(gpu_uuid, threading.Lock())
+            table = tables.get(key)
+            # GI tables are keyed by a UUID, CI tables by a (UUID, profile ID) pair: the keys never meet.
+            fill_lock = self._profile_fill_locks.setdefault(key, threading.Lock())
         if table is not None and table.mig_mode == mode:
             return table.profiles
         with fill_lock:
             with self._lock:
-                table = self._profile_tables.get(gpu_uuid)
+                table = tables.get(key)
                 session = self._session
             if table is not None and table.mig_mode == mode:
                 return table.profiles  # another thread read them while this one waited
-            profiles = tuple(self._read_gpu_instance_profiles(handle, gpu_uuid))
+            profiles = tuple(read())
             # Kept only if the mode held still throughout the read: a table read across a mode change
             # belongs to no single mode (and would be served under the wrong one).
             if self._mig_mode(handle, gpu_uuid) == mode:
                 with self._lock:
                     if self._session == session:
-                        self._profile_tables[gpu_uuid] = _ProfileTable(mode, profiles)
+                        tables[key] = _ProfileTable(mode, profiles)
             return profiles
 
     def _read_gpu_instance_profiles(self, handle: Any, gpu_uuid: str) -> list[GpuInstanceProfileInfo]:
@@ -561,6 +634,8 @@ class Nvml:
     def _forget_profiles(self) -> None:
         with self._lock:
             self._profile_tables.clear()
+            self._ci_profile_tables.clear()
+            self._seen_modes.clear()
             self._session += 1
 
     def _possible_placements(self, handle: Any, gpu_uuid: str, profile_id: int) -> tuple[Placement, ...]:
@@ -574,32 +649,55 @@ class Nvml:
             pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
         return tuple(Placement(start=int(array[i].start), size=int(array[i].size)) for i in range(count.value))
 
-    def _gpu_instance_info(self, gpu_uuid: str, gi_handle: Any) -> GpuInstanceInfo:
+    def _bare_gpu_instance_info(self, gpu_uuid: str, gi_handle: Any) -> GpuInstanceInfo:
+        """``nvmlGpuInstanceGetInfo`` alone: the GI without its compute instances (not asked for)."""
         with self._calling("nvmlGpuInstanceGetInfo", gpu_uuid):
             info = pynvml.nvmlGpuInstanceGetInfo(gi_handle)
-        gpu_instance_id = int(info.id)
         return GpuInstanceInfo(
             gpu_uuid=gpu_uuid,
-            gpu_instance_id=gpu_instance_id,
+            gpu_instance_id=int(info.id),
             profile_id=int(info.profileId),
             placement=Placement(start=int(info.placement.start), size=int(info.placement.size)),
-            compute_instances=tuple(self._compute_instances(gpu_uuid, gpu_instance_id, gi_handle)),
+            compute_instances=(),
         )
 
-    def _compute_instances(self, gpu_uuid: str, gpu_instance_id: int, gi_handle: Any) -> list[ComputeInstanceInfo]:
+    def _gpu_instance_info(
+        self, gpu_uuid: str, handle: Any, gi_handle: Any, mode: MigModeState | None
+    ) -> GpuInstanceInfo:
+        """The GI with its compute instances; ``mode`` is the GPU's MIG mode as the caller just read it."""
+        bare = self._bare_gpu_instance_info(gpu_uuid, gi_handle)
+        profiles = self._ci_profile_table(handle, gi_handle, gpu_uuid, bare.profile_id, mode)
         found: list[ComputeInstanceInfo] = []
+        for profile in profiles:
+            array = (pynvml.c_nvmlComputeInstance_t * profile.instance_count)()
+            count = ctypes.c_uint(0)
+            with self._calling("nvmlGpuInstanceGetComputeInstances", gpu_uuid):
+                pynvml.nvmlGpuInstanceGetComputeInstances(gi_handle, profile.profile_id, array, ctypes.byref(count))
+            found.extend(
+                self._compute_instance_info(gpu_uuid, bare.gpu_instance_id, array[i]) for i in range(count.value)
+            )
+        return replace(bare, compute_instances=tuple(sorted(found, key=lambda ci: ci.compute_instance_id)))
+
+    def _read_compute_instance_profiles(self, gi_handle: Any, gpu_uuid: str) -> list[ComputeInstanceProfileInfo]:
+        """Every CI profile the GI offers, asked of NVML index by index (uncached)."""
+        profiles = []
         for index in range(_CI_PROFILE_COUNT):
             try:
                 with self._calling("nvmlGpuInstanceGetComputeInstanceProfileInfo", gpu_uuid):
                     info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi_handle, index, _CI_ENGINE_SHARED, 2)
             except (NvmlNotSupported, NvmlInvalidArgument):
-                continue
-            array = (pynvml.c_nvmlComputeInstance_t * int(info.instanceCount))()
-            count = ctypes.c_uint(0)
-            with self._calling("nvmlGpuInstanceGetComputeInstances", gpu_uuid):
-                pynvml.nvmlGpuInstanceGetComputeInstances(gi_handle, int(info.id), array, ctypes.byref(count))
-            found.extend(self._compute_instance_info(gpu_uuid, gpu_instance_id, array[i]) for i in range(count.value))
-        return sorted(found, key=lambda ci: ci.compute_instance_id)
+                continue  # the GI's profile lacks it
+            profiles.append(
+                ComputeInstanceProfileInfo(
+                    ci_profile_index=index,
+                    profile_id=int(info.id),
+                    name=_text(info.name),
+                    slice_count=int(info.sliceCount),
+                    instance_count=int(info.instanceCount),
+                    multiprocessor_count=int(info.multiprocessorCount),
+                )
+            )
+        return profiles
 
     def _compute_instance_info(self, gpu_uuid: str, gpu_instance_id: int, ci_handle: Any) -> ComputeInstanceInfo:
         with self._calling("nvmlComputeInstanceGetInfo", gpu_uuid):

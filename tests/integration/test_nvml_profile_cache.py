@@ -16,7 +16,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from dra_driver.mig import load_catalog
+from dra_driver.mig import Placement, load_catalog
 from dra_driver.nvml import errors, sim
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.types import GpuInstanceProfileInfo
@@ -224,3 +224,150 @@ def test_threads_missing_at_once_read_the_table_once(tmp_path: Path) -> None:
     assert results == [expected] * 8
     assert not another_reader.is_set()
     assert calls.take()["nvmlDeviceGetGpuInstanceProfileInfo"] == nvml.gpu_instance_profile_index_count
+
+
+# -- compute-instance profiles, cached per (GPU, GI profile) ---------------------------------------
+
+CI_PROFILE_READ = "nvmlGpuInstanceGetComputeInstanceProfileInfo"
+CI_LIST = "nvmlGpuInstanceGetComputeInstances"
+
+
+def create_with_ci(nvml: Nvml, uuid: str, model_key: str, profile_name: str, start: int) -> int:
+    """A GI of ``profile_name`` at ``start`` with its full CI; its GI ID."""
+    profile = load_catalog().model(model_key).profile_by_name(profile_name)
+    placement = profile.placement_at(start)
+    assert placement is not None
+    gi = nvml.create_gpu_instance(uuid, profile.profile_id, placement)
+    nvml.create_compute_instance(uuid, gi.gpu_instance_id, profile.default_ci_profile_index)
+    return gi.gpu_instance_id
+
+
+def test_a_second_listing_reads_no_compute_instance_profiles(tmp_path: Path) -> None:
+    with observed(tmp_path / "state.json", ["H100-SXM5-80GB"]) as (nvml, calls, (uuid,)):
+        one_g = create_with_ci(nvml, uuid, "H100-SXM5-80GB", "1g.10gb", 0)
+        create_with_ci(nvml, uuid, "H100-SXM5-80GB", "2g.20gb", 2)
+        calls.take()
+        first = nvml.gpu_instances(uuid)
+        assert calls.take()[CI_PROFILE_READ] > 0  # nothing listed them yet
+        second = nvml.gpu_instances(uuid)
+        seen = calls.take()
+        assert second == first
+        assert seen[CI_PROFILE_READ] == 0
+        assert seen["nvmlDeviceGetMigMode"] == 1  # one mode check for the whole listing
+        # The table belongs to the GI profile, not the GI: a new 1g.10gb GI is listed without reads too.
+        create_with_ci(nvml, uuid, "H100-SXM5-80GB", "1g.10gb", 1)
+        calls.take()
+        assert len(nvml.gpu_instances(uuid)) == 3
+        assert calls.take()[CI_PROFILE_READ] == 0
+        # The single-GI calls use the same tables.
+        nvml.gpu_instance(uuid, one_g)
+        nvml.compute_instances(uuid, one_g)
+        profiles = nvml.compute_instance_profiles(uuid, one_g)
+        assert calls.take()[CI_PROFILE_READ] == 0
+        assert profiles == Nvml().compute_instance_profiles(uuid, one_g)  # a backend with nothing cached
+
+
+def test_creating_a_gpu_instance_lists_no_compute_instances(tmp_path: Path) -> None:
+    """A GI is created empty: asking NVML for its CIs (and so its CI profiles) would only find none."""
+    with observed(tmp_path / "state.json", ["H100-SXM5-80GB"]) as (nvml, calls, (uuid,)):
+        profile = load_catalog().model("H100-SXM5-80GB").profile_by_name("3g.40gb")
+        created = nvml.create_gpu_instance(uuid, profile.profile_id, profile.placements[0])
+        seen = calls.take()
+        assert created.compute_instances == ()
+        assert seen[CI_LIST] == 0
+        assert seen[CI_PROFILE_READ] == 0
+        assert Nvml().gpu_instance(uuid, created.gpu_instance_id) == created  # what NVML lists for it
+
+
+@pytest.mark.parametrize("model_key", sorted(load_catalog().gpus))
+def test_cached_compute_instance_profiles_equal_an_uncached_read(tmp_path: Path, model_key: str) -> None:
+    """Every GI profile of every model: the cached table (read twice) is what a cold backend reads."""
+    with observed(tmp_path / "state.json", [model_key]) as (nvml, _, (uuid,)):
+        for profile in load_catalog().model(model_key).gpu_instance_profiles:
+            gi = nvml.create_gpu_instance(uuid, profile.profile_id, profile.placements[0])
+            cold = Nvml().compute_instance_profiles(uuid, gi.gpu_instance_id)
+            assert nvml.compute_instance_profiles(uuid, gi.gpu_instance_id) == cold
+            assert nvml.compute_instance_profiles(uuid, gi.gpu_instance_id) == cold
+            nvml.create_compute_instance(uuid, gi.gpu_instance_id, profile.default_ci_profile_index)
+            assert nvml.gpu_instances(uuid) == nvml.gpu_instances(uuid) == Nvml().gpu_instances(uuid)
+            ci = nvml.compute_instances(uuid, gi.gpu_instance_id)[0]
+            nvml.destroy_compute_instance(uuid, gi.gpu_instance_id, ci.compute_instance_id)
+            nvml.destroy_gpu_instance(uuid, gi.gpu_instance_id)
+
+
+def test_a_failed_compute_instance_profile_read_is_translated_and_not_kept(tmp_path: Path) -> None:
+    """NVML refusing a CI profile read (here the 1st V read: NO_PERMISSION) fails the call as before,
+    and what was read up to then is not cached: the next call reads the whole table."""
+    plan = sim.FaultPlan.model_validate(
+        {"rules": [{"symbol": "nvmlGpuInstanceGetComputeInstanceProfileInfoV", "nth": 1, "error": "NoPermission"}]}
+    )
+    calls = Calls()
+    sim.install(tmp_path / "state.json", gpus=["H100-SXM5-80GB"], mig_enabled=True, faults=plan)
+    try:
+        with Nvml(observe_call=calls) as nvml:
+            uuid = nvml.list_gpus()[0].uuid
+            gi = nvml.create_gpu_instance(uuid, 19, Placement(start=0, size=1))
+            with pytest.raises(errors.NvmlNoPermission) as refused:
+                nvml.compute_instance_profiles(uuid, gi.gpu_instance_id)
+            assert refused.value.operation == CI_PROFILE_READ
+            calls.take()
+            profiles = nvml.compute_instance_profiles(uuid, gi.gpu_instance_id)
+            assert calls.take()[CI_PROFILE_READ] == pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT
+            assert [p.ci_profile_index for p in profiles] == [0]
+    finally:
+        sim.uninstall()
+
+
+def listed_again(nvml: Nvml, calls: Calls, uuid: str, model_key: str) -> int:
+    """Create a 1g GI with its CI, list the GPU's instances; the CI profile reads that took."""
+    gi = create_with_ci(nvml, uuid, model_key, load_catalog().model(model_key).gpu_instance_profiles[0].name, 0)
+    calls.take()
+    nvml.gpu_instances(uuid)
+    reads = calls.take()[CI_PROFILE_READ]
+    ci = nvml.compute_instances(uuid, gi)[0]
+    nvml.destroy_compute_instance(uuid, gi, ci.compute_instance_id)
+    nvml.destroy_gpu_instance(uuid, gi)
+    return reads
+
+
+def test_a_mig_mode_change_drops_cached_compute_instance_profiles(tmp_path: Path) -> None:
+    """MIG switched off and on again behind the backend's back -- by raw pynvml (an admin's nvidia-smi),
+    then by a second session -- and seen in between: the CI tables are read afresh each time."""
+    with observed(tmp_path / "state.json", ["H100-SXM5-80GB"]) as (nvml, calls, (uuid,)):
+        assert listed_again(nvml, calls, uuid, "H100-SXM5-80GB") > 0
+        assert listed_again(nvml, calls, uuid, "H100-SXM5-80GB") == 0  # cached
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        pynvml.nvmlDeviceSetMigMode(handle, pynvml.NVML_DEVICE_MIG_DISABLE)
+        assert nvml.gpu_instances(uuid) == []  # sees MIG off (a listing that stops early)
+        pynvml.nvmlDeviceSetMigMode(handle, pynvml.NVML_DEVICE_MIG_ENABLE)
+        assert listed_again(nvml, calls, uuid, "H100-SXM5-80GB") > 0
+        with Nvml() as other:
+            other.set_mig_mode(uuid, enabled=False)
+            assert nvml.mig_mode(uuid) == other.mig_mode(uuid)  # seen
+            other.set_mig_mode(uuid, enabled=True)
+        assert listed_again(nvml, calls, uuid, "H100-SXM5-80GB") > 0
+
+
+def test_a_pending_mode_and_an_operator_reset_drop_cached_compute_instance_profiles(tmp_path: Path) -> None:
+    """Ampere: a pending mode alone (the GPU keeps MIG on) keys a new table; an operator reset (the
+    simulator's admin API) to MIG off and back, seen in between, drops the GPU's tables."""
+    state = tmp_path / "state.json"
+    with observed(state, ["A100-SXM4-40GB"]) as (nvml, calls, (uuid,)):
+        assert listed_again(nvml, calls, uuid, "A100-SXM4-40GB") > 0
+        assert listed_again(nvml, calls, uuid, "A100-SXM4-40GB") == 0
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        pynvml.nvmlDeviceSetMigMode(handle, pynvml.NVML_DEVICE_MIG_DISABLE)  # pending only: GIs still possible
+        assert listed_again(nvml, calls, uuid, "A100-SXM4-40GB") > 0
+        sim.reset_gpu(state, 0)
+        assert nvml.gpu_instances(uuid) == []  # sees MIG off
+        pynvml.nvmlDeviceSetMigMode(handle, pynvml.NVML_DEVICE_MIG_ENABLE)
+        sim.reset_gpu(state, 0)
+        assert listed_again(nvml, calls, uuid, "A100-SXM4-40GB") > 0
+
+
+def test_init_and_shutdown_drop_cached_compute_instance_profiles(tmp_path: Path) -> None:
+    with observed(tmp_path / "state.json", ["H100-SXM5-80GB"]) as (nvml, calls, (uuid,)):
+        assert listed_again(nvml, calls, uuid, "H100-SXM5-80GB") > 0
+        nvml.shutdown()
+        nvml.init()
+        assert listed_again(nvml, calls, uuid, "H100-SXM5-80GB") > 0
