@@ -212,8 +212,8 @@ def test_waiting_for_the_lock_is_bounded(tmp_path: Path) -> None:
             pass
     finally:
         os.close(holder)
-    with store.transaction() as state:  # released: the next transaction goes through
-        state.gpus[0].busy = True
+    with store.transaction() as change:  # released: the next transaction goes through
+        change.gpu(0).busy = True
     assert sim.snapshot(state_path).gpus[0].busy
 
 

@@ -27,8 +27,8 @@ class SimulatedHardware:
         Raises :class:`~dra_driver.nvml.sim.errors.HardwareRefusedError` while the GPU has GPU
         instances or a process holds it.
         """
-        with self._store.transaction() as state:
-            hardware.reset_gpu(_gpu(state, index))
+        with self._store.transaction() as change:
+            hardware.reset_gpu(change.gpu(_gpu(change.state, index).index))
 
     def set_busy(self, device_uuid: str, busy: bool) -> None:
         """A process starts (``busy=True``) or stops holding a GPU (``GPU-…``) or MIG device (``MIG-…``).
@@ -36,8 +36,9 @@ class SimulatedHardware:
         While held: destroying that compute instance, or any instance on a held GPU, answers IN_USE,
         and SetMigMode reports IN_USE in its activationStatus.
         """
-        with self._store.transaction() as state:
-            hardware.set_busy(state, device_uuid, busy)
+        with self._store.transaction() as change:
+            gpu = hardware.gpu_of_device(change.state, device_uuid)  # found read-only, then changed in a copy
+            hardware.set_busy(change.gpu(gpu.index), device_uuid, busy)
 
     def snapshot(self) -> SimState:
         """A private copy of the persisted state (mutating it changes nothing)."""

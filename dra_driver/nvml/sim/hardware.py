@@ -6,9 +6,11 @@ Every number comes from the MIG catalog (:func:`dra_driver.mig.catalog.load_cata
 NVML facts used directly are pynvml's constants (return codes, profile-index ranges, the names of the
 ``_ALL_ME`` / ``_NO_ME`` profile indices).
 
-Functions either read a :class:`SimState` or mutate the one they are handed inside a store
-transaction; they raise :class:`SimNvmlError` with an NVML return code for a refusal.  This module
-must never touch ctypes, files, locks or clocks.
+Functions either read a :class:`SimState` or mutate the GPU (and state) they are handed inside a store
+transaction -- a GPU the transaction copied for the change
+(:class:`~dra_driver.nvml.sim.state.StateChange`), never one reached otherwise; they raise
+:class:`SimNvmlError` with an NVML return code for a refusal.  This module must never touch ctypes,
+files, locks or clocks.
 """
 
 from __future__ import annotations
@@ -409,15 +411,23 @@ def reset_gpu(gpu: SimGpu) -> None:
     gpu.mig_mode_current = gpu.mig_mode_pending
 
 
-def set_busy(state: SimState, device_uuid: str, busy: bool) -> None:
-    """A process starts (``busy``) or stops holding the GPU or MIG device named by ``device_uuid``."""
+def gpu_of_device(state: SimState, device_uuid: str) -> SimGpu:
+    """The GPU that is, or holds the MIG device, ``device_uuid`` (an operator names devices by UUID)."""
     ref = device_by_uuid(state, device_uuid)
     if ref is None:
         raise HardwareRefusedError(f"no GPU or MIG device with UUID {device_uuid!r}")
-    if ref.mig_device is None:
-        ref.gpu.busy = busy
-    else:
-        ref.mig_device.compute_instance.busy = busy
+    return ref.gpu
+
+
+def set_busy(gpu: SimGpu, device_uuid: str, busy: bool) -> None:
+    """A process starts (``busy``) or stops holding ``gpu`` or its MIG device named by ``device_uuid``."""
+    if gpu.uuid == device_uuid:
+        gpu.busy = busy
+        return
+    device = next((d for d in mig_devices(gpu) if d.compute_instance.uuid == device_uuid), None)
+    if device is None:
+        raise HardwareRefusedError(f"GPU {gpu.index} has no MIG device with UUID {device_uuid!r}")
+    device.compute_instance.busy = busy
 
 
 # --- a new machine --------------------------------------------------------------------------------

@@ -61,6 +61,25 @@ def state_problems(state: SimState) -> list[str]:
     return problems
 
 
+def gpu_problems(gpu: SimGpu) -> list[str]:
+    """What makes one GPU impossible, as :func:`state_problems` finds it (UUIDs checked within the GPU).
+
+    For a transaction that changed only this GPU: the rest of the machine is as it was loaded, and
+    new MIG UUIDs come from a serial no other device has used, so a check of this GPU alone is as
+    strong as the whole state's and costs what the GPU holds, not what the machine holds.
+    """
+    owners: dict[str, str] = {}
+    problems: list[str] = []
+
+    def claim_uuid(uuid: str, owner: str) -> None:
+        first = owners.setdefault(uuid, owner)
+        if first != owner:
+            problems.append(f"UUID {uuid} is used twice ({first} and {owner})")
+
+    claim_uuid(gpu.uuid, f"GPU {gpu.index}")
+    return _gpu_problems(gpu, claim_uuid) + problems
+
+
 def _model(name: str) -> GpuModel | str:
     """The catalog model a state file names (by catalog key only), or why there is none."""
     catalog = load_catalog()

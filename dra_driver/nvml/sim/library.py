@@ -7,9 +7,10 @@ that applies the fault plan (latency — slept before the state lock is taken, s
 parallel — injected errors, SIGKILL before/after), the initialisation check, and the mapping of
 :class:`SimNvmlError` to its return code.
 
-Reads use the store's cached state; every mutating call is one store transaction.  The MIG rules
-themselves live in ``hardware.py``: this module decodes arguments, picks the state objects a handle
-names, calls a rule, and writes results back.  A symbol not defined here is an ``AttributeError``,
+Reads use the store's cached state; every mutating call is one store transaction that copies only the
+GPU its handle names (``_NvmlFunctions._writable``), so its cost does not grow with the machine.  The
+MIG rules themselves live in ``hardware.py``: this module decodes arguments, picks the state objects a
+handle names, calls a rule, and writes results back.  A symbol not defined here is an ``AttributeError``,
 which pynvml reports as ``NVMLError_FunctionNotFound``, as with an older real library.
 """
 
@@ -44,7 +45,7 @@ from dra_driver.nvml.sim.abi import (
 )
 from dra_driver.nvml.sim.errors import SimNvmlError
 from dra_driver.nvml.sim.faults import FaultInjector, kill_this_process
-from dra_driver.nvml.sim.state import SimGpu, SimGpuInstance, SimState, StateStore
+from dra_driver.nvml.sim.state import SimGpu, SimGpuInstance, SimState, StateChange, StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -191,7 +192,10 @@ class _NvmlFunctions:
 
     def _gpu_instance(self, state: SimState, value: Any) -> tuple[SimGpu, SimGpuInstance]:
         handle = self._handle(value, HandleKind.GPU_INSTANCE)
-        gpu = hardware.gpu_at(state, handle.gpu_index)
+        return self._gi_of(hardware.gpu_at(state, handle.gpu_index), handle)
+
+    @staticmethod
+    def _gi_of(gpu: SimGpu, handle: Handle) -> tuple[SimGpu, SimGpuInstance]:
         gi = hardware.find_gpu_instance(gpu, handle.gpu_instance_id)
         if gi is None:
             raise SimNvmlError(pynvml.NVML_ERROR_INVALID_ARGUMENT, "stale GPU-instance handle")
@@ -201,6 +205,12 @@ class _NvmlFunctions:
         handle = self._handle(value, HandleKind.COMPUTE_INSTANCE)
         gpu = hardware.gpu_at(state, handle.gpu_index)
         return gpu, self._mig_device(gpu, handle)
+
+    def _writable(self, change: StateChange, value: Any, *kinds: HandleKind) -> tuple[SimGpu, Handle]:
+        """The GPU a handle of ``kinds`` names, copied into ``change`` for changing, and the handle."""
+        handle = self._handle(value, *kinds)
+        hardware.gpu_at(change.state, handle.gpu_index)  # no such GPU: INVALID_ARGUMENT, nothing copied
+        return change.gpu(handle.gpu_index), handle
 
     @staticmethod
     def _gpu_handle(gpu: SimGpu) -> Handle:
@@ -429,8 +439,9 @@ class _NvmlFunctions:
         out_target(activation_status_ref)
         if requested not in (pynvml.NVML_DEVICE_MIG_DISABLE, pynvml.NVML_DEVICE_MIG_ENABLE):
             raise SimNvmlError(pynvml.NVML_ERROR_INVALID_ARGUMENT, f"MIG mode {requested}")
-        with self._store.transaction() as state:
-            status = hardware.set_mig_mode(self._gpu(state, device), requested == pynvml.NVML_DEVICE_MIG_ENABLE)
+        with self._store.transaction() as change:
+            gpu, _ = self._writable(change, device, HandleKind.GPU)
+            status = hardware.set_mig_mode(gpu, requested == pynvml.NVML_DEVICE_MIG_ENABLE)
         write_value(activation_status_ref, status)
         return int(pynvml.NVML_SUCCESS)
 
@@ -494,8 +505,8 @@ class _NvmlFunctions:
 
     def _create_gpu_instance(self, device: Any, profile_id: Any, placement: Placement | None, gi_ref: Any) -> int:
         out_target(gi_ref)  # refuse a NULL out-parameter before changing anything
-        with self._store.transaction() as state:
-            gpu = self._gpu(state, device)
+        with self._store.transaction() as change:
+            gpu, _ = self._writable(change, device, HandleKind.GPU)
             gi = hardware.create_gpu_instance(gpu, read_uint(profile_id), placement)
             handle = self._gi_handle(gpu, gi)
         write_handle(gi_ref, handle)
@@ -510,8 +521,8 @@ class _NvmlFunctions:
         return self._create_gpu_instance(device, profile_id, self._placement_arg(placement_ref), gi_ref)
 
     def nvmlGpuInstanceDestroy(self, gpu_instance: Any) -> int:
-        with self._store.transaction() as state:
-            gpu, gi = self._gpu_instance(state, gpu_instance)
+        with self._store.transaction() as change:
+            gpu, gi = self._gi_of(*self._writable(change, gpu_instance, HandleKind.GPU_INSTANCE))
             hardware.destroy_gpu_instance(gpu, gi.gpu_instance_id)
         return int(pynvml.NVML_SUCCESS)
 
@@ -599,9 +610,9 @@ class _NvmlFunctions:
         self, gpu_instance: Any, profile_id: Any, placement: Placement | None, ci_ref: Any
     ) -> int:
         out_target(ci_ref)
-        with self._store.transaction() as state:
-            gpu, gi = self._gpu_instance(state, gpu_instance)
-            ci = hardware.create_compute_instance(state, gpu, gi, read_uint(profile_id), placement)
+        with self._store.transaction() as change:
+            gpu, gi = self._gi_of(*self._writable(change, gpu_instance, HandleKind.GPU_INSTANCE))
+            ci = hardware.create_compute_instance(change.state, gpu, gi, read_uint(profile_id), placement)
             handle = self._instance_handle(gpu, hardware.MigDevice(gi, ci), HandleKind.COMPUTE_INSTANCE)
         write_handle(ci_ref, handle)
         return int(pynvml.NVML_SUCCESS)
@@ -615,8 +626,9 @@ class _NvmlFunctions:
         return self._create_compute_instance(gpu_instance, profile_id, self._placement_arg(placement_ref), ci_ref)
 
     def nvmlComputeInstanceDestroy(self, compute_instance: Any) -> int:
-        with self._store.transaction() as state:
-            gpu, device = self._compute_instance(state, compute_instance)
+        with self._store.transaction() as change:
+            gpu, handle = self._writable(change, compute_instance, HandleKind.COMPUTE_INSTANCE)
+            device = self._mig_device(gpu, handle)
             hardware.destroy_compute_instance(gpu, device.gpu_instance, device.compute_instance.compute_instance_id)
         return int(pynvml.NVML_SUCCESS)
 

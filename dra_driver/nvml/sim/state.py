@@ -10,6 +10,13 @@ This module owns two things:
   the old or the new state, never a torn one.  Reads take no lock and re-parse only when the file's
   identity (device, inode, size, mtime_ns) changed, so read-heavy NVML workloads stay cheap.
 
+A transaction (:class:`StateChange`) edits copies, never the cached state other readers hold, so a
+failed mutation leaves nothing changed.  It copies only what it changes: the state's own fields and
+each GPU it asks for (:meth:`StateChange.gpu`); the other GPUs stay shared with the cached state.  An
+NVML call changes one GPU, so its cost no longer grows with the machine (a deep copy of 64 GPUs was
+~20 ms per call).  Before writing, the changed GPUs are held to the same invariants a load checks
+(``invariants.py``), so a rule's bug is refused here instead of writing a file every reader refuses.
+
 Loading refuses, with one line naming the file, anything that is not a state this simulator wrote or
 could have written: not a regular file, not UTF-8 JSON, another program's JSON, another schema
 version, a shape the models reject, or a machine no hardware can be (``invariants.py``).  A refused
@@ -46,7 +53,7 @@ from dra_driver.nvml.sim.errors import (
     StateLockTimeout,
     describe_validation_error,
 )
-from dra_driver.nvml.sim.invariants import state_problems
+from dra_driver.nvml.sim.invariants import gpu_problems, state_problems
 
 STATE_SCHEMA_VERSION: Literal[1] = 1
 
@@ -67,7 +74,7 @@ MAX_STATE_FILE_BYTES = 16 * 1024 * 1024
 
 
 class _StateModel(BaseModel):
-    # Mutable on purpose: transactions edit a deep copy and the store compares it with the original.
+    # Mutable on purpose: transactions edit copies (StateChange) and the store compares them with the originals.
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
@@ -192,6 +199,41 @@ def parse_state(data: bytes, source: Path) -> SimState:
     return state
 
 
+class StateChange:
+    """What one transaction edits: :attr:`state` and, through :meth:`gpu`, copies of the GPUs it changes.
+
+    :attr:`state` is a shallow copy of the current state: its own fields (``instance_serial``) are
+    private to this transaction, but every GPU in ``state.gpus`` is the current state's, shared with
+    every reader, until :meth:`gpu` replaces it with a private deep copy.  So a GPU is changed only
+    through ``change.gpu(index)``; anything reached through ``state.gpus`` otherwise is read-only.
+    """
+
+    def __init__(self, current: SimState) -> None:
+        self._current = current
+        self.state = current.model_copy(update={"gpus": list(current.gpus)})
+        self._copied: set[int] = set()
+
+    def gpu(self, index: int) -> SimGpu:
+        """GPU ``index`` of :attr:`state`, made private to this transaction (copied once, on first ask)."""
+        if index not in self._copied:
+            self.state.gpus[index] = self._current.gpus[index].model_copy(deep=True)
+            self._copied.add(index)
+        return self.state.gpus[index]
+
+    @property
+    def changed_gpus(self) -> list[SimGpu]:
+        """The GPUs this transaction copied and changed."""
+        return [self.state.gpus[i] for i in sorted(self._copied) if self.state.gpus[i] != self._current.gpus[i]]
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything differs from the state the transaction started from."""
+        own_fields = (name for name in type(self.state).model_fields if name != "gpus")
+        return any(getattr(self.state, name) != getattr(self._current, name) for name in own_fields) or bool(
+            self.changed_gpus
+        )
+
+
 class StateStore:
     """Reads, caches and transactionally rewrites one state file; safe across threads and processes."""
 
@@ -203,6 +245,10 @@ class StateStore:
         self._lock_file_ready = False
         self._cache_lock = threading.Lock()
         self._cached: tuple[_FileKey, SimState] | None = None
+        # Each GPU's JSON as last written, by the GPU object (kept, so its id is not reused): a
+        # transaction shares every GPU it did not change with the state before it, so a write
+        # serialises only the GPUs it changed (see _serialise).
+        self._gpu_json: dict[int, tuple[SimGpu, str]] = {}
 
     def initialise(self, build: Callable[[], SimState] | None) -> tuple[SimState, bool]:
         """Load the state file, or create it from ``build()`` if it does not exist yet.
@@ -239,17 +285,25 @@ class StateStore:
         return self._load()
 
     @contextmanager
-    def transaction(self) -> Iterator[SimState]:
-        """Yield a private copy of the state; persist it on normal exit if it changed.
+    def transaction(self) -> Iterator[StateChange]:
+        """Yield a :class:`StateChange` of the current state; persist it on normal exit if it changed.
 
-        An exception inside the block discards every change: NVML calls either happen or do not.
+        An exception inside the block discards every change: NVML calls either happen or do not.  The
+        work is the GPUs the block asks for (one per NVML call), not the machine; only serialising
+        the file is the whole machine (its format is one JSON document).
         """
         with self._locked():
-            current = self._load()
-            working = current.model_copy(deep=True)
-            yield working
-            if working != current:
-                self._write(working, previous_mtime_ns=self._cached_key_mtime())
+            change = StateChange(self._load())
+            yield change
+            if not change.changed:
+                return
+            problems = [problem for gpu in change.changed_gpus for problem in gpu_problems(gpu)]
+            if problems:
+                raise SimulatorError(
+                    f"simulator bug: a change would leave simulator state file {self.path} in a state no "
+                    f"hardware can be in ({problems[0]}); nothing was written"
+                )
+            self._write(change.state, previous_mtime_ns=self._cached_key_mtime())
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -353,8 +407,30 @@ class StateStore:
             self._cached = (key, state)
         return state
 
+    def _serialise(self, state: SimState) -> bytes:
+        """``state.model_dump_json(indent=1)``, byte for byte, from each GPU's JSON as last written.
+
+        The file is one JSON document, so every write is the whole machine; but a GPU object that is
+        the same object as at the last write is unchanged (transactions copy what they change), so its
+        text is reused and only the changed GPU is serialised.  ``gpus`` is the last field, and JSON
+        strings hold no raw newlines, so indenting a GPU's own text by two spaces per line gives what
+        serialising it inside the state would.
+        """
+        known = self._gpu_json
+        fresh: dict[int, tuple[SimGpu, str]] = {}
+        texts = []
+        for gpu in state.gpus:
+            entry = known.get(id(gpu))
+            if entry is None or entry[0] is not gpu:
+                entry = (gpu, "  " + gpu.model_dump_json(indent=1).replace("\n", "\n  "))
+            fresh[id(gpu)] = entry
+            texts.append(entry[1])
+        self._gpu_json = fresh
+        head = state.model_dump_json(indent=1, exclude={"gpus"}).removesuffix("\n}")
+        return (head + ',\n "gpus": [\n' + ",\n".join(texts) + "\n ]\n}").encode()
+
     def _write(self, state: SimState, previous_mtime_ns: int) -> None:
-        data = state.model_dump_json(indent=1).encode()
+        data = self._serialise(state)
         # A freed inode can be reused by the next write and coarse clocks repeat mtimes; forcing the
         # mtime strictly past the previous one keeps every written version's key distinct for readers.
         mtime_ns = max(time.time_ns(), previous_mtime_ns + 1)
