@@ -18,7 +18,8 @@ and the converge write re-reads both anyway.
 Writes are read-modify-write through the ``status`` subresource with the ``resourceVersion`` read
 (a conflict reads again at once, :func:`dra_driver.kubeapi.retry_conflicts`), and merge (other
 drivers', other pools' and other writers' parts are kept).  They run on one background thread in
-order.  What a failure means comes from :func:`dra_driver.kubeapi.classify_failure`: while the API
+order, and give way to kubelet's calls (:meth:`ClaimReporter.call_in_flight`).  What a failure
+means comes from :func:`dra_driver.kubeapi.classify_failure`: while the API
 server is unavailable the whole queue waits (one capped, jittered backoff for all, so an outage is
 one log line per attempt, not one per claim) and nothing is given up; a refused write (403, 422) is
 logged in one line and dropped (the next reconciliation tries again); a bug is retried
@@ -32,7 +33,8 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -120,6 +122,7 @@ class _Job:
     run: Callable[[], None]
     attempts: int = 0
     not_before: float = 0.0
+    queued_at: float = 0.0
     sequence: int = field(default=0)
     backoff: Backoff | None = None  # its own, for failures that are not the API's
 
@@ -158,6 +161,7 @@ class ClaimReporter:
         list_page_size: int = 500,
         conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
         on_failure: Callable[[str], None] | None = None,
+        yield_to_calls: float = 1.0,
     ) -> None:
         # Told of every failed write attempt, by kind (unavailable, refused, error): a metric.
         self._on_failure = on_failure
@@ -179,6 +183,8 @@ class ClaimReporter:
         self._paused_until = 0.0  # the API server is unavailable: no job before then
         self._next_reconcile: float | None = None
         self._cond = threading.Condition()
+        self._calls_in_flight = 0
+        self._yield_to_calls = yield_to_calls
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -234,6 +240,27 @@ class ClaimReporter:
         if self._checkpoint is None:
             raise RuntimeError("ClaimReporter.start(checkpoint) must run before reconcile_now()")
         self._enqueue(_Job(_RECONCILE_KEY, _RECONCILING, self._reconcile), replace=True)
+
+    @contextmanager
+    def call_in_flight(self) -> Iterator[None]:
+        """Around each of kubelet's prepare and unprepare calls: writes wait while one runs.
+
+        Why: a status write is several milliseconds of Python (read the claim, merge, write, an Event)
+        on the same interpreter as the calls; started the moment a prepare returns, it competed for the
+        GIL with the next call and added ~3 ms to an unprepare that followed at once (prepare_bench).
+        A claim's status is for people and controllers; kubelet's call is what a pod waits for.  So a
+        queued write starts once no call is running, or after waiting ``yield_to_calls`` seconds --
+        a node that is never idle still gets its status written.
+        """
+        with self._cond:
+            self._calls_in_flight += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._calls_in_flight -= 1
+                if not self._calls_in_flight:
+                    self._cond.notify_all()
 
     def report_prepared(self, ref: ClaimRef, record: ClaimRecord, generation: int | None) -> None:
         """Identity + Ready for the prepared ``record`` (``generation``: the claim's, as prepared)."""
@@ -304,6 +331,7 @@ class ClaimReporter:
                 return
             self._sequence += 1
             job.sequence = self._sequence
+            job.queued_at = time.monotonic()
             if replace:
                 self._jobs = [j for j in self._jobs if j.key != job.key]
             self._jobs.append(job)
@@ -414,6 +442,11 @@ class ClaimReporter:
                         reconcile.sequence = self._sequence
                         self._jobs.append(reconcile)
                     ready = [j for j in self._jobs if j.not_before <= now] if now >= self._paused_until else []
+                    if ready and self._calls_in_flight:
+                        until = min(j.queued_at for j in ready) + self._yield_to_calls
+                        if now < until:  # kubelet's calls first (call_in_flight); woken when they end
+                            self._cond.wait(until - now)
+                            continue
                     if ready:
                         job = min(ready, key=lambda j: j.sequence)
                         self._jobs.remove(job)

@@ -289,10 +289,12 @@ class PrepareService:
     # -- DraService ----------------------------------------------------------------------------
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
-        return self._fan_out(claims, lambda ref: self._measured("prepare", self._prepare_claim_reported, ref))
+        with self._reporter.call_in_flight():  # claim status writes wait for the call (reporter.py)
+            return self._fan_out(claims, lambda ref: self._measured("prepare", self._prepare_claim_reported, ref))
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
-        return self._fan_out(claims, lambda ref: self._measured("unprepare", self._unprepare_claim_reported, ref))
+        with self._reporter.call_in_flight():
+            return self._fan_out(claims, lambda ref: self._measured("unprepare", self._unprepare_claim_reported, ref))
 
     def _measured(self, operation: str, handle: Callable[..., _Result], *args: object) -> _Result:
         """One claim's prepare or unprepare, counted and timed by its result (per claim, not per call)."""

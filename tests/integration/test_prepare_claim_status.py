@@ -357,3 +357,28 @@ def test_a_refused_status_write_is_one_line_and_the_next_reconciliation_writes_i
     reporter.reconcile_now()  # e.g. once the RBAC rule is fixed
     assert service.flush_reports()
     assert len(our_entries(node, ref)) == 1
+
+
+def test_status_writes_wait_while_one_of_kubelets_calls_runs(node: Node) -> None:
+    """A status write is milliseconds of Python; it must not compete with a call a pod waits for."""
+    reporter = ClaimReporter(node.api_client, DRIVER, NODE, yield_to_calls=60.0)
+    service = node.service(reporter=reporter)
+    ref = node.claim("waits", [result(ONE_G_20)])
+    with reporter.call_in_flight():  # kubelet's next call, still running
+        assert service.prepare([ref])[ref.uid].error == ""
+        assert not reporter.flush(timeout=0.5)  # queued, not written
+        assert "devices" not in read_claim_json(node.api_client, ref)["status"]
+    assert reporter.flush(timeout=30)  # the call ended: written at once, not after the 60 s bound
+    (entry,) = read_claim_json(node.api_client, ref)["status"]["devices"]
+    assert entry["conditions"][0]["type"] == "Ready"
+
+
+def test_a_node_that_is_never_idle_still_gets_its_status_written(node: Node) -> None:
+    reporter = ClaimReporter(node.api_client, DRIVER, NODE, yield_to_calls=0.05)
+    service = node.service(reporter=reporter)
+    ref = node.claim("busy-node", [result(ONE_G_20)])
+    with reporter.call_in_flight():  # a call that never ends
+        assert service.prepare([ref])[ref.uid].error == ""
+        assert reporter.flush(timeout=30)
+        (entry,) = read_claim_json(node.api_client, ref)["status"]["devices"]
+    assert entry["conditions"][0]["type"] == "Ready"
