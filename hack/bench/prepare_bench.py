@@ -2,14 +2,15 @@
 """Benchmark: NodePrepareResources / NodeUnprepareResources, in-process and as kubelet sees them.
 
 1. **One claim at a time** (1g.10gb on an 8x H100 node, ``--rounds`` prepare+unprepare pairs per
-   run): migdra's own time (the call's wall time minus the time spent inside NVML calls) beside the
-   NVML time of the same calls.  NVML time is measured around every C-level call
-   (``Nvml(observe_call=...)``, which never nests), so nothing is counted twice.  Two NVML sides:
-   the bare simulator (its "NVML time" is mostly its own state-file lock, read and fsync -- not GPU
-   time), and the simulator slowed by the per-call latencies **recorded on a real H200**
-   (``../shared/reference/recordings/``), which looks like hardware for the reads.  Creation and
-   destruction of instances were not recorded (the recording's GPU had MIG off), so they add no
-   latency there: the hardware side of a prepare is underestimated, never flattered.
+   run, the claim status writes each call queues flushed after it, untimed): migdra's own time (the
+   call's wall time minus the time spent inside NVML calls) beside the NVML time of the same calls.
+   NVML time is measured around every C-level call (``Nvml(observe_call=...)``, which never nests),
+   so nothing is counted twice.  Two NVML sides: the bare simulator (its "NVML time" is mostly its
+   own state-file lock, read and write -- not GPU time), and the simulator slowed by the per-call
+   latencies **recorded on a real H200** (``../shared/reference/recordings/``), which looks like
+   hardware for the reads.  Creation and destruction of instances were not recorded (the
+   recording's GPU had MIG off), so they add no latency there: the hardware side of a prepare is
+   underestimated, never flattered.
 2. **56 claims on 8 GPUs in one call** (7x 1g.10gb per GPU), with zero and with 300 ms simulated
    GI-creation latency, beside the same call for one GPU's 7 claims alone (the busiest GPU's share:
    the floor if the other GPUs cost nothing) and, for 300 ms, the busiest GPU's serial creation time.
@@ -17,7 +18,8 @@
    own counters), the CDI spec's bytes, and every fsync under the state and CDI directories, for the
    1st, 28th and 56th one-claim prepare of a node (the simulator's own state file is not counted).
 4. **Over the socket**: ``migdra kubelet-plugin`` as its own process, called over its unix socket with
-   kubelet's gRPC stubs, one claim at a time; beside an empty NodePrepareResources call over the
+   kubelet's gRPC stubs, one claim at a time (waiting, untimed, for the plugin's claim status write
+   after each call); beside an empty NodePrepareResources call over the
    same socket (the gRPC round trip any plugin pays) and the in-process prepare of part 1.
 
 Every figure is a median of ``--runs`` runs (min-max); ratios are per run, side by side.
@@ -266,6 +268,10 @@ def one_claim_run(rounds: int, latency: dict[str, float]) -> dict[str, float]:
                 outcome = call([ref])
                 total = time.perf_counter() - started
                 expect_success(outcome)
+                # The claim status write and Event this call queued run now, outside the timing: each call
+                # is measured on an otherwise idle plugin, as kubelet's calls of one pod meet it.
+                if not node.service.flush_reports(timeout=30):
+                    raise SystemExit("claim status writes did not finish within 30 s")
                 if index < 5:
                     continue
                 for what, value in (
@@ -371,6 +377,19 @@ def plugin_process(root: Path, api: ApiServer, extra_env: dict[str, str]) -> Ite
         log.close()
 
 
+def wait_for_status(api_client: client.ApiClient, ref: ClaimRef, *, ready: bool) -> None:
+    """Until the plugin has written (``ready``) or cleared the claim's device status (30 s at most)."""
+    path = f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        response = api_client.call_api(path, "GET", _preload_content=False, _return_http_data_only=True)
+        devices = (yaml.safe_load(response.data).get("status") or {}).get("devices") or []
+        if bool(devices) == ready:
+            return
+        time.sleep(0.005)
+    raise SystemExit(f"the plugin did not {'write' if ready else 'clear'} the status of claim {ref.name} in 30 s")
+
+
 def socket_run(rounds: int) -> dict[str, float]:
     """One run of part 4: over the socket, p50/p99 of prepare, unprepare and an empty call."""
     samples: dict[str, list[float]] = {"prepare": [], "unprepare": [], "empty": []}
@@ -383,11 +402,11 @@ def socket_run(rounds: int) -> dict[str, float]:
         with plugin_process(root, api, {}) as kubelet:
             for index in range(rounds + 5):
                 ref = create_claim(api_client, f"sock-{index}", device_name(index % 8, index % 7))
-                values = {
-                    "empty": timed(lambda: kubelet.prepare([])),
-                    "prepare": timed(lambda r=ref: expect_success(kubelet.prepare([r]))),
-                    "unprepare": timed(lambda r=ref: expect_success(kubelet.unprepare([r]))),
-                }
+                values = {"empty": timed(lambda: kubelet.prepare([]))}
+                values["prepare"] = timed(lambda r=ref: expect_success(kubelet.prepare([r])))
+                wait_for_status(api_client, ref, ready=True)  # the plugin's status write, outside the timing
+                values["unprepare"] = timed(lambda r=ref: expect_success(kubelet.unprepare([r])))
+                wait_for_status(api_client, ref, ready=False)
                 if index >= 5:
                     for name, value in values.items():
                         samples[name].append(value)
