@@ -19,7 +19,7 @@
    1st, 28th and 56th one-claim prepare of a node (the simulator's own state file is not counted).
 4. **Over the socket**: ``migdra kubelet-plugin`` as its own process, called over its unix socket with
    kubelet's gRPC stubs, one claim at a time (waiting, untimed, for the plugin's claim status write
-   after each call); beside an empty NodePrepareResources call over the
+   and Event after each call); beside an empty NodePrepareResources call over the
    same socket (the gRPC round trip any plugin pays) and the in-process prepare of part 1.
 
 Every figure is a median of ``--runs`` runs (min-max); ratios are per run, side by side.
@@ -45,6 +45,7 @@ import yaml
 from benchlib import REPO, Report, add_common_arguments, check_runs, percentile, ratios, repeat, summary
 from kubernetes import client
 
+from dra_driver.kubeapi import call_json
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from kubeletplugin.draservice import ClaimRef
@@ -377,17 +378,20 @@ def plugin_process(root: Path, api: ApiServer, extra_env: dict[str, str]) -> Ite
         log.close()
 
 
-def wait_for_status(api_client: client.ApiClient, ref: ClaimRef, *, ready: bool) -> None:
-    """Until the plugin has written (``ready``) or cleared the claim's device status (30 s at most)."""
-    path = f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
+def wait_for_reports(api_client: client.ApiClient, ref: ClaimRef, *, ready: bool, events: int) -> None:
+    """Until the plugin has written (``ready``) or cleared the claim's device status and posted ``events``
+    Events on it (30 s at most): its background writes are done, as ``flush_reports`` waits in-process."""
+    claim = f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
+    listed = f"/api/v1/namespaces/{ref.namespace}/events"
+    query: dict[str, str | int] = {"fieldSelector": f"involvedObject.uid={ref.uid}"}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        response = api_client.call_api(path, "GET", _preload_content=False, _return_http_data_only=True)
-        devices = (yaml.safe_load(response.data).get("status") or {}).get("devices") or []
-        if bool(devices) == ready:
+        devices = (call_json(api_client, "GET", claim, timeout=10).get("status") or {}).get("devices") or []
+        posted = len(call_json(api_client, "GET", listed, query=query, timeout=10).get("items") or [])
+        if bool(devices) == ready and posted >= events:
             return
         time.sleep(0.005)
-    raise SystemExit(f"the plugin did not {'write' if ready else 'clear'} the status of claim {ref.name} in 30 s")
+    raise SystemExit(f"the plugin did not finish writing the status and Events of claim {ref.name} in 30 s")
 
 
 def socket_run(rounds: int) -> dict[str, float]:
@@ -404,9 +408,9 @@ def socket_run(rounds: int) -> dict[str, float]:
                 ref = create_claim(api_client, f"sock-{index}", device_name(index % 8, index % 7))
                 values = {"empty": timed(lambda: kubelet.prepare([]))}
                 values["prepare"] = timed(lambda r=ref: expect_success(kubelet.prepare([r])))
-                wait_for_status(api_client, ref, ready=True)  # the plugin's status write, outside the timing
+                wait_for_reports(api_client, ref, ready=True, events=1)  # the plugin's writes, untimed
                 values["unprepare"] = timed(lambda r=ref: expect_success(kubelet.unprepare([r])))
-                wait_for_status(api_client, ref, ready=False)
+                wait_for_reports(api_client, ref, ready=False, events=2)
                 if index >= 5:
                     for name, value in values.items():
                         samples[name].append(value)
