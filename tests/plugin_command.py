@@ -17,8 +17,10 @@ DRIVER = "gpu.migdra.io"
 SIM_GPUS = "H100-SXM5-80GB:2"
 
 
-def kubelet_plugin_argv(root: Path, kubeconfig: Path, *args: str, verbose: bool = False) -> list[str]:
-    """``migdra [-v] kubelet-plugin`` for the node under ``root``, plus ``args``."""
+def kubelet_plugin_argv(
+    root: Path, kubeconfig: Path, *args: str, verbose: bool = False, sim_gpus: str = SIM_GPUS
+) -> list[str]:
+    """``migdra [-v] kubelet-plugin`` for the node under ``root`` (GPUs ``sim_gpus``), plus ``args``."""
     return [
         MIGDRA,
         *(["-v"] if verbose else []),
@@ -38,7 +40,7 @@ def kubelet_plugin_argv(root: Path, kubeconfig: Path, *args: str, verbose: bool 
         "--sim-state",
         str(root / "nvml.json"),
         "--sim-gpus",
-        SIM_GPUS,
+        sim_gpus,
         *args,
     ]
 

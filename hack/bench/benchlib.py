@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -172,6 +173,42 @@ def busy_loops(count: int) -> Iterator[None]:
             loop.kill()
         for loop in loops:
             loop.wait()
+
+
+def stop_process(process: subprocess.Popen[Any], timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds; always reaped."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextmanager
+def api_server_process(root: Path, env: Mapping[str, str] | None = None) -> Iterator[tuple[str, Path]]:
+    """``migdra sim apiserver`` as its own process, as a cluster's API server is (serving costs the
+    measured process no CPU): its URL and a kubeconfig for it under ``root``."""
+    kubeconfig = root / "kubeconfig"
+    argv = [sys.executable, "-m", "dra_driver.cli.main", "sim", "apiserver", "--port", "0"]
+    argv += ["--kubeconfig-out", str(kubeconfig)]
+    process = subprocess.Popen(
+        argv, env=dict(env) if env is not None else None, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not kubeconfig.exists():  # written once the server listens
+            if process.poll() is not None:
+                stderr = process.stderr.read().decode() if process.stderr else ""
+                raise SystemExit(f"migdra sim apiserver exited {process.returncode}: {stderr}")
+            if time.monotonic() > deadline:
+                raise SystemExit("migdra sim apiserver wrote no kubeconfig within 60 s")
+            time.sleep(0.02)
+        text = kubeconfig.read_text(encoding="utf-8")
+        url = next(line.split("server:", 1)[1].strip() for line in text.splitlines() if "server:" in line)
+        yield url, kubeconfig
+    finally:
+        stop_process(process)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, default_runs: int = MIN_RUNS) -> None:

@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from benchlib import REPO, Report, add_common_arguments, check_runs, ratios, summary
+from benchlib import REPO, Report, add_common_arguments, api_server_process, check_runs, ratios, stop_process, summary
 
 NODE = "node-bench"
 DRIVER = "gpu.migdra.io"
@@ -64,46 +63,11 @@ def _env(tree: Path) -> dict[str, str]:
 
 
 @contextmanager
-def api_server(tree: Path, root: Path) -> Iterator[tuple[str, Path]]:
+def api_server(root: Path) -> Iterator[tuple[str, Path]]:
     """`migdra sim apiserver` as its own process (its CPU is not the plugin's), with this node's Node."""
-    kubeconfig = root / "kubeconfig"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dra_driver.cli.main",
-            "sim",
-            "apiserver",
-            "--port",
-            "0",
-            "--kubeconfig-out",
-            str(kubeconfig),
-        ],
-        env=_env(REPO),
-        cwd=root,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + WAIT
-        while not kubeconfig.exists():
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(
-                    f"the API server did not start: {server.stderr.read().decode() if server.stderr else ''}"
-                )
-            time.sleep(0.05)
-        url = next(
-            line.split("server:", 1)[1].strip() for line in kubeconfig.read_text().splitlines() if "server:" in line
-        )
+    with api_server_process(root, _env(REPO)) as (url, kubeconfig):
         _request(url, "POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         yield url, kubeconfig
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
 
 
 def _request(url: str, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -174,12 +138,7 @@ def _time_plugin(tree: Path, url: str, kubeconfig: Path) -> tuple[float, float]:
                 raise SystemExit("the plugin did not publish:\n" + "".join(lines))
             done = time.perf_counter() - started
         finally:
-            plugin.send_signal(signal.SIGTERM)
-            try:
-                plugin.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                plugin.kill()
-                plugin.wait()
+            stop_process(plugin)
             reader.join(timeout=10)
     return registered, done
 
@@ -335,7 +294,7 @@ def main() -> None:
     with Report("plugin", args, {"sim_gpus": SIM_GPUS, "rescans": args.rescans, "tree": str(tree)}) as report:
         root = Path(tempfile.mkdtemp(prefix="migdra-bench-api-"))
         try:
-            with api_server(tree, root) as (url, kubeconfig):
+            with api_server(root) as (url, kubeconfig):
                 if args.only != "rescan":
                     measure_start_up(report, tree, args.runs, url, kubeconfig)
                 if args.only != "startup":

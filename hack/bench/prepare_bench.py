@@ -41,8 +41,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-from benchlib import REPO, Report, add_common_arguments, check_runs, percentile, ratios, repeat, summary
+from benchlib import (
+    REPO,
+    Report,
+    add_common_arguments,
+    api_server_process,
+    check_runs,
+    percentile,
+    ratios,
+    repeat,
+    stop_process,
+    summary,
+)
 from kubernetes import client
 
 from dra_driver.kubeapi import call_json
@@ -53,6 +63,8 @@ from kubeletplugin.prepare import PrepareService, PrepareSettings
 
 sys.path.insert(0, str(REPO))  # tests/kubelet_client.py: kubelet's side of the socket, as the e2e tests use it
 from tests.kubelet_client import KubeletClient, short_socket_dir
+from tests.plugin_command import NODE as PLUGIN_NODE
+from tests.plugin_command import kubelet_plugin_argv, kubelet_plugin_env
 
 NODE = "bench-node"
 DRIVER = "gpu.migdra.io"
@@ -136,8 +148,8 @@ def recorded_latency() -> dict[str, float]:
     return sim.recorded_latency(H200_RECORDING)
 
 
-def create_claim(api_client: client.ApiClient, name: str, device: str) -> ClaimRef:
-    """An allocated one-device claim in the bench node's pool, as the scheduler leaves it."""
+def create_claim(api_client: client.ApiClient, name: str, device: str, node: str = NODE) -> ClaimRef:
+    """An allocated one-device claim in ``node``'s pool, as the scheduler leaves it."""
     resource = client.ResourceV1Api(api_client)
     created = resource.create_namespaced_resource_claim(
         "default",
@@ -153,9 +165,9 @@ def create_claim(api_client: client.ApiClient, name: str, device: str) -> ClaimR
     body = api_client.sanitize_for_serialization(created)
     body["status"] = {
         "allocation": {
-            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}]},
+            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": node, "device": device}]},
             "nodeSelector": {
-                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
             },
         }
     }
@@ -174,30 +186,9 @@ class ApiServer:
 
 
 @contextmanager
-def api_server_process(root: Path) -> Iterator[ApiServer]:
-    """``migdra sim apiserver`` in its own process, as a cluster's API server is: serving it costs this
-    process no CPU, so the in-process and the over-the-socket prepare are compared on equal terms."""
-    kubeconfig = root / "kubeconfig"
-    argv = [str(Path(sys.executable).with_name("migdra")), "sim", "apiserver", "--port", "0"]
-    argv += ["--kubeconfig-out", str(kubeconfig)]
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while not kubeconfig.exists():  # written once the server listens
-            if process.poll() is not None:
-                raise SystemExit(f"migdra sim apiserver exited {process.returncode}: {process.stderr.read()!r}")
-            if time.monotonic() > deadline:
-                raise SystemExit("migdra sim apiserver wrote no kubeconfig within 60 s")
-            time.sleep(0.02)
-        server = yaml.safe_load(kubeconfig.read_text(encoding="utf-8"))["clusters"][0]["cluster"]["server"]
-        yield ApiServer(server, kubeconfig)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+def api_server(root: Path) -> Iterator[ApiServer]:
+    with api_server_process(root) as (url, kubeconfig):
+        yield ApiServer(url, kubeconfig)
 
 
 @dataclass
@@ -218,7 +209,7 @@ def simulated_node(gpus: int, latency: dict[str, float]) -> Iterator[Node]:
     """The real PrepareService on a simulated node, claims in an API server process; all torn down after."""
     with tempfile.TemporaryDirectory(prefix="prepare-bench-") as directory, ExitStack() as stack:
         root = Path(directory)
-        api = stack.enter_context(api_server_process(root))
+        api = stack.enter_context(api_server(root))
         library = sim.install(
             root / "nvml.json", gpus=[MODEL] * gpus, mig_enabled=True, faults=sim.FaultPlan(), latency=latency
         )
@@ -329,53 +320,26 @@ def filling_run() -> dict[str, float]:
 
 
 @contextmanager
-def plugin_process(root: Path, api: ApiServer, extra_env: dict[str, str]) -> Iterator[KubeletClient]:
-    """``migdra kubelet-plugin`` on a simulated 8x H100 node, registered with a test kubelet."""
-    registry = root / "registry"
-    argv = [
-        str(Path(sys.executable).with_name("migdra")),
-        "kubelet-plugin",
-        "--node-name",
-        NODE,
-        "--kubeconfig",
-        str(api.kubeconfig),
-        "--registry-dir",
-        str(registry),
-        "--plugin-dir",
-        str(root / "plugin"),
-        "--cdi-dir",
-        str(root / "cdi"),
-        "--nvml",
-        "simulated",
-        "--sim-state",
-        str(root / "nvml.json"),
-        "--sim-gpus",
-        f"{MODEL}:8",
-    ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
-    env.update({"MIGDRA_PROC_ROOT": str(root / "proc"), **extra_env})
-    log = (root / "plugin.log").open("wb")
-    process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        socket = registry / f"{DRIVER}-reg.sock"
-        deadline = time.monotonic() + 120
-        while not socket.exists():
-            if process.poll() is not None:
-                raise SystemExit(f"the plugin exited {process.returncode}: {(root / 'plugin.log').read_text()}")
-            if time.monotonic() > deadline:
-                raise SystemExit("the plugin did not create its registration socket within 120 s")
-            time.sleep(0.05)
-        with KubeletClient(socket) as kubelet:
-            kubelet.register()
-            yield kubelet
-    finally:
-        process.terminate()
+def plugin_process(root: Path, api: ApiServer) -> Iterator[KubeletClient]:
+    """``migdra kubelet-plugin`` on a simulated 8x H100 node (the e2e tests' command), registered with a
+    test kubelet."""
+    argv = kubelet_plugin_argv(root, api.kubeconfig, sim_gpus=f"{MODEL}:8")
+    with (root / "plugin.log").open("wb") as log:
+        process = subprocess.Popen(argv, env=kubelet_plugin_env(root), stdout=log, stderr=subprocess.STDOUT)
         try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+            socket = root / "registry" / f"{DRIVER}-reg.sock"
+            deadline = time.monotonic() + 120
+            while not socket.exists():
+                if process.poll() is not None:
+                    raise SystemExit(f"the plugin exited {process.returncode}: {(root / 'plugin.log').read_text()}")
+                if time.monotonic() > deadline:
+                    raise SystemExit("the plugin did not create its registration socket within 120 s")
+                time.sleep(0.05)
+            with KubeletClient(socket) as kubelet:
+                kubelet.register()
+                yield kubelet
+        finally:
+            stop_process(process)
 
 
 def wait_for_reports(api_client: client.ApiClient, ref: ClaimRef, *, ready: bool, events: int) -> None:
@@ -399,13 +363,13 @@ def socket_run(rounds: int) -> dict[str, float]:
     samples: dict[str, list[float]] = {"prepare": [], "unprepare": [], "empty": []}
     with (
         short_socket_dir() as root,
-        api_server_process(root) as api,
+        api_server(root) as api,
         client.ApiClient(client.Configuration(host=api.url)) as api_client,
     ):
-        client.CoreV1Api(api_client).create_node({"metadata": {"name": NODE}})
-        with plugin_process(root, api, {}) as kubelet:
+        client.CoreV1Api(api_client).create_node({"metadata": {"name": PLUGIN_NODE}})
+        with plugin_process(root, api) as kubelet:
             for index in range(rounds + 5):
-                ref = create_claim(api_client, f"sock-{index}", device_name(index % 8, index % 7))
+                ref = create_claim(api_client, f"sock-{index}", device_name(index % 8, index % 7), PLUGIN_NODE)
                 values = {"empty": timed(lambda: kubelet.prepare([]))}
                 values["prepare"] = timed(lambda r=ref: expect_success(kubelet.prepare([r])))
                 wait_for_reports(api_client, ref, ready=True, events=1)  # the plugin's writes, untimed
