@@ -121,7 +121,8 @@ class InventoryReader:
 
     - the GPUs, their identities and PCIe roots, and the driver's versions are fixed for an NVML session
       (a GPU appears or disappears only with a driver reload, which ends the plugin's session), so they
-      are listed at the first read and kept;
+      are listed at the first read and kept -- until a GPU's MIG mode changes: that may reset or re-bind
+      the GPU and change its minor number, so then every GPU is listed again;
     - each GPU's MIG mode can change at any moment (an administrator) and its GPU instances with every
       prepare and unprepare: both are asked for on every read.  The profiles and placements come from
       :meth:`Nvml.gpu_instance_profiles`, which keeps them per GPU for as long as its MIG mode stays.
@@ -145,8 +146,7 @@ class InventoryReader:
             raise
 
     def _read(self, nvml: Nvml) -> NodeInventory:
-        listed_now = self._nvml is not nvml
-        if listed_now:
+        if self._nvml is not nvml or self._mig_mode_changed(nvml):
             self._gpus = tuple(
                 dataclasses.replace(gpu, pcie_root=pcie_root(normalise_pci_bus_id(gpu.pci_bus_id), self._sysfs))
                 for gpu in nvml.list_gpus()
@@ -154,17 +154,17 @@ class InventoryReader:
             self._versions = (nvml.driver_version(), nvml.cuda_driver_version())
             self._nvml = nvml
         gpus = []
-        for position, known in enumerate(self._gpus):
-            gpu = known
-            if not listed_now and known.mig_capable:  # a GPU without MIG support never gains it
-                mode = nvml.mig_mode(known.uuid)
-                if mode != known.mig_mode:
-                    gpu = dataclasses.replace(known, mig_mode=mode)
-                    self._gpus = (*self._gpus[:position], gpu, *self._gpus[position + 1 :])
+        for gpu in self._gpus:
             profiles = tuple(nvml.gpu_instance_profiles(gpu.uuid)) if gpu.mig_capable else ()
             instances = tuple(nvml.gpu_instances(gpu.uuid)) if gpu.mig_enabled else ()
             gpus.append(GpuInventory(gpu=gpu, profiles=profiles, gpu_instances=instances))
         return NodeInventory(driver_version=self._versions[0], cuda_driver_version=self._versions[1], gpus=tuple(gpus))
+
+    def _mig_mode_changed(self, nvml: Nvml) -> bool:
+        """Whether a GPU's MIG mode is no longer the listed one: then every GPU is listed again, since
+        changing the mode may reset or re-bind a GPU and change its minor number (nvml-mig.md section 5).
+        A GPU without MIG support never gains it."""
+        return any(nvml.mig_mode(gpu.uuid) != gpu.mig_mode for gpu in self._gpus if gpu.mig_capable)
 
 
 @dataclass(frozen=True, slots=True)

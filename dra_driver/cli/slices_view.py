@@ -24,8 +24,8 @@ def garbage_collector_paused() -> Iterator[None]:
     Why: the inventory, the pool and the rendered slices are many small acyclic dicts and tuples, freed
     by reference counting; the cyclic collector finds nothing in them, but its full collections walk all
     of them, and more often as the node grows -- which made ``migdra slices`` slightly worse than linear
-    in the number of GPUs (hack/bench/scale_bench.py: 8 -> 128 GPUs, the collector's share per GPU
-    grew 4-12x while the work itself stayed flat).  The previous state is restored afterwards.
+    in the number of GPUs (hack/bench/scale_bench.py and docs/benchmarks.md, "Scaling with the number
+    of GPUs").  The previous state is restored afterwards.
     """
     enabled = gc.isenabled()
     gc.disable()

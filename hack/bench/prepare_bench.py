@@ -22,7 +22,9 @@
    and Event after each call); beside an empty NodePrepareResources call over the
    same socket (the gRPC round trip any plugin pays) and the in-process prepare of part 1.
 
-Every figure is a median of ``--runs`` runs (min-max); ratios are per run, side by side.
+A run measures every part once (so the over-the-socket and in-process calls a ratio compares are
+measured within a minute of each other); every figure is a median of ``--runs`` runs (min-max), and
+ratios are taken per run.
 """
 
 from __future__ import annotations
@@ -402,14 +404,29 @@ def main() -> int:
         args.runs, args.rounds, args.socket_rounds = 1, 3, 3
     recorded = recorded_latency()
     params = {"rounds": args.rounds, "socket_rounds": args.socket_rounds, "create_latency_s": args.create_latency}
+    latencies = (0.0, args.create_latency)
+
+    def one_run() -> dict[str, float]:
+        """Every part once, so that the parts a ratio compares (over the socket and in-process) are
+        measured side by side in the same run, within a minute of each other."""
+        parts: list[tuple[str, dict[str, float]]] = [
+            ("bare", one_claim_run(args.rounds, {})),
+            ("hardware", one_claim_run(args.rounds, recorded)),
+            *((f"parallel-{latency}", parallel_run(latency)) for latency in latencies),
+            ("filling", filling_run()),
+            ("socket", socket_run(args.socket_rounds)),
+        ]
+        return {f"{part}:{name}": value for part, values in parts for name, value in values.items()}
+
     with Report("prepare", args, params) as report:
-        bare = repeat(args.runs, lambda: one_claim_run(args.rounds, {}))
-        hardware = repeat(args.runs, lambda: one_claim_run(args.rounds, recorded))
-        parallel = {
-            latency: repeat(args.runs, lambda lat=latency: parallel_run(lat)) for latency in (0.0, args.create_latency)
-        }
-        filling = repeat(args.runs, filling_run)
-        socket = repeat(args.runs, lambda: socket_run(args.socket_rounds))
+        runs = repeat(args.runs, one_run)
+
+    def part(name: str) -> dict[str, list[float]]:
+        prefix = f"{name}:"
+        return {key[len(prefix) :]: values for key, values in runs.items() if key.startswith(prefix)}
+
+    bare, hardware, filling, socket = part("bare"), part("hardware"), part("filling"), part("socket")
+    parallel = {latency: part(f"parallel-{latency}") for latency in latencies}
 
     one = report.table(
         "one_claim",

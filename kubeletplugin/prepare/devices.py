@@ -60,7 +60,8 @@ class NodeGpus:
 
     - the GPUs and their identities (UUID, minor number, PCI IDs, model) are fixed for an NVML session
       -- a GPU appears or disappears only with a driver reload, which ends the plugin's session -- so
-      they are listed at the first prepare and kept;
+      they are listed at the first prepare and kept, until a named GPU's MIG mode is not the listed
+      one (see :meth:`topology`);
     - the MIG mode of a GPU can change at any moment (an administrator), so the GPU a device names is
       asked for its mode each time (:meth:`Nvml.mig_mode_and_profiles`, which keeps the profiles and
       placements per GPU for as long as that mode stays).
@@ -81,18 +82,30 @@ class NodeGpus:
             return self._listed
 
     def topology(self, device_names: Iterable[str]) -> tuple[GpuTopology, ...]:
-        """Every GPU; those ``device_names`` name with their MIG mode and profiles as NVML reports them now."""
-        gpus = self._gpus()
+        """Every GPU; those ``device_names`` name with their MIG mode and profiles as NVML reports them now.
+
+        A named GPU whose MIG mode is no longer the listed one makes the GPUs be listed again: changing
+        the mode may reset or re-bind the GPU, and its minor number -- which device names, device nodes
+        and capabilities use -- may change with it (nvml-mig.md section 5).
+        """
         names = set(device_names)
-        named = {parsed[0] for parsed in map(parse_mig_device_name, names) if parsed is not None}
-        named |= {gpu.minor_number for gpu in gpus if gpu_device_name(gpu.minor_number) in names}
-        entries = []
-        for gpu in gpus:
-            if gpu.minor_number not in named or not gpu.mig_capable:
-                entries.append(GpuTopology(gpu, ()))
-                continue
-            mode, profiles = self._nvml.mig_mode_and_profiles(gpu.uuid)
-            entries.append(GpuTopology(dataclasses.replace(gpu, mig_mode=mode), tuple(profiles)))
+        for attempt in (1, 2):
+            gpus = self._gpus()
+            named = {parsed[0] for parsed in map(parse_mig_device_name, names) if parsed is not None}
+            named |= {gpu.minor_number for gpu in gpus if gpu_device_name(gpu.minor_number) in names}
+            entries = []
+            for gpu in gpus:
+                if gpu.minor_number not in named or not gpu.mig_capable:
+                    entries.append(GpuTopology(gpu, ()))
+                    continue
+                mode, profiles = self._nvml.mig_mode_and_profiles(gpu.uuid)
+                if mode != gpu.mig_mode and attempt == 1:
+                    break
+                entries.append(GpuTopology(dataclasses.replace(gpu, mig_mode=mode), tuple(profiles)))
+            else:
+                return tuple(entries)
+            with self._lock:
+                self._listed = None
         return tuple(entries)
 
 

@@ -440,6 +440,7 @@ class ClaimReporter:
                         self._jobs = [j for j in self._jobs if j.key != _RECONCILE_KEY]
                         reconcile = _Job(_RECONCILE_KEY, _RECONCILING, self._reconcile)
                         reconcile.sequence = self._sequence
+                        reconcile.queued_at = now  # it too waits for kubelet's calls (call_in_flight)
                         self._jobs.append(reconcile)
                     ready = [j for j in self._jobs if j.not_before <= now] if now >= self._paused_until else []
                     if ready and self._calls_in_flight:

@@ -30,9 +30,11 @@ in parallel.  This module never imports ``grpc``.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
@@ -156,6 +158,8 @@ class PrepareService:
         self._gpu_locks = KeyedLocks(locks, prefix="gpu-", kind="GPU", timeout=state_lock_timeout)
         self._store: CheckpointStore | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._calls = 0  # prepare/unprepare calls running (close waits for them)
+        self._calls_changed = threading.Condition()
 
     @classmethod
     def from_settings(
@@ -266,8 +270,15 @@ class PrepareService:
                     log.warning("removing CDI spec of claim UID %s: no checkpoint record names it", uid)
                     self._delete_spec(uid)
 
-    def close(self, report_timeout: float = 1.0) -> None:
-        """Stop serving: wait for running claims, give queued status writes a moment, let go of the files."""
+    def close(self, report_timeout: float = 1.0, drain_timeout: float = 60.0) -> None:
+        """Stop serving: wait for running calls (at most ``drain_timeout`` s), give queued status writes a
+        moment, let go of the files.  A call still running after that is left to recovery: it is the
+        kill -9 case, which the checkpoint is built for."""
+        with self._calls_changed:
+            if not self._calls_changed.wait_for(lambda: self._calls == 0, drain_timeout):
+                log.warning(
+                    "closing with %d prepare/unprepare call(s) still running after %.0f s", self._calls, drain_timeout
+                )
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
@@ -289,12 +300,25 @@ class PrepareService:
     # -- DraService ----------------------------------------------------------------------------
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
-        with self._reporter.call_in_flight():  # claim status writes wait for the call (reporter.py)
+        with self._call(), self._reporter.call_in_flight():  # status writes wait for the call (reporter.py)
             return self._fan_out(claims, lambda ref: self._measured("prepare", self._prepare_claim_reported, ref))
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
-        with self._reporter.call_in_flight():
+        with self._call(), self._reporter.call_in_flight():
             return self._fan_out(claims, lambda ref: self._measured("unprepare", self._unprepare_claim_reported, ref))
+
+    @contextmanager
+    def _call(self) -> Iterator[None]:
+        """Count a running call, so that :meth:`close` waits for it (a one-claim call runs in the
+        caller's thread, which the worker pool's shutdown does not wait for)."""
+        with self._calls_changed:
+            self._calls += 1
+        try:
+            yield
+        finally:
+            with self._calls_changed:
+                self._calls -= 1
+                self._calls_changed.notify_all()
 
     def _measured(self, operation: str, handle: Callable[..., _Result], *args: object) -> _Result:
         """One claim's prepare or unprepare, counted and timed by its result (per claim, not per call)."""

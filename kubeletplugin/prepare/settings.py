@@ -32,8 +32,9 @@ class PrepareSettings(BaseSettings):
         default=64,
         ge=1,
         le=256,
-        description="claims prepared / unprepared concurrently (threads). A thread waits on its GPU's lock, so "
-        "fewer threads than the claims of one request would queue claims of idle GPUs behind a busy one",
+        description="claims of one request prepared / unprepared concurrently (threads; a one-claim request "
+        "runs in kubelet's gRPC call thread instead). A thread waits on its GPU's lock, so fewer threads than "
+        "the claims of one request would queue claims of idle GPUs behind a busy one",
     )
     state_lock_timeout: float = Field(
         default=30.0,

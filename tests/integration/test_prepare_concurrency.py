@@ -11,6 +11,7 @@ tests/e2e/test_rolling_update.py.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,3 +151,21 @@ def test_owned_placements_include_a_creation_in_flight_in_the_other_plugin(node:
         pending = new.owned_placements()
     assert prepare.join()[ref.uid].error == ""
     assert pending == {(node.gpu_uuid(0), 15, Placement(start=2, size=2))}
+
+
+def test_close_waits_for_a_one_claim_call_running_in_the_callers_thread(node: Node) -> None:
+    """A one-claim call runs in kubelet's gRPC thread, not the worker pool: close() must still wait for it,
+    or it would close the checkpoint and NVML under a prepare between its GI and its CI."""
+    service = node.service()
+    ref = node.claim("closing", [result("gpu-1-mig-1g10gb-19-0")])
+    closed = threading.Event()
+    with HeldCall(node.nvml, "create_compute_instance") as held:
+        prepare = Background(service, [ref])
+        held.wait_entered()
+        closer = threading.Thread(target=lambda: (service.close(), closed.set()), daemon=True)
+        closer.start()
+        assert not closed.wait(0.5)  # the call is still running: close waits
+    assert closed.wait(30)
+    assert prepare.join()[ref.uid].error == ""
+    (gpu, _gi, profile, start, cis) = node.instances()[0]
+    assert (gpu, profile, start, len(cis)) == (1, 19, 0, 1)

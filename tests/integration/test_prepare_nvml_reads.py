@@ -68,7 +68,10 @@ def test_a_mig_mode_change_behind_migdras_back_is_seen_by_the_next_prepare(tmp_p
         finally:
             admin.shutdown()
 
+        listed_before = _calls(node.library, IDENTITY_CALLS)
         second = node.claim("second", [result(_device(1, 0))])
         error = service.prepare([second])[second.uid].error
         assert "MIG mode is disabled" in error
         assert node.instances() == []
+        # Changing the mode may reset or re-bind the GPU and change its minor number: listed again.
+        assert _calls(node.library, IDENTITY_CALLS) > listed_before

@@ -154,3 +154,17 @@ def test_the_reader_reads_what_a_full_read_reads(nvml: Nvml) -> None:
     assert reader.read(nvml) == read_inventory(nvml)
     nvml.set_mig_mode(nvml.list_gpus()[3].uuid, enabled=False)
     assert reader.read(nvml) == read_inventory(nvml)  # the second read keeps the listing, re-asks the mode
+
+
+def test_a_mig_mode_change_makes_the_reader_list_the_gpus_again(nvml: Nvml, nvml_calls: list[str]) -> None:
+    """Changing the mode may reset or re-bind a GPU and change its minor number (nvml-mig.md section 5)."""
+    reader = InventoryReader()
+    reader.read(nvml)
+    nvml_calls.clear()
+    reader.read(nvml)
+    assert set(nvml_calls).isdisjoint(STABLE_READS), Counter(nvml_calls)  # unchanged: not listed again
+    nvml.set_mig_mode(nvml.list_gpus()[5].uuid, enabled=False)
+    nvml_calls.clear()
+    inventory = reader.read(nvml)
+    assert Counter(nvml_calls)["nvmlDeviceGetPciInfo"] == 8, Counter(nvml_calls)  # every GPU listed again
+    assert inventory == read_inventory(nvml)
