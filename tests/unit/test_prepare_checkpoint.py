@@ -16,8 +16,8 @@ import pytest
 
 import kubeletplugin.prepare.checkpoint as checkpoint_module
 from dra_driver.mig.catalog import Placement
-from kubeletplugin.prepare import checkpoint_downgrade
 from kubeletplugin.prepare.checkpoint import CheckpointStore, CheckpointWriteStats
+from kubeletplugin.prepare.checkpoint_downgrade import downgrade_checkpoint
 from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError
 from kubeletplugin.prepare.records import (
     Checkpoint,
@@ -479,18 +479,13 @@ def test_a_conversion_killed_midway_loses_and_duplicates_nothing(tmp_path: Path,
     assert json.loads(store.path.read_text())["data"]["schemaVersion"] == 2
 
 
-def test_a_downgrade_writes_the_single_file_back_and_an_upgrade_converts_it_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_downgrade_writes_the_single_file_back_and_an_upgrade_converts_it_again(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, BOOT)
     store.load()
     store.put(A)
     store.put(B)
     store.close()
-    monkeypatch.setattr(checkpoint_downgrade, "read_node_boot_id", lambda: BOOT)
-
-    assert checkpoint_downgrade.main([str(tmp_path)]) == 0
-    assert "wrote 2 claim(s)" in capsys.readouterr().out
+    assert downgrade_checkpoint(tmp_path, read_boot_id=lambda: BOOT) == 2
     document = json.loads(store.path.read_text())
     assert document["checksum"] == compute_checksum(document["data"])
     assert Checkpoint.model_validate(document["data"]) == Checkpoint(node_boot_id=BOOT, claims={"uid-a": A, "uid-b": B})
@@ -499,10 +494,11 @@ def test_a_downgrade_writes_the_single_file_back_and_an_upgrade_converts_it_agai
     assert CheckpointStore(tmp_path, BOOT).load().records == (A, B)  # and the upgrade converts it again
 
 
-def test_a_downgrade_refuses_a_directory_without_the_marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(checkpoint_downgrade, "read_node_boot_id", lambda: BOOT)
-    assert checkpoint_downgrade.main([str(tmp_path / "absent")]) == 1
+def test_a_downgrade_refuses_a_directory_without_the_marker(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError):
+        downgrade_checkpoint(tmp_path / "absent", read_boot_id=lambda: BOOT)
     assert not (tmp_path / "absent").exists()
     single = single_file(tmp_path, BOOT, A)
-    assert checkpoint_downgrade.main([str(tmp_path)]) == 1  # already one file
+    with pytest.raises(CheckpointError):  # already one file
+        downgrade_checkpoint(tmp_path, read_boot_id=lambda: BOOT)
     assert (tmp_path / "checkpoint.json").read_bytes() == single
