@@ -382,3 +382,27 @@ def test_a_node_that_is_never_idle_still_gets_its_status_written(node: Node) -> 
         assert reporter.flush(timeout=30)
         (entry,) = read_claim_json(node.api_client, ref)["status"]["devices"]
     assert entry["conditions"][0]["type"] == "Ready"
+
+
+class _NoClaims:
+    """A checkpoint with nothing prepared (the reporter only reads it)."""
+
+    def get(self, claim_uid: str) -> None:
+        return None
+
+    def records(self) -> tuple[()]:
+        return ()
+
+
+def test_the_periodic_reconciliation_waits_for_kubelets_calls_too(node: Node) -> None:
+    """Listing every claim is the reporter's heaviest job: it must not run while a call a pod waits for does."""
+    reporter = ClaimReporter(node.api_client, DRIVER, NODE, reconcile_interval=3600, yield_to_calls=60.0)
+    reconciled = threading.Event()
+    reporter._reconcile = reconciled.set  # type: ignore[method-assign]  # observe when the job runs
+    try:
+        with reporter.call_in_flight():
+            reporter.start(_NoClaims())  # the first reconciliation is due at once
+            assert not reconciled.wait(0.5)
+        assert reconciled.wait(30)  # the call ended: it runs now, not after the 60 s bound
+    finally:
+        reporter.close()
