@@ -28,6 +28,11 @@ SettingsT = TypeVar("SettingsT")
 # Subcommand groups whose modules load only when used, so `migdra --help` and the commands defined here
 # do not pay for the CEL environment, the local control plane or the recorder.
 _LAZY_GROUPS = {
+    "allocate": (
+        "dra_driver.cli.allocate_command",
+        "allocate_command",
+        "Which devices kube-scheduler would allocate to claims on a node; or why none.",
+    ),
     "cel": ("dra_driver.cli.cel_commands", "cel", "Evaluate and lint DRA CEL selectors."),
     "hw": ("dra_driver.cli.hw_commands", "hw", "Record what real NVML answers (read-only); check the simulator."),
     "sim": ("dra_driver.cli.sim_commands", "sim", "Local stand-ins for cluster components (never for production)."),

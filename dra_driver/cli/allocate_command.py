@@ -1,0 +1,296 @@
+"""``migdra allocate``: which devices would kube-scheduler give these claims on this node, and if none, why?
+
+Input is files (``--slices``, ``--classes``, ``--claims``) or the cluster (``--from-cluster``: every
+ResourceSlice, DeviceClass and allocated ResourceClaim, the Node, and the claims of ``--pod`` or
+``--claim``); the answer comes from :mod:`dra_driver.allocation`, the port of kube-scheduler's
+allocator, and the explanation from :mod:`dra_driver.allocation.explain`.  Exit status: 0 allocated,
+3 the claims do not fit on the node (the explanation is printed), 1 the attempt is aborted as in
+Kubernetes (a CEL runtime error, an unknown class...), 2 an input cannot be used.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+import yaml
+
+from dra_driver.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from kubernetes import client
+
+JSON = dict[str, Any]
+_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+_INPUT = click.Path(exists=True, path_type=Path)  # a file, or a directory of them (other kinds skipped)
+EXIT_DOES_NOT_FIT = 3
+_TIMEOUT_S = 15.0
+
+
+@click.command(name="allocate")
+@click.option("--slices", "slice_files", type=_INPUT, multiple=True, help="ResourceSlices (YAML/JSON; repeatable)")
+@click.option("--classes", "class_files", type=_INPUT, multiple=True, help="DeviceClasses (repeatable)")
+@click.option(
+    "--claims",
+    "claim_files",
+    type=_INPUT,
+    multiple=True,
+    help="ResourceClaims: those without status.allocation are allocated together (one pod's claims); "
+    "those with one are already allocated and hold their devices (repeatable)",
+)
+@click.option("--node", "node_name", required=True, help="the node to allocate on")
+@click.option("--node-label", "node_labels", multiple=True, metavar="KEY=VALUE", help="a label of the node (files)")
+@click.option("--from-cluster", is_flag=True, help="read slices, classes, allocated claims and the node from the API")
+@click.option("--kubeconfig", type=_FILE, default=None, help="kubeconfig for --from-cluster (default: the usual rules)")
+@click.option("--pod", default=None, metavar="NAMESPACE/NAME", help="with --from-cluster: allocate this pod's claims")
+@click.option("--claim", "claim_refs", multiple=True, metavar="NAMESPACE/NAME", help="with --from-cluster (repeatable)")
+@click.option(
+    "--feature-gates",
+    default="",
+    metavar="GATE=BOOL,...",
+    help="change the DRA feature gates from kube-scheduler 1.36's defaults (all on)",
+)
+@click.option("-o", "--output", type=click.Choice(["text", "yaml", "json"]), default="text", show_default=True)
+def allocate_command(
+    slice_files: tuple[Path, ...],
+    class_files: tuple[Path, ...],
+    claim_files: tuple[Path, ...],
+    node_name: str,
+    node_labels: tuple[str, ...],
+    from_cluster: bool,
+    kubeconfig: Path | None,
+    pod: str | None,
+    claim_refs: tuple[str, ...],
+    feature_gates: str,
+    output: str,
+) -> None:
+    """Run kube-scheduler's DRA allocator for claims on one node: print the allocation, or why it fails.
+
+    Exit status 0: allocated; 3: the claims do not fit on the node; 1: the attempt is aborted as
+    kube-scheduler aborts it; 2: an input cannot be used.
+    """
+    from dra_driver.allocation import AllocationError, allocate  # noqa: PLC0415 -- keep `migdra --help` light
+    from dra_driver.allocation.explain import explain  # noqa: PLC0415
+
+    features = _features(feature_gates)
+    if from_cluster:
+        if slice_files or class_files or node_labels:
+            raise click.UsageError("--from-cluster reads slices, classes and the node itself; drop the files")
+        inputs = _from_cluster(kubeconfig, node_name, pod, claim_refs, claim_files)
+    else:
+        if pod or claim_refs:
+            raise click.UsageError("--pod and --claim need --from-cluster")
+        if not slice_files or not class_files or not claim_files:
+            raise click.UsageError("give --slices, --classes and --claims files (or --from-cluster)")
+        inputs = _from_files(slice_files, class_files, claim_files, node_name, node_labels)
+    claims, node, slices, classes, allocated = inputs
+    if not claims:
+        raise ConfigurationError("no claim to allocate: every given claim already has status.allocation")
+    try:
+        results = allocate(claims, node, slices, classes, allocated, features)
+    except AllocationError as exc:
+        raise AllocationError(f"allocation attempt aborted (as kube-scheduler would abort it): {exc}") from exc
+    if results is not None:
+        _print_allocation(claims, results, node_name, output)
+        return
+    explanation = explain(claims, node, slices, classes, allocated, features)
+    if output == "text":
+        click.echo(explanation.summary(), nl=False)
+    else:
+        _dump({"allocated": False, "explanation": explanation.as_dict()}, output)
+    raise SystemExit(EXIT_DOES_NOT_FIT)
+
+
+def _features(text: str) -> set[str]:
+    from dra_driver.allocation import DEFAULT_FEATURES, KNOWN_FEATURES  # noqa: PLC0415
+
+    enabled = set(DEFAULT_FEATURES)
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, equals, value = item.partition("=")
+        if not equals or value.lower() not in ("true", "false"):
+            raise ConfigurationError(f"--feature-gates {item!r}: give GATE=true or GATE=false")
+        if name not in KNOWN_FEATURES:
+            known = ", ".join(sorted(KNOWN_FEATURES))
+            raise ConfigurationError(f"--feature-gates {name!r}: not a DRA feature gate the allocator knows ({known})")
+        if value.lower() == "true":
+            enabled.add(name)
+        else:
+            enabled.discard(name)
+    return enabled
+
+
+def _objects(paths: tuple[Path, ...], flag: str, kind: str) -> list[JSON]:
+    from dra_driver.cel.documents import load_documents  # noqa: PLC0415
+
+    objects: list[JSON] = []
+    for path in paths:
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.suffix in {".yaml", ".yml", ".json"} and p.is_file())
+            documents = [d for file in files for d in load_documents(file) if d.kind == kind]
+            if not documents:
+                raise ConfigurationError(f"{flag} {path}: no {kind}s in the directory's YAML/JSON files")
+        else:
+            documents = load_documents(path)
+            if not documents:
+                raise ConfigurationError(f"{flag} {path}: no {kind}s in it (the file is empty)")
+        for document in documents:
+            if document.kind != kind:
+                what = document.label if document.kind else "an object without kind"
+                raise ConfigurationError(f"{flag} {path}: {what} is not a {kind}")
+            if not isinstance(document.body.get("spec"), dict):
+                raise ConfigurationError(f"{flag} {path}: {document.label}: spec must be a mapping")
+            objects.append(dict(document.body))
+    return objects
+
+
+def _split_claims(claims: list[JSON]) -> tuple[list[JSON], list[JSON]]:
+    pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
+    allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
+    return pending, allocated
+
+
+def _from_files(
+    slice_files: tuple[Path, ...],
+    class_files: tuple[Path, ...],
+    claim_files: tuple[Path, ...],
+    node_name: str,
+    node_labels: tuple[str, ...],
+) -> tuple[list[JSON], JSON, list[JSON], list[JSON], list[JSON]]:
+    labels: dict[str, str] = {}
+    for item in node_labels:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise ConfigurationError(f"--node-label {item!r}: give KEY=VALUE")
+        labels[key] = value
+    node: JSON = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "labels": labels}}
+    pending, allocated = _split_claims(_objects(claim_files, "--claims", "ResourceClaim"))
+    slices = _objects(slice_files, "--slices", "ResourceSlice")
+    classes = _objects(class_files, "--classes", "DeviceClass")
+    return pending, node, slices, classes, allocated
+
+
+def _reference(text: str, flag: str) -> tuple[str, str]:
+    namespace, slash, name = text.partition("/")
+    if not slash or not namespace or not name:
+        raise ConfigurationError(f"{flag} {text!r}: give NAMESPACE/NAME")
+    return namespace, name
+
+
+def _from_cluster(
+    kubeconfig: Path | None,
+    node_name: str,
+    pod: str | None,
+    claim_refs: tuple[str, ...],
+    claim_files: tuple[Path, ...],
+) -> tuple[list[JSON], JSON, list[JSON], list[JSON], list[JSON]]:
+    from dra_driver import kubeapi  # noqa: PLC0415 -- only --from-cluster needs the client
+
+    if not (pod or claim_refs or claim_files):
+        raise click.UsageError("with --from-cluster, name the claims: --pod, --claim or --claims FILE")
+    references = [_reference(ref, "--claim") for ref in claim_refs]
+    pod_reference = _reference(pod, "--pod") if pod else None
+    configuration = kubeapi.load_client_configuration(kubeconfig, flag="--kubeconfig", usual_rules=True)
+    server = str(configuration.host)
+    with kubeapi.new_api_client(configuration, retries=0) as api:
+        node = _get(api, f"/api/v1/nodes/{node_name}", f"node {node_name} (--node)", server)
+        slices = _list(api, "/apis/resource.k8s.io/v1/resourceslices", "ResourceSlices", server)
+        classes = _list(api, "/apis/resource.k8s.io/v1/deviceclasses", "DeviceClasses", server)
+        every_claim = _list(api, "/apis/resource.k8s.io/v1/resourceclaims", "ResourceClaims", server)
+        if pod_reference is not None:
+            references += _pod_claims(api, pod_reference, server)
+    by_reference = {
+        ((c.get("metadata") or {}).get("namespace", ""), (c.get("metadata") or {}).get("name", "")): c
+        for c in every_claim
+    }
+    wanted: list[JSON] = []
+    for reference in references:
+        claim = by_reference.get(reference)
+        if claim is None:
+            raise ConfigurationError(f"ResourceClaim {reference[0]}/{reference[1]} not found in the cluster")
+        wanted.append(claim)
+    if claim_files:
+        wanted += _objects(claim_files, "--claims", "ResourceClaim")
+    pending, _ = _split_claims(wanted)
+    pending_ids = {id(c) for c in pending}
+    allocated = [c for c in every_claim if (c.get("status") or {}).get("allocation") and id(c) not in pending_ids]
+    return pending, node, slices, classes, allocated
+
+
+def _get(api: client.ApiClient, path: str, what: str, server: str) -> JSON:
+    from dra_driver import kubeapi  # noqa: PLC0415
+
+    try:
+        return kubeapi.call_json(api, "GET", path, timeout=_TIMEOUT_S)
+    except Exception as exc:
+        raise kubeapi.as_request_error(exc, f"reading {what}", server) from exc
+
+
+def _list(api: client.ApiClient, path: str, what: str, server: str) -> list[JSON]:
+    from dra_driver import kubeapi  # noqa: PLC0415
+
+    items: list[JSON] = []
+    token = ""
+    while True:
+        query: dict[str, str | int] = {"limit": 500}
+        if token:
+            query["continue"] = token
+        try:
+            page = kubeapi.call_json(api, "GET", path, query=query, timeout=_TIMEOUT_S)
+        except Exception as exc:
+            raise kubeapi.as_request_error(exc, f"listing {what}", server) from exc
+        items += [item for item in page.get("items") or [] if isinstance(item, dict)]
+        token = str((page.get("metadata") or {}).get("continue") or "")
+        if not token:
+            return items
+
+
+def _pod_claims(api: client.ApiClient, reference: tuple[str, str], server: str) -> list[tuple[str, str]]:
+    """The claims of a pod: named ones, and the ones generated from templates (from the pod's status)."""
+    namespace, name = reference
+    pod = _get(api, f"/api/v1/namespaces/{namespace}/pods/{name}", f"pod {namespace}/{name} (--pod)", server)
+    generated = {
+        status.get("name"): status.get("resourceClaimName")
+        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    references = []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        claim_name = entry.get("resourceClaimName") or generated.get(entry.get("name"))
+        if not claim_name:
+            raise ConfigurationError(
+                f"pod {namespace}/{name}: the claim for spec.resourceClaims[{entry.get('name')}] does not exist yet"
+                " (the resource claim controller creates it from the template)"
+            )
+        references.append((namespace, str(claim_name)))
+    if not references:
+        raise ConfigurationError(f"pod {namespace}/{name} has no resourceClaims")
+    return references
+
+
+def _print_allocation(claims: list[JSON], results: list[dict[str, Any]], node_name: str, output: str) -> None:
+    named: list[dict[str, Any]] = [
+        {"claim": _claim_label(claim), "allocation": result} for claim, result in zip(claims, results, strict=True)
+    ]
+    if output != "text":
+        _dump({"allocated": True, "node": node_name, "claims": named}, output)
+        return
+    lines = [f"allocated on node {node_name}:"]
+    for entry in named:
+        lines.append(f"  claim {entry['claim']}:")
+        for result in entry["allocation"]["devices"]["results"]:
+            extra = " (admin access)" if result.get("adminAccess") else ""
+            lines.append(f"    {result['request']}: {result['driver']}/{result['pool']}/{result['device']}{extra}")
+    click.echo("\n".join(lines))
+
+
+def _claim_label(claim: JSON) -> str:
+    metadata = claim.get("metadata") or {}
+    return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}".lstrip("/")
+
+
+def _dump(document: JSON, output: str) -> None:
+    if output == "json":
+        click.echo(json.dumps(document, indent=2))
+    else:
+        click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)
