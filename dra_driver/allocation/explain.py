@@ -2,10 +2,12 @@
 
 kube-scheduler says only "cannot allocate all claims".  This looks at every request (and every
 ``firstAvailable`` sub-request) on its own, against what allocated claims already hold, and checks
-each device of the node in the allocator's order, recording the first check that excluded it, in the
-allocator's own order: pool being updated or invalid, taken by another claim, binding conditions
-with the gate off, a class selector, a request selector, per-device node selection, capacity, shared
-counters (which counter, how much it needs and how much is left), an untolerated taint.  A request
+each device of the node in the allocator's order, recording the first check that excluded it: pool
+being updated or invalid, binding conditions with the gate off, a class selector, a request
+selector, per-device node selection, taken by another claim, capacity, shared counters (which
+counter, how much it needs and how much is left), an untolerated taint.  (The allocator looks at
+"taken" first because it is cheap; the explanation looks at the selectors first because "taken" says
+more about a device the request wants.)  The later the check, the closer the device came to fitting.  A request
 that has enough devices on its own but still fails fails because of the combination: constraints or
 counters shared with the other requests, which the report then says.
 """
@@ -35,7 +37,7 @@ CLOSEST = 5
 class Rejection:
     device: str  # driver/pool/device
     reason: str
-    stage: int  # how far the device got through the checks: higher is closer to fitting
+    stage: int  # how far the device got through the checks (STAGE_*): higher is closer to fitting
 
 
 @dataclass(slots=True)
@@ -119,9 +121,10 @@ class Explanation:
         }
 
 
-# The checks in the allocator's order; a device rejected at a later stage got closer to fitting.
-STAGE_POOL, STAGE_IN_USE, STAGE_BINDING, STAGE_CLASS, STAGE_REQUEST, STAGE_NODE = range(6)
-STAGE_SELECTED = 6  # matched every selector and node selection
+# The checks in order; a device rejected at a later stage came closer to fitting.  From STAGE_SELECTED
+# on, the device is one the request wants (an ``All`` request then fails: it wants every such device).
+STAGE_POOL, STAGE_BINDING, STAGE_CLASS, STAGE_REQUEST, STAGE_NODE = range(5)
+STAGE_SELECTED = STAGE_IN_USE = 5
 STAGE_CAPACITY, STAGE_COUNTERS, STAGE_TAINT = 6, 7, 8
 
 
@@ -206,10 +209,6 @@ def _check(
     name = device_id_text(candidate.id)
     spec = data.request
     features = search.features
-    in_use = not spec.admin_access and candidate.id in search.allocated.devices
-    taken = f"in use: allocated to claim {holders.get(candidate.id, '?')}"
-    if in_use and spec.mode != ALL:  # an All request wants every matching device, taken or not
-        return Rejection(name, taken, STAGE_IN_USE)
     if not features.binding_and_status and candidate.facts.binding_conditions:
         return Rejection(name, "has binding conditions: DRADeviceBindingConditions is off", STAGE_BINDING)
     class_failure = _failing_selector(search, data.class_selectors, candidate, f"class {class_name(data)}")
@@ -226,8 +225,8 @@ def _check(
             search.node, str(fields.get("nodeName") or ""), bool(fields.get("allNodes")), fields.get("nodeSelector")
         ):
             return Rejection(name, "node selection: the device is not available on this node", STAGE_NODE)
-    if in_use:
-        return Rejection(name, taken, STAGE_SELECTED)
+    if not spec.admin_access and candidate.id in search.allocated.devices:
+        return Rejection(name, f"in use: allocated to claim {holders.get(candidate.id, '?')}", STAGE_IN_USE)
     if features.consumable_capacity and not capacity.fits(
         candidate, spec.capacity, search.allocated.capacity.get(candidate.id), None
     ):
@@ -258,13 +257,18 @@ def _failing_selector(search: Search, selectors: Sequence[JSON], candidate: Cand
 
 
 def _counter_shortage(search: Search, candidate: Candidate) -> str | None:
+    """Every counter the device needs more of than is left (memory slices first, as they decide)."""
     available = search.counters.available(candidate.pool)
+    short = []
     for set_name, counters in candidate.facts.consumes:
         for counter, amount in counters:
             left = available[set_name][counter]
             if amount > left:
-                return f"{set_name}/{counter} needs {format_amount(amount)}, {format_amount(max(left, 0))} left"
-    return None
+                short.append(f"{set_name}/{counter} needs {format_amount(amount)}, {format_amount(max(left, 0))} left")
+    if not short:
+        return None
+    short.sort(key=lambda text: "/memory-slice-" not in text)
+    return "; ".join(short[:3]) + (f" (and {len(short) - 3} more)" if len(short) > 3 else "")
 
 
 def _combination(search: Search) -> str:
