@@ -139,10 +139,24 @@ def _objects(paths: tuple[Path, ...], flag: str, kind: str) -> list[JSON]:
             if document.kind != kind:
                 what = document.label if document.kind else "an object without kind"
                 raise ConfigurationError(f"{flag} {path}: {what} is not a {kind}")
-            if not isinstance(document.body.get("spec"), dict):
-                raise ConfigurationError(f"{flag} {path}: {document.label}: spec must be a mapping")
+            _check_object(document.body, f"{flag} {path}: {document.label}")
             objects.append(dict(document.body))
     return objects
+
+
+def _check_object(body: Any, where: str) -> None:
+    """Refuse what kube-apiserver would refuse (its validation, as the local API server runs it), so a
+    hand-written file fails with the field named instead of confusing the allocator."""
+    from dra_driver.controlplane.apiserver.validation import validate  # noqa: PLC0415
+
+    kind = str(body.get("kind", ""))
+    errors = validate("resource.k8s.io", "v1", kind, body, None, None)
+    status = body.get("status")
+    if not errors and kind == "ResourceClaim" and status is not None:
+        errors = validate("resource.k8s.io", "v1", kind, body, {**body, "status": {}}, "status")
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ConfigurationError(f"{where}: invalid: {errors[0].detail()}{more}")
 
 
 def _split_claims(claims: list[JSON]) -> tuple[list[JSON], list[JSON]]:
