@@ -613,12 +613,35 @@ def pick_violations(world: World, claims: Sequence[Mapping[str, Any]], picks: Se
 # Checking an allocator answer
 
 
-def _expected_config(world: World, chosen: Sequence[Request]) -> list[Any]:
-    configs = []
+def config_problems(world: World, chosen: Sequence[Request], configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Class configs: each one of a used class is there (once per class, Kubernetes lists the requests
+    it applies to; no list means all), none of an unused class, and all of them before claim configs."""
+    problems = []
+    from_class = [c for c in configs if c.get("source") == "FromClass"]
     for request in chosen:
         for config in world.classes[request.class_name].get("spec", {}).get("config") or []:
-            configs.append(config.get("opaque"))
-    return configs
+            if not any(
+                c.get("opaque") == config.get("opaque")
+                and (not c.get("requests") or request.result_name in c["requests"])
+                for c in from_class
+            ):
+                problems.append(f"class config {config.get('opaque')} of {request.result_name} is missing")
+    for c in from_class:
+        users = [
+            r
+            for r in chosen
+            if any(
+                x.get("opaque") == c.get("opaque")
+                for x in world.classes[r.class_name].get("spec", {}).get("config") or []
+            )
+        ]
+        named = c.get("requests") or [r.result_name for r in users]
+        if not users or any(name not in {r.result_name for r in users} for name in named):
+            problems.append(f"class config {c} applied to requests of other classes")
+    sources = [c.get("source") for c in configs]
+    if sources != sorted(sources, key=lambda s: s != "FromClass"):
+        problems.append(f"class configs must come before claim configs: {sources}")
+    return problems
 
 
 def _expected_node_selector(world: World, picks: Sequence[Pick]) -> tuple[str, Any]:
@@ -722,12 +745,7 @@ def validate_allocation(
                 problems.append(f"{where} {request.result_name}: {len(got)} devices for count {request.count}")
         if len(chosen) == len(slots):
             configs = list(((allocation or {}).get("devices") or {}).get("config") or [])
-            from_class = [c.get("opaque") for c in configs if c.get("source") == "FromClass"]
-            if from_class != _expected_config(world, chosen):
-                problems.append(f"{where}: class configs {from_class} != {_expected_config(world, chosen)}")
-            sources = [c.get("source") for c in configs]
-            if sources != sorted(sources, key=lambda s: s != "FromClass"):
-                problems.append(f"{where}: class configs must come before claim configs: {sources}")
+            problems += [f"{where}: {p}" for p in config_problems(world, chosen, configs)]
         kind, expected = _expected_node_selector(world, claim_picks)
         actual = (allocation or {}).get("nodeSelector")
         if kind == "exact" and not _same_node_selector(actual, expected):

@@ -157,7 +157,7 @@ def _param(case: Case) -> Any:
 
 def _run(case: Case, rng: random.Random | None) -> Any:
     """allocate() on deep copies; asserts afterwards that none of the inputs changed."""
-    inputs = {
+    inputs: dict[str, Any] = {
         "claims": case.claims,
         "node": case.node,
         "slices": case.slices,
@@ -245,3 +245,25 @@ def test_default_features_are_the_kubernetes_136_defaults() -> None:
 def test_errors_belong_to_migdra_hierarchy() -> None:
     assert issubclass(InvalidPoolsError, AllocationError)
     assert issubclass(AllocationError, MigdraError)
+
+
+def _case(name: str) -> Case:
+    return next(case for case in CASES if case.name == name)
+
+
+@pytest.mark.parametrize(
+    ("name", "choices"),
+    [
+        ("pools-sorted-by-name", {"gpu-a", "gpu-b"}),
+        ("slices-sorted-by-name-inside-a-pool", {"gpu-from-slice-1", "gpu-from-slice-2"}),
+    ],
+)
+def test_rng_shuffles_pools_and_slices(name: str, choices: set[str]) -> None:
+    """With an rng the order of pools and slices is random (as before 1.36), and the same seed repeats itself."""
+    case = _case(name)
+    first_devices: set[str] = set()
+    for seed in range(20):
+        outcome = _run(case, random.Random(seed))
+        assert outcome == _run(case, random.Random(seed)), f"seed {seed} is not reproducible"
+        first_devices.add(outcome[0]["devices"]["results"][0]["device"])
+    assert first_devices == choices
