@@ -41,22 +41,38 @@ def _fields(device: JSON) -> JSON:
     return basic if isinstance(basic, Mapping) else device
 
 
-def device_capacity(candidate: Candidate) -> dict[str, tuple[str, JSON]]:
-    """Qualified name -> (the name as published, the capacity entry)."""
-    driver = candidate.id[0]
-    published: Mapping[str, JSON] = _fields(candidate.device).get("capacity") or {}
-    resolved: dict[str, tuple[str, JSON]] = {}
-    prefix = driver + "/"
-    for name, entry in published.items():
-        if name.startswith(prefix):
-            resolved[name] = (name, entry or {})
-    for name, entry in published.items():
-        if name.startswith(prefix):
-            continue
-        key = qualified(name, driver)
-        if key not in resolved:
-            resolved[key] = (name, entry or {})
-    return resolved
+class DeviceCapacity:
+    """A device's published capacity, parsed once: qualified name -> (published name, total, policy)."""
+
+    __slots__ = ("alone", "entries", "problem")
+
+    def __init__(self, candidate: Candidate) -> None:
+        driver = candidate.id[0]
+        published: Mapping[str, JSON] = _fields(candidate.device).get("capacity") or {}
+        self.entries: dict[str, tuple[str, Quantity, JSON | None]] = {}
+        self.problem = False
+        self.alone: bool | None = None  # the verdict for a request naming no capacity, on an unused device
+        prefix = driver + "/"
+        ordered = [n for n in published if n.startswith(prefix)] + [n for n in published if not n.startswith(prefix)]
+        for name in ordered:
+            key = qualified(name, driver)
+            if key in self.entries:
+                continue  # the driver-qualified spelling wins over the bare one
+            entry = published[name] or {}
+            try:
+                total = _quantity(entry.get("value"))
+            except CapacityProblem:
+                self.problem = True
+                continue
+            self.entries[key] = (name, total, entry.get("requestPolicy"))
+
+
+def device_capacity(candidate: Candidate) -> DeviceCapacity:
+    parsed = candidate.facts.capacity
+    if parsed is None:
+        parsed = candidate.facts.capacity = DeviceCapacity(candidate)
+    assert isinstance(parsed, DeviceCapacity)
+    return parsed
 
 
 def resolve_requests(requests: JSON | None, candidate: Candidate) -> dict[str, Quantity] | None:
@@ -154,13 +170,30 @@ def fits(
 ) -> bool:
     """``CmpRequestOverCapacity``: the request names only capacities the device has, respects every
     request policy, and with what is allocated and being allocated stays within every capacity."""
+    parsed = device_capacity(candidate)
+    if parsed.problem:
+        return False
+    if not requests and not allocated and not allocating:
+        if parsed.alone is None:  # depends on the device alone: decide once
+            parsed.alone = _fits(parsed, {}, None, None)
+        return parsed.alone
     try:
         resolved = resolve_requests(requests, candidate)
-        if resolved is None:
-            return False
-        for name, (_, entry) in device_capacity(candidate).items():
-            total = _quantity(entry.get("value"))
-            policy = entry.get("requestPolicy")
+    except CapacityProblem:
+        return False
+    if resolved is None:
+        return False
+    return _fits(parsed, resolved, allocated, allocating)
+
+
+def _fits(
+    parsed: DeviceCapacity,
+    resolved: Mapping[str, Quantity],
+    allocated: ConsumedCapacity | None,
+    allocating: ConsumedCapacity | None,
+) -> bool:
+    try:
+        for name, (_, total, policy) in parsed.entries.items():
             amount = consumed_amount(resolved.get(name), total, policy)
             if amount.sign() < 0 or violates_policy(amount, policy):
                 return False
@@ -181,8 +214,8 @@ def consumption(candidate: Candidate, requests: JSON | None) -> tuple[dict[str, 
     resolved = resolve_requests(requests, candidate) or {}
     by_qualified: dict[str, Quantity] = {}
     by_published: dict[str, Quantity] = {}
-    for name, (published_name, entry) in device_capacity(candidate).items():
-        amount = consumed_amount(resolved.get(name), _quantity(entry.get("value")), entry.get("requestPolicy"))
+    for name, (published_name, total, policy) in device_capacity(candidate).entries.items():
+        amount = consumed_amount(resolved.get(name), total, policy)
         by_qualified[name] = amount
         by_published[published_name] = amount
     return by_qualified, by_published

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dra_driver.allocation.devices import Candidate, DeviceFactsCache
-from dra_driver.allocation.pools import Pool, PoolID, spec_of
+from dra_driver.allocation.pools import Pool, PoolID
 from dra_driver.allocation.quantities import Amount
 from dra_driver.allocation.state import AllocatedState
 
@@ -34,11 +34,12 @@ class CounterBook:
         available = self._available.get(pool.id)
         if available is None:
             available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
-            for resource_slice in (*pool.slices, *pool.other_slices):
-                spec = spec_of(resource_slice)
-                for device in spec.get("devices") or ():
-                    device_id = (pool.driver, pool.name, str(device.get("name") or ""))
-                    if not self._allocated.is_allocated(device_id):
+            taken = self._allocated.by_pool.get(pool.id)
+            if taken:
+                devices = pool.devices_by_name()
+                for device_name in taken:
+                    device = devices.get(device_name)
+                    if device is None:
                         continue
                     for set_name, counters in self._facts.get(device).consumes:
                         remaining = available.get(set_name)

@@ -39,6 +39,7 @@ class DeviceFacts:
         "binding_conditions",
         "binding_failure_conditions",
         "binds_to_node",
+        "capacity",
         "consumes",
         "source",
         "taints",
@@ -63,6 +64,7 @@ class DeviceFacts:
         self.binding_failure_conditions: list[str] | None = fields.get("bindingFailureConditions")
         self.binds_to_node = bool(fields.get("bindsToNode"))
         self.allow_multiple = bool(fields.get("allowMultipleAllocations"))
+        self.capacity: Any = None  # capacity.DeviceCapacity, parsed on first use by dra_driver.allocation.capacity
 
 
 class DeviceFactsCache:

@@ -26,7 +26,6 @@ from dra_driver.allocation.pools import Pool, gather_pools, spec_of
 from dra_driver.allocation.quantities import format_amount
 from dra_driver.allocation.requests import ALL, RequestData, claim_label
 from dra_driver.allocation.search import RequestKey, Search
-from dra_driver.allocation.selection import selector_expression
 from dra_driver.allocation.taints import BLOCKING_EFFECTS, tolerates
 
 JSON = Mapping[str, Any]
@@ -211,12 +210,10 @@ def _check(
     features = search.features
     if not features.binding_and_status and candidate.facts.binding_conditions:
         return Rejection(name, "has binding conditions: DRADeviceBindingConditions is off", STAGE_BINDING)
-    class_failure = _failing_selector(search, data.class_selectors, candidate, f"class {class_name(data)}")
+    class_failure = _failing_selector(search, data.class_expressions, candidate, data.class_owner)
     if class_failure is not None:
         return Rejection(name, f"class selector: {class_failure}", STAGE_CLASS)
-    request_failure = _failing_selector(
-        search, spec.selectors, candidate, f"claim {claim_label(search.claims[key[0]])}"
-    )
+    request_failure = _failing_selector(search, data.request_expressions, candidate, data.claim_owner)
     if request_failure is not None:
         return Rejection(name, f"request selector: {request_failure}", STAGE_REQUEST)
     if spec_of(candidate.slice).get("perDeviceNodeSelection"):
@@ -249,10 +246,10 @@ def class_name(data: RequestData) -> str:
     return str(((data.device_class or {}).get("metadata") or {}).get("name") or data.request.class_name)
 
 
-def _failing_selector(search: Search, selectors: Sequence[JSON], candidate: Candidate, owner: str) -> str | None:
-    for selector in selectors:
-        if not search.evaluator.all_match([selector], candidate.device, candidate.id, owner):
-            return selector_expression(selector)
+def _failing_selector(search: Search, expressions: Sequence[str], candidate: Candidate, owner: str) -> str | None:
+    for expression in expressions:
+        if not search.evaluator.all_match([expression], candidate.device, candidate.id, owner):
+            return expression
     return None
 
 

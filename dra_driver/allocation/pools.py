@@ -38,6 +38,7 @@ class Pool:
     slices: list[JSON] = field(default_factory=list)  # device slices relevant for the node
     other_slices: list[JSON] = field(default_factory=list)  # same generation, not for this node
     counter_sets: dict[str, dict[str, Amount]] = field(default_factory=dict)
+    _devices: dict[str, JSON] | None = field(default=None, repr=False)
 
     @property
     def id(self) -> PoolID:
@@ -50,6 +51,16 @@ class Pool:
     @property
     def usable(self) -> bool:
         return not (self.incomplete or self.invalid)
+
+    def devices_by_name(self) -> dict[str, JSON]:
+        """Every device of the pool's slices (also those not for this node) by name."""
+        if self._devices is None:
+            self._devices = {
+                str(device.get("name") or ""): device
+                for resource_slice in (*self.slices, *self.other_slices)
+                for device in _devices(spec_of(resource_slice))
+            }
+        return self._devices
 
 
 def spec_of(resource_slice: JSON) -> JSON:

@@ -90,6 +90,10 @@ class RequestData:
     parent: RequestSpec | None
     device_class: JSON | None = None
     class_selectors: tuple[JSON, ...] = ()
+    class_expressions: tuple[str, ...] = ()  # the CEL text of class_selectors, then of the request's
+    request_expressions: tuple[str, ...] = ()
+    class_owner: str = ""  # "class X" / "claim ns/name", for error messages
+    claim_owner: str = ""
     num_devices: int = 0
     selected_sub_request: int = 0
     all_devices: list[Candidate] = field(default_factory=list)

@@ -32,7 +32,7 @@ from dra_driver.allocation.requests import (
     claim_label,
     claim_requests,
 )
-from dra_driver.allocation.selection import SelectorEvaluator
+from dra_driver.allocation.selection import SelectorEvaluator, selector_expression
 from dra_driver.allocation.state import AllocatedState, ConsumedCapacity
 from dra_driver.allocation.taints import taint_prevents_allocation
 from dra_driver.cel.quantity import Quantity
@@ -158,12 +158,17 @@ class Search:
     def _validate_request(self, spec: RequestSpec, parent: RequestSpec | None, key: RequestKey) -> RequestData:
         label = claim_label(self.claims[key[0]])
         data = RequestData(request=spec, parent=parent)
+        expressions = []
         for index, selector in enumerate(spec.selectors):
-            if not isinstance(selector, Mapping) or not isinstance(selector.get("cel"), Mapping):
+            expression = selector_expression(selector) if isinstance(selector, Mapping) else None
+            if expression is None:
                 raise AllocationError(
                     f"claim {label}, request {spec.name}, selector #{index}:"
                     " CEL expression empty (unsupported selector type?)"
                 )
+            expressions.append(expression)
+        data.request_expressions = tuple(expressions)
+        data.claim_owner = f"claim {label}"
         if not self.features.admin_access and spec.has_admin_access:
             raise AllocationError(
                 f"claim {label}, request {spec.name}: admin access is requested, but the feature is disabled"
@@ -180,6 +185,16 @@ class Search:
             )
         data.device_class = device_class
         data.class_selectors = tuple((device_class.get("spec") or {}).get("selectors") or ())
+        data.class_owner = f"class {(device_class.get('metadata') or {}).get('name', '')}"
+        class_expressions = []
+        for index, selector in enumerate(data.class_selectors):
+            expression = selector_expression(selector) if isinstance(selector, Mapping) else None
+            if expression is None:
+                raise AllocationError(
+                    f"{data.class_owner}: selector #{index}: CEL expression empty (unsupported selector type?)"
+                )
+            class_expressions.append(expression)
+        data.class_expressions = tuple(class_expressions)
         if spec.mode == EXACT_COUNT:
             data.num_devices = spec.count
         elif spec.mode == ALL:
@@ -248,14 +263,16 @@ class Search:
         return verdict
 
     def _selectable(self, key: RequestKey, data: RequestData, candidate: Candidate) -> bool:
-        if data.device_class is not None and data.class_selectors:
-            owner = f"class {(data.device_class.get('metadata') or {}).get('name', '')}"
-            if not self.evaluator.all_match(data.class_selectors, candidate.device, candidate.id, owner):
-                return False
-        if data.request.selectors:
-            owner = f"claim {claim_label(self.claims[key[0]])}"
-            if not self.evaluator.all_match(data.request.selectors, candidate.device, candidate.id, owner):
-                return False
+        evaluator = self.evaluator
+        device, device_id = candidate.device, candidate.id
+        if data.class_expressions and not evaluator.all_match(
+            data.class_expressions, device, device_id, data.class_owner
+        ):
+            return False
+        if data.request_expressions and not evaluator.all_match(
+            data.request_expressions, device, device_id, data.claim_owner
+        ):
+            return False
         if spec_of(candidate.slice).get("perDeviceNodeSelection"):
             basic = candidate.device.get("basic")
             fields: JSON = basic if isinstance(basic, Mapping) else candidate.device

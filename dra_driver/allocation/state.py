@@ -28,6 +28,7 @@ class AllocatedState:
     devices: set[DeviceID] = field(default_factory=set)
     shared_devices: set[DeviceID] = field(default_factory=set)
     capacity: dict[DeviceID, ConsumedCapacity] = field(default_factory=dict)
+    by_pool: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # taken or shared device names
 
     def is_allocated(self, device_id: DeviceID) -> bool:
         """``IsDeviceAllocated``: taken, or shared by some allocation (its counters are consumed)."""
@@ -42,6 +43,7 @@ def allocated_state(claims: Iterable[JSON], consumable_capacity: bool) -> Alloca
             if result.get("adminAccess"):
                 continue
             device_id = (str(result.get("driver", "")), str(result.get("pool", "")), str(result.get("device", "")))
+            state.by_pool.setdefault(device_id[:2], set()).add(device_id[2])
             if consumable_capacity and result.get("shareID"):
                 state.shared_devices.add(device_id)
                 consumed = state.capacity.setdefault(device_id, {})
