@@ -32,6 +32,7 @@ BENCHES: dict[str, list[str]] = {
     "devicemodel": [],
     "scale": [],
     "cel": [],
+    "allocator": [],
     "apiserver": [],
 }
 # Also run with every CPU taken (``--busy-loops``): the node paths whose latency a loaded node changes most.
