@@ -118,8 +118,13 @@ def gather_pools(
             if len(all_slices) != wanted:
                 plain.append(Pool(pool_id[0], pool_id[1], incomplete=True))
                 continue
-        pool = _build_pool(pool_id, pool_slices, features, all_slices, rng)
-        (with_binding if _has_binding_conditions(pool) else plain).append(pool)
+        ordered = list(pool_slices)
+        if rng is None:
+            ordered.sort(key=slice_name)
+        else:
+            rng.shuffle(ordered)
+        pool, binding = _cached_pool(pool_id, ordered, features, all_slices)
+        (with_binding if binding else plain).append(pool)
 
     for group in (plain, with_binding):
         if rng is None:
@@ -178,18 +183,35 @@ def _slices_in_pool(slices: Sequence[JSON], pool_id: PoolID, generation: int) ->
     return False, found
 
 
-def _build_pool(
-    pool_id: PoolID,
-    pool_slices: list[JSON],
-    features: Features,
-    all_slices: list[JSON] | None,
-    rng: random.Random | None,
-) -> Pool:
-    ordered = list(pool_slices)
-    if rng is None:
-        ordered.sort(key=slice_name)
-    else:
-        rng.shuffle(ordered)
+# Validated pools by the identity of their slices (in order), like the CEL caches: a pool's validation
+# and counter sets are a function of its slice dicts, which callers treat as immutable snapshots.
+_POOL_CACHE_SIZE = 4096
+_pools: dict[tuple[object, ...], tuple[tuple[JSON, ...], Pool, bool]] = {}
+
+
+def _cached_pool(
+    pool_id: PoolID, ordered: list[JSON], features: Features, all_slices: list[JSON] | None
+) -> tuple[Pool, bool]:
+    """The pool built from these slices and whether it has devices with binding conditions."""
+    others = tuple(all_slices) if all_slices is not None else ()
+    key = (pool_id, features.partitionable_devices, all_slices is None, *map(id, ordered), None, *map(id, others))
+    entry = _pools.get(key)
+    sources = (*ordered, *others)
+    if (
+        entry is not None
+        and len(entry[0]) == len(sources)
+        and all(a is b for a, b in zip(entry[0], sources, strict=True))
+    ):
+        return entry[1], entry[2]
+    pool = _build_pool(pool_id, ordered, features, all_slices)
+    binding = _has_binding_conditions(pool)
+    if len(_pools) >= _POOL_CACHE_SIZE:
+        _pools.clear()
+    _pools[key] = (sources, pool, binding)
+    return pool, binding
+
+
+def _build_pool(pool_id: PoolID, ordered: list[JSON], features: Features, all_slices: list[JSON] | None) -> Pool:
     if features.partitionable_devices:
         counter_slices = [s for s in ordered if spec_of(s).get("sharedCounters")]
         device_slices = [s for s in ordered if not spec_of(s).get("sharedCounters")]
