@@ -720,6 +720,10 @@ def validate_allocation(
                     problems.append(f"{label}: consumedCapacity {reported} but expected {consumed}")
             elif result.get("shareID") or result.get("consumedCapacity"):
                 problems.append(f"{label}: exclusive device with shareID/consumedCapacity")
+            for name in ("bindingConditions", "bindingFailureConditions"):
+                expected = list(candidate.device.get(name) or []) if world.binding else []
+                if list(result.get(name) or []) != expected:
+                    problems.append(f"{label}: {name} {result.get(name)!r}, the device has {expected!r}")
             claim_picks.append(Pick(request, candidate, consumed))
         picks += claim_picks
 
