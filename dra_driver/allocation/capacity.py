@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from dra_driver.allocation.devices import Candidate
+from dra_driver.allocation.devices import Candidate, device_fields
 from dra_driver.allocation.state import ConsumedCapacity, qualified
 from dra_driver.cel.quantity import Quantity, QuantityError
 
@@ -36,11 +36,6 @@ def _quantity(value: Any) -> Quantity:
         raise CapacityProblem(str(exc)) from None
 
 
-def _fields(device: JSON) -> JSON:
-    basic = device.get("basic")
-    return basic if isinstance(basic, Mapping) else device
-
-
 class DeviceCapacity:
     """A device's published capacity, parsed once: qualified name -> (published name, total, policy)."""
 
@@ -48,7 +43,7 @@ class DeviceCapacity:
 
     def __init__(self, candidate: Candidate) -> None:
         driver = candidate.id[0]
-        published: Mapping[str, JSON] = _fields(candidate.device).get("capacity") or {}
+        published: Mapping[str, JSON] = device_fields(candidate.device).get("capacity") or {}
         self.entries: dict[str, tuple[str, Quantity, JSON | None]] = {}
         self.problem = False
         self.alone: bool | None = None  # the verdict for a request naming no capacity, on an unused device
@@ -80,7 +75,7 @@ def resolve_requests(requests: JSON | None, candidate: Candidate) -> dict[str, Q
     if not requests:
         return {}
     driver = candidate.id[0]
-    published: Mapping[str, JSON] = _fields(candidate.device).get("capacity") or {}
+    published: Mapping[str, JSON] = device_fields(candidate.device).get("capacity") or {}
     resolved: dict[str, Quantity] = {}
     for name, value in requests.items():
         if name in published:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dra_driver.allocation.devices import DeviceID
+from dra_driver.allocation.devices import DeviceID, device_fields
 
 JSON = Mapping[str, Any]
 TypedValue = tuple[str, Any]
@@ -22,8 +22,7 @@ VALUE_TYPES = ("string", "int", "bool", "version")
 
 def lookup_attribute(device: JSON, device_id: DeviceID, qualified_name: str) -> TypedValue | None:
     """The typed attribute value, by fully qualified name or, in the driver's domain, by bare name."""
-    basic = device.get("basic")
-    fields: JSON = basic if isinstance(basic, Mapping) else device
+    fields = device_fields(device)
     attributes: Mapping[str, Any] = fields.get("attributes") or {}
     attribute = attributes.get(qualified_name)
     if attribute is None:

@@ -31,6 +31,12 @@ def device_id_text(device_id: DeviceID) -> str:
     return "/".join(device_id)
 
 
+def device_fields(device: JSON) -> JSON:
+    """The device's own fields: v1 has them on the device, v1beta1 (read by the same code) under ``basic``."""
+    basic = device.get("basic")
+    return basic if isinstance(basic, Mapping) else device
+
+
 class DeviceFacts:
     """One device dict, parsed for the search (never for CEL: that is the activation's job)."""
 
@@ -47,8 +53,7 @@ class DeviceFacts:
 
     def __init__(self, device: JSON) -> None:
         self.source = device
-        basic = device.get("basic")
-        fields: JSON = basic if isinstance(basic, Mapping) else device
+        fields = device_fields(device)
         self.consumes: Consumption = tuple(
             (
                 str(entry.get("counterSet") or ""),

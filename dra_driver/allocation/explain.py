@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.allocation import capacity
-from dra_driver.allocation.devices import Candidate, DeviceID, device_id_text
+from dra_driver.allocation.devices import Candidate, DeviceID, device_fields, device_id_text
 from dra_driver.allocation.features import Features
 from dra_driver.allocation.nodes import node_matches
 from dra_driver.allocation.pools import Pool, gather_pools, spec_of
@@ -217,7 +217,7 @@ def _check(
     if request_failure is not None:
         return Rejection(name, f"request selector: {request_failure}", STAGE_REQUEST)
     if spec_of(candidate.slice).get("perDeviceNodeSelection"):
-        fields = candidate.device
+        fields = device_fields(candidate.device)
         if not node_matches(
             search.node, str(fields.get("nodeName") or ""), bool(fields.get("allNodes")), fields.get("nodeSelector")
         ):

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dra_driver.allocation.devices import device_fields
 from dra_driver.allocation.errors import AllocationError
 from dra_driver.allocation.features import Features
 from dra_driver.allocation.nodes import node_matches, node_name
@@ -84,8 +85,7 @@ def _devices(spec: JSON) -> Sequence[JSON]:
 
 
 def _device_node_fields(device: JSON) -> tuple[str, bool, JSON | None]:
-    basic = device.get("basic")
-    fields: JSON = basic if isinstance(basic, Mapping) else device
+    fields = device_fields(device)
     return str(fields.get("nodeName") or ""), bool(fields.get("allNodes")), fields.get("nodeSelector")
 
 
@@ -263,9 +263,7 @@ def _counter_sets(counter_slices: Sequence[JSON]) -> tuple[dict[str, dict[str, A
 def _unknown_counters(counter_sets: Mapping[str, Mapping[str, Amount]], slices: Sequence[JSON]) -> str | None:
     for resource_slice in slices:
         for device in _devices(spec_of(resource_slice)):
-            basic = device.get("basic")
-            fields: JSON = basic if isinstance(basic, Mapping) else device
-            for consumption in fields.get("consumesCounters") or ():
+            for consumption in device_fields(device).get("consumesCounters") or ():
                 set_name = str(consumption.get("counterSet") or "")
                 counter_set = counter_sets.get(set_name)
                 if counter_set is None:

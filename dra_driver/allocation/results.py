@@ -13,6 +13,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dra_driver.allocation.devices import device_fields
 from dra_driver.allocation.errors import AllocationError
 from dra_driver.allocation.features import Features
 from dra_driver.allocation.pools import spec_of
@@ -124,11 +125,7 @@ def _node_selector(results: Sequence[DeviceResult], node_name: str) -> dict[str,
     fields: list[JSON] = []
     for device in results:
         spec = spec_of(device.candidate.slice)
-        if spec.get("perDeviceNodeSelection"):
-            basic = device.candidate.device.get("basic")
-            owner: JSON = basic if isinstance(basic, Mapping) else device.candidate.device
-        else:
-            owner = spec
+        owner = device_fields(device.candidate.device) if spec.get("perDeviceNodeSelection") else spec
         if owner.get("nodeName") or device.candidate.facts.binds_to_node:
             return {
                 "nodeSelectorTerms": [

@@ -18,7 +18,7 @@ from typing import Any
 from dra_driver.allocation import capacity
 from dra_driver.allocation.constraints import Constraint, DistinctAttribute, MatchAttribute
 from dra_driver.allocation.counters import CounterBook
-from dra_driver.allocation.devices import Candidate, DeviceFactsCache, DeviceID, device_id_text
+from dra_driver.allocation.devices import Candidate, DeviceFactsCache, DeviceID, device_fields, device_id_text
 from dra_driver.allocation.errors import AllocationError
 from dra_driver.allocation.features import Features
 from dra_driver.allocation.nodes import node_matches
@@ -274,8 +274,7 @@ class Search:
         ):
             return False
         if spec_of(candidate.slice).get("perDeviceNodeSelection"):
-            basic = candidate.device.get("basic")
-            fields: JSON = basic if isinstance(basic, Mapping) else candidate.device
+            fields = device_fields(candidate.device)
             if not node_matches(
                 self.node, str(fields.get("nodeName") or ""), bool(fields.get("allNodes")), fields.get("nodeSelector")
             ):
