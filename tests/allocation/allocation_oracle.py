@@ -11,9 +11,17 @@ checked, not searched efficiently:
 * :func:`validate_allocation` checks an allocator answer against every rule: visibility, selectors,
   counts, ``All``, ``firstAvailable`` naming, exclusivity, counters, consumable capacity, constraints,
   taints, the 32-result limit and the shape of each result (``adminAccess``, ``tolerations``,
-  ``shareID``, ``consumedCapacity``, class config, node selector).
+  ``shareID``, ``consumedCapacity``, binding conditions, class config, node selector).
 * :func:`oracle_allocate` enumerates every assignment (combinations per request, pruned only by rules
   that can never be repaired by adding devices) and says whether *any* valid one exists.
+* :func:`search_space` bounds how much work a depth-first search may do, for the generators.
+
+Where Kubernetes' rule is a property of its search rather than of the answer, the checker states the
+answer-side consequence: a request never gets the same device twice (from 1.36 the search for its
+next device resumes after the previous one), devices taken with admin access still consume counters
+(``allocateDevice`` reserves them for every request), and between claims of one pod only ordinary
+results exclude each other (Go also lets an admin result block an ordinary one in a *later* claim;
+the generators avoid relying on either reading).
 
 Selectors are evaluated with ``dra_driver.cel`` (a separate component with its own tests); quantities
 are parsed here, independently of the allocator's own parser.
@@ -354,10 +362,6 @@ class World:
     @property
     def invalid_pools(self) -> list[PoolKey]:
         return sorted(k for k, p in self.pools.items() if p.complete and p.invalid)
-
-    def pool_has_device_slices_for_node(self, key: PoolKey) -> bool:
-        pool = self.pools.get(key)
-        return pool is not None and bool(pool.candidates)
 
     # -- per device and request ------------------------------------------------------------------
 
