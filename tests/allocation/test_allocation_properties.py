@@ -774,16 +774,19 @@ def test_existence_does_not_depend_on_device_order(scenario: Scenario, seeds: li
 @given(scenario=scenarios(), data=st.data())
 def test_default_order_is_deterministic(scenario: Scenario, data: st.DataObject) -> None:
     """Property 3: with ``rng=None`` pools are sorted by (driver, pool) and slices by name, so the
-    answer depends neither on the listing order of slices or classes nor on the call."""
+    answer depends neither on the listing order of slices or classes nor on the call.  The allocator
+    caches what it derives from input dicts by their identity; equal copies (every cache missed) and
+    the same dicts again (every cache hit) must give the same answer."""
     first = run(scenario.allocate)
     again = run(scenario.allocate)
+    copied = run(copy.deepcopy(scenario).allocate)
     shuffled = replace(
         scenario,
         slices=list(data.draw(st.permutations(scenario.slices), label="slices")),
         classes=list(data.draw(st.permutations(scenario.classes), label="classes")),
     )
     reordered = run(shuffled.allocate)
-    for other in (again, reordered):
+    for other in (again, copied, reordered):
         assert other.kind == first.kind
         assert _without_share_ids(other.allocations) == _without_share_ids(first.allocations)
 
