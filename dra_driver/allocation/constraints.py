@@ -10,6 +10,7 @@ Every successful ``add`` is undone by exactly one ``remove`` with the same devic
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,7 +41,9 @@ def lookup_attribute(device: JSON, device_id: DeviceID, qualified_name: str) -> 
     return ("unknown", None)
 
 
-class Constraint:
+class Constraint(ABC):
+    """One claim constraint over the devices of the requests it names; subclasses say what must hold."""
+
     def __init__(self, request_names: list[str], attribute: str) -> None:
         self.request_names = frozenset(request_names)
         self.attribute = attribute
@@ -52,11 +55,13 @@ class Constraint:
             return True
         return bool(sub_request) and f"{request}/{sub_request}" in self.request_names
 
+    @abstractmethod
     def add(self, request: str, sub_request: str, device: JSON, device_id: DeviceID) -> bool:
-        raise NotImplementedError
+        """Take the device into the constraint's set if it keeps the constraint true; else False."""
 
+    @abstractmethod
     def remove(self, request: str, sub_request: str, device: JSON, device_id: DeviceID) -> None:
-        raise NotImplementedError
+        """Undo one successful :meth:`add` of the same device (backtracking)."""
 
 
 class MatchAttribute(Constraint):
