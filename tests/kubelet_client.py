@@ -33,12 +33,12 @@ from typing import Any
 
 import grpc
 
+from dra_driver.kubeletapi import dra_health_v1alpha1_pb2 as health_pb2
+from dra_driver.kubeletapi import dra_health_v1alpha1_pb2_grpc as health_grpc
+from dra_driver.kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+from dra_driver.kubeletapi import pluginregistration_v1_pb2 as registration_pb2
+from dra_driver.kubeletapi import pluginregistration_v1_pb2_grpc as registration_grpc
 from kubeletplugin.draservice import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
-from kubeletplugin.grpc.gen import dra_health_v1alpha1_pb2 as health_pb2
-from kubeletplugin.grpc.gen import dra_health_v1alpha1_pb2_grpc as health_grpc
-from kubeletplugin.grpc.gen import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
-from kubeletplugin.grpc.gen import pluginregistration_v1_pb2 as registration_pb2
-from kubeletplugin.grpc.gen import pluginregistration_v1_pb2_grpc as registration_grpc
 
 DRA_PLUGIN_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # what kubelet 1.34/1.35 knows
 HEALTH_VERSION = "v1alpha1.DRAResourceHealth"

@@ -47,8 +47,8 @@ SERVING = "migdra kubelet-plugin: serving node"
 WAIT = 120.0  # bound on any one wait; a healthy plugin takes seconds
 FLOOR_IMPORTS = (
     "import grpc; "
-    "import kubeletplugin.grpc.gen.dra_v1_pb2_grpc, kubeletplugin.grpc.gen.dra_v1beta1_pb2_grpc; "
-    "import kubeletplugin.grpc.gen.pluginregistration_v1_pb2_grpc; "
+    "import dra_driver.kubeletapi.dra_v1_pb2_grpc, dra_driver.kubeletapi.dra_v1beta1_pb2_grpc; "
+    "import dra_driver.kubeletapi.pluginregistration_v1_pb2_grpc; "
     "import kubernetes.config, kubernetes.client.api_client"
 )
 TYPED_IMPORTS = FLOOR_IMPORTS + "; import kubernetes.client.api.resource_v1_api"

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, TypeAlias, TypeVar
 
+from dra_driver.kubeletapi import dra_health_v1alpha1_pb2 as health_pb2
+from dra_driver.kubeletapi import dra_v1_pb2 as v1
+from dra_driver.kubeletapi import dra_v1beta1_pb2 as v1beta1
 from kubeletplugin.draservice import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
-from kubeletplugin.grpc.gen import dra_health_v1alpha1_pb2 as health_pb2
-from kubeletplugin.grpc.gen import dra_v1_pb2 as v1
-from kubeletplugin.grpc.gen import dra_v1beta1_pb2 as v1beta1
 
 # (pool_name, device_name, healthy); ``None`` means the driver cannot tell (reported as UNKNOWN).
 DeviceHealthEntry: TypeAlias = tuple[str, str, bool | None]

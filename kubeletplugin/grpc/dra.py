@@ -23,10 +23,10 @@ from typing import TypeVar
 
 import grpc
 
+from dra_driver.kubeletapi import dra_v1_pb2 as v1
+from dra_driver.kubeletapi import dra_v1beta1_pb2 as v1beta1
 from kubeletplugin.draservice import ClaimRef, DraService, PrepareResult, UnprepareResult
 from kubeletplugin.grpc import convert
-from kubeletplugin.grpc.gen import dra_v1_pb2 as v1
-from kubeletplugin.grpc.gen import dra_v1beta1_pb2 as v1beta1
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
-from kubeletplugin.grpc.gen import pluginregistration_v1_pb2 as registration_pb2
+from dra_driver.kubeletapi import pluginregistration_v1_pb2 as registration_pb2
 
 log = logging.getLogger(__name__)
 

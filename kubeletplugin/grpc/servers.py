@@ -36,12 +36,12 @@ from typing import Any
 import grpc
 from prometheus_client import CollectorRegistry
 
+from dra_driver.kubeletapi import dra_health_v1alpha1_pb2_grpc as health_grpc
+from dra_driver.kubeletapi import dra_v1_pb2_grpc as v1_grpc
+from dra_driver.kubeletapi import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from dra_driver.kubeletapi import pluginregistration_v1_pb2_grpc as registration_grpc
 from kubeletplugin.draservice import DraService
 from kubeletplugin.grpc.dra import SUPPORTED_VERSIONS, DraPluginServicer, DraPluginV1beta1Servicer
-from kubeletplugin.grpc.gen import dra_health_v1alpha1_pb2_grpc as health_grpc
-from kubeletplugin.grpc.gen import dra_v1_pb2_grpc as v1_grpc
-from kubeletplugin.grpc.gen import dra_v1beta1_pb2_grpc as v1beta1_grpc
-from kubeletplugin.grpc.gen import pluginregistration_v1_pb2_grpc as registration_grpc
 from kubeletplugin.grpc.health import HEALTH_SERVICE_VERSION, DeviceHealthSource, HealthServicer
 from kubeletplugin.grpc.registration import RegistrationServicer
 from kubeletplugin.grpc.sockets import PluginSocketPaths, SocketFile, SocketPathError, plugin_socket_paths

@@ -18,9 +18,9 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
+from dra_driver.kubeletapi import dra_v1_pb2
 from kubeletplugin.draservice import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 from kubeletplugin.grpc import PluginServers, RegistrationStatus
-from kubeletplugin.grpc.gen import dra_v1_pb2
 from tests.kubelet_client import KubeletClient, RecordingDraService, RegistrationRejected, short_socket_dir
 
 DRIVER = "gpu.migdra.example.com"
