@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## demo: a simulated node (2x H100 80GB, 1x A100 40GB) and its MIG profiles, placements and free slots.
+## demo: a simulated cluster (2 nodes x 4 H100 80GB, `migdra sim up`), the workloads of demo/ scheduled onto MIG
+## devices, kubectl get/describe, the pod that cannot fit and why, the per-GPU occupancy map; then torn down.
 demo: $(STAMP)
 	rm -rf $(DEMO_STATE) && mkdir -p $(DEMO_STATE)
 	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE)

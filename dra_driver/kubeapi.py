@@ -201,8 +201,9 @@ def call_json(
     path: str,
     *,
     query: dict[str, str | int] | None = None,
-    body: dict[str, Any] | None = None,
+    body: dict[str, Any] | list[Any] | None = None,
     timeout: float,
+    content_type: str = "application/json",
 ) -> dict[str, Any]:
     """One request as raw JSON through the client's transport (auth, TLS, timeouts), without its models.
 
@@ -212,7 +213,7 @@ def call_json(
     """
     headers = {"Accept": "application/json"}
     if body is not None:
-        headers["Content-Type"] = "application/json"
+        headers["Content-Type"] = content_type  # a PATCH names its patch type here
     request = api_client.param_serialize(
         method=method,
         resource_path=path,

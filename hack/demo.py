@@ -1,71 +1,168 @@
 #!/usr/bin/env python3
-"""`make demo` (foundation stage): a simulated node, its MIG profiles and placements, before and after
-an administrator carves two instances by hand, and the ResourceSlices the node publishes.
+"""`make demo`: a simulated cluster (2 nodes x 4 H100 80GB), the workloads of ``demo/``, and what
+Kubernetes then shows -- pods Running on MIG devices, claims with their allocations, the pod that
+does not fit and why, and which memory slices of which GPU hold which claim.
 
-Everything runs through the real code path: the `migdra` CLI and the NVML backend over the real
-`pynvml`, with the simulated NVML library installed beneath it.  Later roadmap steps grow this into
-the end-to-end demo (local control plane, scheduler, kubelet plugin, `kubectl describe resourceclaim`).
+Everything is the real path: ``migdra sim up`` (the local API server, claim controller, scheduler on
+kube's structured allocator, kubelets) with one ``migdra kubelet-plugin`` process per node on
+simulated NVML, the real ``kubectl`` against it, and at the end the pods deleted, every MIG instance
+destroyed and the cluster stopped.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+import time
 from pathlib import Path
 
-from dra_driver.mig.catalog import load_catalog
+from dra_driver.controlplane.kube.client import CLAIMS, EVENTS, PODS, SLICES, Client
+from dra_driver.devicemodel.occupancy import occupancy, render_occupancy
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 
-GPUS = "H100-SXM5-80GB:2,A100-SXM4-40GB:1"
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+NODES, GPUS, DRIVER = 2, "H100-SXM5-80GB:4", "gpu.migdra.io"
+UNFIT = "too-big"
+START_TIMEOUT, SETTLE_TIMEOUT, DELETE_TIMEOUT = 120.0, 90.0, 90.0
 
 
-def migdra(*args: str, env: dict[str, str], keep: Callable[[str], bool] | None = None) -> None:
-    """Run the real CLI; ``keep`` filters the lines shown (the command's full output is long)."""
-    command = [str(Path(sys.executable).with_name("migdra")), *args]
-    print(f"$ migdra {' '.join(args)}", flush=True)
-    if keep is None:
-        subprocess.run(command, check=True, env=env)
-        return
-    output = subprocess.run(command, check=True, env=env, capture_output=True, text=True).stdout
-    print("\n".join(line for line in output.splitlines() if keep(line)) + "\n", flush=True)
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def kubectl(kubeconfig: Path, *args: str, show: bool = True) -> str:
+    """Run the real kubectl; print the command and its output."""
+    if show:
+        say(f"\n$ kubectl {' '.join(args)}")
+    done = subprocess.run(
+        [str(BIN / "kubectl"), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
+    if show:
+        say(done.stdout.rstrip())
+    return done.stdout
+
+
+def start_cluster(workdir: Path) -> tuple[subprocess.Popen[str], Path]:
+    """``migdra sim up`` in the background; returns once it printed ``ready kubeconfig=<path>``."""
+    command = [str(BIN / "migdra"), "sim", "up", "--workdir", str(workdir), "--nodes", str(NODES), "--gpus", GPUS]
+    say(f"$ {' '.join(['migdra', *command[1:]])} &")
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    line: list[str] = []
+    reader = threading.Thread(target=lambda: line.append(process.stdout.readline() if process.stdout else ""))
+    reader.start()
+    reader.join(START_TIMEOUT)
+    if not line or not line[0].startswith("ready kubeconfig="):
+        process.terminate()
+        raise SystemExit(f"migdra sim up did not get ready within {START_TIMEOUT:g} s (its messages are above)")
+    say(line[0].rstrip())
+    return process, Path(line[0].strip().split("=", 1)[1])
+
+
+def wait_settled(client: Client) -> None:
+    """Until every demo pod runs, except the one that cannot fit, which has its FailedScheduling Event."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    last = ""
+    while True:
+        pods, _ = client.list(PODS, "default")
+        running = sorted(p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Running")
+        others = [p for p in pods if p["metadata"]["name"] != UNFIT]
+        events, _ = client.list(
+            EVENTS, "default", field_selector=f"involvedObject.name={UNFIT},reason=FailedScheduling"
+        )
+        progress = (
+            f"   {len(running)}/{len(others)} pods running; {UNFIT}: {'FailedScheduling' if events else 'pending'}"
+        )
+        if progress != last:
+            say(progress)
+            last = progress
+        if others and len(running) == len(others) and events:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the demo pods did not settle within {SETTLE_TIMEOUT:g} s")
+        time.sleep(0.2)
+
+
+def claim_of(client: Client, pod: str) -> str:
+    found, _ = client.list(CLAIMS, "default")
+    for claim in found:
+        if any(ref.get("name") == pod for ref in claim["metadata"].get("ownerReferences") or []):
+            return str(claim["metadata"]["name"])
+    raise SystemExit(f"no claim owned by pod {pod}")
+
+
+def instances_left(workdir: Path) -> int:
+    """MIG GPU instances on every node's simulated GPUs, read through NVML as the plugins read them."""
+    total = 0
+    for state in sorted(workdir.glob("nodes/*/nvml-state.json")):
+        with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
+            total += sum(len(nvml.gpu_instances(gpu.uuid)) for gpu in nvml.list_gpus())
+    return total
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--state-dir", type=Path, required=True)
     args = parser.parse_args()
-    state = (args.state_dir / "nvml-sim.json").absolute()
-    env = {**os.environ, "MIGDRA_NVML": "simulated", "MIGDRA_SIM_STATE": str(state), "MIGDRA_SIM_GPUS": GPUS}
+    workdir = args.state_dir.absolute()
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    started = time.monotonic()
+    say(f"== A simulated cluster: {NODES} nodes x {GPUS}, one migdra kubelet plugin process per node\n")
+    process, kubeconfig = start_cluster(workdir)
+    client = Client(kubeconfig)
+    try:
+        say("\n== The workloads of demo/ (see demo/README.md)")
+        kubectl(kubeconfig, "apply", "-f", str(REPO / "demo"))
+        say("\n== Waiting for the scheduler and the kubelets")
+        wait_settled(client)
 
-    print(f"== A simulated node: {GPUS} (state file {state})\n", flush=True)
-    migdra("gpus", env=env)
+        say("\n== Pods and their claims")
+        kubectl(kubeconfig, "get", "pods,resourceclaims", "-o", "wide")
+        say("\n== One claim in detail: the device the scheduler allocated and the MIG instance it became")
+        kubectl(kubeconfig, "describe", "resourceclaim", claim_of(client, "training-3g"))
+        say("\n== The pod that cannot fit: why, per node (from kube's allocator)")
+        kubectl(
+            kubeconfig,
+            "get",
+            "events",
+            "--field-selector",
+            f"involvedObject.name={UNFIT},reason=FailedScheduling",
+            "-o",
+            "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message",
+        )
+        say("\n== Which memory slices of which GPU hold which claim")
+        slices, _ = client.list(SLICES)
+        claims, _ = client.list(CLAIMS)
+        say(render_occupancy(occupancy(slices, claims, DRIVER)))
 
-    print("== An administrator creates a 3g.40gb at 4:4 and a 1g.10gb at 0:1 on GPU 0 (as with nvidia-smi)\n")
-    settings = build_nvml_settings(nvml="simulated", sim_state=state)
-    h100 = load_catalog().model("H100-SXM5-80GB")
-    with open_nvml(settings) as nvml:
-        gpu0 = nvml.list_gpus()[0]
-        for name, start in (("3g.40gb", 4), ("1g.10gb", 0)):
-            profile = h100.profile_by_name(name)
-            placement = profile.placement_at(start)
-            assert placement is not None
-            gi = nvml.create_gpu_instance(gpu0.uuid, profile.profile_id, placement)
-            ci = nvml.create_compute_instance(gpu0.uuid, gi.gpu_instance_id, profile.default_ci_profile_index)
-            print(f"   GI {gi.gpu_instance_id} at {gi.placement}, CI {ci.compute_instance_id}: {ci.mig_uuid}")
-    print()
-    print("== What is still free on every GPU\n", flush=True)
-    migdra("gpus", "--free-only", env=env)
-
-    print("== The ResourceSlices this node publishes (one line per slice; per-device rows left out)\n")
-    print("   The admin's instances are foreign to migdra: never touched, and every placement that")
-    print("   overlaps them is withheld, so kube-scheduler cannot allocate what cannot be created.\n")
-    migdra("slices", "--node-name", "demo-node", env=env, keep=lambda line: not line.startswith("  "))
+        say("== Deleting the workloads: kubelets unprepare, MIG instances are destroyed, generated claims go")
+        kubectl(kubeconfig, "delete", "-f", str(REPO / "demo"), "--wait=true", "--timeout=90s")
+        deadline = time.monotonic() + DELETE_TIMEOUT
+        while client.list(CLAIMS)[0] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        kubectl(kubeconfig, "get", "resourceclaims")
+        say(f"   MIG instances left on the simulated GPUs: {instances_left(workdir)}")
+    finally:
+        client.close()
+        process.terminate()
+        process.wait(timeout=60)
+    say(f"\n== Done in {time.monotonic() - started:.0f} s; the cluster is stopped (logs in {workdir}).")
     return 0
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     raise SystemExit(main())

@@ -5,7 +5,9 @@ Only presentation and start-up live here; the servers are library code in ``dra_
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from types import FrameType
@@ -103,3 +105,82 @@ def _check_writable_file(path: Path, flag: str) -> None:
     problem = writable_directory_problem(path.absolute().parent)
     if problem is not None:
         raise ConfigurationError(f"{flag} {path}: cannot write it: {problem}")
+
+
+@sim.command()
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="directory for the kubeconfig, each node's simulated GPUs, sockets and logs (kept short: sockets live here)",
+)
+@click.option("--nodes", type=click.IntRange(min=1, max=64), default=1, show_default=True, help="nodes node-1 … node-N")
+@click.option(
+    "--gpus",
+    default="H100-SXM5-80GB:4",
+    show_default=True,
+    metavar="MODEL:COUNT[,MODEL:COUNT]",
+    help="simulated GPUs of every node",
+)
+@click.option("--driver-name", default="gpu.migdra.io", show_default=True, help="DRA driver name")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the scheduler's node order")
+def up(workdir: Path, nodes: int, gpus: str, driver_name: str, seed: int) -> None:
+    """Run a simulated cluster: API server, DeviceClasses, claim controller, scheduler, and per node a
+    kubelet and a `migdra kubelet-plugin` process on simulated GPUs.
+
+    Prints `ready kubeconfig=<path>` on stdout once every node's ResourceSlices are published, then
+    runs until SIGINT or SIGTERM (or `migdra sim down --workdir DIR`).
+    """
+    from dra_driver.controlplane.cluster import (  # noqa: PLC0415 -- keep `migdra --help` light
+        SUPERVISOR_PID,
+        ClusterSpec,
+        LocalCluster,
+        process_alive,
+        recorded_pids,
+    )
+
+    workdir = workdir.absolute()
+    running = [pid for path, pid in recorded_pids(workdir) if path.name == SUPERVISOR_PID and process_alive(pid)]
+    if running:
+        raise ConfigurationError(
+            f"--workdir {workdir}: a simulated cluster (pid {running[0]}) already runs there; "
+            f"stop it with `migdra sim down --workdir {workdir}`"
+        )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def progress(message: str) -> None:
+        click.echo(f"sim: {message}", err=True)
+
+    cluster = LocalCluster(ClusterSpec(workdir, nodes, gpus, driver_name=driver_name, seed=seed), progress)
+    cluster.check()
+    workdir.mkdir(parents=True, exist_ok=True)
+    pid_file = workdir / SUPERVISOR_PID
+    pid_file.write_text(f"{os.getpid()}\n")
+    try:
+        kubeconfig = cluster.start()
+        click.echo(f"ready kubeconfig={kubeconfig}")
+        sys.stdout.flush()
+        stop.wait()
+        progress("stopping")
+    finally:
+        cluster.stop()
+        pid_file.unlink(missing_ok=True)
+
+
+@sim.command()
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), required=True)
+def down(workdir: Path) -> None:
+    """Stop the simulated cluster running in --workdir (and any plugin process it left behind)."""
+    from dra_driver.controlplane.cluster import stop_recorded  # noqa: PLC0415
+
+    stopped = stop_recorded(workdir.absolute())
+    if stopped:
+        click.echo(f"stopped {len(stopped)} process(es): {' '.join(str(p) for p in stopped)}", err=True)
+    else:
+        click.echo(f"nothing was running in {workdir}", err=True)

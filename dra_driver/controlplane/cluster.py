@@ -1,0 +1,382 @@
+"""A whole simulated cluster on one machine: what ``migdra sim up`` runs and ``migdra sim down`` stops.
+
+Parts, started in this order and stopped in reverse:
+
+1. the local API server (in this process), its kubeconfig at ``<workdir>/kubeconfig``;
+2. the DeviceClasses of ``deviceclasses/`` (and ``examples/``), with the driver name substituted in
+   their CEL selectors when it is not the default, as the Helm chart does;
+3. the resourceclaim controller and the scheduler (threads of this process);
+4. per node ``node-1 … node-N``: a kubelet (threads of this process; it creates the Node object and
+   wipes the node's slices, as kubelet does at start-up) and the node's own ``migdra kubelet-plugin``
+   **process** on its own simulated GPUs (``<workdir>/nodes/<node>/nvml-state.json``), registered
+   through real unix sockets.  A plugin process that exits is started again after a short backoff,
+   as a DaemonSet's pod would be.
+
+Ready means every node's pool of ResourceSlices is published and complete.  Every process this
+supervisor starts is recorded (``<workdir>/sim.pid``, ``<workdir>/nodes/<node>/plugin.pid``) so that
+``migdra sim down`` can stop a cluster whose supervisor was killed and leave nothing running.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.controlplane.claimcontroller import ClaimController
+from dra_driver.controlplane.kube.client import DEVICE_CLASSES, SLICES, Client
+from dra_driver.controlplane.kubelet.kubelet import Kubelet
+from dra_driver.controlplane.scheduler.scheduler import Scheduler
+from dra_driver.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DRIVER = "gpu.migdra.io"
+DEVICECLASS_DIR = Path(__file__).resolve().parents[2] / "deviceclasses"
+SUPERVISOR_PID = "sim.pid"
+PLUGIN_PID = "plugin.pid"
+READY_TIMEOUT_SECONDS = 120.0
+STOP_TIMEOUT_SECONDS = 15.0
+_MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
+_RESTART_BACKOFF = (0.5, 10.0)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What to simulate.  ``gpus``: ``MODEL:COUNT[,MODEL:COUNT]`` per node (catalog keys or aliases)."""
+
+    workdir: Path
+    nodes: int
+    gpus: str
+    driver_name: str = DEFAULT_DRIVER
+    seed: int = 0
+    wipe_delay: float = 30.0
+    deviceclass_dir: Path = DEVICECLASS_DIR
+
+    def node_names(self) -> list[str]:
+        return [f"node-{number}" for number in range(1, self.nodes + 1)]
+
+    def node_dir(self, node: str) -> Path:
+        return self.workdir / "nodes" / node
+
+
+def node_layout(spec: ClusterSpec, node: str) -> dict[str, Path]:
+    """The directories and files of one node's plugin (a kubelet's view of its host paths)."""
+    root = spec.node_dir(node)
+    return {
+        "root": root,
+        "registry": root / "registry",
+        "plugin": root / "plugin",
+        "cdi": root / "cdi",
+        "proc": root / "proc",
+        "state": root / "nvml-state.json",
+        "log": root / "plugin.log",
+        "pid": root / PLUGIN_PID,
+    }
+
+
+def _socket_problem(spec: ClusterSpec) -> str | None:
+    longest = max(
+        [
+            len(str(node_layout(spec, n)["registry"] / f"{spec.driver_name}-reg.sock").encode())
+            for n in spec.node_names()
+        ]
+        + [len(str(node_layout(spec, n)["plugin"] / "dra.sock").encode()) for n in spec.node_names()]
+    )
+    if longest > _MAX_SOCKET_PATH:
+        return (
+            f"--workdir {spec.workdir}: too long for the plugins' unix sockets ({longest} bytes under it, "
+            f"at most {_MAX_SOCKET_PATH}); give a shorter directory"
+        )
+    return None
+
+
+def substitute_driver(document: dict[str, Any], driver: str) -> dict[str, Any]:
+    """A DeviceClass with ``gpu.migdra.io`` replaced by ``driver`` in its CEL selectors (never in its name)."""
+    if driver == DEFAULT_DRIVER:
+        return document
+    for selector in (document.get("spec") or {}).get("selectors") or []:
+        cel = selector.get("cel") or {}
+        if "expression" in cel:
+            cel["expression"] = cel["expression"].replace(DEFAULT_DRIVER, driver)
+    return document
+
+
+def deviceclass_documents(directory: Path, driver: str) -> list[dict[str, Any]]:
+    """Every DeviceClass under ``directory`` (``*.yaml``, then ``examples/*.yaml``)."""
+    if not directory.is_dir():
+        raise ConfigurationError(f"DeviceClass directory {directory}: not found (run from a migdra source checkout)")
+    documents = []
+    for path in sorted(directory.glob("*.yaml")) + sorted(directory.glob("examples/*.yaml")):
+        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if isinstance(document, dict) and document.get("kind") == "DeviceClass":
+                documents.append(substitute_driver(document, driver))
+    return documents
+
+
+class PluginProcess:
+    """One node's ``migdra kubelet-plugin`` process, started again when it exits (until :meth:`stop`)."""
+
+    def __init__(self, spec: ClusterSpec, node: str, kubeconfig: Path, progress: Callable[[str], None]) -> None:
+        self.spec = spec
+        self.node = node
+        self.kubeconfig = kubeconfig
+        self.progress = progress
+        self.paths = node_layout(spec, node)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name=f"plugin-{node}", daemon=True)
+
+    def argv(self) -> list[str]:
+        migdra = str(Path(sys.executable).with_name("migdra"))
+        p = self.paths
+        return [
+            migdra,
+            "kubelet-plugin",
+            "--node-name",
+            self.node,
+            "--driver-name",
+            self.spec.driver_name,
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--registry-dir",
+            str(p["registry"]),
+            "--plugin-dir",
+            str(p["plugin"]),
+            "--cdi-dir",
+            str(p["cdi"]),
+            "--nvml",
+            "simulated",
+            "--sim-state",
+            str(p["state"]),
+            "--sim-gpus",
+            self.spec.gpus,
+        ]
+
+    def start(self) -> None:
+        for key in ("registry", "plugin", "cdi", "proc"):
+            self.paths[key].mkdir(parents=True, exist_ok=True)
+        self._spawn()
+        self._thread.start()
+
+    def _spawn(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
+        env["MIGDRA_PROC_ROOT"] = str(self.paths["proc"])
+        with self.paths["log"].open("ab") as log_file:
+            self.process = subprocess.Popen(
+                self.argv(), stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self.paths["pid"].write_text(f"{self.process.pid}\n")
+
+    def _watch(self) -> None:
+        delay = _RESTART_BACKOFF[0]
+        while not self._stopping.is_set():
+            process = self.process
+            if process is None:
+                return
+            started = time.monotonic()
+            while process.poll() is None:
+                if self._stopping.wait(0.2):
+                    return
+            if self._stopping.is_set():
+                return
+            delay = _RESTART_BACKOFF[0] if time.monotonic() - started > 30 else min(delay * 2, _RESTART_BACKOFF[1])
+            self.progress(
+                f"plugin of {self.node} exited with status {process.returncode}; restarting it in {delay:g} s"
+            )
+            if self._stopping.wait(delay):
+                return
+            self.restarts += 1
+            self._spawn()
+
+    def exited(self) -> int | None:
+        """The exit status of the current process, or None while it runs."""
+        return None if self.process is None else self.process.poll()
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.paths["log"].read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=STOP_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+        self.paths["pid"].unlink(missing_ok=True)
+
+
+class LocalCluster:
+    """The simulated cluster of :class:`ClusterSpec`; :meth:`start` returns once it is ready."""
+
+    def __init__(self, spec: ClusterSpec, progress: Callable[[str], None] | None = None) -> None:
+        self.spec = spec
+        self.progress = progress or (lambda message: log.info("%s", message))
+        self.kubeconfig = spec.workdir / "kubeconfig"
+        self.api: LocalAPIServer | None = None
+        self.client: Client | None = None
+        self.controller: ClaimController | None = None
+        self.scheduler: Scheduler | None = None
+        self.kubelets: dict[str, Kubelet] = {}
+        self.plugins: dict[str, PluginProcess] = {}
+
+    def check(self) -> None:
+        """Everything that can be known wrong before anything starts (one clear error)."""
+        from dra_driver.nvml.settings import parse_sim_gpus  # noqa: PLC0415 -- loads the MIG catalog
+
+        if self.spec.nodes < 1:
+            raise ConfigurationError(f"--nodes {self.spec.nodes}: need at least 1 node")
+        try:
+            parse_sim_gpus(self.spec.gpus)
+        except ValueError as exc:
+            raise ConfigurationError(f"--gpus {self.spec.gpus}: {exc}") from exc
+        if not self.spec.gpus:
+            raise ConfigurationError("--gpus: give at least one MODEL:COUNT, e.g. H100-SXM5-80GB:4")
+        problem = _socket_problem(self.spec)
+        if problem is not None:
+            raise ConfigurationError(problem)
+        deviceclass_documents(self.spec.deviceclass_dir, self.spec.driver_name)
+
+    def start(self, timeout: float = READY_TIMEOUT_SECONDS) -> Path:
+        """Start every part; returns the kubeconfig once every node's slices are published."""
+        self.check()
+        self.spec.workdir.mkdir(parents=True, exist_ok=True)
+        self.progress("starting the API server")
+        self.api = LocalAPIServer()
+        self.api.start()
+        self.api.write_kubeconfig(self.kubeconfig)
+        self.client = Client(self.kubeconfig)
+        documents = deviceclass_documents(self.spec.deviceclass_dir, self.spec.driver_name)
+        for document in documents:
+            self.client.create(DEVICE_CLASSES, document)
+        self.progress(f"installed {len(documents)} DeviceClasses")
+        self.controller = ClaimController(self.client)
+        self.controller.start()
+        self.scheduler = Scheduler(self.client, seed=self.spec.seed)
+        self.scheduler.start()
+        for node in self.spec.node_names():
+            layout = node_layout(self.spec, node)
+            layout["registry"].mkdir(parents=True, exist_ok=True)
+            kubelet = Kubelet(self.client, node, layout["registry"], wipe_delay=self.spec.wipe_delay)
+            kubelet.start()
+            self.kubelets[node] = kubelet
+        for node in self.spec.node_names():
+            self.progress(f"starting the kubelet plugin of {node} ({self.spec.gpus})")
+            plugin = PluginProcess(self.spec, node, self.kubeconfig, self.progress)
+            plugin.start()
+            self.plugins[node] = plugin
+        self._wait_published(timeout)
+        return self.kubeconfig
+
+    def _wait_published(self, timeout: float) -> None:
+        assert self.client is not None
+        deadline = time.monotonic() + timeout
+        waiting = set(self.spec.node_names())
+        while waiting:
+            for node in sorted(waiting):
+                if self._pool_complete(node):
+                    waiting.discard(node)
+                    self.progress(f"{node}: ResourceSlices published")
+            for node, plugin in self.plugins.items():
+                status = plugin.exited()
+                if node in waiting and status is not None and plugin.restarts >= 2:
+                    raise ConfigurationError(
+                        f"the kubelet plugin of {node} keeps exiting (status {status}); its log:\n{plugin.log_tail()}"
+                    )
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise ConfigurationError(
+                    f"timed out after {timeout:g} s waiting for the ResourceSlices of {', '.join(sorted(waiting))}"
+                )
+            time.sleep(0.1)
+
+    def _pool_complete(self, node: str) -> bool:
+        assert self.client is not None
+        slices, _ = self.client.list(SLICES, field_selector=f"spec.nodeName={node},spec.driver={self.spec.driver_name}")
+        if not slices:
+            return False
+        generation = max(int(s["spec"]["pool"].get("generation", 0)) for s in slices)
+        current = [s for s in slices if int(s["spec"]["pool"].get("generation", 0)) == generation]
+        return len(current) == int(current[0]["spec"]["pool"].get("resourceSliceCount", 1))
+
+    def stop(self) -> None:
+        """Stop everything that was started, in reverse order; safe to call twice."""
+        for plugin in self.plugins.values():
+            plugin.stop()
+        for kubelet in self.kubelets.values():
+            kubelet.stop()
+        for component in (self.scheduler, self.controller):
+            if component is not None:
+                component.stop()
+        if self.client is not None:
+            self.client.close()
+        if self.api is not None:
+            self.api.stop()
+        self.plugins.clear()
+        self.kubelets.clear()
+        self.scheduler = self.controller = self.client = self.api = None
+
+
+def recorded_pids(workdir: Path) -> Iterator[tuple[Path, int]]:
+    """Every pid file a supervisor wrote under ``workdir``, with its pid."""
+    candidates = [workdir / SUPERVISOR_PID, *sorted(workdir.glob(f"nodes/*/{PLUGIN_PID}"))]
+    for path in candidates:
+        try:
+            yield path, int(path.read_text().strip())
+        except (OSError, ValueError):
+            continue
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped by its parent, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state != "Z"
+
+
+def stop_recorded(workdir: Path, timeout: float = 30.0) -> list[int]:
+    """``migdra sim down``: SIGTERM the supervisor, wait for it, then kill any plugin left behind."""
+    stopped: list[int] = []
+    supervisor = workdir / SUPERVISOR_PID
+    for path, pid in recorded_pids(workdir):
+        if not process_alive(pid):
+            path.unlink(missing_ok=True)
+            continue
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + (timeout if path == supervisor else STOP_TIMEOUT_SECONDS)
+        while process_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if process_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        path.unlink(missing_ok=True)
+        stopped.append(pid)
+    return stopped

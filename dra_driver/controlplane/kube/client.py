@@ -1,0 +1,205 @@
+"""The JSON client every component of the local cluster uses: paths, verbs and the answers it cares about.
+
+Why not the official client's typed APIs: the scheduler, the claim controller and the kubelet
+read-modify-write whole objects (claim status, pod status), and the typed models drop fields they do
+not know on the way in.  Requests still go through the official client's transport (configuration,
+TLS, tokens) by way of :func:`dra_driver.kubeapi.call_json`; failures are the client's
+``ApiException``, classified with :func:`dra_driver.kubeapi.classify_failure`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from dra_driver.kubeapi import call_json, load_kubeconfig_file, new_api_client
+
+REQUEST_TIMEOUT_SECONDS = 15.0
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One served resource as a path: ``/api/v1/pods`` or ``/apis/resource.k8s.io/v1/resourceclaims``."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        """The collection (``name=None``) or object path; ``namespace=None`` lists across namespaces."""
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace is not None:
+            root += f"/namespaces/{namespace}"
+        root += f"/{self.plural}"
+        if name is not None:
+            root += f"/{name}"
+            if subresource is not None:
+                root += f"/{subresource}"
+        return root
+
+
+PODS = Kind("", "v1", "pods", namespaced=True, kind="Pod")
+NODES = Kind("", "v1", "nodes", namespaced=False, kind="Node")
+EVENTS = Kind("", "v1", "events", namespaced=True, kind="Event")
+CLAIMS = Kind("resource.k8s.io", "v1", "resourceclaims", namespaced=True, kind="ResourceClaim")
+CLAIM_TEMPLATES = Kind("resource.k8s.io", "v1", "resourceclaimtemplates", namespaced=True, kind="ResourceClaimTemplate")
+SLICES = Kind("resource.k8s.io", "v1", "resourceslices", namespaced=False, kind="ResourceSlice")
+DEVICE_CLASSES = Kind("resource.k8s.io", "v1", "deviceclasses", namespaced=False, kind="DeviceClass")
+
+
+def status_code(exc: BaseException) -> int | None:
+    """The HTTP status of a failed request, or None when the server was not reached."""
+    return exc.status if isinstance(exc, ApiException) else None
+
+
+class Client:
+    """Verbs on :class:`Kind` paths over one kubeconfig; safe to share between threads."""
+
+    def __init__(self, kubeconfig: Path, *, timeout: float = REQUEST_TIMEOUT_SECONDS) -> None:
+        self.kubeconfig = kubeconfig
+        self.timeout = timeout
+        self.configuration = load_kubeconfig_file(kubeconfig, what=f"kubeconfig {kubeconfig}")
+        self.api_client = new_api_client(self.configuration, retries=0)
+
+    def fork(self) -> Client:
+        """A client with its own connection pool (a watch holds a connection for minutes)."""
+        return Client(self.kubeconfig, timeout=self.timeout)
+
+    def close(self) -> None:
+        self.api_client.close()  # type: ignore[no-untyped-call]
+
+    def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        try:
+            return call_json(self.api_client, "GET", kind.path(namespace, name), timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(
+        self, kind: Kind, namespace: str | None = None, *, field_selector: str | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every object (of one namespace, or all) and the list's resourceVersion to watch from."""
+        query: dict[str, str | int] = {}
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        answer = call_json(self.api_client, "GET", kind.path(namespace), query=query, timeout=self.timeout)
+        return list(answer.get("items") or []), str(answer["metadata"]["resourceVersion"])
+
+    def create(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
+        namespace = body.get("metadata", {}).get("namespace")
+        return call_json(self.api_client, "POST", kind.path(namespace), body=body, timeout=self.timeout)
+
+    def update(self, kind: Kind, body: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
+        """PUT ``body`` (with its resourceVersion: a stale one is a 409 Conflict)."""
+        meta = body["metadata"]
+        path = kind.path(meta.get("namespace"), meta["name"], subresource)
+        return call_json(self.api_client, "PUT", path, body=body, timeout=self.timeout)
+
+    def merge_patch(
+        self, kind: Kind, namespace: str | None, name: str, patch: dict[str, Any], subresource: str | None = None
+    ) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386)."""
+        return call_json(
+            self.api_client,
+            "PATCH",
+            kind.path(namespace, name, subresource),
+            body=patch,
+            timeout=self.timeout,
+            content_type="application/merge-patch+json",
+        )
+
+    def bind(self, namespace: str, pod: str, node: str) -> None:
+        """``pods/binding``: the scheduler's one write to a pod."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        call_json(self.api_client, "POST", PODS.path(namespace, pod, "binding"), body=body, timeout=self.timeout)
+
+    def delete(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        *,
+        grace_period_seconds: int | None = None,
+        uid: str | None = None,
+    ) -> bool:
+        """Delete (only the object with ``uid`` when given); False when it was already gone."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
+        if uid is not None:
+            body["preconditions"] = {"uid": uid}
+        try:
+            call_json(self.api_client, "DELETE", kind.path(namespace, name), body=body, timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def watch(
+        self, kind: Kind, resource_version: str, *, timeout_seconds: int, field_selector: str | None = None
+    ) -> WatchStream:
+        """Open a watch after ``resource_version`` (with bookmarks); the server ends it after about
+        ``timeout_seconds``.  A refused watch (410 Gone: too old) raises ``ApiException`` here."""
+        query: list[tuple[str, str | int]] = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_seconds),
+        ]
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        request = self.api_client.param_serialize(
+            method="GET",
+            resource_path=kind.path(None),
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(*request, _request_timeout=(self.timeout, timeout_seconds + 15))
+        if not 200 <= response.status <= 299:
+            body = response.read()  # type: ignore[no-untyped-call]
+            response.response.release_conn()
+            raise ApiException(status=response.status, reason=f"{response.reason}: {body[:200]!r}")
+        return WatchStream(response.response)
+
+
+class WatchStream:
+    """One open watch: iterate for its events (``{"type", "object"}``); :meth:`close` from any thread
+    ends the iteration (how a component stops a watch that is waiting for the next event)."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        pending = b""
+        try:
+            for chunk in self._raw.stream(amt=None, decode_content=True):
+                pending += chunk
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            self._raw.release_conn()
+
+    def close(self) -> None:
+        self._raw.shutdown()

@@ -1,0 +1,194 @@
+"""List-then-watch caches of API objects, and the one change signal the components wait on.
+
+Why level-triggered: every component of the local cluster (claim controller, scheduler, kubelet)
+looks at the whole cached state after any change and does what is missing, so a missed or
+coalesced event can never lose work; the caches only decide *when* to look again.  A watch that the
+server ends, breaks or refuses as too old (410 Gone) is followed by a fresh list, as client-go's
+reflector does.
+
+Read your own writes: a component that wrote an object hands the server's answer to
+:meth:`Informer.assume` so its next look sees the write even before the watch delivers it (the
+scheduler must never allocate a device twice because its cache lagged behind its own allocation:
+kube-scheduler's "assume cache" exists for the same reason).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import threading
+from typing import Any
+
+from dra_driver.controlplane.kube.client import Client, Kind, WatchStream, status_code
+from dra_driver.kubeapi import BackoffPolicy, describe_failure
+
+log = logging.getLogger(__name__)
+WATCH_TIMEOUT_SECONDS = 60
+_RELIST_BACKOFF = BackoffPolicy(initial=0.1, maximum=2.0)
+
+
+class Changes:
+    """A counter every informer bumps after each change; waiters sleep until it moves past what they saw."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._count = 0
+
+    def bump(self) -> None:
+        with self._condition:
+            self._count += 1
+            self._condition.notify_all()
+
+    @property
+    def count(self) -> int:
+        with self._condition:
+            return self._count
+
+    def wait_past(self, seen: int, timeout: float) -> int:
+        """Block until the count is past ``seen`` or ``timeout`` passed; returns the count now."""
+        with self._condition:
+            self._condition.wait_for(lambda: self._count != seen, timeout)
+            return self._count
+
+
+def object_key(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = obj["metadata"]
+    return meta.get("namespace", ""), meta["name"]
+
+
+def _resource_version(obj: dict[str, Any]) -> int:
+    return int(obj["metadata"].get("resourceVersion") or 0)
+
+
+class Informer:
+    """One kind's objects (optionally narrowed by a field selector), kept current by a thread."""
+
+    def __init__(
+        self,
+        client: Client,
+        kind: Kind,
+        changes: Changes,
+        *,
+        field_selector: str | None = None,
+        watch_timeout: int = WATCH_TIMEOUT_SECONDS,
+    ) -> None:
+        self._client = client.fork()
+        self.kind = kind
+        self.changes = changes
+        self.field_selector = field_selector
+        self.watch_timeout = watch_timeout
+        self._objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._stopping = threading.Event()
+        self._stream: WatchStream | None = None
+        self._thread = threading.Thread(target=self._run, name=f"informer-{kind.plural}", daemon=True)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def items(self) -> list[dict[str, Any]]:
+        """The cached objects (shared: copy before changing one)."""
+        with self._lock:
+            return list(self._objects.values())
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._objects.get((namespace or "", name))
+
+    def wait_synced(self, timeout: float) -> bool:
+        """Whether the first list arrived within ``timeout`` seconds."""
+        return self._synced.wait(timeout)
+
+    def assume(self, obj: dict[str, Any]) -> None:
+        """Take the server's answer to our own write now, unless the cache already holds something newer."""
+        key = object_key(obj)
+        meta = obj["metadata"]
+        with self._lock:
+            if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+                self._objects.pop(key, None)  # the write removed the last finalizer: the object is gone
+            else:
+                cached = self._objects.get(key)
+                if cached is None or _resource_version(obj) >= _resource_version(cached):
+                    self._objects[key] = copy.deepcopy(obj)
+        self.changes.bump()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        stream = self._stream
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        backoff = _RELIST_BACKOFF.start()
+        while not self._stopping.is_set():
+            try:
+                resource_version = self._relist()
+                backoff.reset()
+                while not self._stopping.is_set():
+                    resource_version = self._watch(resource_version)
+            except _Expired:
+                log.debug("%s: watch expired; listing again", self.kind.plural)
+            except Exception as exc:  # the API server went away or answered an error: list again later
+                if self._stopping.is_set():
+                    return
+                delay = backoff.next_delay(exc)
+                log.debug("%s: %s; listing again in %.1f s", self.kind.plural, describe_failure(exc), delay)
+                self._stopping.wait(delay)
+
+    def _relist(self) -> str:
+        items, resource_version = self._client.list(self.kind, field_selector=self.field_selector)
+        with self._lock:
+            self._objects = {object_key(obj): obj for obj in items}
+        self._synced.set()
+        self.changes.bump()
+        return resource_version
+
+    def _watch(self, resource_version: str) -> str:
+        try:
+            stream = self._client.watch(
+                self.kind, resource_version, timeout_seconds=self.watch_timeout, field_selector=self.field_selector
+            )
+        except Exception as exc:
+            if status_code(exc) == 410:
+                raise _Expired from exc
+            raise
+        self._stream = stream
+        try:
+            for event in stream:
+                resource_version = self._apply(event, resource_version)
+        finally:
+            self._stream = None
+        return resource_version
+
+    def _apply(self, event: dict[str, Any], resource_version: str) -> str:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise _Expired
+            raise RuntimeError(f"watch error: {obj.get('message')}")
+        new_version = str(obj.get("metadata", {}).get("resourceVersion") or resource_version)
+        if kind == "BOOKMARK":
+            return new_version
+        key = object_key(obj)
+        with self._lock:
+            if kind == "DELETED":
+                self._objects.pop(key, None)
+            else:
+                cached = self._objects.get(key)
+                if cached is None or _resource_version(obj) >= _resource_version(cached):
+                    self._objects[key] = obj
+        self.changes.bump()
+        return new_version
+
+
+class _Expired(Exception):
+    """The server no longer has the history to continue a watch from our resourceVersion."""
