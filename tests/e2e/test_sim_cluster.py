@@ -1,0 +1,345 @@
+"""`migdra sim up` end to end: real processes, real sockets, the real kubectl.
+
+One simulated cluster (2 nodes x 4 H100 80GB, one `migdra kubelet-plugin` process per node) serves
+the tests of this module, each in its own namespace and cleaning up after itself; a second cluster
+checks `migdra sim down`.  Every wait polls observable state (the API, the NVML state files, the
+process table) with a bounded deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from dra_driver.controlplane.cluster import process_alive
+from dra_driver.controlplane.kube.client import CLAIMS, EVENTS, PODS, SLICES, Client
+from dra_driver.nvml.session import open_nvml
+from dra_driver.nvml.settings import build_nvml_settings
+from tests.kubelet_client import short_socket_dir
+
+BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "demo"
+READY_TIMEOUT = 120.0
+WAIT = 60.0
+_T = TypeVar("_T")
+
+
+def wait_for(check: Callable[[], _T | None], what: str, timeout: float = WAIT) -> _T:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.1)
+
+
+@dataclass
+class SimCluster:
+    workdir: Path
+    process: subprocess.Popen[str]
+    kubeconfig: Path
+    client: Client
+    stdout_lines: list[str]
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(BIN / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check:
+            assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+        return done
+
+    def plugin_pid(self, node: str) -> int:
+        return int((self.workdir / "nodes" / node / "plugin.pid").read_text())
+
+    def mig_instances(self) -> dict[str, int]:
+        """GPU instances per node, read through the simulated NVML as the plugins read them."""
+        counts = {}
+        for state in sorted(self.workdir.glob("nodes/*/nvml-state.json")):
+            with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
+                counts[state.parent.name] = sum(len(nvml.gpu_instances(g.uuid)) for g in nvml.list_gpus())
+        return counts
+
+    def pods(self, namespace: str) -> dict[str, dict[str, Any]]:
+        return {p["metadata"]["name"]: p for p in self.client.list(PODS, namespace)[0]}
+
+    def claims(self, namespace: str) -> list[dict[str, Any]]:
+        return self.client.list(CLAIMS, namespace)[0]
+
+    def running(self, namespace: str, names: set[str]) -> dict[str, dict[str, Any]] | None:
+        pods = self.pods(namespace)
+        if all((pods.get(n) or {}).get("status", {}).get("phase") == "Running" for n in names):
+            return pods
+        return None
+
+    def namespace(self, name: str) -> str:
+        # `kubectl create namespace` sends protobuf, which the local API server does not read: apply YAML.
+        _apply(self, "default", f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n")
+        return name
+
+    def delete_all(self, namespace: str) -> None:
+        """Delete the namespace's pods (graceful, as kubectl does) and wait until they and their claims are gone."""
+        self.kubectl("delete", "pods", "--all", "-n", namespace, "--wait=true", "--timeout=60s")
+        wait_for(lambda: not self.pods(namespace), f"the pods of {namespace} to go")
+
+
+def start_cluster(workdir: Path, *args: str) -> SimCluster:
+    command = [str(BIN / "migdra"), "sim", "up", "--workdir", str(workdir), *args]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lines: list[str] = []
+    first = threading.Event()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            first.set()
+        first.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    if not first.wait(READY_TIMEOUT) or not lines:
+        process.kill()
+        pytest.fail(f"migdra sim up printed nothing within {READY_TIMEOUT:g} s (exit {process.poll()})")
+    assert lines[0].startswith("ready kubeconfig="), lines
+    kubeconfig = Path(lines[0].strip().split("=", 1)[1])
+    return SimCluster(workdir, process, kubeconfig, Client(kubeconfig), lines)
+
+
+def sim_down(workdir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "migdra"), "sim", "down", "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SimCluster]:
+    with short_socket_dir() as root:
+        sim = start_cluster(root / "sim", "--nodes", "2", "--gpus", "H100-SXM5-80GB:4")
+        try:
+            yield sim
+        finally:
+            sim.client.close()
+            down = sim_down(sim.workdir)
+            assert down.returncode == 0, down.stderr
+            sim.process.wait(timeout=30)
+            assert sim.process.stdout is not None
+            sim.process.stdout.close()
+
+
+def _results(claim: dict[str, Any]) -> list[dict[str, Any]]:
+    return claim.get("status", {}).get("allocation", {}).get("devices", {}).get("results", [])
+
+
+def _owned(claims: list[dict[str, Any]], pod: str) -> dict[str, Any]:
+    return next(c for c in claims if any(r["name"] == pod for r in c["metadata"].get("ownerReferences", [])))
+
+
+def test_the_demo_workloads_run_on_mig_devices_and_go_away_without_a_trace(cluster: SimCluster) -> None:
+    namespace = cluster.namespace("demo")
+    cluster.kubectl("apply", "-n", namespace, "-f", str(DEMO))
+    expected = {
+        "inference-1g",
+        "training-3g",
+        "notebook-20gi",
+        "pipeline-same-gpu",
+        "batch-3g-or-2g",
+        "legacy-device-plugin-pod",
+    }
+    pods = wait_for(lambda: cluster.running(namespace, expected), "the demo pods to run")
+    claims = cluster.claims(namespace)
+    published = cluster.client.list(SLICES)[0]
+    slices = {d["name"]: d for s in published for d in s["spec"].get("devices", [])}
+
+    def profiles(pod: str) -> list[str]:
+        return [slices[r["device"]]["attributes"]["profile"]["string"] for r in _results(_owned(claims, pod))]
+
+    assert profiles("inference-1g") == ["1g.10gb"]
+    assert profiles("training-3g") == ["3g.40gb"]
+    notebook = _results(_owned(claims, "notebook-20gi"))[0]
+    assert int(slices[notebook["device"]]["capacity"]["memory"]["value"]) >= 20 * 2**30
+    pair = _results(_owned(claims, "pipeline-same-gpu"))
+    assert sorted(r["request"] for r in pair) == ["stage-a", "stage-b"]
+    parents = {slices[r["device"]]["attributes"]["parentUUID"]["string"] for r in pair}
+    assert len(parents) == 1, "matchAttribute parentUUID: both devices on one GPU"
+    fallback = _results(_owned(claims, "batch-3g-or-2g"))[0]
+    assert fallback["request"] in ("mig/big", "mig/small")
+    legacy = pods["legacy-device-plugin-pod"]
+    extended = legacy["status"]["extendedResourceClaimStatus"]
+    assert extended["resourceClaimName"].startswith("legacy-device-plugin-pod-extended-resources-")
+    assert extended["requestMappings"] == [
+        {"containerName": "app", "resourceName": "nvidia.com/mig-1g.10gb", "requestName": "container-0-request-0"}
+    ]
+    assert profiles("legacy-device-plugin-pod") == ["1g.10gb"]
+    for name in expected:
+        cdi = json.loads(pods[name]["metadata"]["annotations"]["sim.migdra.io/cdi-devices"])
+        assert cdi, name
+        assert all(ids for ids in cdi.values()), (name, cdi)
+        assert pods[name]["spec"]["nodeName"] in ("node-1", "node-2")
+    assert sum(cluster.mig_instances().values()) == 7  # six pods, the pipeline holds two
+
+    def failed() -> list[dict[str, Any]]:
+        selector = "involvedObject.name=too-big,reason=FailedScheduling"
+        events = cluster.client.list(EVENTS, namespace, field_selector=selector)[0]
+        return [e for e in events if "cannot allocate all claims" in e["message"]]
+
+    event = wait_for(failed, "the FailedScheduling Event of too-big")[0]
+    assert event["type"] == "Warning"
+    assert event["message"].startswith("0/2 nodes are available: 2 cannot allocate all claims.")
+    assert 'request "gpus"' in event["message"]
+    assert "needs 5" in event["message"]
+    assert "node-1:" in event["message"]
+    assert "node-2:" in event["message"]
+    assert cluster.pods(namespace)["too-big"]["status"]["phase"] == "Pending"
+    training_claim = _owned(claims, "training-3g")["metadata"]["name"]
+    described = cluster.kubectl("describe", "resourceclaim", "-n", namespace, training_claim)
+    assert "3g.40gb" in described.stdout
+    assert "Reserved For" in described.stdout
+
+    cluster.delete_all(namespace)
+    wait_for(lambda: not cluster.claims(namespace), "the generated claims to be deleted")
+    assert cluster.mig_instances() == {"node-1": 0, "node-2": 0}
+
+
+def test_a_restarted_plugin_leaves_running_pods_alone_and_serves_later_ones(cluster: SimCluster) -> None:
+    namespace = cluster.namespace("restart")
+    cluster.kubectl("apply", "-n", namespace, "-f", str(DEMO / "01-mig-1g.yaml"))
+    first = wait_for(lambda: cluster.running(namespace, {"inference-1g"}), "the first pod to run")["inference-1g"]
+    node = first["spec"]["nodeName"]
+    old = cluster.plugin_pid(node)
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: not process_alive(old), "the killed plugin to exit")
+    new = wait_for(lambda: (pid := cluster.plugin_pid(node)) != old and process_alive(pid) and pid, "a new plugin")
+    assert new != old
+    # Every placement of the second pod's profile is on the same nodes; pin it to the restarted one.
+    pinned = f"spec:\n  nodeSelector:\n    kubernetes.io/hostname: {node}\n  containers:"
+    _apply(cluster, namespace, (DEMO / "02-mig-3g.yaml").read_text().replace("spec:\n  containers:", pinned))
+    pods = wait_for(lambda: cluster.running(namespace, {"inference-1g", "training-3g"}), "the second pod to run")
+    assert pods["training-3g"]["spec"]["nodeName"] == node
+    assert pods["inference-1g"]["metadata"]["uid"] == first["metadata"]["uid"]
+    assert pods["inference-1g"]["metadata"]["annotations"] == first["metadata"]["annotations"]
+    assert cluster.mig_instances()[node] == 2
+    cluster.delete_all(namespace)
+    assert sum(cluster.mig_instances().values()) == 0
+
+
+SHARED = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: shared-1g
+spec:
+  devices:
+    requests:
+    - name: mig
+      exactly:
+        deviceClassName: mig.migdra.io
+        selectors:
+        - cel:
+            expression: device.attributes['gpu.migdra.io'].profile == '1g.10gb'
+"""
+
+POD = """
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  containers:
+  - name: app
+    image: registry.example/app:latest
+    resources:
+      claims:
+      - name: gpu
+  resourceClaims:
+  - name: gpu
+    resourceClaimName: shared-1g
+"""
+
+
+def _apply(cluster: SimCluster, namespace: str, manifest: str) -> None:
+    done = subprocess.run(
+        [str(BIN / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), "apply", "-n", namespace, "-f", "-"],
+        input=manifest,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod(cluster: SimCluster) -> None:
+    namespace = cluster.namespace("shared")
+    _apply(cluster, namespace, SHARED + POD.format(name="reader-a") + POD.format(name="reader-b"))
+    pods = wait_for(lambda: cluster.running(namespace, {"reader-a", "reader-b"}), "both pods to run")
+    assert pods["reader-a"]["spec"]["nodeName"] == pods["reader-b"]["spec"]["nodeName"]
+    claim = cluster.client.get(CLAIMS, namespace, "shared-1g")
+    assert claim is not None
+    assert sorted(r["name"] for r in claim["status"]["reservedFor"]) == ["reader-a", "reader-b"]
+    assert sum(cluster.mig_instances().values()) == 1
+    ids = {p: json.loads(pods[p]["metadata"]["annotations"]["sim.migdra.io/cdi-devices"]) for p in pods}
+    assert ids["reader-a"] == ids["reader-b"]
+
+    cluster.kubectl("delete", "pod", "reader-a", "-n", namespace, "--wait=true", "--timeout=60s")
+
+    def reserved_for_b_only() -> bool:
+        current = cluster.client.get(CLAIMS, namespace, "shared-1g") or {}
+        return [r["name"] for r in current.get("status", {}).get("reservedFor", [])] == ["reader-b"]
+
+    wait_for(reserved_for_b_only, "the reservation of reader-a to end")
+    assert sum(cluster.mig_instances().values()) == 1, "still used by reader-b: not unprepared"
+    cluster.delete_all(namespace)
+
+    def deallocated() -> bool:
+        current = cluster.client.get(CLAIMS, namespace, "shared-1g") or {}
+        return not current.get("status", {}).get("allocation")
+
+    wait_for(deallocated, "the shared claim to be deallocated")
+    assert sum(cluster.mig_instances().values()) == 0
+
+
+def test_sim_down_stops_every_process_it_started() -> None:
+    with short_socket_dir() as root:
+        sim = start_cluster(root / "sim", "--nodes", "2", "--gpus", "A100-SXM4-40GB:1")
+        try:
+            pids = [sim.process.pid, sim.plugin_pid("node-1"), sim.plugin_pid("node-2")]
+            assert all(process_alive(pid) for pid in pids)
+            assert sim.stdout_lines == [f"ready kubeconfig={sim.kubeconfig}\n"]
+        finally:
+            sim.client.close()
+            down = sim_down(sim.workdir)
+        assert down.returncode == 0, down.stderr
+        sim.process.wait(timeout=30)
+        assert sim.process.stdout is not None
+        sim.process.stdout.close()
+        assert sim.process.returncode == 0
+        for pid in pids:
+            assert not process_alive(pid), f"process {pid} still runs after sim down"
+        assert not list(sim.workdir.glob("**/*.pid"))
+        again = sim_down(sim.workdir)
+        assert again.returncode == 0
+        assert "nothing was running" in again.stderr
