@@ -17,8 +17,8 @@ import json
 import random
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
 from dra_driver.controlplane.apiserver.admission import admit, invalid_error
 from dra_driver.controlplane.apiserver.conversion import from_storage, to_storage
@@ -56,7 +56,31 @@ _SERVER_METADATA = ("uid", "creationTimestamp", "generation", "deletionTimestamp
 
 def now_rfc3339() -> str:
     """kube's ``metav1.Time`` wire format: UTC, whole seconds."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _rfc3339(datetime.now(UTC))
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+GracefulState = Literal["immediate", "graceful", "pending"]
+"""What :meth:`Operations._before_delete` decided, as kube's ``rest.BeforeDelete`` answers it:
+``immediate`` (no graceful deletion: remove now, or mark while finalizers remain), ``graceful`` (the
+object's ``deletionTimestamp``/``deletionGracePeriodSeconds`` were set or shortened) or ``pending`` (a
+graceful deletion is already under way and this request does not shorten it: nothing changes)."""
+
+
+def removed_once_finalized(resource: ResourceType, meta: dict[str, Any]) -> bool:
+    """Whether an object with this metadata goes as soon as it has no finalizers left.
+
+    kube's ``ShouldDeleteDuringUpdate``: only objects being deleted; for kinds with graceful deletion
+    (pods) only once the grace period is 0, since a pod whose finalizers are removed while its
+    containers still stop must wait for the kubelet's zero-grace delete.  Other kinds keep the rule this
+    server always had (any ``deletionTimestamp``).  Namespaces are removed by the namespace cleaner.
+    """
+    if not meta.get("deletionTimestamp") or meta.get("finalizers") or resource.key == "namespaces":
+        return False
+    return resource.graceful_delete is None or not meta.get("deletionGracePeriodSeconds")
 
 
 @dataclass
@@ -241,6 +265,8 @@ class Operations:
         for key in (*_SERVER_METADATA, "selfLink", "managedFields"):
             meta.pop(key, None)
         obj = apply_merge_patch(copy.deepcopy(dict(resource.create_defaults)), obj) if resource.create_defaults else obj
+        if resource.defaulter is not None:
+            resource.defaulter(obj)
         if resource.has_status and resource.initial_status is not None:
             obj.pop("status", None)
             if resource.initial_status:
@@ -356,6 +382,8 @@ class Operations:
                 new.pop("status", None)
         elif subresource is None:
             new = obj
+            if resource.defaulter is not None:
+                resource.defaulter(new)
             new_meta = new["metadata"]
             old_meta = old["metadata"]
             for key in _SERVER_METADATA:
@@ -390,11 +418,7 @@ class Operations:
             return old
         if options.dry_run:
             return new
-        if (
-            new["metadata"].get("deletionTimestamp")
-            and not new["metadata"].get("finalizers")
-            and resource.key != "namespaces"  # the namespace cleaner removes those once empty
-        ):
+        if removed_once_finalized(resource, new["metadata"]):
             return self._drop(resource, new)
         return self._save(resource, new)
 
@@ -424,7 +448,14 @@ class Operations:
     # -- delete ------------------------------------------------------------------------------------
 
     def delete(self, resource: ResourceType, namespace: str, name: str, options: DeleteOptions) -> dict[str, Any]:
-        """Delete now, or mark for deletion while finalizers remain; returns the object or a Status."""
+        """Delete now, or mark for deletion; returns the object or a Status.
+
+        An object is only marked (``deletionTimestamp`` set, kept, 200 with the object) while
+        finalizers remain or, for kinds with graceful deletion (pods), while its grace period is above
+        0: some other component (the kubelet) finishes the deletion.  The steps follow kube's
+        ``Store.Delete``: ``BeforeDelete`` first, so a pending graceful deletion can only be shortened
+        and DeleteOptions cannot change its finalizers, then the graceful update, then the removal.
+        """
         if options.propagation_policy not in ("Orphan", "Background", "Foreground"):
             raise BadRequest(
                 f"propagationPolicy {options.propagation_policy!r} is not one of Orphan, Background, Foreground"
@@ -456,14 +487,26 @@ class Operations:
                 raise Forbidden(
                     f'namespaces "{name}" is forbidden: this namespace may not be deleted', name=name, kind="namespaces"
                 )
-            if options.dry_run:
+            marked = copy.deepcopy(obj)
+            state = self._before_delete(resource, marked, options.grace_period_seconds)
+            if state == "pending":
                 return obj
+            if options.dry_run:
+                return marked
             if options.propagation_policy == "Orphan":
                 self._orphan_dependents(meta["uid"])
             finalizers = list(meta.get("finalizers") or [])
             if options.propagation_policy == "Foreground" and FOREGROUND_FINALIZER not in finalizers:
                 finalizers.append(FOREGROUND_FINALIZER)
-            if resource.key == "namespaces" or finalizers:
+            if state == "graceful":
+                # As kube: the graceful update is stored (a MODIFIED event) even when the removal follows.
+                if finalizers:
+                    marked["metadata"]["finalizers"] = finalizers
+                saved = self._save(resource, marked)
+                if finalizers or saved["metadata"]["deletionGracePeriodSeconds"]:
+                    return saved
+                final = self._drop(resource, saved)
+            elif resource.key == "namespaces" or finalizers:
                 if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or []):
                     return obj
                 marked = copy.deepcopy(obj)
@@ -475,7 +518,8 @@ class Operations:
                 if not marked["metadata"]["finalizers"]:
                     del marked["metadata"]["finalizers"]
                 return self._save(resource, marked)
-            final = self._drop(resource, obj)
+            else:
+                final = self._drop(resource, obj)
         if resource.delete_returns_object:
             return final
         return {
@@ -490,6 +534,40 @@ class Operations:
                 "uid": final["metadata"]["uid"],
             },
         }
+
+    @staticmethod
+    def _before_delete(resource: ResourceType, obj: dict[str, Any], requested: int | None) -> GracefulState:
+        """kube's ``rest.BeforeDelete`` for graceful deletion, on ``obj`` (a copy) in place.
+
+        A kind without graceful deletion is ``immediate``.  An object not yet being deleted gets the
+        kind's grace period (``ResourceType.graceful_delete``): ``deletionTimestamp`` = now + grace,
+        ``deletionGracePeriodSeconds`` = grace and, as kube bumps it when deletion begins,
+        ``generation`` + 1.  One already being deleted with a positive grace period may only be hurried:
+        a shorter requested period moves the deadline to (deletion start + new period); none, or one
+        at least as long, leaves it ``pending``.  One being deleted with grace 0 (or none recorded) is
+        ``immediate``: it goes as soon as nothing holds it.  A negative requested period means 1 s.
+        """
+        if resource.graceful_delete is None:
+            return "immediate"
+        meta = obj["metadata"]
+        if requested is not None and requested < 0:
+            requested = 1
+        if meta.get("deletionTimestamp"):
+            current = int(meta.get("deletionGracePeriodSeconds") or 0)
+            if current <= 0:
+                return "immediate"
+            if requested is None or requested >= current:
+                return "pending"
+            deadline = datetime.fromisoformat(meta["deletionTimestamp"])
+            meta["deletionTimestamp"] = _rfc3339(deadline - timedelta(seconds=current - requested))
+            meta["deletionGracePeriodSeconds"] = requested
+            return "graceful"
+        grace = resource.graceful_delete(obj, requested)
+        meta["deletionTimestamp"] = _rfc3339(datetime.now(UTC) + timedelta(seconds=grace))
+        meta["deletionGracePeriodSeconds"] = grace
+        if int(meta.get("generation") or 0) > 0:
+            meta["generation"] = int(meta["generation"]) + 1
+        return "graceful"
 
     def delete_collection(
         self,
@@ -538,7 +616,7 @@ class Operations:
             updated["metadata"]["finalizers"] = [f for f in current["metadata"].get("finalizers", []) if f != finalizer]
             if not updated["metadata"]["finalizers"]:
                 del updated["metadata"]["finalizers"]
-                if updated["metadata"].get("deletionTimestamp"):
+                if removed_once_finalized(self.registry.by_key(resource_key), updated["metadata"]):
                     self.store.remove(resource_key, updated)
                     return
             self.store.put(resource_key, updated)

@@ -12,12 +12,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dra_driver.controlplane.apiserver import pods
 from dra_driver.controlplane.apiserver.validation import NameRule
 
 if TYPE_CHECKING:
     from dra_driver.controlplane.apiserver.validation import FieldError
 
 Validator = Callable[[str, str, str, dict[str, Any], "dict[str, Any] | None", "str | None"], "list[FieldError]"]
+Defaulter = Callable[[dict[str, Any]], None]
+GracePeriod = Callable[[Mapping[str, Any], "int | None"], int]
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
@@ -49,6 +52,14 @@ class ResourceType:
     kube's create strategies do); ``None`` keeps what the client sent (nodes register their status)."""
     create_defaults: Mapping[str, Any] = field(default_factory=dict)
     """Fields filled in on create when the client left them out (merged beneath the body)."""
+    defaulter: Defaulter | None = None
+    """kube's ``SetDefaults`` for this kind, applied in place on create and on every write to the main
+    resource (kube defaults whatever it decodes, so a PUT that omits a defaulted field gets it back);
+    for defaults that need code, such as per-container ones, which ``create_defaults`` cannot express."""
+    graceful_delete: GracePeriod | None = None
+    """kube's ``CheckGracefulDelete``: the grace period of a delete, given the object and the requested
+    ``gracePeriodSeconds``; a positive one marks the object (``deletionTimestamp`` in the future) instead
+    of removing it.  ``None``: the kind has no graceful deletion and goes at once (finalizers aside)."""
     delete_returns_object: bool = False
     """Whether DELETE answers with the deleted object (kube's ``ReturnDeletedObject``) or a ``Status``."""
     storage: str | None = None
@@ -156,6 +167,8 @@ RESOURCES: tuple[ResourceType, ...] = (
         categories=("all",),
         subresources=("status", "binding"),
         initial_status={"phase": "Pending"},
+        defaulter=pods.default_pod,
+        graceful_delete=pods.graceful_delete_period,
         field_selectors={
             "spec.nodeName": "spec.nodeName",
             "spec.schedulerName": "spec.schedulerName",
