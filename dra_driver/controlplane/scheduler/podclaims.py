@@ -1,4 +1,4 @@
-"""Which ResourceClaims a pod uses, and why a pod cannot be scheduled yet (kube-scheduler's PreFilter).
+"""Which ResourceClaims a pod uses, and why a pod cannot be scheduled yet (kube-scheduler's PreEnqueue).
 
 Pure: the caller passes a lookup over its cache.  Messages follow kube-scheduler's dynamicresources
 plugin, so a user who knows Kubernetes recognises them in ``kubectl describe pod``.
@@ -39,9 +39,7 @@ def pod_claims(pod: JSON, lookup: ClaimLookup) -> PodClaims:
         else:
             status = statuses.get(entry["name"])
             if status is None:
-                found.waiting = (
-                    f'waiting for resource claim controller to create the resourceclaim for "{entry["name"]}"'
-                )
+                found.waiting = f'pod "{namespace}/{pod["metadata"]["name"]}": ResourceClaim not created yet'
                 return found
             if not status.get("resourceClaimName"):
                 continue  # the controller decided that no claim is needed

@@ -219,7 +219,9 @@ class Scheduler:
             return
         resolved = pod_claims(pod, self.claims.get)
         if resolved.waiting is not None:
-            self._unschedulable(pod, fingerprint, resolved.waiting)
+            # PreEnqueue: the pod is not tried at all (no Event, no condition) until its claims exist.
+            log.debug("pod %s: %s", pod["metadata"]["name"], resolved.waiting)
+            self._attempts[uid] = _Attempt(fingerprint, resolved.waiting)
             return
         nodes = sorted(self.nodes.items(), key=lambda n: n["metadata"]["name"])
         self.rng.shuffle(nodes)
