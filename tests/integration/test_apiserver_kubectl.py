@@ -328,3 +328,33 @@ def test_invalid_object_reads_like_kube(kubectl: Kubectl) -> None:
         'The ResourceClaim "Claim_1" is invalid: metadata.name: Invalid value: "Claim_1": '
         "a lowercase RFC 1123 subdomain"
     )
+
+
+def test_get_pods_wide_shows_the_node_and_a_pod_being_deleted_is_terminating(kubectl: Kubectl) -> None:
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin="apiVersion: v1\nkind: Pod\nmetadata: {name: bound}\n"
+        "spec: {nodeName: node-7, containers: [{name: c, image: x}]}\n",
+    )
+    narrow = kubectl("get", "pods").stdout.splitlines()
+    assert narrow[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    wide = kubectl("get", "pods", "-o", "wide").stdout.splitlines()
+    assert wide[0].split() == [
+        "NAME",
+        "READY",
+        "STATUS",
+        "RESTARTS",
+        "AGE",
+        "IP",
+        "NODE",
+        "NOMINATED",
+        "NODE",
+        "READINESS",
+        "GATES",
+    ]
+    assert wide[1].split()[:3] == ["bound", "0/1", "Pending"]
+    assert wide[1].split()[5:] == ["<none>", "node-7", "<none>", "<none>"]
+    kubectl("delete", "pod", "bound", "--wait=false")  # bound: graceful, it stays until a kubelet deletes it
+    assert kubectl("get", "pods").stdout.splitlines()[1].split()[2] == "Terminating"

@@ -2,7 +2,8 @@
 
 kubectl prints whatever columns the server sends.  We send NAME, the kind's columns from
 :data:`COLUMNS` (the ones kube-apiserver's printers show, where they can be read off the object) and
-AGE, with the whole object in each row so ``--show-labels`` and ``-A`` work from it.
+AGE, then the ``-o wide`` columns (priority 1, which kubectl hides otherwise), with the whole object in
+each row so ``--show-labels`` and ``-A`` work from it.
 """
 
 from __future__ import annotations
@@ -52,6 +53,19 @@ def _pod_restarts(obj: Mapping[str, Any]) -> str:
     return str(sum(int(s.get("restartCount") or 0) for s in statuses))
 
 
+def _pod_status(obj: Mapping[str, Any]) -> str:
+    """kube's pod STATUS: the phase, or the status reason, or ``Terminating`` once deletion started."""
+    status = obj.get("status") or {}
+    reason = status.get("reason") or status.get("phase") or ""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
+    return str(reason)
+
+
+def _or_none(path: str) -> Callable[[Mapping[str, Any]], str]:
+    return lambda obj: field_value(obj, path) or "<none>"
+
+
 def _node_status(obj: Mapping[str, Any]) -> str:
     conditions = (obj.get("status") or {}).get("conditions") or []
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
@@ -63,7 +77,7 @@ def _node_status(obj: Mapping[str, Any]) -> str:
 COLUMNS: Mapping[str, tuple[Column, ...]] = {
     "namespaces": (("Status", _path("status.phase")),),
     "nodes": (("Status", _node_status), ("Version", _path("status.nodeInfo.kubeletVersion"))),
-    "pods": (("Ready", _pod_ready), ("Status", _path("status.phase")), ("Restarts", _pod_restarts)),
+    "pods": (("Ready", _pod_ready), ("Status", _pod_status), ("Restarts", _pod_restarts)),
     "events": (("Type", _path("type")), ("Reason", _path("reason")), ("Message", _path("message"))),
     "configmaps": (("Data", _count("data")),),
     "leases.coordination.k8s.io": (("Holder", _path("spec.holderIdentity")),),
@@ -74,6 +88,23 @@ COLUMNS: Mapping[str, tuple[Column, ...]] = {
     ),
     "resourceclaims.resource.k8s.io": (("State", _claim_state),),
 }
+
+
+# Registry key -> columns after AGE that only ``-o wide`` shows (priority 1 in kube's printers).
+WIDE_COLUMNS: Mapping[str, tuple[Column, ...]] = {
+    "pods": (
+        ("IP", _or_none("status.podIP")),
+        ("Node", _or_none("spec.nodeName")),
+        ("Nominated Node", _or_none("status.nominatedNodeName")),
+        ("Readiness Gates", lambda obj: "<none>"),
+    ),
+    "nodes": (("Internal-IP", lambda obj: _address(obj, "InternalIP")),),
+}
+
+
+def _address(obj: Mapping[str, Any], kind: str) -> str:
+    addresses = (obj.get("status") or {}).get("addresses") or []
+    return next((str(a.get("address")) for a in addresses if a.get("type") == kind), "<none>")
 
 
 def wants_table(accept: str) -> bool:
@@ -109,10 +140,12 @@ def human_age(timestamp: str | None, now: datetime | None = None) -> str:
 def to_table(resource: ResourceType, items: list[dict[str, Any]], list_metadata: dict[str, Any]) -> dict[str, Any]:
     """A Table of ``items``: NAME, the kind's columns, AGE."""
     columns = COLUMNS.get(resource.key, ())
+    wide = WIDE_COLUMNS.get(resource.key, ())
     definitions = [
         {"name": "Name", "type": "string", "format": "name", "description": "Name of the object", "priority": 0},
         *({"name": name, "type": "string", "format": "", "description": name, "priority": 0} for name, _ in columns),
         {"name": "Age", "type": "string", "format": "", "description": "Time since creation", "priority": 0},
+        *({"name": name, "type": "string", "format": "", "description": name, "priority": 1} for name, _ in wide),
     ]
     rows = [
         {
@@ -120,6 +153,7 @@ def to_table(resource: ResourceType, items: list[dict[str, Any]], list_metadata:
                 obj["metadata"]["name"],
                 *(read(obj) for _, read in columns),
                 human_age(obj["metadata"].get("creationTimestamp")),
+                *(read(obj) for _, read in wide),
             ],
             "object": obj,
         }
