@@ -33,14 +33,13 @@ from typing import Any
 
 import grpc
 
+from dra_driver.controlplane.kubelet.pluginclient import KNOWN_VERSIONS, RegistrationRejected, register
 from dra_driver.kubeletapi import dra_health_v1alpha1_pb2 as health_pb2
 from dra_driver.kubeletapi import dra_health_v1alpha1_pb2_grpc as health_grpc
 from dra_driver.kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
-from dra_driver.kubeletapi import pluginregistration_v1_pb2 as registration_pb2
-from dra_driver.kubeletapi import pluginregistration_v1_pb2_grpc as registration_grpc
 from kubeletplugin.draservice import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 
-DRA_PLUGIN_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # what kubelet 1.34/1.35 knows
+DRA_PLUGIN_VERSIONS = KNOWN_VERSIONS  # what kubelet 1.34/1.35 knows
 HEALTH_VERSION = "v1alpha1.DRAResourceHealth"
 _STUBS = {
     "v1.DRAPlugin": (dra_v1_pb2, dra_v1_pb2_grpc),
@@ -54,10 +53,6 @@ def _share_id(device: Any) -> str | None:
     if "share_id" in device.DESCRIPTOR.fields_by_name and device.HasField("share_id"):
         return str(device.share_id)
     return None
-
-
-class RegistrationRejected(Exception):
-    """This kubelet refused the plugin (and told it so through NotifyRegistrationStatus)."""
 
 
 @dataclass(frozen=True)
@@ -98,32 +93,25 @@ class KubeletClient:
     def register(self) -> str:
         """GetInfo, choose a version, NotifyRegistrationStatus; returns the chosen version string.
 
+        The handshake and the version choice are the simulated kubelet's
+        (:func:`dra_driver.controlplane.kubelet.pluginclient.register`), so both kubelets agree.
         Raises :class:`RegistrationRejected` after notifying the plugin of the rejection.
         """
-        registration = registration_grpc.RegistrationStub(self._channel(str(self.registration_socket)))
-        info = registration.GetInfo(registration_pb2.InfoRequest(), timeout=self.timeout)
-        self.info = info
-        error = self.reject_with or self._validate(info)
-        chosen = None if error else next(v for v in info.supported_versions if v in self.versions)
-        registration.NotifyRegistrationStatus(
-            registration_pb2.RegistrationStatus(plugin_registered=chosen is not None, error=error or ""),
-            timeout=self.timeout,
-        )
-        if chosen is None:
-            raise RegistrationRejected(error)
-        self.version = chosen
-        self._dra_channel = self._channel(info.endpoint or str(self.registration_socket))
-        return chosen
-
-    def _validate(self, info: Any) -> str | None:
-        if info.type != "DRAPlugin":
-            return f"plugin type {info.type!r} is not handled by the DRA handler"
-        if not any(v in self.versions for v in info.supported_versions):
-            return (
-                f"none of services supported by the plugin ({', '.join(info.supported_versions)}) "
-                f"are supported by the kubelet ({', '.join(self.versions)})"
+        channel = self._channel(str(self.registration_socket))
+        try:
+            self.info, plain = register(
+                channel,
+                self.registration_socket,
+                known=self.versions,
+                reject_with=self.reject_with,
+                timeout=self.timeout,
             )
-        return None
+        except RegistrationRejected as exc:
+            self.info = exc.info
+            raise
+        self.version = plain.version
+        self._dra_channel = self._channel(plain.endpoint)
+        return plain.version
 
     def _dra(self) -> tuple[Any, Any]:
         if self.version is None or self._dra_channel is None:

@@ -1,0 +1,30 @@
+"""The simulated cluster's kubelet: one :class:`Kubelet` per node, in-process threads, talking to the node's
+DRA plugin only through its unix sockets with gRPC, and to the API server through
+:mod:`dra_driver.controlplane.kube`.  See :mod:`.kubelet` for what it does and what it leaves out."""
+
+from dra_driver.controlplane.kubelet.kubelet import CDI_ANNOTATION, FAILED_PREPARE, FAILED_UNPREPARE, Kubelet
+from dra_driver.controlplane.kubelet.pluginclient import (
+    ClaimRef,
+    PluginClient,
+    PluginInfo,
+    PreparedDevice,
+    PrepareResult,
+    RegistrationRejected,
+    UnprepareResult,
+)
+from dra_driver.controlplane.kubelet.pluginwatcher import PluginWatcher
+
+__all__ = [
+    "CDI_ANNOTATION",
+    "FAILED_PREPARE",
+    "FAILED_UNPREPARE",
+    "ClaimRef",
+    "Kubelet",
+    "PluginClient",
+    "PluginInfo",
+    "PluginWatcher",
+    "PrepareResult",
+    "PreparedDevice",
+    "RegistrationRejected",
+    "UnprepareResult",
+]
