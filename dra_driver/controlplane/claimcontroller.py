@@ -12,9 +12,11 @@ What it does, as Kubernetes does it:
 - **Reservations end with their pods**: a pod named in ``status.reservedFor`` that is gone (or has
   another UID), has finished (phase Succeeded/Failed), or is being deleted before it was ever
   scheduled is removed from the list.
-- **Deallocation**: an allocated claim that nobody reserves any more is deallocated (allocation and
-  device status cleared) and loses the scheduler's ``resource.kubernetes.io/delete-protection``
-  finalizer, so a claim being deleted can go.  A claim generated for a pod that is done is deleted.
+- **Deallocation**: when the last reservation of a claim ends, the claim is deallocated (allocation
+  and device status cleared) and loses the scheduler's ``resource.kubernetes.io/delete-protection``
+  finalizer; an unused claim being deleted loses it too.  Never otherwise: the scheduler adds the
+  finalizer *before* it writes the allocation, and removing it in between would race it.  A claim
+  generated for a pod that is done (or was replaced by a pod of the same name) is deleted.
 
 Why here and not in the scheduler: a claim outlives a scheduling attempt; only this controller sees
 every pod end.  Level-triggered: after any change it looks at every pod and claim again.
@@ -223,20 +225,42 @@ class ClaimController:
             if pod is None or pod["metadata"]["uid"] != consumer.get("uid") or pod_is_done(pod):
                 continue
             valid.append(consumer)
-        owner = next((p for p in pods.values() if owned_by(claim, p)), None)
-        generated_owner_done = (
-            (meta.get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION) is not None
-            and any(ref.get("kind") == "Pod" and ref.get("controller") for ref in meta.get("ownerReferences") or [])
-            and (owner is None or pod_is_done(owner))
-        )
-        if len(valid) != len(reserved) or (not valid and status.get("allocation")):
+        if len(valid) < len(reserved):
+            # The transition from "used" to "used by fewer": with nobody left, deallocate (Go's syncClaim).
             self._write_claim(claim, valid)
             return
-        if not valid and not status.get("allocation"):
+        if valid:
+            return
+        if meta.get("deletionTimestamp"):
+            # Being deleted and unused: clear a leftover allocation and let it go.  Never otherwise: the
+            # scheduler adds the finalizer *before* it writes the allocation, and must not be raced.
             if DELETE_PROTECTION_FINALIZER in (meta.get("finalizers") or []):
-                self._drop_finalizer(claim)
-            elif generated_owner_done and not meta.get("deletionTimestamp"):
-                self._delete(claim)
+                if status.get("allocation"):
+                    self._write_claim(claim, [])
+                else:
+                    self._drop_finalizer(claim)
+            return
+        if self._generated_for_finished_pod(claim, pods):
+            self._delete(claim)
+
+    def _generated_for_finished_pod(
+        self, claim: dict[str, Any], pods: Mapping[tuple[str, str], dict[str, Any]]
+    ) -> bool:
+        """A claim made from a template for a pod that is done or was replaced (same name, new UID).
+
+        A pod missing from the cache is left to the garbage collector, as Go does: it may be one the
+        cache has not seen yet.
+        """
+        meta = claim["metadata"]
+        if POD_CLAIM_NAME_ANNOTATION not in (meta.get("annotations") or {}):
+            return False
+        owner = next(
+            (r for r in meta.get("ownerReferences") or [] if r.get("kind") == "Pod" and r.get("controller")), None
+        )
+        if owner is None:
+            return False
+        pod = pods.get((meta.get("namespace", ""), owner.get("name", "")))
+        return pod is not None and (pod["metadata"]["uid"] != owner.get("uid") or pod_is_done(pod))
 
     def _write_claim(self, claim: dict[str, Any], valid: list[dict[str, Any]]) -> None:
         """Remove stale reservations; with none left, deallocate and drop the finalizer."""

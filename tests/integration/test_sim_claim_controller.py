@@ -294,7 +294,6 @@ def test_the_generated_claim_of_a_finished_pod_is_deallocated_and_deleted(cluste
     name = status["resourceClaimName"]
     batch = api.pod("batch")
     assert batch is not None
-    # Allocated while the controller is down (it would race with the two writes: see the xfail below).
     allocate(api, name, batch)
     with controller(api):
         stays("the claim kept while the pod runs", lambda: reserved_names(api.claim(name) or {}) == ["batch"])
@@ -304,12 +303,6 @@ def test_the_generated_claim_of_a_finished_pod_is_deallocated_and_deleted(cluste
         stays("no new claim for a finished pod", lambda: not api.claims())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="claimcontroller._sync_claim drops delete-protection from any unreserved, unallocated claim, even "
-    "one not being deleted: it races with the scheduler, which adds the finalizer before writing the "
-    "allocation (Go removes it only when deletionTimestamp is set)",
-)
 def test_the_finalizer_of_a_claim_being_allocated_is_left_alone(cluster: Api) -> None:
     api = cluster
     being_allocated = claim("being-allocated")

@@ -406,12 +406,21 @@ class Scheduler:
             if time.monotonic() >= waiting.deadline:
                 self._fail_binding(pod, waiting, f"timed out after {self.binding_timeout:g} s {message}")
             return
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         try:
-            self.client.bind(pod["metadata"]["namespace"], pod["metadata"]["name"], waiting.node)
+            self.client.bind(namespace, name, waiting.node)
         except Exception as exc:
-            self._fail_binding(pod, waiting, f"binding rejected: {describe_failure(exc)}")
-            return
+            current = self._read_pod(namespace, name)
+            if current is None or (current.get("spec") or {}).get("nodeName") != waiting.node:
+                self._fail_binding(pod, waiting, f"binding rejected: {describe_failure(exc)}")
+                return
+            # Already bound there (by an earlier pass whose answer was lost): that is success.
         del self._binding[uid]
+        # Read the bound pod into the cache now: a later pass must not see it pending (the watch may lag)
+        # and schedule it again (kube-scheduler's "assumed pod").
+        bound = self._read_pod(namespace, name)
+        if bound is not None:
+            self.pods.assume(bound)
         self._avoid.pop(uid, None)
         self.stats.bound += 1
         self.recorder.event(
@@ -421,6 +430,13 @@ class Scheduler:
             "Scheduled",
             f"Successfully assigned {pod['metadata']['namespace']}/{pod['metadata']['name']} to {waiting.node}",
         )
+
+    def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.client.get(PODS, namespace, name)
+        except Exception as exc:
+            log.debug("pod %s: %s", name, describe_failure(exc))
+            return None
 
     def _fail_binding(self, pod: dict[str, Any], waiting: _Binding, message: str) -> None:
         """Deallocate what this attempt allocated, remember its devices so the retry goes elsewhere."""
