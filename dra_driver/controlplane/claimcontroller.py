@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import copy
 import logging
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from dra_driver.controlplane.kube.client import CLAIM_TEMPLATES, CLAIMS, PODS, Client, status_code
 from dra_driver.controlplane.kube.events import WARNING, EventRecorder
 from dra_driver.controlplane.kube.informer import Changes, Informer
+from dra_driver.controlplane.kube.loop import ControlLoop
 from dra_driver.kubeapi import describe_failure
 
 log = logging.getLogger(__name__)
@@ -66,45 +66,17 @@ def generated_claim_name(pod: Mapping[str, Any], entry: str) -> str:
     return base[:_GENERATE_NAME_BASE]
 
 
-class ClaimController:
+class ClaimController(ControlLoop):
     """Creates claims from templates and ends reservations and allocations of finished pods."""
 
     def __init__(self, client: Client, changes: Changes | None = None) -> None:
         self.client = client
-        self.changes = changes or Changes()
-        self.pods = Informer(client, PODS, self.changes)
-        self.claims = Informer(client, CLAIMS, self.changes)
-        self.templates = Informer(client, CLAIM_TEMPLATES, self.changes)
+        changes = changes or Changes()
+        self.pods = Informer(client, PODS, changes)
+        self.claims = Informer(client, CLAIMS, changes)
+        self.templates = Informer(client, CLAIM_TEMPLATES, changes)
         self.recorder = EventRecorder(client, "resource-claim-controller")
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="claim-controller", daemon=True)
-
-    def start(self) -> None:
-        for informer in (self.pods, self.claims, self.templates):
-            informer.start()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self.changes.bump()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-        for informer in (self.pods, self.claims, self.templates):
-            informer.stop()
-
-    def wait_synced(self, timeout: float) -> bool:
-        return all(i.wait_synced(timeout) for i in (self.pods, self.claims, self.templates))
-
-    def _run(self) -> None:
-        self.wait_synced(30)
-        seen = -1
-        while not self._stopping.is_set():
-            seen = self.changes.count
-            try:
-                self.sync()
-            except Exception:  # one bad object must not stop the controller; the next change retries
-                log.exception("claim controller pass failed")
-            self.changes.wait_past(seen, RESYNC_SECONDS)
+        super().__init__("claim-controller", changes, (self.pods, self.claims, self.templates), RESYNC_SECONDS)
 
     # -- one pass ------------------------------------------------------------------------------
 

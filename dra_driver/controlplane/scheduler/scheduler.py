@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import logging
 import random
-import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -36,6 +35,7 @@ from dra_driver.controlplane.claimcontroller import DELETE_PROTECTION_FINALIZER
 from dra_driver.controlplane.kube.client import CLAIMS, DEVICE_CLASSES, NODES, PODS, SLICES, Client
 from dra_driver.controlplane.kube.events import NORMAL, WARNING, EventRecorder
 from dra_driver.controlplane.kube.informer import Changes, Informer
+from dra_driver.controlplane.kube.loop import ControlLoop
 from dra_driver.controlplane.scheduler.binding import Binding, binding_state
 from dra_driver.controlplane.scheduler.extended import (
     device_class_mapping,
@@ -109,7 +109,7 @@ def _arrival(pod: dict[str, Any]) -> tuple[str, str, str]:
     return meta.get("creationTimestamp", ""), meta.get("namespace", ""), meta["name"]
 
 
-class Scheduler:
+class Scheduler(ControlLoop):
     """Schedules pending pods onto nodes; :meth:`start` runs it, :meth:`stop` joins it."""
 
     def __init__(
@@ -125,54 +125,29 @@ class Scheduler:
         self.client = client
         self.features = frozenset(features)
         self.binding_timeout = binding_timeout
-        self.resync = resync
-        self.changes = changes or Changes()
+        changes = changes or Changes()
         self.rng = random.Random(seed)
-        self.pods = Informer(client, PODS, self.changes)
-        self.nodes = Informer(client, NODES, self.changes)
-        self.claims = Informer(client, CLAIMS, self.changes)
-        self.slices = Informer(client, SLICES, self.changes)
-        self.classes = Informer(client, DEVICE_CLASSES, self.changes)
+        self.pods = Informer(client, PODS, changes)
+        self.nodes = Informer(client, NODES, changes)
+        self.claims = Informer(client, CLAIMS, changes)
+        self.slices = Informer(client, SLICES, changes)
+        self.classes = Informer(client, DEVICE_CLASSES, changes)
         self.recorder = EventRecorder(client, SCHEDULER_NAME)
         self.stats = SchedulerStats()
-        self._informers = (self.pods, self.nodes, self.claims, self.slices, self.classes)
         self._binding: dict[str, _Binding] = {}  # pod UID -> waiting for binding conditions
         self._attempts: dict[str, _Attempt] = {}  # pod UID -> last unschedulable attempt
         self._avoid: dict[str, list[dict[str, Any]]] = {}  # pod UID -> results whose binding failed
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+        informers = (self.pods, self.nodes, self.claims, self.slices, self.classes)
+        super().__init__("scheduler", changes, informers, resync)
 
-    # -- lifecycle -----------------------------------------------------------------------------
+    def next_wake(self) -> float:
+        """The resync period, or sooner when a pod's binding-condition deadline comes first."""
+        if not self._binding:
+            return self.resync
+        return min(self.resync, min(b.deadline for b in self._binding.values()) - time.monotonic())
 
-    def start(self) -> None:
-        for informer in self._informers:
-            informer.start()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self.changes.bump()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-        for informer in self._informers:
-            informer.stop()
-
-    def wait_synced(self, timeout: float) -> bool:
-        return all(informer.wait_synced(timeout) for informer in self._informers)
-
-    def _run(self) -> None:
-        self.wait_synced(30)
-        while not self._stopping.is_set():
-            seen = self.changes.count
-            try:
-                self.schedule_pending()
-            except Exception:  # a bug in one pass must not stop scheduling; the next change retries
-                log.exception("scheduling pass failed")
-            timeout = self.resync
-            if self._binding:
-                nearest = min(b.deadline for b in self._binding.values()) - time.monotonic()
-                timeout = max(0.05, min(timeout, nearest))
-            self.changes.wait_past(seen, timeout)
+    def sync(self) -> None:
+        self.schedule_pending()
 
     # -- one pass ------------------------------------------------------------------------------
 
@@ -185,7 +160,7 @@ class Scheduler:
         for stale in [u for u in self._attempts if u not in live]:
             del self._attempts[stale]
         for pod in pods:
-            if self._stopping.is_set():
+            if self.stopping:
                 return
             spec, meta = pod.get("spec") or {}, pod["metadata"]
             if spec.get("nodeName") or meta.get("deletionTimestamp"):
