@@ -36,20 +36,20 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 import threading
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from dra_driver.controlplane.kube.client import CLAIMS, NODES, PODS, SLICES, Client, status_code
 from dra_driver.controlplane.kube.events import NORMAL, WARNING, EventRecorder
 from dra_driver.controlplane.kube.informer import Changes, Informer
+from dra_driver.controlplane.kubelet.node import node_labels, node_status
 from dra_driver.controlplane.kubelet.pluginclient import CALL_TIMEOUT_SECONDS, ClaimRef, PreparedDevice
 from dra_driver.controlplane.kubelet.pluginwatcher import DEFAULT_WIPE_DELAY_SECONDS, PluginWatcher
+from dra_driver.controlplane.kubelet.podstatus import running_status
 from dra_driver.controlplane.kubelet.retries import RetryTracker
 from dra_driver.kubeapi import BackoffPolicy, describe_failure
 
@@ -62,18 +62,12 @@ FAILED_PREPARE = "FailedPrepareDynamicResources"
 """kubelet's Event reason when NodePrepareResources (or waiting for a plugin) fails."""
 FAILED_UNPREPARE = "FailedUnprepareDynamicResources"
 """This kubelet's Event reason when NodeUnprepareResources fails for a pod being deleted."""
-KUBELET_VERSION = "v1.35.0-migdra-sim"
 DEFAULT_CAPACITY: Mapping[str, str] = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
 DEFAULT_BACKOFF = BackoffPolicy(initial=0.5, maximum=30.0)
 SYNC_PERIOD_SECONDS = 1.0
 """The longest the loop waits without a change: a bound, not a poll anything relies on."""
 START_TIMEOUT_SECONDS = 30.0
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-_POD_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -203,64 +197,17 @@ class Kubelet:
 
     # -- node ----------------------------------------------------------------------------------
 
-    def _node_labels(self) -> dict[str, str]:
-        return {
-            "kubernetes.io/hostname": self.node_name,
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
-            **self.labels,
-        }
-
-    def _node_status(self) -> dict[str, Any]:
-        now = _now()
-
-        def condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
-            return {
-                "type": kind,
-                "status": status,
-                "reason": reason,
-                "message": message,
-                "lastHeartbeatTime": now,
-                "lastTransitionTime": now,
-            }
-
-        return {
-            "capacity": dict(self.capacity),
-            "allocatable": dict(self.capacity),
-            "conditions": [
-                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory"),
-                condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-            ],
-            "addresses": [
-                {"type": "InternalIP", "address": self.host_ip},
-                {"type": "Hostname", "address": self.node_name},
-            ],
-            "nodeInfo": {
-                "kubeletVersion": KUBELET_VERSION,
-                "kubeProxyVersion": KUBELET_VERSION,
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-                "osImage": "migdra simulated node",
-                "kernelVersion": "6.8.0",
-                "containerRuntimeVersion": "containerd://simulated",
-                "machineID": "",
-                "systemUUID": "",
-                "bootID": "",
-            },
-        }
-
     def _register_node(self) -> None:
         """Create the Node, or (someone created it first: a test, a previous run) update it to ours."""
-        labels = self._node_labels()
+        labels = node_labels(self.node_name, self.labels)
+        status = node_status(self.node_name, self.capacity, self.host_ip)
         if self.client.get(NODES, None, self.node_name) is None:
             body = {
                 "apiVersion": "v1",
                 "kind": "Node",
                 "metadata": {"name": self.node_name, "labels": labels},
                 "spec": {"podCIDR": f"{self._pod_subnet}.0/24", "podCIDRs": [f"{self._pod_subnet}.0/24"]},
-                "status": self._node_status(),
+                "status": status,
             }
             try:
                 self.client.create(NODES, body)
@@ -270,7 +217,7 @@ class Kubelet:
             else:
                 return
         self.client.merge_patch(NODES, None, self.node_name, {"metadata": {"labels": labels}})
-        self.client.merge_patch(NODES, None, self.node_name, {"status": self._node_status()}, "status")
+        self.client.merge_patch(NODES, None, self.node_name, {"status": status}, "status")
 
     def _delete_slices(self, field_selector: str) -> int:
         slices, _ = self.client.list(SLICES, field_selector=field_selector)
@@ -472,33 +419,7 @@ class Kubelet:
             self._pods.assume(patched)
         if old.get("phase") == "Running":
             return  # a restarted kubelet: the status is ours already
-        now = _now()
-        ip = self._pod_ip(meta["uid"], pod)
-        status = {
-            "phase": "Running",
-            "conditions": [{"type": kind, "status": "True", "lastTransitionTime": now} for kind in _POD_CONDITIONS],
-            "hostIP": self.host_ip,
-            "hostIPs": [{"ip": self.host_ip}],
-            "podIP": ip,
-            "podIPs": [{"ip": ip}],
-            "startTime": old.get("startTime") or now,
-            "qosClass": old.get("qosClass") or "BestEffort",
-            "initContainerStatuses": [
-                {
-                    **_container_status(c),
-                    "ready": True,
-                    "started": False,
-                    "state": {
-                        "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}
-                    },
-                }
-                for c in spec.get("initContainers") or []
-            ],
-            "containerStatuses": [
-                {**_container_status(c), "ready": True, "started": True, "state": {"running": {"startedAt": now}}}
-                for c in spec.get("containers") or []
-            ],
-        }
+        status = running_status(pod, self.host_ip, self._pod_ip(meta["uid"], pod))
         # The pod may have changed since the cache saw it: the status write carries no resourceVersion.
         written = self.client.merge_patch(PODS, meta["namespace"], meta["name"], {"status": status}, "status")
         self._pods.assume(written)
@@ -606,17 +527,6 @@ class Kubelet:
 
 def _deleting(pod: dict[str, Any]) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp"))
-
-
-def _container_status(container: dict[str, Any]) -> dict[str, Any]:
-    image = container.get("image") or ""
-    return {
-        "name": container.get("name", ""),
-        "image": image,
-        "imageID": f"{image}@sha256:{zlib.crc32(image.encode()):064x}",
-        "containerID": f"containerd://{secrets.token_hex(32)}",
-        "restartCount": 0,
-    }
 
 
 def _describe_call_failure(exc: BaseException) -> str:

@@ -1,0 +1,70 @@
+"""The Node object a simulated kubelet registers: labels, capacity, conditions, addresses.
+
+Pure: the kubelet writes what these return.  Why a Node at all: the scheduler filters nodes by their
+labels, taints and ``allocatable`` (extended resources a device plugin would provide), and users look
+at ``kubectl get nodes -o wide``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+KUBELET_VERSION = "v1.35.0-migdra-sim"
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_labels(node_name: str, extra: Mapping[str, str]) -> dict[str, str]:
+    """The well-known labels kubelet sets, then the caller's."""
+    return {
+        "kubernetes.io/hostname": node_name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        **extra,
+    }
+
+
+def node_status(node_name: str, capacity: Mapping[str, str], host_ip: str) -> dict[str, Any]:
+    """A Ready node: capacity equals allocatable (nothing reserved for the system in a simulation)."""
+    now = now_rfc3339()
+
+    def condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
+        return {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+
+    return {
+        "capacity": dict(capacity),
+        "allocatable": dict(capacity),
+        "conditions": [
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory"),
+            condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        ],
+        "addresses": [
+            {"type": "InternalIP", "address": host_ip},
+            {"type": "Hostname", "address": node_name},
+        ],
+        "nodeInfo": {
+            "kubeletVersion": KUBELET_VERSION,
+            "kubeProxyVersion": KUBELET_VERSION,
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+            "osImage": "migdra simulated node",
+            "kernelVersion": "6.8.0",
+            "containerRuntimeVersion": "containerd://simulated",
+            "machineID": "",
+            "systemUUID": "",
+            "bootID": "",
+        },
+    }
