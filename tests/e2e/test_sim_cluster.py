@@ -322,13 +322,26 @@ def test_a_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod(clust
     assert sum(cluster.mig_instances().values()) == 0
 
 
-def test_sim_down_stops_every_process_it_started() -> None:
+def test_another_driver_name_runs_end_to_end_and_sim_down_stops_every_process() -> None:
+    driver = "mig.example.com"
     with short_socket_dir() as root:
-        sim = start_cluster(root / "sim", "--nodes", "2", "--gpus", "A100-SXM4-40GB:1")
+        sim = start_cluster(root / "sim", "--nodes", "2", "--gpus", "A100-SXM4-40GB:1", "--driver-name", driver)
         try:
             pids = [sim.process.pid, sim.plugin_pid("node-1"), sim.plugin_pid("node-2")]
             assert all(process_alive(pid) for pid in pids)
             assert sim.stdout_lines == [f"ready kubeconfig={sim.kubeconfig}\n"]
+            slices = sim.client.list(SLICES)[0]
+            assert {s["spec"]["driver"] for s in slices} == {driver}
+            # The installed classes select the other driver's devices; a claim names its attributes' domain.
+            manifest = (
+                (DEMO / "01-mig-1g.yaml").read_text().replace("gpu.migdra.io", driver).replace("1g.10gb", "1g.5gb")
+            )
+            _apply(sim, "default", manifest)
+            pod = wait_for(lambda: sim.running("default", {"inference-1g"}), "the pod to run")["inference-1g"]
+            claim = _owned(sim.claims("default"), "inference-1g")
+            assert [r["driver"] for r in _results(claim)] == [driver]
+            assert json.loads(pod["metadata"]["annotations"]["sim.migdra.io/cdi-devices"])
+            assert sum(sim.mig_instances().values()) == 1
         finally:
             sim.client.close()
             down = sim_down(sim.workdir)
