@@ -163,10 +163,11 @@ def up(workdir: Path, nodes: int, gpus: str, driver_name: str, seed: int) -> Non
     pid_file = workdir / SUPERVISOR_PID
     pid_file.write_text(f"{os.getpid()}\n")
     try:
-        kubeconfig = cluster.start()
-        click.echo(f"ready kubeconfig={kubeconfig}")
-        sys.stdout.flush()
-        stop.wait()
+        kubeconfig = cluster.start(interrupt=stop)
+        if kubeconfig is not None:
+            click.echo(f"ready kubeconfig={kubeconfig}")
+            sys.stdout.flush()
+            stop.wait()
         progress("stopping")
     finally:
         cluster.stop()

@@ -257,8 +257,9 @@ class LocalCluster:
             raise ConfigurationError(problem)
         deviceclass_documents(self.spec.deviceclass_dir, self.spec.driver_name)
 
-    def start(self, timeout: float = READY_TIMEOUT_SECONDS) -> Path:
-        """Start every part; returns the kubeconfig once every node's slices are published."""
+    def start(self, timeout: float = READY_TIMEOUT_SECONDS, interrupt: threading.Event | None = None) -> Path | None:
+        """Start every part; returns the kubeconfig once every node's slices are published, or None
+        when ``interrupt`` was set meanwhile (SIGTERM while starting: the caller stops what started)."""
         self.check()
         self.spec.workdir.mkdir(parents=True, exist_ok=True)
         self.progress("starting the API server")
@@ -285,10 +286,11 @@ class LocalCluster:
             plugin = PluginProcess(self.spec, node, self.kubeconfig, self.progress)
             plugin.start()
             self.plugins[node] = plugin
-        self._wait_published(timeout)
+        if not self._wait_published(timeout, interrupt or threading.Event()):
+            return None
         return self.kubeconfig
 
-    def _wait_published(self, timeout: float) -> None:
+    def _wait_published(self, timeout: float, interrupt: threading.Event) -> bool:
         assert self.client is not None
         deadline = time.monotonic() + timeout
         waiting = set(self.spec.node_names())
@@ -304,12 +306,14 @@ class LocalCluster:
                         f"the kubelet plugin of {node} keeps exiting (status {status}); its log:\n{plugin.log_tail()}"
                     )
             if not waiting:
-                return
+                return True
             if time.monotonic() > deadline:
                 raise ConfigurationError(
                     f"timed out after {timeout:g} s waiting for the ResourceSlices of {', '.join(sorted(waiting))}"
                 )
-            time.sleep(0.1)
+            if interrupt.wait(0.1):
+                return False
+        return True
 
     def _pool_complete(self, node: str) -> bool:
         assert self.client is not None
