@@ -356,3 +356,36 @@ def test_another_driver_name_runs_end_to_end_and_sim_down_stops_every_process() 
         again = sim_down(sim.workdir)
         assert again.returncode == 0
         assert "nothing was running" in again.stderr
+
+
+def _processes_under(workdir: Path) -> list[int]:
+    """Processes whose command line names ``workdir`` (the supervisor's plugins do)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if str(workdir) in entry.joinpath("cmdline").read_bytes().decode(errors="replace") and process_alive(
+                int(entry.name)
+            ):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_sigterm_while_starting_stops_everything() -> None:
+    with short_socket_dir() as root:
+        workdir = root / "sim"
+        command = [str(BIN / "migdra"), "sim", "up", "--workdir", str(workdir), "--nodes", "2", "--gpus", "A30:1"]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert process.stderr is not None
+        for line in process.stderr:  # the plugins are being started: interrupt now
+            if "starting the kubelet plugin of node-2" in line:
+                break
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=60)
+        assert process.returncode == 0
+        assert out in ("", f"ready kubeconfig={workdir / 'kubeconfig'}\n")  # the ready line may have won the race
+        assert _processes_under(workdir) == []
+        assert not list(workdir.glob("**/*.pid"))
