@@ -1,7 +1,8 @@
 """The seam between kubelet's gRPC API and migdra's prepare logic, in plain Python types.
 
 The gRPC layer (``kubeletplugin.grpc``) converts both DRAPlugin versions (v1 and v1beta1) to and from
-these types and calls a :class:`DraService`; the prepare logic (``kubeletplugin.prepare``) implements
+these types (defined in :mod:`dra_driver.kubeletcalls`, shared with the local cluster's kubelet) and
+calls a :class:`DraService`; the prepare logic (``kubeletplugin.prepare``) implements
 it.  Neither side knows the other's details, and one implementation serves every API version.
 
 Contract (from kubelet's side, see ../shared/reference/kubelet-grpc.md §3):
@@ -14,41 +15,11 @@ Contract (from kubelet's side, see ../shared/reference/kubelet-grpc.md §3):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
+from dra_driver.kubeletcalls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 
-@dataclass(frozen=True, slots=True)
-class ClaimRef:
-    """What kubelet sends for a claim: the driver reads the rest from the API server."""
-
-    namespace: str
-    name: str
-    uid: str
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedDevice:
-    """One allocated device as kubelet needs it: which requests it serves and its CDI device IDs."""
-
-    pool_name: str
-    device_name: str
-    request_names: tuple[str, ...] = ()
-    cdi_device_ids: tuple[str, ...] = ()
-    share_id: str | None = None  # v1 only (DRAConsumableCapacity); never set by migdra today
-
-
-@dataclass(frozen=True, slots=True)
-class PrepareResult:
-    """Outcome for one claim: devices, or an error message a cluster admin can act on."""
-
-    devices: tuple[PreparedDevice, ...] = field(default=())
-    error: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class UnprepareResult:
-    error: str = ""
+__all__ = ["ClaimRef", "DraService", "PrepareResult", "PreparedDevice", "UnprepareResult"]
 
 
 class DraService(Protocol):

@@ -3,16 +3,9 @@ DRA plugin only through its unix sockets with gRPC, and to the API server throug
 :mod:`dra_driver.controlplane.kube`.  See :mod:`.kubelet` for what it does and what it leaves out."""
 
 from dra_driver.controlplane.kubelet.kubelet import CDI_ANNOTATION, FAILED_PREPARE, FAILED_UNPREPARE, Kubelet
-from dra_driver.controlplane.kubelet.pluginclient import (
-    ClaimRef,
-    PluginClient,
-    PluginInfo,
-    PreparedDevice,
-    PrepareResult,
-    RegistrationRejected,
-    UnprepareResult,
-)
+from dra_driver.controlplane.kubelet.pluginclient import PluginClient, PluginInfo, RegistrationRejected
 from dra_driver.controlplane.kubelet.pluginwatcher import PluginWatcher
+from dra_driver.kubeletcalls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 
 __all__ = [
     "CDI_ANNOTATION",

@@ -47,11 +47,12 @@ from dra_driver.controlplane.kube.client import CLAIMS, NODES, PODS, SLICES, Cli
 from dra_driver.controlplane.kube.events import NORMAL, WARNING, EventRecorder
 from dra_driver.controlplane.kube.informer import Changes, Informer
 from dra_driver.controlplane.kubelet.node import node_labels, node_status
-from dra_driver.controlplane.kubelet.pluginclient import CALL_TIMEOUT_SECONDS, ClaimRef, PreparedDevice
+from dra_driver.controlplane.kubelet.pluginclient import CALL_TIMEOUT_SECONDS
 from dra_driver.controlplane.kubelet.pluginwatcher import DEFAULT_WIPE_DELAY_SECONDS, PluginWatcher
 from dra_driver.controlplane.kubelet.podstatus import running_status
 from dra_driver.controlplane.kubelet.retries import RetryTracker
 from dra_driver.kubeapi import BackoffPolicy, describe_failure
+from dra_driver.kubeletcalls import ClaimRef, PreparedDevice
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ import grpc
 from dra_driver.kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from dra_driver.kubeletapi import pluginregistration_v1_pb2 as registration_pb2
 from dra_driver.kubeletapi import pluginregistration_v1_pb2_grpc as registration_grpc
+from dra_driver.kubeletcalls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 
 DRA_PLUGIN_TYPE = "DRAPlugin"
 """``PluginInfo.type`` routed to kubelet's DRA handler (Go ``registerapi.DRAPlugin``)."""
@@ -49,41 +50,6 @@ class RegistrationRejected(Exception):
     def __init__(self, message: str, info: Any = None) -> None:
         super().__init__(message)
         self.info = info
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRef:
-    """What kubelet sends about a claim: the plugin reads the allocation from the API server itself."""
-
-    namespace: str
-    name: str
-    uid: str
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedDevice:
-    """One device the plugin prepared for a claim; empty ``request_names`` means every request."""
-
-    pool_name: str
-    device_name: str
-    request_names: tuple[str, ...]
-    cdi_device_ids: tuple[str, ...]
-    share_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PrepareResult:
-    """One claim's answer to NodePrepareResources: devices, or a non-empty ``error``."""
-
-    devices: tuple[PreparedDevice, ...] = ()
-    error: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class UnprepareResult:
-    """One claim's answer to NodeUnprepareResources; a non-empty ``error`` means it failed."""
-
-    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
