@@ -135,17 +135,10 @@ def up(workdir: Path, nodes: int, gpus: str, driver_name: str, seed: int) -> Non
         SUPERVISOR_PID,
         ClusterSpec,
         LocalCluster,
-        process_alive,
-        recorded_pids,
+        record_process,
     )
 
     workdir = workdir.absolute()
-    running = [pid for path, pid in recorded_pids(workdir) if path.name == SUPERVISOR_PID and process_alive(pid)]
-    if running:
-        raise ConfigurationError(
-            f"--workdir {workdir}: a simulated cluster (pid {running[0]}) already runs there; "
-            f"stop it with `migdra sim down --workdir {workdir}`"
-        )
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -161,7 +154,7 @@ def up(workdir: Path, nodes: int, gpus: str, driver_name: str, seed: int) -> Non
     cluster.check()
     workdir.mkdir(parents=True, exist_ok=True)
     pid_file = workdir / SUPERVISOR_PID
-    pid_file.write_text(f"{os.getpid()}\n")
+    record_process(pid_file, os.getpid())
     try:
         kubeconfig = cluster.start(interrupt=stop)
         if kubeconfig is not None:

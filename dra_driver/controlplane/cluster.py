@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,11 +39,14 @@ from dra_driver.controlplane.claimcontroller import ClaimController
 from dra_driver.controlplane.kube.client import DEVICE_CLASSES, SLICES, Client
 from dra_driver.controlplane.kubelet.kubelet import Kubelet
 from dra_driver.controlplane.scheduler.scheduler import Scheduler
+from dra_driver.devicemodel.naming import dns_subdomain_problem
+from dra_driver.durable import write_file_atomically
 from dra_driver.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DRIVER = "gpu.migdra.io"
+MAX_DRIVER_NAME = 63  # a DNS subdomain label-sized, as the plugin requires
 DEVICECLASS_DIR = Path(__file__).resolve().parents[2] / "deviceclasses"
 SUPERVISOR_PID = "sim.pid"
 PLUGIN_PID = "plugin.pid"
@@ -174,11 +178,11 @@ class PluginProcess:
     def _spawn(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
         env["MIGDRA_PROC_ROOT"] = str(self.paths["proc"])
-        with self.paths["log"].open("ab") as log_file:
+        with self.paths["log"].open("ab") as log_file:  # appended to by restarts; a new cluster starts it afresh
             self.process = subprocess.Popen(
                 self.argv(), stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-        self.paths["pid"].write_text(f"{self.process.pid}\n")
+        record_process(self.paths["pid"], self.process.pid)
 
     def _watch(self) -> None:
         delay = _RESTART_BACKOFF[0]
@@ -246,6 +250,19 @@ class LocalCluster:
 
         if self.spec.nodes < 1:
             raise ConfigurationError(f"--nodes {self.spec.nodes}: need at least 1 node")
+        problem = dns_subdomain_problem(self.spec.driver_name, MAX_DRIVER_NAME)
+        if problem is not None:
+            name = self.spec.driver_name
+            raise ConfigurationError(
+                f"--driver-name {name!r}: not a DRA driver name: it {problem} (e.g. {DEFAULT_DRIVER!r})"
+            )
+        running = [r for r in recorded_processes(self.spec.workdir) if r.pid != os.getpid() and r.alive()]
+        if running:
+            pids = " ".join(str(record.pid) for record in running)
+            raise ConfigurationError(
+                f"--workdir {self.spec.workdir}: a simulated cluster still runs there (pid {pids}); "
+                f"stop it with `migdra sim down --workdir {self.spec.workdir}`"
+            )
         try:
             parse_sim_gpus(self.spec.gpus)
         except ValueError as exc:
@@ -262,6 +279,9 @@ class LocalCluster:
         when ``interrupt`` was set meanwhile (SIGTERM while starting: the caller stops what started)."""
         self.check()
         self.spec.workdir.mkdir(parents=True, exist_ok=True)
+        # The API server keeps nothing across runs, so a previous run's simulated GPUs (with its MIG
+        # instances), plugin checkpoints, CDI specs and logs would describe claims that no longer exist.
+        shutil.rmtree(self.spec.workdir / "nodes", ignore_errors=True)
         self.progress("starting the API server")
         self.api = LocalAPIServer()
         self.api.start()
@@ -342,14 +362,47 @@ class LocalCluster:
         self.scheduler = self.controller = self.client = self.api = None
 
 
-def recorded_pids(workdir: Path) -> Iterator[tuple[Path, int]]:
-    """Every pid file a supervisor wrote under ``workdir``, with its pid."""
-    candidates = [workdir / SUPERVISOR_PID, *sorted(workdir.glob(f"nodes/*/{PLUGIN_PID}"))]
-    for path in candidates:
+@dataclass(frozen=True)
+class RecordedProcess:
+    """A process a supervisor started, as its pid file says: the pid and the process's start time.
+
+    Why the start time: pids are reused, and ``sim down`` must never signal a stranger that happens
+    to have the pid of a plugin that exited long ago.
+    """
+
+    path: Path
+    pid: int
+    start_time: int | None
+
+    def alive(self) -> bool:
+        return process_alive(self.pid) and (self.start_time is None or process_start_time(self.pid) == self.start_time)
+
+
+def process_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), or None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def record_process(path: Path, pid: int) -> None:
+    """Write ``path`` atomically (a reader never sees half a pid): ``<pid> <start time>``."""
+    start = process_start_time(pid)
+    write_file_atomically(path, f"{pid} {start if start is not None else ''}\n".encode(), sync=False)
+
+
+def recorded_processes(workdir: Path) -> list[RecordedProcess]:
+    """Every pid file a supervisor wrote under ``workdir`` (the supervisor's first)."""
+    found = []
+    for path in [workdir / SUPERVISOR_PID, *sorted(workdir.glob(f"nodes/*/{PLUGIN_PID}"))]:
         try:
-            yield path, int(path.read_text().strip())
-        except (OSError, ValueError):
+            parts = path.read_text().split()
+            found.append(RecordedProcess(path, int(parts[0]), int(parts[1]) if len(parts) > 1 else None))
+        except (OSError, ValueError, IndexError):
             continue
+    return found
 
 
 def process_alive(pid: int) -> bool:
@@ -370,17 +423,17 @@ def process_alive(pid: int) -> bool:
 def stop_recorded(workdir: Path, timeout: float = 30.0) -> list[int]:
     """``migdra sim down``: SIGTERM the supervisor, wait for it, then kill any plugin left behind."""
     stopped: list[int] = []
-    supervisor = workdir / SUPERVISOR_PID
-    for path, pid in recorded_pids(workdir):
-        if not process_alive(pid):
-            path.unlink(missing_ok=True)
+    for record in recorded_processes(workdir):
+        if not record.alive():
+            record.path.unlink(missing_ok=True)
             continue
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + (timeout if path == supervisor else STOP_TIMEOUT_SECONDS)
-        while process_alive(pid) and time.monotonic() < deadline:
+        os.kill(record.pid, signal.SIGTERM)
+        limit = timeout if record.path.name == SUPERVISOR_PID else STOP_TIMEOUT_SECONDS
+        deadline = time.monotonic() + limit
+        while record.alive() and time.monotonic() < deadline:
             time.sleep(0.05)
-        if process_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-        path.unlink(missing_ok=True)
-        stopped.append(pid)
+        if record.alive():
+            os.kill(record.pid, signal.SIGKILL)
+        record.path.unlink(missing_ok=True)
+        stopped.append(record.pid)
     return stopped

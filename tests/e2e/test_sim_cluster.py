@@ -69,7 +69,7 @@ class SimCluster:
         return done
 
     def plugin_pid(self, node: str) -> int:
-        return int((self.workdir / "nodes" / node / "plugin.pid").read_text())
+        return int((self.workdir / "nodes" / node / "plugin.pid").read_text().split()[0])
 
     def mig_instances(self) -> dict[str, int]:
         """GPU instances per node, read through the simulated NVML as the plugins read them."""
@@ -389,3 +389,48 @@ def test_sigterm_while_starting_stops_everything() -> None:
         assert out in ("", f"ready kubeconfig={workdir / 'kubeconfig'}\n")  # the ready line may have won the race
         assert _processes_under(workdir) == []
         assert not list(workdir.glob("**/*.pid"))
+
+
+def test_a_killed_supervisor_is_found_stopped_by_sim_down_and_a_new_run_starts_afresh() -> None:
+    with short_socket_dir() as root:
+        workdir = root / "sim"
+        first = start_cluster(workdir, "--gpus", "H100-SXM5-80GB:1")
+        _apply(first, "default", (DEMO / "01-mig-1g.yaml").read_text())
+        wait_for(lambda: first.running("default", {"inference-1g"}), "the pod to run")
+        assert first.mig_instances() == {"node-1": 1}
+        orphan = first.plugin_pid("node-1")
+        first.client.close()
+        first.process.kill()  # the supervisor dies; its plugin process (its own session) lives on
+        first.process.wait(timeout=30)
+        assert first.process.stdout is not None
+        first.process.stdout.close()
+        assert process_alive(orphan)
+
+        refused = subprocess.run(
+            [str(BIN / "migdra"), "sim", "up", "--workdir", str(workdir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert refused.returncode == 2
+        assert f"a simulated cluster still runs there (pid {orphan})" in refused.stderr
+        assert process_alive(orphan), "a refused start must not touch the running plugin"
+
+        down = sim_down(workdir)
+        assert down.returncode == 0, down.stderr
+        assert str(orphan) in down.stderr
+        wait_for(lambda: not process_alive(orphan), "the orphaned plugin to stop")
+
+        second = start_cluster(workdir, "--gpus", "H100-SXM5-80GB:1")
+        try:
+            # The API server kept nothing, so neither do the nodes: no instance of the old claim is left.
+            assert second.mig_instances() == {"node-1": 0}
+            _apply(second, "default", (DEMO / "01-mig-1g.yaml").read_text())
+            wait_for(lambda: second.running("default", {"inference-1g"}), "the pod of the new run to run")
+        finally:
+            second.client.close()
+            assert sim_down(workdir).returncode == 0
+            second.process.wait(timeout=30)
+            assert second.process.stdout is not None
+            second.process.stdout.close()
