@@ -190,14 +190,19 @@ def make_node() -> Iterator[Callable[..., SimNode]]:
         api.write_kubeconfig(kubeconfig)
         client = Client(kubeconfig)
 
-        def make(wipe_delay: float = 30.0) -> SimNode:
+        def make(
+            wipe_delay: float = 30.0,
+            backoff: BackoffPolicy = BackoffPolicy(initial=0.2, maximum=1.0),  # noqa: B008 -- frozen
+            call_timeout: float = 45.0,
+        ) -> SimNode:
             kubelet = Kubelet(
                 client,
                 NODE,
                 root / "registry",
                 labels={"example.com/rack": "r1"},
                 wipe_delay=wipe_delay,
-                backoff=BackoffPolicy(initial=0.2, maximum=1.0),
+                backoff=backoff,
+                call_timeout=call_timeout,
             )
             node = SimNode(api, client, root, kubeconfig, kubelet)
             nodes.append(node)
@@ -442,3 +447,37 @@ def test_kubelet_start_wipes_stale_slices_of_its_node(make_node: Callable[..., S
     assert len(node.slices()) == published  # nobody deleted them: a killed plugin cannot
     restarted = make_node()
     assert restarted.slices() == []
+
+
+def test_a_finished_pod_releases_its_claims_and_stays(make_node: Callable[..., SimNode]) -> None:
+    node = make_node()
+    node.start_plugin()
+    pod = node.create_pod("job", "job-gpu")
+    node.create_claim("job-gpu", node.device("gpu-0-mig-1g10gb-"), [pod])
+    node.run_pod("job")
+    assert len(node.instances()) == 1
+    node.client.merge_patch(PODS, NAMESPACE, "job", {"status": {"phase": "Succeeded"}}, "status")
+    wait_for("the instance of the finished pod to be destroyed", lambda: node.instances() == [])
+    assert node.kubelet.prepared_claims() == {}
+    finished = node.client.get(PODS, NAMESPACE, "job")
+    assert finished is not None, "a finished pod is not deleted by the kubelet"
+    assert finished["status"]["phase"] == "Succeeded"
+
+
+def test_a_prepare_that_timed_out_is_still_unprepared_when_the_pod_goes(make_node: Callable[..., SimNode]) -> None:
+    # The plugin creates the instance after kubelet's call timed out; the retry comes too late (long
+    # backoff), the pod is deleted first: NodeUnprepareResources must still go out, or the instance leaks.
+    node = make_node(backoff=BackoffPolicy(initial=60.0, maximum=60.0), call_timeout=0.5)
+    node.start_plugin({"MIGDRA_SIM_FAULTS": json.dumps({"latency": {"nvmlDeviceCreateGpuInstanceWithPlacement": 1.5}})})
+    pod = node.create_pod("slow", "slow-gpu")
+    node.create_claim("slow-gpu", node.device("gpu-0-mig-1g10gb-"), [pod])
+    node.client.bind(NAMESPACE, "slow", NODE)
+    warnings = wait_for("the timed-out prepare reported", lambda: node.events("slow", FAILED_PREPARE))
+    assert "DEADLINE_EXCEEDED" in warnings[0]["message"]
+    wait_for("the plugin to finish creating the instance anyway", lambda: len(node.instances()) == 1)
+    current = node.client.get(PODS, NAMESPACE, "slow")
+    assert current is not None
+    assert current["status"].get("phase") != "Running"
+    node.delete_pod("slow")
+    wait_for("the instance to be destroyed", lambda: node.instances() == [])
+    assert node.kubelet.prepared_claims() == {}

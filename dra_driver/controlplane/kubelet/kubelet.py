@@ -12,9 +12,11 @@ prepared and unprepared as kubelet's DRA manager does it (``pkg/kubelet/cm/dra``
   ``FailedPrepareDynamicResources`` (kubelet's reason).  On success the pod gets the CDI device IDs in
   the annotation :data:`CDI_ANNOTATION` (what a container runtime would have been handed) and a
   Running status;
-- a pod being deleted (``deletionTimestamp``) or gone has its containers "stopped", then each claim no
-  other pod of this node still uses is unprepared; once everything is unprepared the pod is deleted
-  with ``gracePeriodSeconds=0`` and a UID precondition, which is what finishes a graceful deletion;
+- a pod being deleted (``deletionTimestamp``), gone, or finished (phase Succeeded/Failed) has its
+  containers "stopped", then each claim no other pod of this node still uses is unprepared -- for
+  every driver of the allocation, also one whose prepare never answered (it may have created the
+  instance before a timeout); once everything is unprepared a pod being deleted is deleted with
+  ``gracePeriodSeconds=0`` and a UID precondition, which is what finishes a graceful deletion;
 - at start-up every ResourceSlice of the node is deleted (kubelet wipes them so a restarted node does
   not advertise devices of plugins that are gone); a driver whose plugins all stay away for
   ``wipe_delay`` seconds has its slices deleted too.
@@ -79,6 +81,9 @@ class PreparedClaim:
     requests: tuple[str, ...]
     devices: dict[str, tuple[PreparedDevice, ...]] = field(default_factory=dict)  # by driver
     users: set[str] = field(default_factory=set)  # pod UIDs
+    drivers: set[str] = field(default_factory=set)
+    """Every driver of the allocation, prepared or not: each gets NodeUnprepareResources in the end,
+    since a prepare that timed out may still have created the instance (kubelet's DriverState)."""
 
 
 @dataclass
@@ -192,7 +197,7 @@ class Kubelet:
         """The claim info cache by claim UID (a copy)."""
         with self._lock:
             return {
-                uid: PreparedClaim(c.ref, c.requests, dict(c.devices), set(c.users))
+                uid: PreparedClaim(c.ref, c.requests, dict(c.devices), set(c.users), set(c.drivers))
                 for uid, c in self._prepared.items()
             }
 
@@ -258,7 +263,7 @@ class Kubelet:
             if self._stopping.is_set():
                 return None
             pod = pods.get(uid)
-            if pod is None or _deleting(pod):
+            if pod is None or _deleting(pod) or _terminal(pod):
                 self._tear_down(uid, pod)
         for uid, pod in pods.items():
             if self._stopping.is_set():
@@ -364,7 +369,10 @@ class Kubelet:
                 entry = self._prepared.setdefault(ref.uid, PreparedClaim(ref, requests))
                 entry.users.add(record.uid)
                 record.claims.add(ref.uid)
-            for driver in sorted({r["driver"] for r in results}):
+            drivers = {r["driver"] for r in results}
+            with self._lock:
+                entry.drivers.update(drivers)
+            for driver in sorted(drivers):
                 if driver not in entry.devices:
                     by_driver.setdefault(driver, []).append(ref)
         errors: list[str] = []
@@ -433,9 +441,10 @@ class Kubelet:
     # -- stopping a pod ------------------------------------------------------------------------
 
     def _tear_down(self, uid: str, pod: dict[str, Any] | None) -> None:
-        """Stop the pod's containers, release its claims (unpreparing unused ones), delete it for good."""
+        """Stop the pod's containers, release its claims (unpreparing unused ones), and, when it is being
+        deleted, delete it for good (a pod that finished stays, as in Kubernetes)."""
         record = self._records[uid]
-        if pod is not None and not record.stopped and record.running:
+        if pod is not None and not record.stopped and record.running and not _terminal(pod):
             for container in record.containers:
                 self.events.event(PODS, pod, NORMAL, "Killing", f"Stopping container {container}")
         record.stopped = True
@@ -451,7 +460,7 @@ class Kubelet:
                 self.events.event(PODS, pod, WARNING, FAILED_UNPREPARE, message)
             return
         self._retries.succeeded(key)
-        if pod is not None and not self._delete_pod(uid, pod):
+        if pod is not None and _deleting(pod) and not self._delete_pod(uid, pod):
             return
         with self._lock:
             del self._records[uid]
@@ -474,7 +483,7 @@ class Kubelet:
                     unused.append(entry)
         by_driver: dict[str, list[ClaimRef]] = {}
         for entry in unused:
-            for driver in entry.devices:
+            for driver in entry.drivers | entry.devices.keys():
                 by_driver.setdefault(driver, []).append(entry.ref)
         errors: list[str] = []
         for driver, refs in sorted(by_driver.items()):
@@ -495,9 +504,10 @@ class Kubelet:
                     continue
                 with self._lock:
                     self._prepared[ref.uid].devices.pop(driver, None)
+                    self._prepared[ref.uid].drivers.discard(driver)
         with self._lock:
             for entry in unused:
-                if not entry.devices:
+                if not entry.devices and not entry.drivers:
                     self._prepared.pop(entry.ref.uid, None)
                     record.claims.discard(entry.ref.uid)
         return errors
@@ -528,6 +538,11 @@ class Kubelet:
 
 def _deleting(pod: dict[str, Any]) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def _terminal(pod: dict[str, Any]) -> bool:
+    """Succeeded or Failed: its containers have ended, so its claims are released (not the pod)."""
+    return (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES
 
 
 def _describe_call_failure(exc: BaseException) -> str:
