@@ -4,12 +4,13 @@ Why level-triggered: every component of the local cluster (claim controller, sch
 looks at the whole cached state after any change and does what is missing, so a missed or
 coalesced event can never lose work; the caches only decide *when* to look again.  A watch that the
 server ends, breaks or refuses as too old (410 Gone) is followed by a fresh list, as client-go's
-reflector does.
+reflector does; objects in the cache newer than that list (our own writes, assumed) are kept.
 
 Read your own writes: a component that wrote an object hands the server's answer to
 :meth:`Informer.assume` so its next look sees the write even before the watch delivers it (the
 scheduler must never allocate a device twice because its cache lagged behind its own allocation:
-kube-scheduler's "assume cache" exists for the same reason).
+kube-scheduler's "assume cache" exists for the same reason).  Recent deletions are remembered, so the
+late answer to a write cannot bring back an object the watch has already seen deleted.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dra_driver.kubeapi import BackoffPolicy, describe_failure
 log = logging.getLogger(__name__)
 WATCH_TIMEOUT_SECONDS = 60
 _RELIST_BACKOFF = BackoffPolicy(initial=0.1, maximum=2.0)
+_TOMBSTONES = 4096  # recent deletions remembered, so a late answer to our own write cannot revive the object
 
 
 class Changes:
@@ -79,6 +81,7 @@ class Informer:
         self.field_selector = field_selector
         self.watch_timeout = watch_timeout
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self._deleted: dict[tuple[str, str], int] = {}  # key -> resourceVersion of its deletion (recent ones)
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._stopping = threading.Event()
@@ -107,7 +110,7 @@ class Informer:
         with self._lock:
             if meta.get("deletionTimestamp") and not meta.get("finalizers"):
                 self._objects.pop(key, None)  # the write removed the last finalizer: the object is gone
-            else:
+            elif self._deleted.get(key, -1) < _resource_version(obj):  # not deleted since this write
                 cached = self._objects.get(key)
                 if cached is None or _resource_version(obj) >= _resource_version(cached):
                     self._objects[key] = copy.deepcopy(obj)
@@ -146,8 +149,17 @@ class Informer:
 
     def _relist(self) -> str:
         items, resource_version = self._client.list(self.kind, field_selector=self.field_selector)
+        listed_at = int(resource_version or 0)
         with self._lock:
-            self._objects = {object_key(obj): obj for obj in items}
+            fresh = {object_key(obj): obj for obj in items}
+            # A write assumed while the list was on its way is newer than the list: keep it (the watch
+            # from the list's version delivers it again), or the cache would forget our own allocation.
+            for key, cached in self._objects.items():
+                if _resource_version(cached) > listed_at and (
+                    key not in fresh or _resource_version(fresh[key]) < _resource_version(cached)
+                ):
+                    fresh[key] = cached
+            self._objects = fresh
         self._synced.set()
         self.changes.bump()
         return resource_version
@@ -163,6 +175,9 @@ class Informer:
             raise
         self._stream = stream
         try:
+            if self._stopping.is_set():  # stop() ran while the watch was being opened: it saw no stream
+                stream.close()
+                return resource_version
             for event in stream:
                 resource_version = self._apply(event, resource_version)
         finally:
@@ -182,6 +197,9 @@ class Informer:
         with self._lock:
             if kind == "DELETED":
                 self._objects.pop(key, None)
+                if len(self._deleted) >= _TOMBSTONES:
+                    self._deleted.pop(next(iter(self._deleted)))
+                self._deleted[key] = _resource_version(obj)
             else:
                 cached = self._objects.get(key)
                 if cached is None or _resource_version(obj) >= _resource_version(cached):

@@ -1,0 +1,82 @@
+"""The local cluster's informers against the local API server: read-your-writes without losing them to
+a late list or reviving deleted objects, and a prompt stop."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.controlplane.kube.client import PODS, Client
+from dra_driver.controlplane.kube.informer import Changes, Informer
+
+
+def _pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+
+
+def _until(check: Any, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def client() -> Iterator[Client]:
+    with LocalAPIServer() as api:
+        c = Client(api.kubeconfig_path)
+        yield c
+        c.close()
+
+
+@pytest.fixture
+def pods(client: Client) -> Iterator[Informer]:
+    informer = Informer(client, PODS, Changes())
+    informer.start()
+    assert informer.wait_synced(20)
+    yield informer
+    informer.stop()
+
+
+def test_a_list_older_than_an_assumed_write_does_not_undo_it(client: Client, pods: Informer) -> None:
+    created = client.create(PODS, _pod("a"))
+    _until(lambda: pods.get("default", "a") is not None, "the pod in the cache")
+    stale_items, stale_version = client.list(PODS)
+    labelled = copy.deepcopy(created)
+    labelled["metadata"]["labels"] = {"written": "by-us"}
+    pods.assume(client.update(PODS, labelled))
+    pods._client.list = lambda *args, **kwargs: (stale_items, stale_version)  # type: ignore[method-assign]
+    pods._relist()  # the list was taken before our write and answered after it
+    cached = pods.get("default", "a")
+    assert cached is not None
+    assert cached["metadata"]["labels"] == {"written": "by-us"}
+
+
+def test_a_late_answer_to_our_own_write_does_not_revive_a_deleted_object(client: Client, pods: Informer) -> None:
+    created = client.create(PODS, _pod("b"))
+    answer = client.update(PODS, {**created, "metadata": {**created["metadata"], "labels": {"x": "y"}}})
+    client.delete(PODS, "default", "b")
+    _until(lambda: pods.get("default", "b") is None and pods.items() == [], "the deletion in the cache")
+    pods.assume(answer)  # the write's answer handled after the watch delivered the deletion
+    assert pods.get("default", "b") is None
+    again = client.create(PODS, _pod("b"))  # a new object of the same name is not a ghost
+    pods.assume(again)
+    assert pods.get("default", "b") is not None
+
+
+def test_stop_ends_a_watch_that_waits_for_events(pods: Informer) -> None:
+    started = time.monotonic()
+    pods.stop()
+    assert time.monotonic() - started < 5
+    assert not pods._thread.is_alive()
