@@ -615,3 +615,45 @@ def test_extended_resource_nobody_provides_is_insufficient(cluster: Api) -> None
     assert event["message"] == "0/2 nodes are available: 2 Insufficient example.com/fpga."
     assert api.node_of("fpga") is None
     assert api.claims() == []
+
+
+def test_a_stale_special_claim_is_unreserved_and_deleted_before_the_pod_gets_a_new_one(cluster: Api) -> None:
+    # An attempt that created the special claim and reserved it but never bound the pod (a crash, a
+    # failed pod write): kube-scheduler deletes such a claim and starts over.  It must be unreserved
+    # first, or the claim controller keeps its finalizer for the live pod and the delete never ends.
+    api = cluster
+    api.add_classes()
+    api.client.create(DEVICE_CLASSES, profile_class("mig-1g10gb", "1g.10gb", "nvidia.com/mig-1g.10gb"))
+    api.add_node(node("n1"))
+    created = api.client.create(PODS, pod("ext", limits={"nvidia.com/mig-1g.10gb": 1}))
+    meta = created["metadata"]
+    stale = api.client.create(
+        CLAIMS,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {
+                "generateName": "ext-extended-resources-",
+                "namespace": NAMESPACE,
+                "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+                "finalizers": [DELETE_PROTECTION],
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": "ext", "uid": meta["uid"], "controller": True}
+                ],
+            },
+            "spec": {"devices": {"requests": [mig_request("container-0-request-0")]}},
+        },
+    )
+    held = {"request": "container-0-request-0", "driver": DRIVER, "pool": "n1", "device": "gpu-0-mig-1g10gb-19-6"}
+    stale["status"] = {
+        "allocation": {"devices": {"results": [held]}},
+        "reservedFor": [{"resource": "pods", "name": "ext", "uid": meta["uid"]}],
+    }
+    api.client.update(CLAIMS, stale, "status")
+    with running(ClaimController(api.client), Scheduler(api.client)):
+        assert wait_for("ext bound", lambda: api.node_of("ext")) == "n1"
+        wait_for("the stale claim gone", lambda: api.claim(stale["metadata"]["name"]) is None)
+    claims = api.claims()
+    assert len(claims) == 1
+    assert claims[0]["metadata"]["name"] != stale["metadata"]["name"]
+    assert reserved_names(claims[0]) == ["ext"]

@@ -38,6 +38,7 @@ from dra_driver.controlplane.kube.informer import Changes, Informer
 from dra_driver.controlplane.kube.loop import ControlLoop
 from dra_driver.controlplane.scheduler.binding import Binding, binding_state
 from dra_driver.controlplane.scheduler.extended import (
+    EXTENDED_RESOURCE_CLAIM_ANNOTATION,
     device_class_mapping,
     extended_claim_requests,
     find_extended_claim,
@@ -60,6 +61,9 @@ SCHEDULER_NAME = "default-scheduler"
 BINDING_TIMEOUT_SECONDS = 600.0  # kube-scheduler's DynamicResources bindingTimeout default
 RESYNC_SECONDS = 5.0
 MAX_RESERVED_FOR = 256
+AVOID_SECONDS = 60.0
+"""How long a pod's next attempts avoid the devices whose binding conditions failed for it: long enough
+to go elsewhere now, short enough that a device whose failure was passing is not lost to the pod."""
 _IN_MEMORY_CLAIM = "<extended-resources>"
 
 
@@ -136,7 +140,7 @@ class Scheduler(ControlLoop):
         self.stats = SchedulerStats()
         self._binding: dict[str, _Binding] = {}  # pod UID -> waiting for binding conditions
         self._attempts: dict[str, _Attempt] = {}  # pod UID -> last unschedulable attempt
-        self._avoid: dict[str, list[dict[str, Any]]] = {}  # pod UID -> results whose binding failed
+        self._avoid: dict[str, list[tuple[float, dict[str, Any]]]] = {}  # pod UID -> (until, allocation)
         informers = (self.pods, self.nodes, self.claims, self.slices, self.classes)
         super().__init__("scheduler", changes, informers, resync)
 
@@ -159,6 +163,13 @@ class Scheduler(ControlLoop):
             del self._binding[uid]
         for stale in [u for u in self._attempts if u not in live]:
             del self._attempts[stale]
+        now = time.monotonic()
+        for uid in list(self._avoid):
+            kept = [entry for entry in self._avoid[uid] if uid in live and entry[0] > now]
+            if kept:
+                self._avoid[uid] = kept
+            else:
+                del self._avoid[uid]
         for pod in pods:
             if self.stopping:
                 return
@@ -188,9 +199,12 @@ class Scheduler(ControlLoop):
         self.stats.attempts += 1
         stale = find_extended_claim(pod, self.claims.items())
         if stale is not None:
-            # Left by an attempt that did not finish (Go deletes it in PostFilter and tries again).
-            meta = stale["metadata"]
-            self.client.delete(CLAIMS, meta["namespace"], meta["name"], uid=meta.get("uid"))
+            # Left by an attempt that did not finish (Go deletes it in PostFilter and tries again); the
+            # pod is tried again once it is gone.
+            try:
+                self._discard_extended_claim(dict(stale))
+            except Exception as exc:
+                log.info("pod %s: removing its stale special claim: %s", pod["metadata"]["name"], describe_failure(exc))
             return
         resolved = pod_claims(pod, self.claims.get)
         if resolved.waiting is not None:
@@ -264,7 +278,8 @@ class Scheduler(ControlLoop):
         allocated = [
             c for c in self.claims.items() if (c.get("status") or {}).get("allocation") and id(c) not in pending
         ]
-        allocated += self._avoid.get(pod["metadata"]["uid"], [])
+        now = time.monotonic()
+        allocated += [held for until, held in self._avoid.get(pod["metadata"]["uid"], []) if until > now]
         slices = self.slices.items()
         classes = self.classes.items()
         results = allocate(to_allocate, node, slices, classes, allocated, self.features)
@@ -302,10 +317,7 @@ class Scheduler(ControlLoop):
                 stored = self._write_allocation(claim, None, pod)
                 written.append((stored["metadata"]["namespace"], stored["metadata"]["name"]))
             if placement.extended is not None:
-                claim = self._create_extended_claim(pod, placement.extended)
-                key = (claim["metadata"]["namespace"], claim["metadata"]["name"])
-                written.append(key)
-                allocated.append(key)
+                self._create_extended_claim(pod, placement.extended, written, allocated)
         except Exception as exc:
             # A conflict (someone changed a claim since our cache saw it) or an API failure: undo what this
             # attempt allocated and try again on the next pass with fresh data.
@@ -340,8 +352,18 @@ class Scheduler(ControlLoop):
         self.claims.assume(written)
         return written
 
-    def _create_extended_claim(self, pod: dict[str, Any], planned: dict[str, Any]) -> dict[str, Any]:
-        """Create the special claim, record it on the pod, then allocate and reserve it."""
+    def _create_extended_claim(
+        self,
+        pod: dict[str, Any],
+        planned: dict[str, Any],
+        written: list[tuple[str, str]],
+        allocated: list[tuple[str, str]],
+    ) -> None:
+        """Create the special claim, allocate and reserve it, then record it on the pod.
+
+        The claim is added to ``written`` and ``allocated`` as soon as it exists, so a later failure
+        (a status write, the pod's patch) undoes it with the rest of the attempt.
+        """
         body = copy.deepcopy(planned)
         allocation = body.pop("status")["allocation"]
         body["metadata"].pop("name", None)
@@ -349,22 +371,24 @@ class Scheduler(ControlLoop):
         body["metadata"]["finalizers"] = [DELETE_PROTECTION_FINALIZER]
         created = self.client.create(CLAIMS, body)
         self.claims.assume(created)
+        key = (created["metadata"]["namespace"], created["metadata"]["name"])
+        written.append(key)
+        allocated.append(key)
         updated = copy.deepcopy(created)
         updated["status"] = {"allocation": allocation, "reservedFor": [pod_reference(pod)]}
-        written = self.client.update(CLAIMS, updated, "status")
-        self.claims.assume(written)
+        stored = self.client.update(CLAIMS, updated, "status")
+        self.claims.assume(stored)
         patch = {
             "status": {
                 "extendedResourceClaimStatus": {
-                    "resourceClaimName": written["metadata"]["name"],
-                    "requestMappings": request_mappings(written, pod),
+                    "resourceClaimName": stored["metadata"]["name"],
+                    "requestMappings": request_mappings(stored, pod),
                 }
             }
         }
         self.pods.assume(
             self.client.merge_patch(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], patch, "status")
         )
-        return written
 
     def _continue_binding(self, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
@@ -427,7 +451,8 @@ class Scheduler(ControlLoop):
                         "status": {"allocation": claim["status"]["allocation"]},
                     }
                 )
-        self._avoid.setdefault(uid, []).extend(failed)
+        until = time.monotonic() + AVOID_SECONDS
+        self._avoid.setdefault(uid, []).extend((until, held) for held in failed)
         del self._binding[uid]
         self._deallocate(pod, waiting.allocated, unreserve=waiting.claims)
         self.recorder.event(PODS, pod, WARNING, "FailedScheduling", f"binding on node {waiting.node} failed: {message}")
@@ -443,13 +468,9 @@ class Scheduler(ControlLoop):
             if claim is None:
                 continue
             try:
-                if (claim["metadata"].get("annotations") or {}).get(
-                    "resource.kubernetes.io/extended-resource-claim"
-                ) == "true" and (namespace, name) in allocated:
-                    updated = copy.deepcopy(claim)
-                    updated["status"] = {}
-                    self.claims.assume(self.client.update(CLAIMS, updated, "status"))
-                    self.client.delete(CLAIMS, namespace, name, uid=claim["metadata"].get("uid"))
+                extended = (claim["metadata"].get("annotations") or {}).get(EXTENDED_RESOURCE_CLAIM_ANNOTATION)
+                if extended == "true" and (namespace, name) in allocated:
+                    self._discard_extended_claim(claim)
                     continue
                 updated = copy.deepcopy(claim)
                 status = updated.setdefault("status", {})
@@ -462,6 +483,18 @@ class Scheduler(ControlLoop):
                 self.claims.assume(self.client.update(CLAIMS, updated, "status"))
             except Exception as exc:  # the claim controller deallocates unreserved claims in the end
                 log.info("claim %s/%s: undoing the reservation failed: %s", namespace, name, describe_failure(exc))
+
+    def _discard_extended_claim(self, claim: dict[str, Any]) -> None:
+        """Deallocate and delete a special claim: unreserved first, so the claim controller lets it go
+        (it keeps the delete-protection finalizer of a claim reserved for a live pod)."""
+        meta = claim["metadata"]
+        if (claim.get("status") or {}).get("allocation") or (claim.get("status") or {}).get("reservedFor"):
+            updated = copy.deepcopy(claim)
+            updated["status"] = {}
+            claim = self.client.update(CLAIMS, updated, "status")
+            self.claims.assume(claim)
+        if not meta.get("deletionTimestamp"):
+            self.client.delete(CLAIMS, meta["namespace"], meta["name"], uid=meta.get("uid"))
 
     def _unschedulable(self, pod: dict[str, Any], fingerprint: tuple[Any, ...], message: str) -> None:
         uid = pod["metadata"]["uid"]
