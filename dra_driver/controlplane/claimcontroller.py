@@ -61,9 +61,18 @@ def owned_by(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
 
 
 def generated_claim_name(pod: Mapping[str, Any], entry: str) -> str:
-    """The ``generateName`` of the claim for ``entry``: ``<pod>-<entry>-``, cut to leave room for the suffix."""
-    base = f"{pod['metadata']['name']}-{entry}-"
-    return base[:_GENERATE_NAME_BASE]
+    """The ``generateName`` of the claim for ``entry``: ``<pod>-<entry>-``; when longer than 57
+    characters, both names are cut in proportion to their lengths (and the trailing ``-`` goes), as the
+    resourceclaim controller does, so a long pod name does not swallow the entry's name."""
+    pod_name = str(pod["metadata"]["name"])
+    base = f"{pod_name}-{entry}-"
+    if len(base) <= _GENERATE_NAME_BASE:
+        return base
+    return (
+        pod_name[: len(pod_name) * _GENERATE_NAME_BASE // len(base)]
+        + "-"
+        + entry[: len(entry) * _GENERATE_NAME_BASE // len(base)]
+    )
 
 
 class ClaimController(ControlLoop):

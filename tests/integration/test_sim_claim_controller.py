@@ -179,6 +179,7 @@ def test_one_claim_per_template_entry_and_a_long_name_still_fits(cluster: Api) -
         generated = api.claim(name)
         assert generated is not None
         assert len(name) <= 63
+        assert f"-{entry[:3]}" in name, "the entry's name survives the shortening"
         assert generated["metadata"]["annotations"][POD_CLAIM_NAME] == entry
     assert len(api.claims()) == 2
 

@@ -10,6 +10,7 @@ import pytest
 
 from dra_driver.allocation import DEFAULT_FEATURES
 from dra_driver.allocation.explain import explain
+from dra_driver.controlplane.claimcontroller import generated_claim_name
 from dra_driver.controlplane.cluster import ClusterSpec, deviceclass_documents, substitute_driver
 from dra_driver.controlplane.scheduler.binding import Binding, binding_state
 from dra_driver.controlplane.scheduler.messages import explanation_clause, failed_scheduling_message
@@ -216,3 +217,12 @@ def test_the_occupancy_map_shows_which_memory_slices_hold_which_claim() -> None:
         "memory slices held by:\n"
         "  A = ns/c\n"
     )
+
+
+def test_generated_claim_names_cut_both_parts_in_proportion_as_kube_does() -> None:
+    assert generated_claim_name({"metadata": {"name": "trainer"}}, "gpu") == "trainer-gpu-"
+    pod_name, entry = "p" * 60, "accelerator"
+    name = generated_claim_name({"metadata": {"name": pod_name}}, entry)
+    # len("<pod>-<entry>-") = 73: the pod keeps 60*57//73 = 46 characters, the entry 11*57//73 = 8.
+    assert name == "p" * 46 + "-" + "accelera"
+    assert len(name) + 5 <= 63
