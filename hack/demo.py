@@ -49,8 +49,8 @@ def kubectl(kubeconfig: Path, *args: str, show: bool = True) -> str:
     )
     if done.returncode != 0:
         raise SystemExit(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
-    if show:
-        say(done.stdout.rstrip())
+    if show:  # kubectl says "No resources found ..." on stderr
+        say((done.stdout or done.stderr).rstrip())
     return done.stdout
 
 
