@@ -477,7 +477,8 @@ def test_a_prepare_that_timed_out_is_still_unprepared_when_the_pod_goes(make_nod
     wait_for("the plugin to finish creating the instance anyway", lambda: len(node.instances()) == 1)
     current = node.client.get(PODS, NAMESPACE, "slow")
     assert current is not None
-    assert current["status"].get("phase") != "Running"
+    assert current["status"]["phase"] == "Pending"
+    assert current["status"]["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
     node.delete_pod("slow")
     wait_for("the instance to be destroyed", lambda: node.instances() == [])
     assert node.kubelet.prepared_claims() == {}

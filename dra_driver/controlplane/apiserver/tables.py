@@ -54,9 +54,17 @@ def _pod_restarts(obj: Mapping[str, Any]) -> str:
 
 
 def _pod_status(obj: Mapping[str, Any]) -> str:
-    """kube's pod STATUS: the phase, or the status reason, or ``Terminating`` once deletion started."""
+    """kube's pod STATUS: the phase or the status reason, overridden by a container's waiting or
+    terminated reason (``ContainerCreating``, ``CrashLoopBackOff``, ``Completed``), and ``Terminating``
+    once deletion started."""
     status = obj.get("status") or {}
     reason = status.get("reason") or status.get("phase") or ""
+    for container in reversed(status.get("containerStatuses") or []):
+        state = container.get("state") or {}
+        if (state.get("waiting") or {}).get("reason"):
+            reason = state["waiting"]["reason"]
+        elif (state.get("terminated") or {}).get("reason"):
+            reason = state["terminated"]["reason"]
     if (obj.get("metadata") or {}).get("deletionTimestamp"):
         return "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
     return str(reason)

@@ -51,7 +51,7 @@ from dra_driver.controlplane.kube.informer import Changes, Informer
 from dra_driver.controlplane.kubelet.node import node_labels, node_status
 from dra_driver.controlplane.kubelet.pluginclient import CALL_TIMEOUT_SECONDS
 from dra_driver.controlplane.kubelet.pluginwatcher import DEFAULT_WIPE_DELAY_SECONDS, PluginWatcher
-from dra_driver.controlplane.kubelet.podstatus import running_status
+from dra_driver.controlplane.kubelet.podstatus import creating_status, running_status
 from dra_driver.controlplane.kubelet.retries import RetryTracker
 from dra_driver.kubeapi import BackoffPolicy, describe_failure
 from dra_driver.kubeletcalls import ClaimRef, PreparedDevice
@@ -331,6 +331,8 @@ class Kubelet:
                     tuple(c["name"] for c in (pod.get("spec") or {}).get("containers") or []),
                 ),
             )
+        if not (pod.get("status") or {}).get("containerStatuses"):
+            self._write_creating(pod)
         errors, missing = self._prepare(record, claims)
         if errors:
             self._awaited_drivers[uid] = frozenset(missing)
@@ -416,6 +418,20 @@ class Kubelet:
             self._pod_ips[uid] = f"{self._pod_subnet}.{self._next_pod_host}"
             self._next_pod_host = self._next_pod_host % 253 + 2
         return self._pod_ips[uid]
+
+    def _write_creating(self, pod: dict[str, Any]) -> None:
+        """``ContainerCreating`` while the claims are prepared (best effort: Running replaces it)."""
+        meta = pod["metadata"]
+        try:
+            written = self.client.merge_patch(
+                PODS, meta["namespace"], meta["name"], {"status": creating_status(pod, self.host_ip)}, "status"
+            )
+        except Exception as exc:
+            log.debug(
+                "pod %s/%s: ContainerCreating not written: %s", meta["namespace"], meta["name"], describe_failure(exc)
+            )
+            return
+        self._pods.assume(written)
 
     def _write_running(self, pod: dict[str, Any], claims: list[dict[str, Any]]) -> None:
         """The CDI annotation (merge patch on the pod), then the Running status (status subresource)."""

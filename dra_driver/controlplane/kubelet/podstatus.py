@@ -1,5 +1,5 @@
-"""The status a simulated kubelet writes for a pod whose claims are prepared: Running, as if its
-containers had started with the CDI devices.  Pure.
+"""The statuses a simulated kubelet writes: ``ContainerCreating`` while it prepares a pod's claims, and
+Running once they are prepared, as if its containers had started with the CDI devices.  Pure.
 
 Why it looks complete (conditions, IPs, container statuses with IDs): ``kubectl get pods -o wide`` and
 ``kubectl describe pod`` read these fields, and tools that wait for ``Ready`` must see it.
@@ -53,6 +53,42 @@ def running_status(pod: Mapping[str, Any], host_ip: str, pod_ip: str) -> dict[st
         ],
         "containerStatuses": [
             {**container_status(c), "ready": True, "started": True, "state": {"running": {"startedAt": now}}}
+            for c in spec.get("containers") or []
+        ],
+    }
+
+
+def creating_status(pod: Mapping[str, Any], host_ip: str) -> dict[str, Any]:
+    """``status`` of a pod whose claims are being prepared: still Pending, every container waiting in
+    ``ContainerCreating`` (what ``kubectl get pods`` shows while NodePrepareResources fails and is
+    retried), ``PodReadyToStartContainers=False``."""
+    spec, old = pod.get("spec") or {}, pod.get("status") or {}
+    now = now_rfc3339()
+    waiting = {"waiting": {"reason": "ContainerCreating"}}
+    conditions = [
+        {"type": "PodReadyToStartContainers", "status": "False", "lastTransitionTime": now},
+        {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+        {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now},
+        {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now},
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+    ]
+    return {
+        "phase": "Pending",
+        "conditions": conditions,
+        "hostIP": host_ip,
+        "hostIPs": [{"ip": host_ip}],
+        "startTime": old.get("startTime") or now,
+        "qosClass": old.get("qosClass") or "BestEffort",
+        "containerStatuses": [
+            {
+                "name": c.get("name", ""),
+                "image": c.get("image") or "",
+                "imageID": "",
+                "restartCount": 0,
+                "ready": False,
+                "started": False,
+                "state": waiting,
+            }
             for c in spec.get("containers") or []
         ],
     }
