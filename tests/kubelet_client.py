@@ -33,11 +33,11 @@ from typing import Any
 
 import grpc
 
-from dra_driver.controlplane.kubelet.pluginclient import KNOWN_VERSIONS, RegistrationRejected, register
+from dra_driver.controlplane.kubelet.pluginclient import KNOWN_VERSIONS, RegistrationRejected, prepare_result, register
 from dra_driver.kubeletapi import dra_health_v1alpha1_pb2 as health_pb2
 from dra_driver.kubeletapi import dra_health_v1alpha1_pb2_grpc as health_grpc
 from dra_driver.kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
-from kubeletplugin.draservice import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
+from kubeletplugin.draservice import ClaimRef, PrepareResult, UnprepareResult
 
 DRA_PLUGIN_VERSIONS = KNOWN_VERSIONS  # what kubelet 1.34/1.35 knows
 HEALTH_VERSION = "v1alpha1.DRAResourceHealth"
@@ -46,13 +46,6 @@ _STUBS = {
     "v1beta1.DRAPlugin": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc),
 }
 CALL_TIMEOUT_SECONDS = 45.0  # kubelet's defaultClientCallTimeout
-
-
-def _share_id(device: Any) -> str | None:
-    """v1 devices may carry a share ID; v1beta1 devices have no such field."""
-    if "share_id" in device.DESCRIPTOR.fields_by_name and device.HasField("share_id"):
-        return str(device.share_id)
-    return None
 
 
 @dataclass(frozen=True)
@@ -130,22 +123,7 @@ class KubeletClient:
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         """NodePrepareResources; the response in plain types, keyed by claim UID."""
         response = self.prepare_raw(claims)
-        return {
-            uid: PrepareResult(
-                devices=tuple(
-                    PreparedDevice(
-                        pool_name=d.pool_name,
-                        device_name=d.device_name,
-                        request_names=tuple(d.request_names),
-                        cdi_device_ids=tuple(d.cdi_device_ids),
-                        share_id=_share_id(d),
-                    )
-                    for d in entry.devices
-                ),
-                error=entry.error,
-            )
-            for uid, entry in response.claims.items()
-        }
+        return {uid: prepare_result(entry) for uid, entry in response.claims.items()}
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
         """NodeUnprepareResources on the chosen version, keyed by claim UID."""
