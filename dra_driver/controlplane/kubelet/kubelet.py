@@ -445,14 +445,15 @@ class Kubelet:
         if old.get("phase") == "Running":
             return  # a restarted kubelet: the status is ours already
         status = running_status(pod, self.host_ip, self._pod_ip(meta["uid"], pod))
+        # The containers "start" (their Events come first, as in kubelet), then the status says so.
+        for container in spec.get("containers") or []:
+            name, image = container.get("name"), container.get("image", "")
+            self.events.event(PODS, pod, NORMAL, "Pulled", f'Container image "{image}" already present on machine')
+            self.events.event(PODS, pod, NORMAL, "Created", f"Created container: {name}")
+            self.events.event(PODS, pod, NORMAL, "Started", f"Started container {name}")
         # The pod may have changed since the cache saw it: the status write carries no resourceVersion.
         written = self.client.merge_patch(PODS, meta["namespace"], meta["name"], {"status": status}, "status")
         self._pods.assume(written)
-        for container in spec.get("containers") or []:
-            name, image = container.get("name"), container.get("image", "")
-            self.events.event(PODS, written, NORMAL, "Pulled", f'Container image "{image}" already present on machine')
-            self.events.event(PODS, written, NORMAL, "Created", f"Created container: {name}")
-            self.events.event(PODS, written, NORMAL, "Started", f"Started container {name}")
 
     # -- stopping a pod ------------------------------------------------------------------------
 
