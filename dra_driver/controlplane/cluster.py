@@ -40,7 +40,7 @@ from dra_driver.controlplane.kube.client import DEVICE_CLASSES, SLICES, Client
 from dra_driver.controlplane.kubelet.kubelet import Kubelet
 from dra_driver.controlplane.scheduler.scheduler import Scheduler
 from dra_driver.devicemodel.naming import dns_subdomain_problem
-from dra_driver.durable import write_file_atomically
+from dra_driver.durable import writable_directory_problem, write_file_atomically
 from dra_driver.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -256,6 +256,9 @@ class LocalCluster:
             raise ConfigurationError(
                 f"--driver-name {name!r}: not a DRA driver name: it {problem} (e.g. {DEFAULT_DRIVER!r})"
             )
+        problem = writable_directory_problem(self.spec.workdir)
+        if problem is not None:
+            raise ConfigurationError(f"--workdir {self.spec.workdir}: cannot use it: {problem}")
         running = [r for r in recorded_processes(self.spec.workdir) if r.pid != os.getpid() and r.alive()]
         if running:
             pids = " ".join(str(record.pid) for record in running)
