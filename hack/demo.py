@@ -20,8 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-from dra_driver.controlplane.kube.client import CLAIMS, EVENTS, PODS, SLICES, Client
 from dra_driver.devicemodel.occupancy import occupancy, render_occupancy
+from dra_driver.kube.client import CLAIMS, EVENTS, PODS, SLICES, Client
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 

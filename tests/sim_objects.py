@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from dra_driver.controlplane.kube.client import (
+from dra_driver.devicemodel import example_slices
+from dra_driver.kube.client import (
     CLAIM_TEMPLATES,
     CLAIMS,
     DEVICE_CLASSES,
@@ -24,7 +25,6 @@ from dra_driver.controlplane.kube.client import (
     SLICES,
     Client,
 )
-from dra_driver.devicemodel import example_slices
 
 DRIVER = "gpu.migdra.io"
 NAMESPACE = "default"

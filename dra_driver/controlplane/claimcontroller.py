@@ -29,10 +29,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from dra_driver.controlplane.kube.client import CLAIM_TEMPLATES, CLAIMS, PODS, Client, status_code
-from dra_driver.controlplane.kube.events import WARNING, EventRecorder
-from dra_driver.controlplane.kube.informer import Changes, Informer
-from dra_driver.controlplane.kube.loop import ControlLoop
+from dra_driver.kube.client import CLAIM_TEMPLATES, CLAIMS, PODS, Client, status_code
+from dra_driver.kube.events import WARNING, EventRecorder
+from dra_driver.kube.informer import Changes, Informer
+from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubeapi import describe_failure
 
 log = logging.getLogger(__name__)

@@ -36,12 +36,12 @@ import yaml
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.controlplane.claimcontroller import ClaimController
-from dra_driver.controlplane.kube.client import DEVICE_CLASSES, SLICES, Client
 from dra_driver.controlplane.kubelet.kubelet import Kubelet
 from dra_driver.controlplane.scheduler.scheduler import Scheduler
 from dra_driver.devicemodel.naming import dns_subdomain_problem
 from dra_driver.durable import writable_directory_problem, write_file_atomically
 from dra_driver.errors import ConfigurationError
+from dra_driver.kube.client import DEVICE_CLASSES, SLICES, Client
 
 log = logging.getLogger(__name__)
 

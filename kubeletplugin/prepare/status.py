@@ -25,16 +25,15 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dra_driver import claimstatus
+from dra_driver.claimstatus import PLUGIN, READY, SCHEMA_VERSION, EntryUpdate, is_ours
 from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceRecord
 
-READY = "Ready"
 EVENT_PREPARED = "MigDevicesPrepared"
 EVENT_PREPARE_FAILED = "MigDevicesPrepareFailed"
 EVENT_UNPREPARED = "MigDevicesUnprepared"
 EVENT_UNPREPARE_FAILED = "MigDevicesUnprepareFailed"
-# The data keys migdra owns in a device status entry: cleared on unprepare, others kept.
-DATA_KEYS = ("gpuUUID", "profile", "placement", "migUUID", "gpuInstanceID", "computeInstanceID", "node", "adminAccess")
 _MAX_EVENT_MESSAGE = 1024
 
 
@@ -45,7 +44,7 @@ def rfc3339(moment: dt.datetime) -> str:
 def build_device_data(device: DeviceRecord, node_name: str) -> dict[str, Any]:
     """The ``data`` object of one prepared device; pure."""
     intent = device.intent
-    data: dict[str, Any] = {"gpuUUID": intent.gpu_uuid, "node": node_name}
+    data: dict[str, Any] = {"schemaVersion": SCHEMA_VERSION, "gpuUUID": intent.gpu_uuid, "node": node_name}
     if intent.is_mig:
         assert intent.placement is not None
         data["profile"] = intent.profile_name
@@ -110,34 +109,18 @@ def compute_merged_devices(
 ) -> list[dict[str, Any]]:
     """``status.devices`` with ``updates`` merged in; pure.
 
-    Entries of other drivers / pools / devices are kept as they are.  In ours, data keys are
-    merged (ours overwrite), other condition types are kept, and ``Ready`` keeps its
-    ``lastTransitionTime`` when its status does not change.
+    Entries of other drivers / pools / devices are kept as they are.  In ours, only the plugin's data
+    keys and ``Ready`` change (:data:`dra_driver.claimstatus.PLUGIN`); the controller's ``Reserved``
+    and keys, and anyone else's, are kept; ``Ready`` keeps its ``lastTransitionTime`` when its status
+    does not change.
     """
-    result = [dict(entry) for entry in existing]
-    for update in updates:
-        index = _find_entry(result, driver_name, pool_name, update.device_name)
-        if index is None:
-            result.append(
-                {
-                    "driver": driver_name,
-                    "pool": pool_name,
-                    "device": update.device_name,
-                    "conditions": [dict(update.condition)],
-                    "data": dict(update.data),
-                }
-            )
-            continue
-        entry = result[index]
-        old_data = entry.get("data")
-        entry["data"] = {**(old_data if isinstance(old_data, Mapping) else {}), **update.data}
-        conditions = [dict(c) for c in entry.get("conditions") or [] if isinstance(c, Mapping)]
-        condition = dict(update.condition)
-        old_ready = next((c for c in conditions if c.get("type") == condition["type"]), None)
-        if old_ready is not None and old_ready.get("status") == condition["status"]:
-            condition["lastTransitionTime"] = old_ready.get("lastTransitionTime", condition["lastTransitionTime"])
-        entry["conditions"] = [c for c in conditions if c.get("type") != condition["type"]] + [condition]
-    return result
+    return claimstatus.compute_merged_devices(
+        existing,
+        driver_name,
+        pool_name,
+        PLUGIN,
+        [EntryUpdate(update.device_name, update.data, [update.condition]) for update in updates],
+    )
 
 
 def compute_cleared_devices(
@@ -146,30 +129,10 @@ def compute_cleared_devices(
     pool_name: str,
     device_names: Collection[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """``status.devices`` without migdra's data keys and ``Ready`` in our entries of these devices
-    (``None``: every device of this driver in this pool); pure."""
-    result: list[dict[str, Any]] = []
-    for entry in existing:
-        if not _is_ours(entry, driver_name, pool_name) or (
-            device_names is not None and entry.get("device") not in device_names
-        ):
-            result.append(dict(entry))
-            continue
-        data = entry.get("data")
-        kept_data = {k: v for k, v in data.items() if k not in DATA_KEYS} if isinstance(data, Mapping) else {}
-        kept_conditions = [
-            c for c in entry.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") != READY
-        ]
-        others = {k: v for k, v in entry.items() if k not in {"driver", "pool", "device", "data", "conditions"}}
-        if not kept_data and not kept_conditions and not others:
-            continue
-        cleared = {k: v for k, v in entry.items() if k not in {"data", "conditions"}}
-        if kept_data:
-            cleared["data"] = kept_data
-        if kept_conditions:
-            cleared["conditions"] = kept_conditions
-        result.append(cleared)
-    return result
+    """``status.devices`` without the plugin's data keys and ``Ready`` in our entries of these devices
+    (``None``: every device of this driver in this pool); pure.  The keys shared with the reservation
+    controller stay where its ``Reserved`` condition stands (docs/claim-status.md)."""
+    return claimstatus.compute_cleared_devices(existing, driver_name, pool_name, PLUGIN, device_names)
 
 
 def is_prepared(record: ClaimRecord | None) -> bool:
@@ -204,21 +167,9 @@ def compute_converged_devices(
     elsewhere = {
         str(entry.get("device"))
         for entry in merged
-        if _is_ours(entry, driver_name, node_name) and entry.get("device") not in held
+        if is_ours(entry, driver_name, node_name) and entry.get("device") not in held
     }
     return compute_cleared_devices(merged, driver_name, node_name, elsewhere) if elsewhere else merged
-
-
-def _is_ours(entry: Mapping[str, Any], driver: str, pool: str) -> bool:
-    """An entry migdra writes: this driver, this pool, no ``shareID`` (migdra never shares a device)."""
-    return entry.get("driver") == driver and entry.get("pool") == pool and entry.get("shareID") is None
-
-
-def _find_entry(entries: Sequence[Mapping[str, Any]], driver: str, pool: str, device: str) -> int | None:
-    for index, entry in enumerate(entries):
-        if _is_ours(entry, driver, pool) and entry.get("device") == device:
-            return index
-    return None
 
 
 def build_event(

@@ -68,6 +68,7 @@ def test_prepare_writes_device_identity_and_ready_and_unprepare_clears_it(node: 
     ours = devices[1]
     assert (ours["driver"], ours["pool"], ours["device"]) == (DRIVER, NODE, ONE_G_20)
     assert ours["data"] == {
+        "schemaVersion": "v1",
         "gpuUUID": node.gpu_uuid(0),
         "profile": "1g.20gb",
         "placement": {"start": 6, "size": 2},

@@ -18,7 +18,7 @@ import pytest
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.controlplane.claimcontroller import ClaimController
-from dra_driver.controlplane.kube.client import CLAIMS, PODS, Client
+from dra_driver.kube.client import CLAIMS, PODS, Client
 from tests.sim_objects import (
     DRIVER,
     NAMESPACE,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
-from dra_driver.controlplane.kube.client import PODS, Client
-from dra_driver.controlplane.kube.informer import Changes, Informer
+from dra_driver.kube.client import PODS, Client
+from dra_driver.kube.informer import Changes, Informer
 
 
 def _pod(name: str) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 import pytest
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
-from dra_driver.controlplane.kube.client import CLAIMS, EVENTS, NODES, PODS, SLICES, Client
 from dra_driver.controlplane.kubelet import CDI_ANNOTATION, FAILED_PREPARE, FAILED_UNPREPARE, Kubelet
+from dra_driver.kube.client import CLAIMS, EVENTS, NODES, PODS, SLICES, Client
 from dra_driver.kubeapi import BackoffPolicy
 from dra_driver.nvml import sim
 from tests.kubelet_client import short_socket_dir

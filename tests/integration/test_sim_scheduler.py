@@ -21,8 +21,8 @@ import pytest
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.controlplane.claimcontroller import ClaimController
-from dra_driver.controlplane.kube.client import CLAIMS, DEVICE_CLASSES, NODES, PODS, SLICES, Client
 from dra_driver.controlplane.scheduler.scheduler import Scheduler
+from dra_driver.kube.client import CLAIMS, DEVICE_CLASSES, NODES, PODS, SLICES, Client
 from tests.sim_objects import (
     DRIVER,
     NAMESPACE,

@@ -1,6 +1,6 @@
 """The simulated cluster's kubelet: one :class:`Kubelet` per node, in-process threads, talking to the node's
 DRA plugin only through its unix sockets with gRPC, and to the API server through
-:mod:`dra_driver.controlplane.kube`.  See :mod:`.kubelet` for what it does and what it leaves out."""
+:mod:`dra_driver.kube`.  See :mod:`.kubelet` for what it does and what it leaves out."""
 
 from dra_driver.controlplane.kubelet.kubelet import CDI_ANNOTATION, FAILED_PREPARE, FAILED_UNPREPARE, Kubelet
 from dra_driver.controlplane.kubelet.pluginclient import PluginClient, PluginInfo, RegistrationRejected

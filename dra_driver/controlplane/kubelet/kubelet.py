@@ -24,7 +24,7 @@ prepared and unprepared as kubelet's DRA manager does it (``pkg/kubelet/cm/dra``
 Why one sync loop, level-triggered: after any change (a pod, a claim, a plugin registering) the loop
 looks at every pod of the node and does what is missing, so a missed or coalesced watch event cannot
 lose work, and a restart of the loop's inputs (a relist) needs no special case.  The loop waits on the
-shared :class:`~dra_driver.controlplane.kube.informer.Changes` signal with a bounded timeout, never on
+shared :class:`~dra_driver.kube.informer.Changes` signal with a bounded timeout, never on
 a fixed sleep.  It handles one pod at a time: a plugin call that hangs delays the node's other pods
 (for at most the 45 s call timeout), which is acceptable for a simulated node and keeps the claim
 cache free of races.
@@ -45,14 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dra_driver.controlplane.kube.client import CLAIMS, NODES, PODS, SLICES, Client, status_code
-from dra_driver.controlplane.kube.events import NORMAL, WARNING, EventRecorder
-from dra_driver.controlplane.kube.informer import Changes, Informer
 from dra_driver.controlplane.kubelet.node import node_labels, node_status
 from dra_driver.controlplane.kubelet.pluginclient import CALL_TIMEOUT_SECONDS
 from dra_driver.controlplane.kubelet.pluginwatcher import DEFAULT_WIPE_DELAY_SECONDS, PluginWatcher
 from dra_driver.controlplane.kubelet.podstatus import creating_status, running_status
 from dra_driver.controlplane.kubelet.retries import RetryTracker
+from dra_driver.kube.client import CLAIMS, NODES, PODS, SLICES, Client, status_code
+from dra_driver.kube.events import NORMAL, WARNING, EventRecorder
+from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kubeapi import BackoffPolicy, describe_failure
 from dra_driver.kubeletcalls import ClaimRef, PreparedDevice
 

@@ -34,7 +34,6 @@ from pathlib import Path
 
 import grpc
 
-from dra_driver.controlplane.kube.informer import Changes
 from dra_driver.controlplane.kubelet.pluginclient import (
     CALL_TIMEOUT_SECONDS,
     KNOWN_VERSIONS,
@@ -43,6 +42,7 @@ from dra_driver.controlplane.kubelet.pluginclient import (
     register,
 )
 from dra_driver.controlplane.kubelet.retries import RetryTracker
+from dra_driver.kube.informer import Changes
 from dra_driver.kubeapi import BackoffPolicy
 
 log = logging.getLogger(__name__)

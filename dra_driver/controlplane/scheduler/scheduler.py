@@ -32,10 +32,6 @@ from dra_driver.allocation import DEFAULT_FEATURES, AllocationError, allocate
 from dra_driver.allocation.explain import explain
 from dra_driver.allocation.nodes import selector_matches
 from dra_driver.controlplane.claimcontroller import DELETE_PROTECTION_FINALIZER
-from dra_driver.controlplane.kube.client import CLAIMS, DEVICE_CLASSES, NODES, PODS, SLICES, Client
-from dra_driver.controlplane.kube.events import NORMAL, WARNING, EventRecorder
-from dra_driver.controlplane.kube.informer import Changes, Informer
-from dra_driver.controlplane.kube.loop import ControlLoop
 from dra_driver.controlplane.scheduler.binding import Binding, binding_state
 from dra_driver.controlplane.scheduler.extended import (
     EXTENDED_RESOURCE_CLAIM_ANNOTATION,
@@ -53,6 +49,10 @@ from dra_driver.controlplane.scheduler.messages import (
 )
 from dra_driver.controlplane.scheduler.nodefit import node_fit_problem
 from dra_driver.controlplane.scheduler.podclaims import pod_claims, pod_reference, reserved_for
+from dra_driver.kube.client import CLAIMS, DEVICE_CLASSES, NODES, PODS, SLICES, Client
+from dra_driver.kube.events import NORMAL, WARNING, EventRecorder
+from dra_driver.kube.informer import Changes, Informer
+from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubeapi import describe_failure
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from dra_driver.controlplane.kube.informer import Changes, Informer
+from dra_driver.kube.informer import Changes, Informer
 
 log = logging.getLogger(__name__)
 

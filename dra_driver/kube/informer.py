@@ -21,7 +21,7 @@ import logging
 import threading
 from typing import Any
 
-from dra_driver.controlplane.kube.client import Client, Kind, WatchStream, status_code
+from dra_driver.kube.client import Client, Kind, WatchStream, status_code
 from dra_driver.kubeapi import BackoffPolicy, describe_failure
 
 log = logging.getLogger(__name__)

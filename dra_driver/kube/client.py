@@ -1,10 +1,12 @@
-"""The JSON client every component of the local cluster uses: paths, verbs and the answers it cares about.
+"""The JSON client of migdra's controllers: paths, verbs and the answers they care about.
 
-Why not the official client's typed APIs: the scheduler, the claim controller and the kubelet
-read-modify-write whole objects (claim status, pod status), and the typed models drop fields they do
-not know on the way in.  Requests still go through the official client's transport (configuration,
-TLS, tokens) by way of :func:`dra_driver.kubeapi.call_json`; failures are the client's
-``ApiException``, classified with :func:`dra_driver.kubeapi.classify_failure`.
+Why not the official client's typed APIs: the reservation controller and the local cluster's scheduler,
+claim controller and kubelet read-modify-write whole objects (claim status, pod status), and the typed
+models drop fields they do not know on the way in (and the client's ``watch.Watch`` cannot even decode
+``resource.k8s.io/v1`` lists: it looks for a model ``V1ResourceClaim`` that the client calls
+``ResourceV1ResourceClaim``), so watches are streamed and decoded here. Requests still go through the
+official client's transport (configuration, TLS, tokens) by way of :func:`dra_driver.kubeapi.call_json`;
+failures are the client's ``ApiException``, classified with :func:`dra_driver.kubeapi.classify_failure`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.kubeapi import call_json, load_kubeconfig_file, new_api_client
@@ -56,6 +59,7 @@ CLAIMS = Kind("resource.k8s.io", "v1", "resourceclaims", namespaced=True, kind="
 CLAIM_TEMPLATES = Kind("resource.k8s.io", "v1", "resourceclaimtemplates", namespaced=True, kind="ResourceClaimTemplate")
 SLICES = Kind("resource.k8s.io", "v1", "resourceslices", namespaced=False, kind="ResourceSlice")
 DEVICE_CLASSES = Kind("resource.k8s.io", "v1", "deviceclasses", namespaced=False, kind="DeviceClass")
+LEASES = Kind("coordination.k8s.io", "v1", "leases", namespaced=True, kind="Lease")
 
 
 def status_code(exc: BaseException) -> int | None:
@@ -66,15 +70,26 @@ def status_code(exc: BaseException) -> int | None:
 class Client:
     """Verbs on :class:`Kind` paths over one kubeconfig; safe to share between threads."""
 
-    def __init__(self, kubeconfig: Path, *, timeout: float = REQUEST_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path | None = None,
+        *,
+        timeout: float = REQUEST_TIMEOUT_SECONDS,
+        configuration: client.Configuration | None = None,
+    ) -> None:
+        """From a kubeconfig file, or from a configuration already loaded (a pod's service account)."""
+        if configuration is None:
+            if kubeconfig is None:
+                raise ValueError("Client needs a kubeconfig or a configuration")
+            configuration = load_kubeconfig_file(kubeconfig, what=f"kubeconfig {kubeconfig}")
         self.kubeconfig = kubeconfig
         self.timeout = timeout
-        self.configuration = load_kubeconfig_file(kubeconfig, what=f"kubeconfig {kubeconfig}")
+        self.configuration = configuration
         self.api_client = new_api_client(self.configuration, retries=0)
 
     def fork(self) -> Client:
         """A client with its own connection pool (a watch holds a connection for minutes)."""
-        return Client(self.kubeconfig, timeout=self.timeout)
+        return Client(self.kubeconfig, timeout=self.timeout, configuration=self.configuration)
 
     def close(self) -> None:
         self.api_client.close()  # type: ignore[no-untyped-call]

@@ -14,7 +14,7 @@ import threading
 from datetime import UTC, datetime
 from typing import Any
 
-from dra_driver.controlplane.kube.client import EVENTS, Client, Kind
+from dra_driver.kube.client import EVENTS, Client, Kind
 from dra_driver.kubeapi import describe_failure
 
 log = logging.getLogger(__name__)

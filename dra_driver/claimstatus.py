@@ -1,0 +1,194 @@
+"""The schema of migdra's ``status.devices[]`` entries on a ResourceClaim, and the one merge both writers use.
+
+Two components write one entry per allocated device (docs/claim-status.md):
+
+- the **reservation controller** (:mod:`dra_driver.controller`) writes *where* the device is -- the
+  reservation keys below and the ``Reserved`` condition -- as soon as the claim is allocated;
+- the **node plugin** (:mod:`kubeletplugin.prepare.status`) writes *what it became* -- the identity
+  keys and the ``Ready`` condition -- once the MIG instance exists, and also the reservation keys it
+  knows (the same values: both read them off the same device), so a cluster without the controller
+  still shows the placement.
+
+Why not server-side apply: ``data`` is a ``RawExtension``, which apply treats as one atomic value, so two
+field managers applying different keys of it would take the whole object from each other.  Instead
+every write is a read-modify-write of the ``status`` subresource with the ``resourceVersion`` read (a
+concurrent write is a 409 and the writer reads again), and each writer changes only what it owns:
+
+=====================  ==================================  ============================================
+writer                 owns alone                          shares (same values)
+=====================  ==================================  ============================================
+controller             ``Reserved``; ``gpuMinor``,         ``schemaVersion``, ``node``, ``gpuUUID``,
+                       ``memory``, ``multiprocessors``     ``profile``, ``placement``
+plugin                 ``Ready``; ``migUUID``,             the same five
+                       ``gpuInstanceID``,
+                       ``computeInstanceID``,
+                       ``adminAccess``
+=====================  ==================================  ============================================
+
+A shared key stays while either writer still holds it, as a field with two managers does under
+server-side apply: the controller holds its keys while its ``Reserved`` condition stands, so the
+plugin's unprepare removes the shared keys only from an entry without ``Reserved``.  Keys and
+condition types of anyone else (another controller, an admin) are never touched, nor are entries of
+other drivers or pools, nor entries with a ``shareID`` (migdra never shares a device).
+Consumers read ``schemaVersion`` first: keys are only ever added within one version.
+
+Everything here is pure: it computes the new ``status.devices`` from the one read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+SCHEMA_VERSION: Final = "v1"
+"""``data.schemaVersion`` of every entry migdra writes (docs/claim-status.md)."""
+
+READY: Final = "Ready"
+"""The plugin's condition: the MIG instance (or whole GPU) exists and was handed to kubelet."""
+RESERVED: Final = "Reserved"
+"""The controller's condition: the claim holds exactly this placement (False: a conflict or a gone device)."""
+
+REASON_ALLOCATED: Final = "Allocated"
+REASON_PLACEMENT_CONFLICT: Final = "PlacementConflict"
+REASON_DEVICE_GONE: Final = "DeviceGone"
+
+SHARED_KEYS: Final = ("schemaVersion", "node", "gpuUUID", "profile", "placement")
+CONTROLLER_KEYS: Final = ("gpuMinor", "memory", "multiprocessors")
+IDENTITY_KEYS: Final = ("migUUID", "gpuInstanceID", "computeInstanceID", "adminAccess")
+
+MAX_CONDITIONS: Final = 8  # resource.k8s.io limit per device entry
+
+
+@dataclass(frozen=True, slots=True)
+class Writer:
+    """What one writer owns in an entry: keys alone, keys shared, its condition types, and the
+    condition type by which its co-writer shows it still holds the shared keys."""
+
+    name: str
+    own_keys: tuple[str, ...]
+    shared_keys: tuple[str, ...]
+    conditions: tuple[str, ...]
+    co_writer_marker: str
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.own_keys + self.shared_keys
+
+
+PLUGIN: Final = Writer("kubeletplugin", IDENTITY_KEYS, SHARED_KEYS, (READY,), co_writer_marker=RESERVED)
+CONTROLLER: Final = Writer("controller", CONTROLLER_KEYS, SHARED_KEYS, (RESERVED,), co_writer_marker=READY)
+
+
+@dataclass(frozen=True, slots=True)
+class EntryUpdate:
+    """What one writer wants one device's entry to say: its data keys and conditions (each of its
+    ``Writer.conditions`` types; a type not given is left as it is)."""
+
+    device_name: str
+    data: Mapping[str, Any]
+    conditions: Sequence[Mapping[str, Any]]
+
+
+def is_ours(entry: Mapping[str, Any], driver: str, pool: str) -> bool:
+    """An entry migdra writes: this driver, this pool, no ``shareID``."""
+    return entry.get("driver") == driver and entry.get("pool") == pool and entry.get("shareID") is None
+
+
+def find_entry(entries: Sequence[Mapping[str, Any]], driver: str, pool: str, device: str) -> int | None:
+    for index, entry in enumerate(entries):
+        if is_ours(entry, driver, pool) and entry.get("device") == device:
+            return index
+    return None
+
+
+def condition_of(entry: Mapping[str, Any], condition_type: str) -> Mapping[str, Any] | None:
+    for condition in entry.get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == condition_type:
+            return condition
+    return None
+
+
+def _merge_condition(conditions: list[dict[str, Any]], condition: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``conditions`` with ``condition`` in place of its type; ``lastTransitionTime`` kept while the
+    status does not change (the Kubernetes condition convention)."""
+    new = dict(condition)
+    old = next((c for c in conditions if c.get("type") == new["type"]), None)
+    if old is not None and old.get("status") == new.get("status") and old.get("lastTransitionTime"):
+        new["lastTransitionTime"] = old["lastTransitionTime"]
+    replaced = [new if c.get("type") == new["type"] else c for c in conditions]
+    return replaced if old is not None else [*conditions, new]
+
+
+def compute_merged_devices(
+    existing: Sequence[Mapping[str, Any]],
+    driver: str,
+    pool: str,
+    writer: Writer,
+    updates: Sequence[EntryUpdate],
+) -> list[dict[str, Any]]:
+    """``status.devices`` with ``updates`` merged in for ``writer``; pure.
+
+    In our entries only the writer's keys and condition types change; everything else -- the other
+    writer's keys and conditions, anyone else's -- is kept as read.  A missing entry is added.
+    """
+    result = [dict(entry) for entry in existing]
+    for update in updates:
+        foreign = [key for key in update.data if key not in writer.keys]
+        if foreign:
+            raise ValueError(f"{writer.name} does not own data keys {foreign}")
+        index = find_entry(result, driver, pool, update.device_name)
+        if index is None:
+            result.append({"driver": driver, "pool": pool, "device": update.device_name})
+            index = len(result) - 1
+        entry = result[index]
+        old_data = entry.get("data")
+        entry["data"] = {**(dict(old_data) if isinstance(old_data, Mapping) else {}), **update.data}
+        conditions = [dict(c) for c in entry.get("conditions") or [] if isinstance(c, Mapping)]
+        for condition in update.conditions:
+            if condition.get("type") not in writer.conditions:
+                raise ValueError(f"{writer.name} does not own condition {condition.get('type')!r}")
+            conditions = _merge_condition(conditions, condition)
+        entry["conditions"] = conditions
+        if not entry["conditions"]:
+            del entry["conditions"]
+    return result
+
+
+def compute_cleared_devices(
+    existing: Sequence[Mapping[str, Any]],
+    driver: str,
+    pool: str,
+    writer: Writer,
+    device_names: Collection[str] | None = None,
+) -> list[dict[str, Any]]:
+    """``status.devices`` without ``writer``'s keys and conditions in our entries of these devices
+    (``None``: every device of this driver in this pool); pure.
+
+    Shared keys stay in an entry where the co-writer's marker condition stands (it still holds them).
+    An entry left with nothing but its identifying fields goes.
+    """
+    result: list[dict[str, Any]] = []
+    for entry in existing:
+        if not is_ours(entry, driver, pool) or (device_names is not None and entry.get("device") not in device_names):
+            result.append(dict(entry))
+            continue
+        co_written = condition_of(entry, writer.co_writer_marker) is not None
+        dropped = set(writer.own_keys) | (set() if co_written else set(writer.shared_keys))
+        data = entry.get("data")
+        kept_data = {k: v for k, v in data.items() if k not in dropped} if isinstance(data, Mapping) else {}
+        kept_conditions = [
+            c
+            for c in entry.get("conditions") or []
+            if isinstance(c, Mapping) and c.get("type") not in writer.conditions
+        ]
+        others = {k: v for k, v in entry.items() if k not in {"driver", "pool", "device", "data", "conditions"}}
+        if not kept_data and not kept_conditions and not others:
+            continue
+        cleared = {k: v for k, v in entry.items() if k not in {"data", "conditions"}}
+        if kept_data:
+            cleared["data"] = kept_data
+        if kept_conditions:
+            cleared["conditions"] = kept_conditions
+        result.append(cleared)
+    return result
