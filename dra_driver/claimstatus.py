@@ -1,13 +1,18 @@
-"""The schema of migdra's ``status.devices[]`` entries on a ResourceClaim, and the one merge both writers use.
+"""The schema of migdra's ``status.devices[]`` entries on a ResourceClaim, and the one merge its writers use.
 
-Two components write one entry per allocated device (docs/claim-status.md):
+Two components write one entry per allocated device (docs/claim-status.md), the node plugin in two
+roles:
 
 - the **reservation controller** (:mod:`dra_driver.controller`) writes *where* the device is -- the
   reservation keys below and the ``Reserved`` condition -- as soon as the claim is allocated;
 - the **node plugin** (:mod:`kubeletplugin.prepare.status`) writes *what it became* -- the identity
   keys and the ``Ready`` condition -- once the MIG instance exists, and also the reservation keys it
   knows (the same values: both read them off the same device), so a cluster without the controller
-  still shows the placement.
+  still shows the placement;
+- the node plugin's **realizer** (realize before bind, docs/prepare.md) writes only its binding
+  conditions ``<driver>/realized`` and ``<driver>/realization-failed`` (:func:`realizer_writer`),
+  which the scheduler waits for before it binds the pod.  It is a writer of its own so that the
+  plugin's unprepare and status reconciliation, which clear the plugin's part, leave them alone.
 
 Why not server-side apply: ``data`` is a ``RawExtension``, which apply treats as one atomic value, so two
 field managers applying different keys of it would take the whole object from each other.  Instead
@@ -23,6 +28,8 @@ plugin                 ``Ready``; ``migUUID``,             the same five
                        ``gpuInstanceID``,
                        ``computeInstanceID``,
                        ``adminAccess``
+realizer               ``<driver>/realized``,              nothing (no data keys)
+                       ``<driver>/realization-failed``
 =====================  ==================================  ============================================
 
 A shared key stays while either writer still holds it, as a field with two managers does under
@@ -41,11 +48,14 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from dra_driver.devicemodel.vocabulary import realize_before_bind_conditions
+
 SCHEMA_VERSION: Final = "v1"
 """``data.schemaVersion`` of every entry migdra writes (docs/claim-status.md)."""
 
 READY: Final = "Ready"
-"""The plugin's condition: the MIG instance (or whole GPU) exists and was handed to kubelet."""
+"""The plugin's condition: the MIG instance (or whole GPU) exists for kubelet (created by its prepare,
+or realized before the pod was bound)."""
 RESERVED: Final = "Reserved"
 """The controller's condition: the claim holds exactly this placement (False: a conflict or a gone device)."""
 
@@ -78,6 +88,12 @@ class Writer:
 
 PLUGIN: Final = Writer("kubeletplugin", IDENTITY_KEYS, SHARED_KEYS, (READY,), co_writer_marker=RESERVED)
 CONTROLLER: Final = Writer("controller", CONTROLLER_KEYS, SHARED_KEYS, (RESERVED,), co_writer_marker=READY)
+
+
+def realizer_writer(driver_name: str) -> Writer:
+    """The realizer of ``driver_name``: its two binding condition types, no data keys."""
+    binding = realize_before_bind_conditions(driver_name)
+    return Writer("realizer", (), (), binding.conditions + binding.failure_conditions, co_writer_marker=READY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +159,8 @@ def compute_merged_devices(
             index = len(result) - 1
         entry = result[index]
         old_data = entry.get("data")
-        entry["data"] = {**(dict(old_data) if isinstance(old_data, Mapping) else {}), **update.data}
+        if update.data or old_data is not None:  # a writer of conditions alone adds no empty data
+            entry["data"] = {**(dict(old_data) if isinstance(old_data, Mapping) else {}), **update.data}
         conditions = [dict(c) for c in entry.get("conditions") or [] if isinstance(c, Mapping)]
         for condition in update.conditions:
             if condition.get("type") not in writer.conditions:

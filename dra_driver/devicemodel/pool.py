@@ -14,11 +14,15 @@ What it decides:
 - GPU instances we did not create (*foreign* ones) are never touched: every placement overlapping
   one is withheld, their memory slices are published as used (0) and their SMs, engines and memory
   are taken off the counter set, so whatever remains allocatable is also creatable.  Instances we own
-  (from the checkpoint) stay published so their allocations remain valid.
+  (from the checkpoint) stay published so their allocations remain valid;
+- with realize before bind (a setting of the node plugin, passed in as ``binding``), every device
+  carries the ``<driver>/realized`` binding condition and the ``<driver>/realization-failed``
+  binding failure condition.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -27,6 +31,7 @@ from dra_driver.devicemodel.naming import counter_set_name, gpu_device_name, mig
 from dra_driver.devicemodel.vocabulary import (
     CAPACITIES,
     STANDARD_DOMAIN,
+    BindingConditions,
     DeviceType,
     ValueType,
     memory_slice_counter,
@@ -69,6 +74,8 @@ class Device:
     compute_slices: int = 0
     counter_set: str | None = None
     consumes: Mapping[str, int] = field(default_factory=dict)
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
 
     def to_api(self) -> dict[str, object]:
         """The ``resource.k8s.io/v1`` Device object."""
@@ -81,6 +88,10 @@ class Device:
             body["consumesCounters"] = [
                 {"counterSet": self.counter_set, "counters": {k: {"value": str(v)} for k, v in self.consumes.items()}}
             ]
+        if self.binding_conditions:
+            body["bindingConditions"] = list(self.binding_conditions)
+        if self.binding_failure_conditions:
+            body["bindingFailureConditions"] = list(self.binding_failure_conditions)
         return body
 
 
@@ -141,12 +152,14 @@ def build_pool(
     owned_instances: Iterable[tuple[str, int]] = (),
     catalog: MigCatalog | None = None,
     owned_placements: Iterable[tuple[str, int, Placement]] = (),
+    binding: BindingConditions | None = None,
 ) -> NodePool:
     """The node's devices and counter sets.
 
     ``owned_instances``: (GPU UUID, GI ID) of the GPU instances migdra created; ``owned_placements``:
     (GPU UUID, GI profile ID, placement) of those being created whose ID is not known yet.  Any other
-    GPU instance is foreign.
+    GPU instance is foreign.  ``binding``: the binding conditions every device carries (realize
+    before bind; None: none, the scheduler binds at once).
     """
     catalog = catalog or load_catalog()
     owned = _Ownership(frozenset(owned_instances), frozenset(owned_placements))
@@ -168,6 +181,15 @@ def build_pool(
         devices.extend(gpu_devices)
         counter_sets.append(counter_set)
         foreign.extend(gpu_foreign)
+    if binding is not None:
+        devices = [
+            dataclasses.replace(
+                device,
+                binding_conditions=binding.conditions,
+                binding_failure_conditions=binding.failure_conditions,
+            )
+            for device in devices
+        ]
     return NodePool(config.driver_name, tuple(devices), tuple(counter_sets), tuple(foreign), tuple(excluded))
 
 

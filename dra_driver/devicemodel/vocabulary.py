@@ -90,6 +90,29 @@ CAPACITIES: tuple[CapacitySpec, ...] = (
 
 MEMORY_SLICE_COUNTER_PREFIX = "memory-slice-"
 
+REALIZED_CONDITION = "realized"
+"""Binding condition (``<driver>/realized``) of realize before bind: the node plugin created the
+device's instance before the pod was bound (docs/prepare.md, "Realize before bind")."""
+REALIZATION_FAILED_CONDITION = "realization-failed"
+"""Binding failure condition (``<driver>/realization-failed``): creating the instance failed; the
+scheduler deallocates the claim and places the pod anew."""
+
+
+@dataclass(frozen=True, slots=True)
+class BindingConditions:
+    """``bindingConditions`` / ``bindingFailureConditions`` of every published device (each at most 4)."""
+
+    conditions: tuple[str, ...]
+    failure_conditions: tuple[str, ...]
+
+
+def realize_before_bind_conditions(driver_name: str) -> BindingConditions:
+    """The binding conditions of realize before bind, in the driver's domain (condition types are
+    qualified names: ``gpu.migdra.io/realized``)."""
+    return BindingConditions(
+        (f"{driver_name}/{REALIZED_CONDITION}",), (f"{driver_name}/{REALIZATION_FAILED_CONDITION}",)
+    )
+
 
 def memory_slice_counter(index: int) -> str:
     """Counter for one memory slice (placement unit) of a GPU; each MIG device consumes its range."""
