@@ -88,3 +88,9 @@ def parse_mig_device_name(name: str) -> tuple[int, int, int] | None:
     if match is None:
         return None
     return int(match.group(1)), int(match.group(3)), int(match.group(4))
+
+
+def parse_gpu_device_name(name: str) -> int | None:
+    """``gpu-3`` -> minor 3; None if not a whole-GPU device name."""
+    match = re.fullmatch(r"gpu-(\d+)", name)
+    return int(match.group(1)) if match else None

@@ -1,0 +1,202 @@
+"""The reservation controller's loop: allocated claims in, exact placements on their status out.
+
+What it watches: every ResourceClaim (all namespaces) and this driver's ResourceSlices, each through a
+list-then-watch cache (:class:`dra_driver.kube.informer.Informer`: relists on 410 Gone, backs off on
+errors).  What it writes: for every allocated device of the driver, the controller's part of the
+claim's ``status.devices[]`` entry (:mod:`dra_driver.claimstatus`, :mod:`.status`) and an Event when
+the ``Reserved`` condition changes.  It keeps no state of its own beyond the caches: a restarted or
+newly elected replica converges every claim from one list.
+
+How it runs (docs/architecture.md, "Concurrency"): one level-triggered thread
+(:class:`dra_driver.kube.loop.ControlLoop`).  Each pass computes every reservation from the caches
+(pure), then writes, claim by claim, what differs.  A claim whose write failed waits out its own
+capped backoff (other claims are not held up); all writes together are limited to a rate with a
+burst.  Leadership gates writing only: a follower keeps its caches warm and computes nothing.
+
+Fail closed: until both caches hold a first complete list, nothing is written; a device is declared
+gone only from a completely listed pool (:mod:`.reservations`); a write is always a read-modify-write
+with the ``resourceVersion`` read, so nothing another writer wrote is lost.  It never deallocates a
+claim, never touches the plugin's keys or conditions, and never writes a device its claim no longer
+holds.
+
+Must never: import the node plugin or the local control plane, or act on a cache that is not synced.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from dra_driver.controller.ratelimit import TokenBucket
+from dra_driver.controller.reservation_metrics import ReservationMetrics
+from dra_driver.controller.reservations import DeviceReservation, allocated_results, compute_reservations
+from dra_driver.controller.status import Transition, compute_claim_devices
+from dra_driver.kube.client import CLAIMS, SLICES, Client, status_code
+from dra_driver.kube.events import EventRecorder
+from dra_driver.kube.informer import Changes, Informer
+from dra_driver.kube.loop import ControlLoop
+from dra_driver.kubeapi import ApiFailure, Backoff, BackoffPolicy, classify_failure, describe_failure
+
+log = logging.getLogger(__name__)
+
+_CONFLICT_RETRIES = 5
+WRITE_BACKOFF = BackoffPolicy(initial=0.5, maximum=60.0)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ReservationController(ControlLoop):
+    """See the module docstring.  ``is_leader`` is asked before every pass and every write."""
+
+    def __init__(
+        self,
+        client: Client,
+        driver: str,
+        recorder: EventRecorder,
+        metrics: ReservationMetrics,
+        *,
+        is_leader: Callable[[], bool],
+        resync: float = 60.0,
+        write_rate: TokenBucket | None = None,
+        on_pass: Callable[[Sequence[dict[str, Any]], Sequence[dict[str, Any]]], None] | None = None,
+    ) -> None:
+        changes = Changes()
+        self.client = client
+        self.driver = driver
+        self.recorder = recorder
+        self.metrics = metrics
+        self.is_leader = is_leader
+        self.claims = Informer(client, CLAIMS, changes)
+        self.slices = Informer(client, SLICES, changes, field_selector=f"spec.driver={driver}")
+        self.write_rate = write_rate or TokenBucket(rate=20.0, burst=50)
+        self.on_pass = on_pass
+        self._backoffs: dict[str, tuple[Backoff, float]] = {}  # claim UID -> (its backoff, not before)
+        self._wake_at: float | None = None
+        super().__init__("reservation-controller", changes, [self.claims, self.slices], resync)
+
+    # -- one pass ------------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        self._wake_at = None
+        if not self.is_leader():
+            return
+        if not (self.claims.wait_synced(0) and self.slices.wait_synced(0)):
+            return  # fail closed: no decision from a cache that never listed
+        claims, slices = self.claims.items(), self.slices.items()
+        reservations = compute_reservations(claims, slices, self.driver)
+        self.metrics.observe(reservations)
+        if self.on_pass is not None:
+            self.on_pass(claims, slices)
+        by_claim: dict[str, list[DeviceReservation]] = defaultdict(list)
+        for reservation in reservations:
+            by_claim[reservation.claim_uid].append(reservation)
+        cached = {str(c["metadata"].get("uid", "")): c for c in claims}
+        now = time.monotonic()
+        for uid, held in by_claim.items():
+            if self.stopping or not self.is_leader():
+                return
+            backoff = self._backoffs.get(uid)
+            if backoff is not None and backoff[1] > now:
+                self._wake(backoff[1])
+                continue
+            claim = cached[uid]
+            desired, _ = self._desired(claim, held)
+            if desired is None:
+                continue
+            wait = self.write_rate.take()
+            if wait > 0:
+                self._wake(time.monotonic() + wait)
+                return  # the rest in the next pass, after the rate allows more
+            self._converge(claim, held)
+        self._forget_backoffs(set(by_claim))
+
+    def next_wake(self) -> float:
+        if self._wake_at is None:
+            return self.resync
+        return max(0.05, min(self.resync, self._wake_at - time.monotonic()))
+
+    def _wake(self, at: float) -> None:
+        self._wake_at = at if self._wake_at is None else min(self._wake_at, at)
+
+    def _forget_backoffs(self, live: set[str]) -> None:
+        for uid in [uid for uid in self._backoffs if uid not in live]:
+            del self._backoffs[uid]
+
+    # -- one claim -----------------------------------------------------------------------------
+
+    def _desired(
+        self, claim: Mapping[str, Any], held: Sequence[DeviceReservation]
+    ) -> tuple[list[dict[str, Any]] | None, list[Transition]]:
+        """The claim's new ``status.devices`` (None when it already says it) and its transitions.
+
+        Only devices the claim *as given* still holds are written: a reservation computed from an
+        older copy of the claim is dropped rather than written onto a claim allocated differently.
+        """
+        still_held = {(str(r.get("pool", "")), str(r.get("device", ""))) for r in allocated_results(claim, self.driver)}
+        current = [r for r in held if (r.pool, r.device_name) in still_held]
+        if not current:
+            return None, []
+        status = claim.get("status") or {}
+        existing = [dict(e) for e in status.get("devices") or [] if isinstance(e, Mapping)]
+        generation = claim["metadata"].get("generation")
+        devices, transitions = compute_claim_devices(
+            existing, self.driver, current, int(generation) if generation is not None else None, _now()
+        )
+        return (None if devices == existing else devices), transitions
+
+    def _converge(self, claim: dict[str, Any], held: Sequence[DeviceReservation]) -> None:
+        """Read-modify-write the claim's status until it says what ``held`` says (409: read again)."""
+        meta = claim["metadata"]
+        uid, namespace, name = str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta["name"])
+        for _ in range(_CONFLICT_RETRIES):
+            devices, transitions = self._desired(claim, held)
+            if devices is None:
+                self._backoffs.pop(uid, None)
+                return
+            if not self.is_leader():
+                return
+            body = copy.deepcopy(claim)
+            body.setdefault("status", {})["devices"] = devices
+            try:
+                written = self.client.update(CLAIMS, body, subresource="status")
+            except Exception as exc:
+                if status_code(exc) == 404:
+                    return  # deleted meanwhile: the watch says so
+                if classify_failure(exc) is ApiFailure.CONFLICT:
+                    self.metrics.writes.labels(result="conflict").inc()
+                    fresh = self.client.get(CLAIMS, namespace, name)
+                    if fresh is None or str(fresh["metadata"].get("uid", "")) != uid:
+                        return  # deleted, or re-created as another claim
+                    claim = fresh
+                    continue
+                self._fail(uid, namespace, name, exc)
+                return
+            self.metrics.writes.labels(result="success").inc()
+            self.claims.assume(written)
+            self._backoffs.pop(uid, None)
+            for transition in transitions:
+                self.recorder.event(CLAIMS, written, transition.event_type, transition.reason, transition.message)
+            return
+        self._fail(uid, namespace, name, RuntimeError(f"{_CONFLICT_RETRIES} conflicts in a row"))
+
+    def _fail(self, uid: str, namespace: str, name: str, exc: BaseException) -> None:
+        self.metrics.writes.labels(result="error").inc()
+        backoff, _ = self._backoffs.get(uid) or (WRITE_BACKOFF.start(), 0.0)
+        delay = backoff.next_delay(exc)
+        self._backoffs[uid] = (backoff, time.monotonic() + delay)
+        self._wake(time.monotonic() + delay)
+        log.warning(
+            "claim %s/%s (UID %s): status not written: %s; again in %.1f s",
+            namespace,
+            name,
+            uid,
+            describe_failure(exc),
+            delay,
+        )

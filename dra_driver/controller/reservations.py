@@ -1,0 +1,273 @@
+"""Which exact placement every allocated claim of this driver holds, and which of them conflict.
+
+A pure function of the cluster as listed: the ResourceSlices of the driver (what each device *is*:
+node, GPU, profile, memory slices) and the ResourceClaims (what each claim was allocated).  The
+controller writes the answer on the claims (:mod:`dra_driver.controller.status`); nothing here talks
+to the API server.
+
+Conflicts.  kube-scheduler never double-books a memory slice (the counters forbid it), so a conflict
+means something outside the scheduler's view: stale slices, a second scheduler, an allocation written
+by hand.  Two claims conflict when, on one GPU of one node, the memory slices their devices occupy
+overlap (a whole-GPU device occupies all of them).  A claim naming a device no pool publishes any
+more is ``DeviceGone`` -- but only when that pool is completely listed (every slice of its newest
+generation is there): a pool half-way through a re-publish says nothing about what is gone, and the
+controller must never act on a partial read.  Admin-access results create nothing and hold nothing,
+so they neither conflict nor are conflicted with.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.devicemodel.naming import parse_gpu_device_name, parse_mig_device_name
+
+JSON = Mapping[str, Any]
+
+
+class Verdict(enum.Enum):
+    RESERVED = "Reserved"
+    CONFLICT = "PlacementConflict"
+    GONE = "DeviceGone"
+    UNKNOWN = "Unknown"  # the device's pool is not completely listed: say nothing
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    start: int
+    size: int
+
+    def overlaps(self, other: Placement) -> bool:
+        return self.start < other.start + other.size and other.start < self.start + self.size
+
+    def describe(self) -> str:
+        last = self.start + self.size - 1
+        return f"memory slice {self.start}" if self.size == 1 else f"memory slices {self.start}\u2013{last}"
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedDevice:
+    """What the slices say one device is."""
+
+    pool: str
+    name: str
+    node: str
+    gpu_uuid: str
+    gpu_minor: int | None
+    profile: str | None  # None: a whole GPU
+    placement: Placement | None  # None: a whole GPU
+    memory_bytes: int | None
+    multiprocessors: int | None
+    memory_slices: int | None  # how many the GPU has (its counter set), for whole-GPU overlap
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceReservation:
+    """One allocated device of one claim, and the verdict on it."""
+
+    claim_uid: str
+    namespace: str
+    claim_name: str
+    pool: str
+    device_name: str
+    verdict: Verdict
+    device: PublishedDevice | None  # None when the device is not published (gone or unknown)
+    conflicts_with: tuple[str, ...] = ()  # "namespace/name" of the other claims
+
+    @property
+    def claim_label(self) -> str:
+        return f"{self.namespace}/{self.claim_name}"
+
+
+@dataclass
+class _Pool:
+    generation: int = -1
+    slice_count: int = 0
+    slices_seen: int = 0
+    devices: dict[str, PublishedDevice] = field(default_factory=dict)
+    memory_slices: dict[str, int] = field(default_factory=dict)  # counter set -> memory slices
+
+    @property
+    def complete(self) -> bool:
+        return self.slices_seen >= self.slice_count > 0
+
+
+def _attribute(device: JSON, name: str) -> Any:
+    value = (device.get("attributes") or {}).get(name)
+    return next(iter(value.values()), None) if isinstance(value, Mapping) and value else None
+
+
+def _capacity(device: JSON, name: str) -> int | None:
+    value = ((device.get("capacity") or {}).get(name) or {}).get("value")
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def _memory_slice_count(counter_set: JSON) -> int:
+    return sum(1 for name in counter_set.get("counters") or {} if str(name).startswith("memory-slice-"))
+
+
+def compute_published_devices(slices: Iterable[JSON], driver: str) -> dict[str, _Pool]:
+    """The newest generation of every pool of ``driver``: its devices and whether it is complete."""
+    pools: dict[str, _Pool] = defaultdict(_Pool)
+    raw: dict[str, list[JSON]] = defaultdict(list)
+    for resource_slice in slices:
+        spec = resource_slice.get("spec") or {}
+        if spec.get("driver") != driver:
+            continue
+        pool_spec = spec.get("pool") or {}
+        name = str(pool_spec.get("name", ""))
+        generation = int(pool_spec.get("generation", 0))
+        pool = pools[name]
+        if generation > pool.generation:
+            pools[name] = pool = _Pool(generation, int(pool_spec.get("resourceSliceCount", 1)))
+            raw[name] = []
+        if generation == pool.generation:
+            pool.slices_seen += 1
+            raw[name].append(spec)
+    for name, specs in raw.items():
+        pool = pools[name]
+        for spec in specs:
+            for counter_set in spec.get("sharedCounters") or []:
+                pool.memory_slices[str(counter_set.get("name"))] = _memory_slice_count(counter_set)
+        for spec in specs:
+            node = str(spec.get("nodeName") or name)
+            for device in spec.get("devices") or []:
+                published = _published(name, node, device, pool.memory_slices)
+                if published is not None:
+                    pool.devices[published.name] = published
+    return dict(pools)
+
+
+def _published(pool: str, node: str, device: JSON, memory_slices: Mapping[str, int]) -> PublishedDevice | None:
+    name = str(device.get("name", ""))
+    mig = parse_mig_device_name(name)
+    minor = mig[0] if mig is not None else parse_gpu_device_name(name)
+    counter_sets = [str(c.get("counterSet")) for c in device.get("consumesCounters") or []]
+    slice_count = memory_slices.get(counter_sets[0]) if counter_sets else None
+    if _attribute(device, "type") == "mig":
+        start, size = _attribute(device, "placementStart"), _attribute(device, "placementSize")
+        if not isinstance(start, int) or not isinstance(size, int):
+            return None
+        return PublishedDevice(
+            pool,
+            name,
+            node,
+            str(_attribute(device, "parentUUID") or ""),
+            minor,
+            str(_attribute(device, "profile") or ""),
+            Placement(start, size),
+            _capacity(device, "memory"),
+            _capacity(device, "multiprocessors"),
+            slice_count,
+        )
+    return PublishedDevice(
+        pool,
+        name,
+        node,
+        str(_attribute(device, "uuid") or ""),
+        minor,
+        None,
+        None,
+        _capacity(device, "memory"),
+        _capacity(device, "multiprocessors"),
+        slice_count,
+    )
+
+
+def allocated_results(claim: JSON, driver: str) -> list[JSON]:
+    """The allocation results of ``driver`` in ``claim`` (none when it is not allocated)."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or []
+    return [r for r in results if isinstance(r, Mapping) and r.get("driver") == driver]
+
+
+def _occupied(device: PublishedDevice) -> Placement:
+    if device.placement is not None:
+        return device.placement
+    return Placement(0, device.memory_slices or 1 << 16)  # a whole GPU: all of it
+
+
+def compute_reservations(claims: Iterable[JSON], slices: Iterable[JSON], driver: str) -> list[DeviceReservation]:
+    """Every allocated (non-admin) device of ``driver`` in ``claims``, with its verdict; pure.
+
+    Ordered by claim (namespace, name) and then by the claim's result order, one entry per distinct
+    device of a claim (a device serving two requests is one instance).
+    """
+    pools = compute_published_devices(slices, driver)
+    held: list[tuple[JSON, str, str, PublishedDevice | None, Verdict]] = []
+    for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"])):
+        seen: set[tuple[str, str]] = set()
+        for result in allocated_results(claim, driver):
+            if result.get("adminAccess"):
+                continue
+            key = (str(result.get("pool", "")), str(result.get("device", "")))
+            if key in seen:
+                continue
+            seen.add(key)
+            pool = pools.get(key[0])
+            device = pool.devices.get(key[1]) if pool is not None else None
+            if device is not None:
+                verdict = Verdict.RESERVED
+            elif pool is not None and pool.complete:
+                verdict = Verdict.GONE
+            elif pool is None and _complete_listing(pools):
+                verdict = Verdict.GONE  # the node's whole pool went (node removed): every other pool is whole
+            else:
+                verdict = Verdict.UNKNOWN
+            held.append((claim, key[0], key[1], device, verdict))
+
+    by_gpu: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for index, (_, _, _, device, _) in enumerate(held):
+        if device is not None:
+            by_gpu[(device.node, device.gpu_uuid)].append(index)
+    conflicts: dict[int, set[str]] = defaultdict(set)
+    for indices in by_gpu.values():
+        for position, first in enumerate(indices):
+            for second in indices[position + 1 :]:
+                claim_a, claim_b = held[first][0], held[second][0]
+                if _uid(claim_a) == _uid(claim_b):
+                    continue
+                device_a, device_b = held[first][3], held[second][3]
+                assert device_a is not None
+                assert device_b is not None
+                if _occupied(device_a).overlaps(_occupied(device_b)):
+                    conflicts[first].add(_label(claim_b))
+                    conflicts[second].add(_label(claim_a))
+
+    reservations: list[DeviceReservation] = []
+    for index, (claim, pool_name, device_name, device, verdict) in enumerate(held):
+        meta = claim["metadata"]
+        others = tuple(sorted(conflicts.get(index, ())))
+        reservations.append(
+            DeviceReservation(
+                str(meta.get("uid", "")),
+                str(meta.get("namespace", "")),
+                str(meta["name"]),
+                pool_name,
+                device_name,
+                Verdict.CONFLICT if others else verdict,
+                device,
+                others,
+            )
+        )
+    return reservations
+
+
+def _complete_listing(pools: Mapping[str, _Pool]) -> bool:
+    """Whether every pool listed is complete: then a pool that is absent is absent, not half-listed."""
+    return all(pool.complete for pool in pools.values())
+
+
+def _uid(claim: JSON) -> str:
+    return str(claim["metadata"].get("uid", ""))
+
+
+def _label(claim: JSON) -> str:
+    meta = claim["metadata"]
+    return f"{meta.get('namespace', '')}/{meta['name']}"

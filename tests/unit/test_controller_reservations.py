@@ -1,0 +1,172 @@
+"""The reservation controller's pure parts: which placement each claim holds, conflicts, gone devices,
+and what its part of status.devices says."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from dra_driver import claimstatus
+from dra_driver.controller.reservations import Placement, Verdict, compute_reservations
+from dra_driver.controller.status import compute_claim_devices
+from tests.sim_objects import DRIVER, H100, node_slices
+
+NOW = "2026-12-01T00:00:00Z"
+LATER = "2026-12-01T01:00:00Z"
+
+
+def _allocated(
+    name: str, *devices: str, pool: str = "node-1", admin: bool = False, uid: str | None = None
+) -> dict[str, Any]:
+    results = [
+        {
+            "request": f"r{i}",
+            "driver": DRIVER,
+            "pool": pool,
+            "device": device,
+            **({"adminAccess": True} if admin else {}),
+        }
+        for i, device in enumerate(devices)
+    ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}", "generation": 1},
+        "spec": {"devices": {"requests": []}},
+        "status": {"allocation": {"devices": {"results": results}}},
+    }
+
+
+SLICES = node_slices("node-1", [H100, H100])
+THREE_G_AT_4 = "gpu-0-mig-3g40gb-9-4"
+FOUR_G_AT_0 = "gpu-0-mig-4g40gb-5-0"
+ONE_G_AT_6 = "gpu-0-mig-1g10gb-19-6"
+ONE_G_AT_0_GPU1 = "gpu-1-mig-1g10gb-19-0"
+
+
+def _verdicts(*claims: dict[str, Any], slices: list[dict[str, Any]] = SLICES) -> dict[tuple[str, str], Verdict]:
+    return {(r.claim_name, r.device_name): r.verdict for r in compute_reservations(claims, slices, DRIVER)}
+
+
+@pytest.mark.parametrize(
+    ("claims", "expected"),
+    [
+        pytest.param(
+            [_allocated("a", THREE_G_AT_4)], {("a", THREE_G_AT_4): Verdict.RESERVED}, id="one claim is reserved"
+        ),
+        pytest.param(
+            [_allocated("a", THREE_G_AT_4), _allocated("b", ONE_G_AT_6)],
+            {("a", THREE_G_AT_4): Verdict.CONFLICT, ("b", ONE_G_AT_6): Verdict.CONFLICT},
+            id="3g at 4-7 and 1g at 6 overlap: both flagged",
+        ),
+        pytest.param(
+            [_allocated("a", THREE_G_AT_4), _allocated("b", FOUR_G_AT_0)],
+            {("a", THREE_G_AT_4): Verdict.RESERVED, ("b", FOUR_G_AT_0): Verdict.RESERVED},
+            id="adjacent placements do not conflict",
+        ),
+        pytest.param(
+            [_allocated("a", THREE_G_AT_4), _allocated("b", ONE_G_AT_0_GPU1)],
+            {("a", THREE_G_AT_4): Verdict.RESERVED, ("b", ONE_G_AT_0_GPU1): Verdict.RESERVED},
+            id="same slices on another GPU do not conflict",
+        ),
+        pytest.param(
+            [_allocated("a", THREE_G_AT_4), _allocated("b", THREE_G_AT_4)],
+            {("a", THREE_G_AT_4): Verdict.CONFLICT, ("b", THREE_G_AT_4): Verdict.CONFLICT},
+            id="the same device in two claims",
+        ),
+        pytest.param(
+            [_allocated("a", THREE_G_AT_4), _allocated("b", ONE_G_AT_6, admin=True)],
+            {("a", THREE_G_AT_4): Verdict.RESERVED},
+            id="admin access holds nothing",
+        ),
+        pytest.param(
+            [_allocated("a", THREE_G_AT_4, ONE_G_AT_6)],
+            {("a", THREE_G_AT_4): Verdict.RESERVED, ("a", ONE_G_AT_6): Verdict.RESERVED},
+            id="a claim's own devices are not a conflict between claims",
+        ),
+        pytest.param(
+            [_allocated("a", "gpu-0-mig-3g40gb-9-99")],
+            {("a", "gpu-0-mig-3g40gb-9-99"): Verdict.GONE},
+            id="a device the complete pool no longer publishes is gone",
+        ),
+        pytest.param(
+            [_allocated("a", THREE_G_AT_4, pool="node-9")],
+            {("a", THREE_G_AT_4): Verdict.GONE},
+            id="a pool that publishes nothing while every other pool is whole",
+        ),
+    ],
+)
+def test_reservation_verdicts(claims: list[dict[str, Any]], expected: dict[tuple[str, str], Verdict]) -> None:
+    assert _verdicts(*claims) == expected
+
+
+def test_a_pool_in_the_middle_of_a_republish_says_nothing_about_gone_devices() -> None:
+    half = copy.deepcopy(SLICES)
+    for resource_slice in half:
+        resource_slice["spec"]["pool"]["resourceSliceCount"] = len(SLICES) + 1  # one slice not listed yet
+    verdicts = _verdicts(_allocated("a", "gpu-0-mig-3g40gb-9-99"), _allocated("b", THREE_G_AT_4), slices=half)
+    assert verdicts == {("a", "gpu-0-mig-3g40gb-9-99"): Verdict.UNKNOWN, ("b", THREE_G_AT_4): Verdict.RESERVED}
+
+
+def test_only_the_newest_generation_of_a_pool_counts() -> None:
+    old = copy.deepcopy(SLICES)
+    new = copy.deepcopy(SLICES)
+    for resource_slice in new:
+        resource_slice["metadata"]["name"] += "-new"
+        resource_slice["spec"]["pool"]["generation"] = 2
+        for device in resource_slice["spec"].get("devices") or []:
+            if device["name"] == THREE_G_AT_4:
+                resource_slice["spec"]["devices"].remove(device)
+    assert _verdicts(_allocated("a", THREE_G_AT_4), slices=old + new) == {("a", THREE_G_AT_4): Verdict.GONE}
+
+
+def test_a_reservation_carries_the_device_as_published() -> None:
+    (reservation,) = compute_reservations([_allocated("a", THREE_G_AT_4)], SLICES, DRIVER)
+    device = reservation.device
+    assert device is not None
+    assert (device.node, device.gpu_minor, device.profile, device.placement) == (
+        "node-1",
+        0,
+        "3g.40gb",
+        Placement(4, 4),
+    )
+    assert device.gpu_uuid.startswith("GPU-")
+    assert device.multiprocessors == 60
+
+
+def test_the_controllers_entry_reserved_then_conflict_keeps_the_plugins_part() -> None:
+    claim = _allocated("a", THREE_G_AT_4)
+    (reserved,) = compute_reservations([claim], SLICES, DRIVER)
+    devices, transitions = compute_claim_devices([], DRIVER, [reserved], 1, NOW)
+    (entry,) = devices
+    assert entry["data"]["placement"] == {"start": 4, "size": 4}
+    assert entry["data"]["profile"] == "3g.40gb"
+    assert entry["data"]["schemaVersion"] == claimstatus.SCHEMA_VERSION
+    assert "migUUID" not in entry["data"]
+    (condition,) = entry["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == ("Reserved", "True", "Allocated")
+    assert [(t.event_type, t.reason) for t in transitions] == [("Normal", "Reserved")]
+    assert transitions[0].message.startswith("Reserved 3g.40gb at memory slices 4\u20137 of GPU-")
+    assert transitions[0].message.endswith(" on node-1")
+
+    # The plugin adds its identity and Ready; the controller's next pass changes nothing and says nothing.
+    entry["data"].update({"migUUID": "MIG-1", "gpuInstanceID": 2, "computeInstanceID": 0})
+    entry["conditions"].append({"type": "Ready", "status": "True", "reason": "MigInstanceReady"})
+    again, quiet = compute_claim_devices(devices, DRIVER, [reserved], 1, LATER)
+    assert again == devices
+    assert quiet == []
+
+    other = _allocated("b", ONE_G_AT_6)
+    conflicted = next(r for r in compute_reservations([claim, other], SLICES, DRIVER) if r.claim_name == "a")
+    flagged, warned = compute_claim_devices(devices, DRIVER, [conflicted], 1, LATER)
+    (entry,) = flagged
+    assert entry["data"]["migUUID"] == "MIG-1"
+    reserved_condition = claimstatus.condition_of(entry, "Reserved")
+    assert reserved_condition is not None
+    assert (reserved_condition["status"], reserved_condition["reason"]) == ("False", "PlacementConflict")
+    assert reserved_condition["lastTransitionTime"] == LATER
+    assert "default/b" in reserved_condition["message"]
+    assert claimstatus.condition_of(entry, "Ready") is not None
+    assert [(t.event_type, t.reason) for t in warned] == [("Warning", "PlacementConflict")]
