@@ -36,6 +36,11 @@ _LAZY_GROUPS = {
     "cel": ("dra_driver.cli.cel_commands", "cel", "Evaluate and lint DRA CEL selectors."),
     "hw": ("dra_driver.cli.hw_commands", "hw", "Record what real NVML answers (read-only); check the simulator."),
     "sim": ("dra_driver.cli.sim_commands", "sim", "Local stand-ins for cluster components (never for production)."),
+    "status": (
+        "dra_driver.cli.status_command",
+        "status_command",
+        "Per GPU: which memory slices hold which claim, what is realized, what still fits (from the API).",
+    ),
 }
 
 

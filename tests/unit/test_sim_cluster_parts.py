@@ -208,7 +208,9 @@ def test_the_occupancy_map_shows_which_memory_slices_hold_which_claim() -> None:
         ("n1", "gpu-1-counter-set", 4),
     ]
     assert gpus[1].slices == [None, None, None, None, "ns/c", "ns/c", "ns/c", "ns/c"]
-    assert gpus[1].instances == [("ns/c", "3g.40gb", 4, 4)]
+    assert [(i.claim, i.profile, i.placement_start, i.placement_size) for i in gpus[1].instances] == [
+        ("ns/c", "3g.40gb", 4, 4)
+    ]
     assert gpus[0].product == "NVIDIA H100 80GB HBM3"
     assert render_occupancy(gpus) == (
         "n1         gpu-0    [. . . . . . . .]  8/8 free\n"

@@ -1,0 +1,326 @@
+"""The cluster view from API objects alone: which memory slices hold which claim, which a foreign instance
+occupies, what is realized, what still fits the published counters, the largest profile and the
+fragmentation index -- and the ``migdra status`` table and JSON built from it."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+import pytest
+
+from dra_driver.cli.status_command import render_status, status_document
+from dra_driver.controller.metrics import compute_cluster_occupancy
+from dra_driver.devicemodel import example_inventory, example_slices
+from dra_driver.devicemodel.config import DeviceModelConfig
+from dra_driver.devicemodel.layout import render_slices
+from dra_driver.devicemodel.occupancy import GpuOccupancy, render_occupancy
+from dra_driver.devicemodel.pool import build_pool
+from dra_driver.mig import Placement, load_catalog
+from dra_driver.nvml.types import GpuInstanceInfo
+
+DRIVER = "gpu.migdra.io"
+NODE = "n1"
+H100 = load_catalog().model("H100-SXM5-80GB")
+
+
+def slices_with_foreign(profile: str, start: int, size: int, gpus: int = 1) -> list[dict[str, Any]]:
+    """H100s on NODE, GPU 0 carrying a GPU instance migdra did not create at ``start``."""
+    inventory = example_inventory(["H100-SXM5-80GB"] * gpus)
+    entry = inventory.gpus[0]
+    foreign = GpuInstanceInfo(
+        entry.gpu.uuid, 7, H100.profile_by_name(profile).profile_id, Placement(start=start, size=size)
+    )
+    carved = dataclasses.replace(entry, gpu_instances=(foreign,))
+    inventory = dataclasses.replace(inventory, gpus=(carved, *inventory.gpus[1:]))
+    return render_slices(build_pool(inventory, DeviceModelConfig()), NODE, generation=1)
+
+
+def claim(name: str, *devices: str, status: list[dict[str, Any]] | None = None, **result: Any) -> dict[str, Any]:
+    results = [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": d, **result} for d in devices]
+    body: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "ns"},
+        "status": {"allocation": {"devices": {"results": results}}},
+    }
+    if status is not None:
+        body["status"]["devices"] = status
+    return body
+
+
+def entry(device: str, *conditions: tuple[str, str, str], **data: Any) -> dict[str, Any]:
+    """A status.devices[] entry as the plugin and the controller write it."""
+    return {
+        "driver": DRIVER,
+        "pool": NODE,
+        "device": device,
+        "data": {"schemaVersion": "v1", **data},
+        "conditions": [
+            {"type": t, "status": s, "reason": r, "message": f"{t} {r}", "lastTransitionTime": "2025-01-01T00:00:00Z"}
+            for t, s, r in conditions
+        ],
+    }
+
+
+def fits(gpu: GpuOccupancy) -> set[tuple[str, int]]:
+    return {(a.profile, a.placement_start) for a in gpu.allocatable}
+
+
+THREE_G_AT_4 = "gpu-0-mig-3g40gb-9-4"
+
+
+def test_foreign_slices_claims_and_what_still_fits_on_one_gpu() -> None:
+    """A foreign 1g at 0 and a claim on 3g at 4 leave slices 1-3: 2g at 2 is the largest that fits (3g
+    at 0 overlaps the foreign instance, so it is not even published), fragmentation 1 - 2/3."""
+    gpus = compute_cluster_occupancy(slices_with_foreign("1g.10gb", 0, 1), [claim("c", THREE_G_AT_4)], DRIVER)
+    (gpu,) = gpus
+    assert (gpu.node, gpu.name, gpu.product) == (NODE, "gpu-0", "NVIDIA H100 80GB HBM3")
+    assert gpu.slices == [None, None, None, None, "ns/c", "ns/c", "ns/c", "ns/c"]
+    assert gpu.foreign_slices == [0]
+    assert gpu.free_slices == 3
+    assert fits(gpu) == {
+        ("1g.10gb", 1),
+        ("1g.10gb", 2),
+        ("1g.10gb", 3),
+        ("1g.10gb+me", 1),
+        ("1g.10gb+me", 2),
+        ("1g.10gb+me", 3),
+        ("1g.20gb", 2),
+        ("2g.20gb", 2),
+    }
+    largest = gpu.largest_allocatable
+    assert largest is not None
+    assert (largest.profile, largest.placement_start, largest.placement_size, largest.multiprocessors) == (
+        "2g.20gb",
+        2,
+        2,
+        32,
+    )
+    assert gpu.fragmentation == pytest.approx(1 - 2 / 3)
+    assert render_occupancy(gpus) == (
+        "n1         gpu-0    [x . . . A A A A]  3/8 free\n"
+        "\n"
+        "memory slices held by:\n"
+        "  A = ns/c\n"
+        "  x = an instance migdra did not create (foreign)\n"
+    )
+
+
+def _with_counter(slices: list[dict[str, Any]], counter: str, value: str) -> list[dict[str, Any]]:
+    changed = copy.deepcopy(slices)
+    for resource_slice in changed:
+        for counter_set in resource_slice["spec"].get("sharedCounters") or []:
+            counter_set["counters"][counter] = {"value": value}
+    return changed
+
+
+@pytest.mark.parametrize(
+    ("slices", "claims", "largest", "placements", "fragmentation", "absent"),
+    [
+        pytest.param(example_slices(["H100"], node_name=NODE), [], "7g.80gb", [0], 0.0, set(), id="empty-gpu"),
+        pytest.param(
+            example_slices(["H100"], node_name=NODE),
+            [claim("c", THREE_G_AT_4)],
+            "4g.40gb",
+            [0],
+            0.0,
+            set(),
+            id="3g-at-4",
+        ),
+        pytest.param(
+            slices_with_foreign("3g.40gb", 0, 4),
+            [claim("c", THREE_G_AT_4)],
+            None,
+            [],
+            0.0,
+            set(),
+            id="full-foreign-and-claim",
+        ),
+        pytest.param(
+            example_slices(["H100"], node_name=NODE),
+            [claim("a", "gpu-0-mig-1g10gb-19-1"), claim("b", "gpu-0-mig-1g10gb-19-5")],
+            "2g.20gb",
+            [2],
+            1 - 2 / 6,
+            {("3g.40gb", 0), ("4g.40gb", 0)},
+            id="scattered-1g",
+        ),
+        pytest.param(  # the OFA is the foreign instance's: no +me anywhere, though the slices are free
+            slices_with_foreign("1g.10gb+me", 6, 1),
+            [],
+            "4g.40gb",
+            [0],
+            1 - 4 / 7,
+            {("1g.10gb+me", 0), ("7g.80gb", 0)},
+            id="foreign-takes-the-ofa",
+        ),
+        pytest.param(  # counter values are read from the slice: 40 SMs left rules out 3g (60 SMs) and up
+            _with_counter(example_slices(["H100"], node_name=NODE), "multiprocessors", "40"),
+            [],
+            "2g.20gb",
+            [0, 2, 4],
+            1 - 2 / 8,
+            {("3g.40gb", 0), ("4g.40gb", 0), ("7g.80gb", 0)},
+            id="published-sms-not-the-catalog",
+        ),
+        pytest.param(  # a value that is not an integer never makes a device look allocatable
+            _with_counter(example_slices(["H100"], node_name=NODE), "memory", "80Gi"),
+            [],
+            None,
+            [],
+            1.0,
+            {("1g.10gb", 0)},
+            id="unreadable-counter-is-exhausted",
+        ),
+        pytest.param(  # an admin-access allocation holds nothing, as in kube's allocator
+            example_slices(["H100"], node_name=NODE),
+            [claim("admin", "gpu-0-mig-7g80gb-0-0", adminAccess=True)],
+            "7g.80gb",
+            [0],
+            0.0,
+            set(),
+            id="admin-access-holds-nothing",
+        ),
+    ],
+)
+def test_largest_profile_and_fragmentation(
+    slices: list[dict[str, Any]],
+    claims: list[dict[str, Any]],
+    largest: str | None,
+    placements: list[int],
+    fragmentation: float,
+    absent: set[tuple[str, int]],
+) -> None:
+    (gpu, *_) = compute_cluster_occupancy(slices, claims, DRIVER)
+    found = gpu.largest_allocatable
+    assert (found.profile if found else None) == largest
+    assert gpu.largest_placements == placements
+    assert gpu.fragmentation == pytest.approx(fragmentation)
+    assert not fits(gpu) & absent
+
+
+def test_reserved_realized_and_conflicting_instances_come_from_the_claim_status() -> None:
+    slices = example_slices(["H100"], node_name=NODE)
+    realized = claim(
+        "done",
+        "gpu-0-mig-1g10gb-19-6",
+        status=[entry("gpu-0-mig-1g10gb-19-6", ("Ready", "True", "Prepared"), migUUID="MIG-1", gpuInstanceID=13)],
+    )
+    realized["status"]["devices"][0]["data"]["computeInstanceID"] = 0
+    pending = claim("waiting", "gpu-0-mig-1g10gb-19-5", status=[entry("gpu-0-mig-1g10gb-19-5")])
+    ready_without_uuid = claim(
+        "odd", "gpu-0-mig-1g10gb-19-4", status=[entry("gpu-0-mig-1g10gb-19-4", ("Ready", "True", "Prepared"))]
+    )
+    three_g_at_0 = "gpu-0-mig-3g40gb-9-0"
+    conflict = claim("clash", three_g_at_0, status=[entry(three_g_at_0, ("Reserved", "False", "PlacementConflict"))])
+    other_driver = claim(
+        "other",
+        "gpu-0-mig-1g10gb-19-3",
+        status=[{**entry("gpu-0-mig-1g10gb-19-3", ("Ready", "True", "x")), "driver": "x.io"}],
+    )
+    other_driver["status"]["allocation"]["devices"]["results"][0]["driver"] = "x.io"
+    (gpu,) = compute_cluster_occupancy(slices, [realized, pending, ready_without_uuid, conflict, other_driver], DRIVER)
+    by_claim = {i.claim: i for i in gpu.instances}
+    assert set(by_claim) == {"ns/done", "ns/waiting", "ns/odd", "ns/clash"}
+    done = by_claim["ns/done"]
+    assert (done.realized, done.mig_uuid, done.gpu_instance_id, done.compute_instance_id) == (True, "MIG-1", 13, 0)
+    assert not by_claim["ns/waiting"].realized
+    assert not by_claim["ns/odd"].realized  # Ready without a MIG UUID is not an instance one can use
+    assert by_claim["ns/clash"].conflict == "PlacementConflict: Reserved PlacementConflict"
+    assert gpu.instances_by_profile(realized=False) == {"1g.10gb": 3, "3g.40gb": 1}
+    assert gpu.instances_by_profile(realized=True) == {"1g.10gb": 1}
+    text = render_status([gpu], DRIVER)
+    assert "1 node(s), 1 GPU(s) of gpu.migdra.io: 4 instance(s) reserved, 1 realized, 1 in conflict" in text
+    assert "    memory slices  [A A A A B C D .]  1/8 free" in text  # letters per GPU, by first slice
+    assert "    A! ns/clash  3g.40gb at 0  gpu-0-mig-3g40gb-9-0  CONFLICT (Reserved=False): PlacementConflict" in text
+    assert "    D  ns/done  1g.10gb at 6  gpu-0-mig-1g10gb-19-6  realized MIG-1 (GI 13, CI 0)" in text
+    assert "    C  ns/waiting  1g.10gb at 5  gpu-0-mig-1g10gb-19-5  reserved, not realized yet" in text
+
+
+def test_a_whole_gpu_is_one_cell_and_one_allocatable_device() -> None:
+    slices = example_slices(["H100", "H100"], mig_enabled=False, node_name=NODE)
+    held = claim("whole", "gpu-1", status=[entry("gpu-1", ("Ready", "True", "Prepared"))])
+    free, taken = compute_cluster_occupancy(slices, [held], DRIVER)
+    assert (free.name, free.whole_gpu, free.slices, free.free_slices) == ("gpu-0", True, [None], 1)
+    assert [(a.device, a.profile) for a in free.allocatable] == [("gpu-0", "gpu")]
+    assert free.uuid.startswith("GPU-")
+    assert (taken.slices, taken.free_slices, taken.allocatable, taken.fragmentation) == (["ns/whole"], 0, [], 0.0)
+    assert [(i.profile, i.realized) for i in taken.instances] == [("gpu", True)]
+    assert "    whole GPU      [A]  0/1 free" in render_status([free, taken], DRIVER)
+
+
+def test_only_each_pools_newest_generation_counts() -> None:
+    """During a republish the older generation's slices linger; the allocator ignores them, and so does the map."""
+    current = slices_with_foreign("3g.40gb", 4, 4)
+    stale = copy.deepcopy(example_slices(["H100"], node_name=NODE))
+    for resource_slice in stale:
+        resource_slice["spec"]["pool"]["generation"] = 0
+        resource_slice["metadata"]["name"] += "-old"
+    (gpu,) = compute_cluster_occupancy([*stale, *current], [], DRIVER)
+    assert gpu.foreign_slices == [4, 5, 6, 7]
+    assert ("7g.80gb", 0) not in fits(gpu)
+
+
+def test_status_json_document_schema() -> None:
+    slices = slices_with_foreign("1g.10gb", 0, 1, gpus=2)
+    done = claim(
+        "c", THREE_G_AT_4, status=[entry(THREE_G_AT_4, ("Ready", "True", "Prepared"), migUUID="MIG-9", gpuInstanceID=2)]
+    )
+    document = status_document(compute_cluster_occupancy(slices, [done], DRIVER), DRIVER)
+    assert (document["schemaVersion"], document["driver"]) == ("v1", DRIVER)
+    (node,) = document["nodes"]
+    assert node["name"] == NODE
+    gpu0, gpu1 = node["gpus"]
+    assert set(gpu0) == {
+        "name",
+        "type",
+        "pool",
+        "counterSet",
+        "product",
+        "uuid",
+        "memorySlices",
+        "freeMemorySlices",
+        "slices",
+        "foreign",
+        "instances",
+        "reserved",
+        "realized",
+        "allocatable",
+        "largestProfile",
+        "fragmentation",
+    }
+    assert (gpu0["name"], gpu0["type"], gpu0["counterSet"], gpu0["memorySlices"]) == (
+        "gpu-0",
+        "mig",
+        "gpu-0-counter-set",
+        8,
+    )
+    assert gpu0["slices"][:2] == [{"state": "foreign"}, {"state": "free"}]
+    assert gpu0["slices"][4] == {"state": "claim", "claim": "ns/c"}
+    assert gpu0["foreign"] == [0]
+    assert gpu0["instances"] == [
+        {
+            "claim": "ns/c",
+            "device": THREE_G_AT_4,
+            "profile": "3g.40gb",
+            "placementStart": 4,
+            "placementSize": 4,
+            "realized": True,
+            "migUUID": "MIG-9",
+            "gpuInstanceID": 2,
+            "computeInstanceID": None,
+            "conflict": None,
+        }
+    ]
+    assert (gpu0["reserved"], gpu0["realized"]) == ({"3g.40gb": 1}, {"3g.40gb": 1})
+    assert gpu0["largestProfile"] == {
+        "profile": "2g.20gb",
+        "placementSize": 2,
+        "multiprocessors": 32,
+        "placementStarts": [2],
+    }
+    assert gpu0["fragmentation"] == 0.3333
+    assert {"device": "gpu-0-mig-2g20gb-14-2", "profile": "2g.20gb", "placementStart": 2, "placementSize": 2} in gpu0[
+        "allocatable"
+    ]
+    assert (gpu1["freeMemorySlices"], gpu1["largestProfile"]["profile"], gpu1["fragmentation"]) == (8, "7g.80gb", 0.0)
