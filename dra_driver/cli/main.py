@@ -151,6 +151,10 @@ def checkpoint_downgrade(state_dir: Path) -> None:
 @click.option("--plugin-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--cdi-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--plugin-data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option(
+    "--device-metadata/--no-device-metadata", default=None, help="KEP-5304 device metadata files in containers"
+)
 @click.option("--pod-uid", default=None, help="rolling-update mode: socket names carry this pod UID")
 @click.option("--rescan-interval", type=float, default=None, help="seconds between NVML rescans [60]")
 @click.option("--cleanup-on-exit/--keep-slices-on-exit", default=None, help="delete the slices on exit")
@@ -170,6 +174,8 @@ def kubelet_plugin(
     plugin_dir: Path | None,
     cdi_dir: Path | None,
     state_dir: Path | None,
+    plugin_data_dir: Path | None,
+    device_metadata: bool | None,
     pod_uid: str | None,
     rescan_interval: float | None,
     cleanup_on_exit: bool | None,
@@ -203,9 +209,17 @@ def kubelet_plugin(
     stop = app.stop_on_signals()
     if publish_only:
         sys.exit(app.run_publish_only(plugin, nvml_settings, stop, _announce))
-    prepare = _settings(PrepareSettings, "prepare", cdi_dir=cdi_dir, state_dir=state_dir)
-    if "state_dir" not in prepare.model_fields_set:  # neither flag nor variable: beside dra.sock
-        prepare = prepare.model_copy(update={"state_dir": plugin.plugin_directory})
+    prepare = _settings(
+        PrepareSettings,
+        "prepare",
+        cdi_dir=cdi_dir,
+        state_dir=state_dir,
+        plugin_data_dir=plugin_data_dir,
+        device_metadata=device_metadata,
+    )
+    for beside_socket in ("state_dir", "plugin_data_dir"):  # neither flag nor variable: beside dra.sock
+        if beside_socket not in prepare.model_fields_set:
+            prepare = prepare.model_copy(update={beside_socket: plugin.plugin_directory})
     sys.exit(app.run_plugin(plugin, prepare, nvml_settings, stop, _announce))
 
 

@@ -17,7 +17,9 @@ Owns the CDI side of prepare (nvml-mig.md §14-15, prior-art.md §6.7):
 - environment: ``NVIDIA_VISIBLE_DEVICES=void`` (devices arrive through CDI; the NVIDIA runtime
   hook must not inject any again -- the toolkit's own CDI convention), informational
   ``MIGDRA_MIG_UUIDS`` (the claim's MIG devices) and per device ``MIGDRA_MIG_UUID`` /
-  ``MIGDRA_GPU_UUID`` and the opaque config's ``env``.
+  ``MIGDRA_GPU_UUID`` and the opaque config's ``env``;
+- per device, when device metadata is on, a read-only bind ``mounts`` edit of each of its requests'
+  metadata files (KEP-5304, :mod:`~kubeletplugin.prepare.metadata` builds them).
 
 ``write_claim_spec`` / ``ensure_claim_spec`` turn a checkpointed claim record
 into its spec file.  ``build_``/``compute_`` functions are pure; ``read_``/``write_``/``ensure_``/``delete_``
@@ -182,19 +184,27 @@ def compute_cdi_version(device_names: Sequence[str]) -> str:
 
 
 def build_cdi_spec(
-    driver_name: str, claim_uid: str, devices: Sequence[CdiDevice], mig_uuids: Sequence[str]
+    driver_name: str,
+    claim_uid: str,
+    devices: Sequence[CdiDevice],
+    mig_uuids: Sequence[str],
+    mounts: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, Any]:
-    """The spec document for one claim; pure and deterministic (same input, same bytes)."""
-    cdi_devices = [
-        {
-            "name": compute_cdi_device_name(claim_uid, device.device_name),
-            "containerEdits": {
-                "env": [f"{key}={value}" for key, value in sorted(device.env.items())],
-                "deviceNodes": [node.to_cdi() for node in device.device_nodes],
-            },
+    """The spec document for one claim; pure and deterministic (same input, same bytes).
+
+    ``mounts``: device name -> its ``mounts`` edits (the device metadata files of its requests,
+    :mod:`~kubeletplugin.prepare.metadata`); a device without any gets no ``mounts`` key.
+    """
+    cdi_devices = []
+    for device in devices:
+        edits: dict[str, Any] = {
+            "env": [f"{key}={value}" for key, value in sorted(device.env.items())],
+            "deviceNodes": [node.to_cdi() for node in device.device_nodes],
         }
-        for device in devices
-    ]
+        device_mounts = (mounts or {}).get(device.device_name)
+        if device_mounts:
+            edits["mounts"] = [dict(mount) for mount in device_mounts]
+        cdi_devices.append({"name": compute_cdi_device_name(claim_uid, device.device_name), "containerEdits": edits})
     env = ["NVIDIA_VISIBLE_DEVICES=void"]
     if mig_uuids:
         env.append(f"MIGDRA_MIG_UUIDS={','.join(mig_uuids)}")
@@ -265,20 +275,32 @@ def read_claim_cdi_devices(proc_root: Path, record: ClaimRecord) -> tuple[list[C
     return devices, mig_uuids
 
 
-def write_claim_spec(cdi_dir: Path, proc_root: Path, driver_name: str, record: ClaimRecord) -> None:
+def write_claim_spec(
+    cdi_dir: Path,
+    proc_root: Path,
+    driver_name: str,
+    record: ClaimRecord,
+    mounts: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+) -> None:
     """Write the spec of a prepared claim record; nothing for a record without devices."""
     if not record.devices:
         return
     devices, mig_uuids = read_claim_cdi_devices(proc_root, record)
-    spec = build_cdi_spec(driver_name, record.claim_uid, devices, mig_uuids)
+    spec = build_cdi_spec(driver_name, record.claim_uid, devices, mig_uuids, mounts)
     path = write_cdi_spec(cdi_dir, driver_name, record.claim_uid, spec)
     log.info("wrote CDI spec %s for claim %s (UID %s)", path, record.label, record.claim_uid)
 
 
-def ensure_claim_spec(cdi_dir: Path, proc_root: Path, driver_name: str, record: ClaimRecord) -> None:
+def ensure_claim_spec(
+    cdi_dir: Path,
+    proc_root: Path,
+    driver_name: str,
+    record: ClaimRecord,
+    mounts: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+) -> None:
     """Write the spec of a prepared claim record again if its file is missing."""
     if record.devices and not spec_path(cdi_dir, driver_name, record.claim_uid).exists():
         log.warning(
             "CDI spec of prepared claim %s (UID %s) is missing; writing it again", record.label, record.claim_uid
         )
-        write_claim_spec(cdi_dir, proc_root, driver_name, record)
+        write_claim_spec(cdi_dir, proc_root, driver_name, record, mounts)

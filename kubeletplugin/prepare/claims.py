@@ -73,12 +73,22 @@ class ResourceClaimStatusView(_ApiView):
     allocation: AllocationResult | None = None
 
 
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+"""Set by the resource claim controller on a claim it generates from a template: the pod's name for it."""
+
+
 class ObjectMetaView(_ApiView):
     name: str
     namespace: str
     uid: str
     generation: int | None = None
     resource_version: str | None = Field(default=None, alias="resourceVersion")
+    annotations: dict[str, str] | None = None
+
+    @property
+    def pod_claim_name(self) -> str | None:
+        """``pod.spec.resourceClaims[].name`` of a claim generated from a template; None for any other claim."""
+        return (self.annotations or {}).get(POD_CLAIM_NAME_ANNOTATION) or None
 
 
 class ResourceClaimView(_ApiView):

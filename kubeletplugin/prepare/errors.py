@@ -16,6 +16,7 @@ unusable, so the plugin refuses to start rather than guess.
      │    ├── RealizeError           NVML failed to create the GPU / compute instance       (retryable)
      │    │    └── CapacityMismatchError  no CI profile covers the GI, or the CI delivers
      │    │                               fewer SMs than the profile advertises            (permanent)
+     │    ├── DeviceMetadataError    the claim's names cannot name metadata files (KEP-5304) (permanent)
      │    ├── ReleaseError           an instance could not be destroyed (a process holds it) (retryable)
      │    └── LockTimeoutError       a lock of the claim, its GPU or the checkpoint stayed held by
      │                               another thread or plugin process past the timeout      (retryable)
@@ -79,6 +80,11 @@ class CapacityMismatchError(RealizeError):
     """The compute instance would not deliver the SMs the device advertises (NVIDIA #1454/#1480)."""
 
     retryable = False
+
+
+class DeviceMetadataError(PrepareError):
+    """The claim's namespace, name, a request or its pod claim name is not a name the API server accepts,
+    so it cannot name a device metadata file (a path outside the metadata directory is never written)."""
 
 
 class ReleaseError(PrepareError):

@@ -123,6 +123,12 @@ class ClaimRecord(_Record):
     claim_uid: str = Field(alias="claimUID")
     namespace: str
     name: str
+    pod_claim_name: str | None = Field(
+        default=None,
+        alias="podClaimName",
+        description="the pod's name for a claim generated from a template (its resource.kubernetes.io/pod-claim-name "
+        "annotation): the device metadata's container path; absent for other claims and in older records",
+    )
     state: ClaimState
     devices: tuple[DeviceRecord, ...] = ()
 

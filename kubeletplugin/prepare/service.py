@@ -29,15 +29,16 @@ in parallel.  This module never imports ``grpc``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kubernetes import client
 
@@ -76,6 +77,18 @@ from kubeletplugin.prepare.errors import (
 )
 from kubeletplugin.prepare.leftovers import find_leftover_temporary_files, remove_temporary_files
 from kubeletplugin.prepare.locks import LOCKS_DIR, KeyedLocks
+from kubeletplugin.prepare.metadata import (
+    DeviceAttribute,
+    DeviceAttributeReader,
+    RequestMetadata,
+    build_claim_metadata,
+    build_metadata_mounts,
+    list_metadata_claims,
+    read_metadata_missing,
+    remove_claim_metadata,
+    remove_metadata_directory,
+    write_claim_metadata,
+)
 from kubeletplugin.prepare.realize import (
     RealizedInstance,
     RealizeFailed,
@@ -134,6 +147,8 @@ class PrepareService:
         api_timeout: float = 10.0,
         reporter: ClaimReporter | None = None,
         metrics: PrepareMetrics | None = None,
+        device_metadata: bool = True,
+        plugin_data_dir: Path | None = None,
     ) -> None:
         self._metrics = metrics
         self.nvml = nvml
@@ -144,6 +159,10 @@ class PrepareService:
         self.cdi_dir = cdi_dir
         self.state_dir = state_dir
         self.proc_root = proc_root
+        # KEP-5304 device metadata (metadata.py): written under this directory, swept even when off.
+        self.metadata_root = plugin_data_dir or state_dir
+        self.device_metadata = device_metadata
+        self._attributes = DeviceAttributeReader(nvml, self._gpus, driver_name)
         self._claims = ClaimApi(api_client, api_timeout)
         self._read_boot_id = read_boot_id
         self._workers = workers
@@ -190,6 +209,8 @@ class PrepareService:
             api_timeout=settings.api_timeout,
             reporter=reporter,
             metrics=metrics,
+            device_metadata=settings.device_metadata,
+            plugin_data_dir=settings.plugin_data_dir,
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -214,6 +235,7 @@ class PrepareService:
                 self._delete_spec(record.claim_uid)
             report = recover(self.nvml, store, self._claim_locks, self._gpu_locks, after=self._after_recovery)
             self._remove_cdi_leftovers()
+            self._remove_metadata_leftovers()
         except LockTimeoutError as e:
             self._abandon_start()
             raise CheckpointError(f"start-up recovery could not finish: {e.message}") from e
@@ -241,7 +263,7 @@ class PrepareService:
     def _after_recovery(self, record: ClaimRecord, outcome: Outcome) -> None:
         """The claim's CDI spec and status after recovery decided on its record (claim lock held)."""
         if outcome is Outcome.ADOPTED:
-            self._ensure_spec(record)
+            self._ensure_spec(record, strict=False)
         elif outcome is Outcome.ROLLED_BACK:
             self._delete_spec(record.claim_uid)
             if record.state is ClaimState.PREPARE_COMPLETED:
@@ -269,6 +291,29 @@ class PrepareService:
                 if uid in specs and store.get(uid) is None:
                     log.warning("removing CDI spec of claim UID %s: no checkpoint record names it", uid)
                     self._delete_spec(uid)
+
+    def _remove_metadata_leftovers(self) -> None:
+        """Device metadata directories no record names (as CDI specs, docs/prepare.md §7).
+
+        A directory is listed before the records are read, and removed only while no record names its
+        claim and the lock of every claim UID its files name is held here: metadata is written after
+        the claim's record, under its lock, so what is listed and then found unnamed belongs to nobody.
+        """
+        store = self._require_store()
+        for listed in list_metadata_claims(self.metadata_root):
+            with contextlib.ExitStack() as held:
+                uids = sorted(uid for uid in listed.claim_uids if uid is not None)
+                if not all(held.enter_context(self._claim_locks.try_hold(uid)) for uid in uids):
+                    continue  # another plugin process is working on one of them
+                if any(r.namespace == listed.namespace and r.name == listed.name for r in store.records()):
+                    continue
+                removed = remove_metadata_directory(self.metadata_root, listed.namespace, listed.name)
+                log.warning(
+                    "removed the device metadata of claim %s/%s (%d file(s)): no checkpoint record names it",
+                    listed.namespace,
+                    listed.name,
+                    removed,
+                )
 
     def close(self, report_timeout: float = 1.0, drain_timeout: float = 60.0) -> None:
         """Stop serving: wait for running calls (at most ``drain_timeout`` s), give queued status writes a
@@ -447,6 +492,7 @@ class PrepareService:
                 claim_uid=ref.uid,
                 namespace=ref.namespace,
                 name=ref.name,
+                pod_claim_name=claim.metadata.pod_claim_name,
                 state=ClaimState.PREPARE_STARTED,
                 devices=tuple(DeviceRecord(intent=intent) for intent in intents),
             )
@@ -647,7 +693,7 @@ class PrepareService:
         with self._claim_locks.hold(ref.uid):
             record = store.get(ref.uid)
             if record is None:
-                if self._delete_spec(ref.uid):
+                if self._delete_spec(ref.uid, (ref.namespace, ref.name)):
                     log.info(
                         "unprepare of unknown claim %s (UID %s): removed a stale CDI spec",
                         claim_namespaced_name(ref),
@@ -655,7 +701,7 @@ class PrepareService:
                     )
                 return
             self._release_or_keep(record)  # the record is dropped before the spec goes (76c3a84)
-            self._delete_spec(ref.uid)
+            self._delete_spec(ref.uid, (ref.namespace, ref.name))
             self._reporter.report_unprepared(ref, record)
             log.info("unprepared claim %s (UID %s)", record.label, ref.uid)
 
@@ -672,13 +718,56 @@ class PrepareService:
     # -- CDI -----------------------------------------------------------------------------------
 
     def _write_spec(self, record: ClaimRecord) -> None:
-        write_claim_spec(self.cdi_dir, self.proc_root, self.driver_name, record)
+        """The claim's device metadata files, then its spec (which mounts them)."""
+        mounts = self._write_metadata(record) if self.device_metadata else None
+        write_claim_spec(self.cdi_dir, self.proc_root, self.driver_name, record, mounts)
 
-    def _ensure_spec(self, record: ClaimRecord) -> None:
-        ensure_claim_spec(self.cdi_dir, self.proc_root, self.driver_name, record)
+    def _ensure_spec(self, record: ClaimRecord, *, strict: bool = True) -> None:
+        """Write the metadata files and the spec again where missing.  ``strict=False`` (start-up): a
+        metadata failure is logged, not raised -- the next prepare of the claim writes them again."""
+        mounts = None
+        if self.device_metadata:
+            try:
+                mounts = build_metadata_mounts(record, self.driver_name, self.metadata_root)
+                if record.devices and read_metadata_missing(self._metadata_files(record, attributes={})):
+                    log.warning(
+                        "device metadata of claim %s (UID %s) is missing; writing it again",
+                        record.label,
+                        record.claim_uid,
+                    )
+                    self._write_metadata(record)
+            except (PrepareError, OSError) as e:
+                if strict:
+                    raise
+                log.error(
+                    "device metadata of claim %s (UID %s) could not be written: %s", record.label, record.claim_uid, e
+                )
+        ensure_claim_spec(self.cdi_dir, self.proc_root, self.driver_name, record, mounts)
 
-    def _delete_spec(self, claim_uid: str) -> bool:
-        return delete_cdi_spec(self.cdi_dir, self.driver_name, claim_uid)
+    def _delete_spec(self, claim_uid: str, claim: tuple[str, str] | None = None) -> bool:
+        """Delete the claim's spec (True if there was one) and its device metadata files; ``claim``
+        (namespace, name) says where they are, else every metadata directory is looked at."""
+        removed = delete_cdi_spec(self.cdi_dir, self.driver_name, claim_uid)
+        where = (
+            [claim]
+            if claim is not None
+            else [(d.namespace, d.name) for d in list_metadata_claims(self.metadata_root) if claim_uid in d.claim_uids]
+        )
+        for namespace, name in where:
+            remove_claim_metadata(self.metadata_root, namespace, name, claim_uid)
+        return removed
+
+    def _metadata_files(
+        self, record: ClaimRecord, attributes: Mapping[str, Mapping[str, DeviceAttribute]]
+    ) -> list[RequestMetadata]:
+        return build_claim_metadata(record, self.driver_name, self.pool_name, self.metadata_root, attributes)
+
+    def _write_metadata(self, record: ClaimRecord) -> dict[str, list[dict[str, Any]]]:
+        """Write the claim's device metadata files (device attributes read through NVML); its CDI mounts."""
+        mounts = build_metadata_mounts(record, self.driver_name, self.metadata_root)  # names checked first
+        files = self._metadata_files(record, self._attributes.read(record))
+        write_claim_metadata(self.metadata_root, files, record.claim_uid)
+        return mounts
 
     # -- helpers of this service ----------------------------------------------------------------
 

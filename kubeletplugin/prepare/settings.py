@@ -25,6 +25,18 @@ class PrepareSettings(BaseSettings):
         description="directory of the checkpoint (checkpoint.json), its lock (prepare.lock) and the claim and GPU "
         "lock files (locks/); shared by the two plugin pods of a rolling update",
     )
+    device_metadata: bool = Field(
+        default=True,
+        description="write each prepared request's KEP-5304 device metadata file (the device's published "
+        "attributes, MIG UUID, GI/CI IDs) and bind-mount it into the container through the claim's CDI spec "
+        "at /var/run/kubernetes.io/dra-device-attributes/...; off: neither files nor mounts",
+    )
+    plugin_data_dir: Path = Field(
+        default=Path("/var/lib/kubelet/plugins/gpu.migdra.io"),
+        description="directory under which the device metadata files are written (dra-device-metadata/); the "
+        "path must be the same on the host, since the container runtime bind-mounts from it; default: the "
+        "plugin directory (--plugin-dir)",
+    )
     proc_root: Path = Field(
         default=Path("/proc"), description="procfs root for the NVIDIA capability files and /proc/devices"
     )
