@@ -26,8 +26,10 @@ rejecting the slices), NVML failing or a bug, ``fatal_after`` publish rounds in 
 Concurrency model (threads, no asyncio): the publish loop on its own thread (periodic NVML rescan +
 triggers); the gRPC servers' thread pools calling the thread-safe :class:`PrepareService` (which runs
 claims on its own worker pool under per-GPU locks, and writes and reconciles claim status on one
-background thread); the main thread waits for SIGTERM/SIGINT and then shuts down in order: deregister
-from kubelet, let in-flight calls finish, stop publishing, close prepare (instances are kept).
+background thread); with realize before bind, the realizer's thread and its claim informer
+(:mod:`kubeletplugin.realizer`, calling the same service); the main thread waits for SIGTERM/SIGINT and
+then shuts down in order: deregister from kubelet, let in-flight calls finish, stop publishing, stop
+the realizer, close prepare (instances are kept).
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.naming import dns_subdomain_problem, node_name_problem
 from dra_driver.devicemodel.pool import NodePool, build_pool
-from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
+from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME, realize_before_bind_conditions
 from dra_driver.durable import writable_directory_problem
 from dra_driver.errors import ConfigurationError, MigdraError
+from dra_driver.kube.client import Client
 from dra_driver.kubeapi import (
     ApiRequestError,
     BackoffPolicy,
@@ -66,7 +69,7 @@ from dra_driver.settings import load_device_model_config
 from kubeletplugin.device_health import NvmlDeviceHealth
 from kubeletplugin.grpc import PluginServers
 from kubeletplugin.grpc.sockets import MAX_SOCKET_PATH_BYTES, SocketFile, plugin_socket_paths
-from kubeletplugin.metrics import PrepareMetrics, PublishMetrics
+from kubeletplugin.metrics import PrepareMetrics, PublishMetrics, RealizeMetrics
 from kubeletplugin.pool_report import PoolReporter
 from kubeletplugin.prepare import PrepareService, PrepareSettings
 from kubeletplugin.prepare.reporter import ClaimReporter
@@ -79,6 +82,7 @@ from kubeletplugin.publisher import (
     SlicePublisher,
     read_settled_inventory,
 )
+from kubeletplugin.realizer import Realizer
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -153,6 +157,14 @@ class PluginSettings(BaseSettings):
         gt=0,
         description="seconds between reconciliations of the claims' status.devices with the checkpoint (one "
         "also runs at start): a claim says Ready with its MIG identity exactly while its instance exists",
+    )
+    realize_before_bind: bool = Field(
+        default=False,
+        description="realize before bind: devices are published with the binding condition <driver>/realized "
+        "and the failure condition <driver>/realization-failed; the plugin creates a claim's MIG instance as "
+        "soon as it is allocated here, before the pod is bound, and a failed creation sends the pod to another "
+        "placement. Needs kube-scheduler's DRADeviceBindingConditions and DRAResourceClaimDeviceStatus; such "
+        "pools are tried after all others (docs/prepare.md)",
     )
 
     @field_validator("node_name")
@@ -264,6 +276,8 @@ class _Publishing:
         self._pending_announcement: Callable[[], None] | None = None
         # The last pool and what it was built from: an unchanged rescan builds no new pool.
         self._built: tuple[object, NodePool] | None = None
+        # Only the full plugin realizes, so only it publishes the binding conditions (run_plugin sets it).
+        self.realize_before_bind = False
 
     def on_fatal(self, exc: BaseException) -> None:
         self.fatal.append(exc)
@@ -313,10 +327,13 @@ class _Publishing:
         built = self._built
         if built is not None and built[0] == key:
             return built[1]
+        binding = realize_before_bind_conditions(self.device_config.driver_name) if self.realize_before_bind else None
         if ownership is None:
-            pool = build_pool(inventory, self.device_config)
+            pool = build_pool(inventory, self.device_config, binding=binding)
         else:
-            pool = build_pool(inventory, self.device_config, owned_instances=owned[0], owned_placements=owned[1])
+            pool = build_pool(
+                inventory, self.device_config, owned_instances=owned[0], owned_placements=owned[1], binding=binding
+            )
         self._built = (key, pool)
         return pool
 
@@ -385,6 +402,11 @@ def run_publish_only(
 
     Raises :class:`ConfigurationError` before touching the API or the hardware when a setting cannot
     work, and :class:`PublishingError` when publishing kept failing."""
+    if plugin.realize_before_bind:
+        raise ConfigurationError(
+            "--realize-before-bind (MIGDRA_REALIZE_BEFORE_BIND) needs the whole plugin: with --publish-only nothing "
+            "would realize the claims, and every pod would wait for its binding conditions until they time out"
+        )
     registry = CollectorRegistry()
     publishing = _Publishing(plugin, registry, stop)
     configuration = check_start_up(plugin, prepare=None)
@@ -420,6 +442,7 @@ def run_plugin(
     kept failing stop it with a :class:`MigdraError` too."""
     registry = CollectorRegistry()
     publishing = _Publishing(plugin, registry, stop)
+    publishing.realize_before_bind = plugin.realize_before_bind
     driver_name = publishing.device_config.driver_name
     configuration = check_start_up(plugin, prepare)
     publishing.server = str(configuration.host)
@@ -460,10 +483,23 @@ def run_plugin(
             health=(NvmlDeviceHealth(nvml, plugin.node_name, lambda: publishing.last_pool) if plugin.health else None),
             health_interval=plugin.health_interval,
         )
+        realizer = (
+            Realizer(
+                service,
+                Client(configuration=configuration, timeout=prepare.api_timeout),
+                driver_name,
+                plugin.node_name,
+                metrics=RealizeMetrics(registry),
+            )
+            if plugin.realize_before_bind
+            else None
+        )
         try:
             # Registered before the first publish: prepare needs the recovered checkpoint, not our slices
             # (see the module docstring).  A socket path taken since the start-up check: SocketPathError.
             servers.start()
+            if realizer is not None:  # after recovery: it releases records realized ahead that lost their claim
+                realizer.start()
             with publishing.running(api_client, nvml, ownership=service, request_timeout=prepare.api_timeout):
                 publishing.announce_when_published(
                     announce,
@@ -478,6 +514,8 @@ def run_plugin(
                 servers.stop(plugin.shutdown_grace)  # deregister, then let in-flight calls finish
         finally:
             servers.stop(grace=None)  # idempotent: only a failed start-up gets here with them serving
+            if realizer is not None:
+                realizer.stop()  # before the service closes: a realization in flight finishes first
             service.close()
     return publishing.exit_code()
 

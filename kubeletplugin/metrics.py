@@ -97,3 +97,33 @@ class PrepareMetrics:
 
     def observe_checkpoint_write(self, seconds: float) -> None:
         self.checkpoint_write_duration.observe(seconds)
+
+
+class RealizeMetrics:
+    """What realize before bind reports (:mod:`kubeletplugin.realizer`), per claim.
+
+    ``result`` of a realization: ``success`` (the ``realized`` condition is set), ``failed`` (the
+    ``realization-failed`` condition is set: the scheduler places the pod anew); of a release of a
+    claim realized ahead that no pod will get: ``success`` or ``error`` (kept, tried again).
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.realizations = Counter(
+            "migdra_realizations_total",
+            "claims realized before their pod was bound, by result (success, failed)",
+            ["result"],
+            registry=registry,
+        )
+        self.releases = Counter(
+            "migdra_realization_releases_total",
+            "claims realized ahead whose allocation went away before kubelet prepared them, released, by result "
+            "(success, error)",
+            ["result"],
+            registry=registry,
+        )
+
+    def observe_realization(self, ok: bool) -> None:
+        self.realizations.labels("success" if ok else "failed").inc()
+
+    def observe_release(self, ok: bool) -> None:
+        self.releases.labels("success" if ok else "error").inc()

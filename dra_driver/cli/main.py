@@ -160,6 +160,11 @@ def checkpoint_downgrade(state_dir: Path) -> None:
 @click.option("--cleanup-on-exit/--keep-slices-on-exit", default=None, help="delete the slices on exit")
 @click.option("--metrics-address", default=None, metavar="HOST:PORT", help="serve Prometheus metrics here")
 @click.option("--health/--no-health", default=None, help="serve kubelet's DRA resource-health stream")
+@click.option(
+    "--realize-before-bind/--no-realize-before-bind",
+    default=None,
+    help="create a claim's MIG instance before its pod is bound (binding conditions)",
+)
 @click.option("--publish-only", is_flag=True, help="only publish ResourceSlices; do not serve kubelet")
 def kubelet_plugin(
     nvml: str | None,
@@ -181,6 +186,7 @@ def kubelet_plugin(
     cleanup_on_exit: bool | None,
     metrics_address: str | None,
     health: bool | None,
+    realize_before_bind: bool | None,
     publish_only: bool,
 ) -> None:
     """Run the node plugin: publish ResourceSlices, register with kubelet, prepare and unprepare claims."""
@@ -205,6 +211,7 @@ def kubelet_plugin(
         cleanup_on_exit=cleanup_on_exit,
         metrics_address=metrics_address,
         health=health,
+        realize_before_bind=realize_before_bind,
     )
     stop = app.stop_on_signals()
     if publish_only:

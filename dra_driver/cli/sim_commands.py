@@ -124,7 +124,27 @@ def _check_writable_file(path: Path, flag: str) -> None:
 )
 @click.option("--driver-name", default="gpu.migdra.io", show_default=True, help="DRA driver name")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the scheduler's node order")
-def up(workdir: Path, nodes: int, gpus: str, driver_name: str, seed: int) -> None:
+@click.option(
+    "--realize-before-bind",
+    is_flag=True,
+    help="run the plugins with --realize-before-bind: MIG instances are created before pods are bound",
+)
+@click.option(
+    "--plugin-env",
+    "plugin_env",
+    multiple=True,
+    metavar="NODE:NAME=VALUE",
+    help="an environment variable of one node's plugin, e.g. node-1:MIGDRA_SIM_FAULTS='<fault plan>'; repeatable",
+)
+def up(
+    workdir: Path,
+    nodes: int,
+    gpus: str,
+    driver_name: str,
+    seed: int,
+    realize_before_bind: bool,
+    plugin_env: tuple[str, ...],
+) -> None:
     """Run a simulated cluster: API server, DeviceClasses, claim controller, scheduler, and per node a
     kubelet and a `migdra kubelet-plugin` process on simulated GPUs.
 
@@ -150,7 +170,16 @@ def up(workdir: Path, nodes: int, gpus: str, driver_name: str, seed: int) -> Non
     def progress(message: str) -> None:
         click.echo(f"sim: {message}", err=True)
 
-    cluster = LocalCluster(ClusterSpec(workdir, nodes, gpus, driver_name=driver_name, seed=seed), progress)
+    spec = ClusterSpec(
+        workdir,
+        nodes,
+        gpus,
+        driver_name=driver_name,
+        seed=seed,
+        realize_before_bind=realize_before_bind,
+        plugin_env=tuple(_parse_plugin_env(item) for item in plugin_env),
+    )
+    cluster = LocalCluster(spec, progress)
     cluster.check()
     workdir.mkdir(parents=True, exist_ok=True)
     pid_file = workdir / SUPERVISOR_PID
@@ -165,6 +194,15 @@ def up(workdir: Path, nodes: int, gpus: str, driver_name: str, seed: int) -> Non
     finally:
         cluster.stop()
         pid_file.unlink(missing_ok=True)
+
+
+def _parse_plugin_env(item: str) -> tuple[str, str, str]:
+    """``node-1:NAME=VALUE`` -> (node, name, value)."""
+    node, colon, assignment = item.partition(":")
+    name, equals, value = assignment.partition("=")
+    if not colon or not equals or not node or not name:
+        raise ConfigurationError(f"--plugin-env {item!r}: expected NODE:NAME=VALUE, e.g. node-1:MIGDRA_SIM_FAULTS=...")
+    return node, name, value
 
 
 @sim.command()

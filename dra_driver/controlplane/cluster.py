@@ -67,6 +67,9 @@ class ClusterSpec:
     seed: int = 0
     wipe_delay: float = 30.0
     deviceclass_dir: Path = DEVICECLASS_DIR
+    realize_before_bind: bool = False
+    # (node, variable, value): extra environment of one node's plugin (a fault plan for one node's GPUs).
+    plugin_env: tuple[tuple[str, str, str], ...] = ()
 
     def node_names(self) -> list[str]:
         return [f"node-{number}" for number in range(1, self.nodes + 1)]
@@ -167,6 +170,7 @@ class PluginProcess:
             str(p["state"]),
             "--sim-gpus",
             self.spec.gpus,
+            *(["--realize-before-bind"] if self.spec.realize_before_bind else []),
         ]
 
     def start(self) -> None:
@@ -178,6 +182,7 @@ class PluginProcess:
     def _spawn(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
         env["MIGDRA_PROC_ROOT"] = str(self.paths["proc"])
+        env.update({name: value for node, name, value in self.spec.plugin_env if node == self.node})
         with self.paths["log"].open("ab") as log_file:  # appended to by restarts; a new cluster starts it afresh
             self.process = subprocess.Popen(
                 self.argv(), stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -275,6 +280,11 @@ class LocalCluster:
         problem = _socket_problem(self.spec)
         if problem is not None:
             raise ConfigurationError(problem)
+        for node, name, _value in self.spec.plugin_env:
+            if node not in self.spec.node_names():
+                raise ConfigurationError(
+                    f"--plugin-env {node}:{name}=...: there is no node {node!r} (nodes node-1 … node-{self.spec.nodes})"
+                )
         deviceclass_documents(self.spec.deviceclass_dir, self.spec.driver_name)
 
     def start(self, timeout: float = READY_TIMEOUT_SECONDS, interrupt: threading.Event | None = None) -> Path | None:

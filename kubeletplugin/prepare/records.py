@@ -131,6 +131,13 @@ class ClaimRecord(_Record):
     )
     state: ClaimState
     devices: tuple[DeviceRecord, ...] = ()
+    realized_ahead: bool = Field(
+        default=False,
+        alias="realizedAhead",
+        description="realized before the pod was bound (realize before bind) and not yet returned to kubelet's "
+        "NodePrepareResources: the realizer tears it down if the claim loses its allocation; absent in records "
+        "of a migdra without realize before bind (False)",
+    )
 
     @property
     def label(self) -> str:

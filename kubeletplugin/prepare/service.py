@@ -352,6 +352,41 @@ class PrepareService:
         with self._call(), self._reporter.call_in_flight():
             return self._fan_out(claims, lambda ref: self._measured("unprepare", self._unprepare_claim_reported, ref))
 
+    # -- realize before bind (kubeletplugin.realizer) -------------------------------------------
+
+    def realize_ahead(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        """Prepare ``claims`` before their pods are bound: the prepare path exactly, and the record says
+        *realized ahead* until kubelet's :meth:`prepare` returns it (then kubelet owns the unprepare).
+
+        A claim already prepared is returned as it is (a record kubelet has claimed stays claimed).
+        """
+        with self._call(), self._reporter.call_in_flight():
+            return self._fan_out(claims, lambda ref: self._prepare_claim_reported(ref, ahead=True))
+
+    def realized_ahead(self) -> tuple[ClaimRecord, ...]:
+        """The records realized ahead that kubelet has not claimed yet (the checkpoint as it is now)."""
+        return tuple(record for record in self._require_store().records() if record.realized_ahead)
+
+    def release_realized_ahead(self, ref: ClaimRef, confirm: Callable[[ClaimRecord], bool]) -> bool:
+        """Unprepare a claim realized ahead that kubelet never claimed, if ``confirm(record)`` -- a fresh
+        read of the API, made under the claim's lock -- still says no pod will get it; True when released.
+
+        Under the claim's lock, so it never races kubelet's prepare of the claim: whichever comes
+        second sees what the first did (a claimed record is not released; a released one is prepared
+        anew from the claim).  ``confirm`` raising (a failed read) releases nothing.  A release that
+        fails keeps what is left as ``PrepareStarted``, still realized ahead, and raises.
+        """
+        store = self._require_store()
+        with self._call(), self._claim_locks.hold(ref.uid):
+            record = store.get(ref.uid)
+            if record is None or not record.realized_ahead or not confirm(record):
+                return False
+            self._release_or_keep(record)
+            self._delete_spec(ref.uid)
+            self._reporter.report_unprepared(ref, record)
+            log.info("released claim %s (UID %s): realized ahead, and no pod will get it", record.label, ref.uid)
+            return True
+
     @contextmanager
     def _call(self) -> Iterator[None]:
         """Count a running call, so that :meth:`close` waits for it (a one-claim call runs in the
@@ -409,14 +444,14 @@ class PrepareService:
         futures: dict[str, Future[_R]] = {uid: self._executor.submit(handle, ref) for uid, ref in unique.items()}
         return {uid: future.result() for uid, future in futures.items()}
 
-    def _prepare_claim_reported(self, ref: ClaimRef) -> PrepareResult:
+    def _prepare_claim_reported(self, ref: ClaimRef, *, ahead: bool = False) -> PrepareResult:
         label = claim_namespaced_name(ref)
         problem = compute_claim_ref_problem(ref)
         if problem is not None:  # nothing to report the failure on: the claim cannot be named
             log.warning("prepare refused: %s", problem)
             return PrepareResult(error=problem)
         try:
-            return self._prepare_claim(ref)
+            return self._prepare_claim(ref, ahead=ahead)
         except PrepareError as e:
             message = e.describe(label)
             log.warning("prepare failed: %s", message)
@@ -450,13 +485,19 @@ class PrepareService:
         self._reporter.report_failure(ref, EVENT_UNPREPARE_FAILED, message)
         return UnprepareResult(error=message)
 
-    def _prepare_claim(self, ref: ClaimRef) -> PrepareResult:
+    def _prepare_claim(self, ref: ClaimRef, *, ahead: bool = False) -> PrepareResult:
+        """``ahead``: the realizer's call (record realized ahead); otherwise kubelet's, which claims a
+        record realized ahead (from then on kubelet owns its unprepare)."""
         store = self._require_store()
         with self._claim_locks.hold(ref.uid):
             record = store.get(ref.uid)
             if record is not None and record.state is ClaimState.PREPARE_COMPLETED:
                 if self._still_realized(ref, record):
                     self._ensure_spec(record)
+                    if record.realized_ahead and not ahead:
+                        record = record.model_copy(update={"realized_ahead": False})
+                        store.put(record)  # before kubelet gets the devices: no teardown after this
+                        log.info("claim %s (UID %s): kubelet claimed what was realized ahead", record.label, ref.uid)
                     return self._result_of(record)
                 record = None  # rolled back: prepare again, from the claim
             if record is not None:
@@ -495,6 +536,7 @@ class PrepareService:
                 pod_claim_name=claim.metadata.pod_claim_name,
                 state=ClaimState.PREPARE_STARTED,
                 devices=tuple(DeviceRecord(intent=intent) for intent in intents),
+                realized_ahead=ahead,
             )
             store.begin(started)
             self._crash(CrashPoint.AFTER_CHECKPOINT_STARTED)

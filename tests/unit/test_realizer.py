@@ -1,0 +1,188 @@
+"""Realize before bind, the pure parts: which claims need realizing, which records realized ahead are
+released, and what the realizer writes into status.devices (and what it leaves to the other writers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dra_driver import claimstatus
+from dra_driver.claimstatus import PLUGIN, EntryUpdate, realizer_writer
+from kubeletplugin.draservice import ClaimRef
+from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
+from kubeletplugin.prepare.status import compute_cleared_devices, compute_converged_devices
+from kubeletplugin.realizer import (
+    build_binding_condition,
+    compute_binding_devices,
+    compute_claims_to_realize,
+    compute_records_to_release,
+)
+
+DRIVER = "gpu.migdra.io"
+NODE = "node-a"
+REALIZED = f"{DRIVER}/realized"
+FAILED = f"{DRIVER}/realization-failed"
+DEVICE = "gpu-0-mig-1g10gb-19-0"
+OTHER = "gpu-0-mig-1g10gb-19-1"
+NOW = "2026-01-01T00:00:00Z"
+
+
+def result(device: str = DEVICE, *, pool: str = NODE, driver: str = DRIVER, binding: bool = True) -> dict[str, Any]:
+    entry: dict[str, Any] = {"request": "gpu", "driver": driver, "pool": pool, "device": device}
+    if binding:
+        entry["bindingConditions"] = [f"{driver}/realized"]
+        entry["bindingFailureConditions"] = [f"{driver}/realization-failed"]
+    return entry
+
+
+def condition(condition_type: str, status: str = "True") -> dict[str, Any]:
+    return {"type": condition_type, "status": status, "reason": "R", "message": "", "lastTransitionTime": NOW}
+
+
+def claim(
+    name: str = "c",
+    uid: str = "uid-c",
+    results: list[dict[str, Any]] | None = None,
+    devices: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    if results is not None:
+        status["allocation"] = {"devices": {"results": results}}
+    if devices is not None:
+        status["devices"] = devices
+    return {"metadata": {"namespace": "default", "name": name, "uid": uid}, "status": status}
+
+
+def entry(device: str, *conditions: dict[str, Any]) -> dict[str, Any]:
+    return {"driver": DRIVER, "pool": NODE, "device": device, "conditions": list(conditions)}
+
+
+def record(uid: str = "uid-c", *devices: str, ahead: bool = True) -> ClaimRecord:
+    return ClaimRecord(
+        claim_uid=uid,
+        namespace="default",
+        name="c",
+        state=ClaimState.PREPARE_COMPLETED,
+        devices=tuple(
+            DeviceRecord(intent=DeviceIntent(device_name=d, request_names=("gpu",), gpu_uuid="GPU-1", gpu_minor=0))
+            for d in devices or (DEVICE,)
+        ),
+        realized_ahead=ahead,
+    )
+
+
+@pytest.mark.parametrize(
+    ("the_claim", "wanted"),
+    [
+        (claim(results=[result()]), True),
+        (claim(results=[result(binding=False)]), False),
+        (claim(results=None), False),
+        (claim(results=[result(pool="node-b")]), False),
+        (claim(results=[result(driver="net.example.com")]), False),
+        (claim(results=[result()], devices=[entry(DEVICE, condition(REALIZED))]), False),
+        (claim(results=[result()], devices=[entry(DEVICE, condition(FAILED))]), False),
+        (claim(results=[result()], devices=[entry(DEVICE, condition(REALIZED, "False"))]), True),
+        (claim(results=[result()], devices=[entry(DEVICE, condition("Ready"))]), True),
+        (claim(results=[result(), result(OTHER)], devices=[entry(DEVICE, condition(REALIZED))]), True),
+    ],
+    ids=[
+        "allocated-here-waiting",
+        "no-binding-conditions",
+        "not-allocated",
+        "another-node's-pool",
+        "another-driver",
+        "already-realized",
+        "already-failed",
+        "realized-false",
+        "only-ready",
+        "one-of-two-devices-realized",
+    ],
+)
+def test_which_claims_need_realizing(the_claim: dict[str, Any], wanted: bool) -> None:
+    refs = compute_claims_to_realize([the_claim], DRIVER, NODE)
+    assert refs == ([ClaimRef("default", "c", "uid-c")] if wanted else [])
+
+
+def test_binding_devices_are_ours_with_the_realized_condition_once_each_in_allocation_order() -> None:
+    the_claim = claim(results=[result(OTHER), result(DEVICE), result(OTHER), result("eth0", driver="net.example.com")])
+    assert compute_binding_devices(the_claim, DRIVER, NODE) == (OTHER, DEVICE)
+
+
+@pytest.mark.parametrize(
+    ("claims", "the_record", "released"),
+    [
+        ([claim(results=[result()])], record(), False),
+        ([], record(), True),
+        ([claim(results=None)], record(), True),
+        ([claim(uid="uid-new", results=[result()])], record(), True),
+        ([claim(results=[result(OTHER)])], record(), True),
+        ([claim(results=[result(), result(OTHER)])], record(), True),
+        ([claim(results=[result(pool="node-b")])], record(), True),
+        ([], record(ahead=False), False),
+        ([claim(results=None)], record(ahead=False), False),
+    ],
+    ids=[
+        "still-allocated",
+        "claim-deleted",
+        "deallocated",
+        "re-created-with-another-uid",
+        "re-allocated-to-another-device",
+        "allocation-grew",
+        "allocated-to-another-node",
+        "claimed-by-kubelet-claim-deleted",
+        "claimed-by-kubelet-deallocated",
+    ],
+)
+def test_which_records_realized_ahead_are_released(
+    claims: list[dict[str, Any]], the_record: ClaimRecord, released: bool
+) -> None:
+    assert compute_records_to_release([the_record], claims, DRIVER, NODE) == ([the_record] if released else [])
+
+
+def test_the_realizer_writes_its_conditions_alone_and_the_plugin_leaves_them_when_it_clears_its_part() -> None:
+    realizer = realizer_writer(DRIVER)
+    existing = [
+        {
+            "driver": DRIVER,
+            "pool": NODE,
+            "device": DEVICE,
+            "data": {"schemaVersion": "v1", "migUUID": "MIG-1"},
+            "conditions": [condition("Ready")],
+        },
+        {"driver": "net.example.com", "pool": "rack", "device": "eth0", "conditions": [condition("Up")]},
+    ]
+    realized = build_binding_condition(DRIVER, True, "realized", 3, NOW)
+    merged = claimstatus.compute_merged_devices(existing, DRIVER, NODE, realizer, [EntryUpdate(DEVICE, {}, [realized])])
+    assert merged[0]["data"] == existing[0]["data"]
+    assert [c["type"] for c in merged[0]["conditions"]] == ["Ready", REALIZED]
+    assert merged[0]["conditions"][1]["observedGeneration"] == 3
+    assert merged[1] == existing[1]
+    fresh = claimstatus.compute_merged_devices([], DRIVER, NODE, realizer, [EntryUpdate(OTHER, {}, [realized])])
+    assert fresh == [{"driver": DRIVER, "pool": NODE, "device": OTHER, "conditions": [realized]}]  # no empty data
+    with pytest.raises(ValueError, match="does not own condition"):
+        claimstatus.compute_merged_devices(
+            existing, DRIVER, NODE, realizer, [EntryUpdate(DEVICE, {}, [condition("Ready")])]
+        )
+    with pytest.raises(ValueError, match="does not own condition"):
+        claimstatus.compute_merged_devices(existing, DRIVER, NODE, PLUGIN, [EntryUpdate(DEVICE, {}, [realized])])
+    # The plugin's unprepare and its reconciliation with an empty checkpoint clear only the plugin's part.
+    cleared = compute_cleared_devices(merged, DRIVER, NODE)
+    assert cleared[0] == {"driver": DRIVER, "pool": NODE, "device": DEVICE, "conditions": [realized]}
+    assert compute_converged_devices(merged, DRIVER, NODE, None, 3, NOW) == cleared
+
+
+def test_a_failure_condition_carries_the_error_cut_to_a_readable_length() -> None:
+    failed = build_binding_condition(DRIVER, False, "x" * 5000, None, NOW)
+    assert failed["type"] == FAILED
+    assert failed["status"] == "True"
+    assert failed["reason"] == "RealizationFailed"
+    assert len(failed["message"]) == 1024
+    assert "observedGeneration" not in failed
+
+
+def test_a_checkpoint_record_without_the_mark_reads_as_claimed_by_kubelet() -> None:
+    data = record().model_dump(mode="json", by_alias=True)
+    assert data["realizedAhead"] is True
+    del data["realizedAhead"]  # a record written by a migdra without realize before bind
+    assert ClaimRecord.model_validate(data).realized_ahead is False
