@@ -19,9 +19,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from dra_driver.devicemodel.occupancy import occupancy, render_occupancy
-from dra_driver.kube.client import CLAIMS, EVENTS, PODS, SLICES, Client
+from dra_driver.kube.client import CLAIMS, EVENTS, PODS, Client
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 
@@ -82,17 +82,33 @@ def wait_settled(client: Client) -> None:
         events, _ = client.list(
             EVENTS, "default", field_selector=f"involvedObject.name={UNFIT},reason=FailedScheduling"
         )
+        claims, _ = client.list(CLAIMS, "default")
+        allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
+        described = [c for c in allocated if _reserved_and_ready(c)]
         progress = (
-            f"   {len(running)}/{len(others)} pods running; {UNFIT}: {'FailedScheduling' if events else 'pending'}"
+            f"   {len(running)}/{len(others)} pods running; {len(described)}/{len(allocated)} claims Reserved and "
+            f"Ready; {UNFIT}: {'FailedScheduling' if events else 'pending'}"
         )
         if progress != last:
             say(progress)
             last = progress
-        if others and len(running) == len(others) and events:
+        if others and len(running) == len(others) and events and len(described) == len(allocated):
             return
         if time.monotonic() > deadline:
             raise SystemExit(f"the demo pods did not settle within {SETTLE_TIMEOUT:g} s")
         time.sleep(0.2)
+
+
+def _reserved_and_ready(claim: dict[str, Any]) -> bool:
+    """Whether the controller (Reserved) and the plugin (Ready) both wrote every device entry of ours."""
+    results = claim["status"]["allocation"]["devices"]["results"]
+    ours = {(r["pool"], r["device"]) for r in results if r["driver"] == DRIVER}
+    entries = {(e["pool"], e["device"]): e for e in claim["status"].get("devices") or [] if e["driver"] == DRIVER}
+    for key in ours:
+        types = {c["type"] for c in (entries.get(key) or {}).get("conditions") or []}
+        if not {"Reserved", "Ready"} <= types:
+            return False
+    return True
 
 
 def claim_of(client: Client, pod: str) -> str:
@@ -143,10 +159,18 @@ def main() -> int:
             "-o",
             "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message",
         )
-        say("\n== Which memory slices of which GPU hold which claim")
-        slices, _ = client.list(SLICES)
-        claims, _ = client.list(CLAIMS)
-        say(render_occupancy(occupancy(slices, claims, DRIVER)))
+        say("\n== Which memory slices of which GPU hold which claim, realized or not, and what still fits")
+        say(f"\n$ migdra status --kubeconfig {kubeconfig}")
+        status = subprocess.run(
+            [str(BIN / "migdra"), "status", "--kubeconfig", str(kubeconfig)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        if status.returncode != 0:
+            raise SystemExit(f"migdra status failed ({status.returncode}): {status.stderr.strip()}")
+        say(status.stdout)
 
         say("== Deleting the workloads: kubelets unprepare, MIG instances are destroyed, generated claims go")
         kubectl(kubeconfig, "delete", "-f", str(REPO / "demo"), "--wait=true", "--timeout=90s")

@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
 from dra_driver.cli.main import cli
+from dra_driver.controller.settings import ControllerSettings
 from dra_driver.nvml.settings import NvmlSettings
 from kubeletplugin.app import PluginSettings
 from kubeletplugin.prepare import PrepareSettings
@@ -28,6 +29,7 @@ GROUPS: dict[str, tuple[type[BaseSettings], str]] = {
     "nvml": (NvmlSettings, "gpus"),
     "plugin": (PluginSettings, "kubelet-plugin"),
     "prepare": (PrepareSettings, "kubelet-plugin"),
+    "controller": (ControllerSettings, "controller"),
 }
 
 
@@ -46,7 +48,7 @@ def _default(info: FieldInfo) -> str:
     if info.is_required():
         return "required"
     value = info.get_default(call_default_factory=True)
-    if value is None or value == ():
+    if value is None or value in ((), ""):
         return "-"
     if isinstance(value, bool):
         return "on" if value else "off"

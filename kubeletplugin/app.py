@@ -36,14 +36,13 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -65,6 +64,7 @@ from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import NvmlSettings
+from dra_driver.serving import parse_metrics_address, serving_metrics
 from dra_driver.settings import load_device_model_config
 from kubeletplugin.device_health import NvmlDeviceHealth
 from kubeletplugin.grpc import PluginServers
@@ -85,8 +85,6 @@ from kubeletplugin.publisher import (
 from kubeletplugin.realizer import Realizer
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
     from kubernetes.client.api_client import ApiClient
     from kubernetes.client.configuration import Configuration
 
@@ -208,19 +206,6 @@ class PluginSettings(BaseSettings):
     def api_backoff(self) -> BackoffPolicy:
         """How every writer of this process (slices, claim status) waits between retries."""
         return BackoffPolicy(self.api_backoff_initial, self.api_backoff_max)
-
-
-def parse_metrics_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` -> (host, port); ``:PORT`` and ``[::]:PORT`` work too; an empty host is every interface."""
-    host, colon, port_text = address.rpartition(":")
-    if not colon:
-        raise ValueError("expected HOST:PORT, e.g. 0.0.0.0:9400 or :9400")
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise ValueError(f"the port {port_text!r} is not a number from 1 to 65535 (HOST:PORT, e.g. 0.0.0.0:9400)")
-    host = host.removeprefix("[").removesuffix("]")
-    if any(c.isspace() for c in host) or "/" in host:
-        raise ValueError(f"{host!r} is not a host name or IP address (HOST:PORT, e.g. 0.0.0.0:9400)")
-    return host or "0.0.0.0", int(port_text)
 
 
 def check_start_up(plugin: PluginSettings, prepare: PrepareSettings | None) -> Configuration:
@@ -534,37 +519,3 @@ def _log_registration(servers: PluginServers, stop: threading.Event) -> None:
                 return
 
     threading.Thread(target=wait, name="registration-status", daemon=True).start()
-
-
-@contextmanager
-def serving_metrics(address: str | None, registry: CollectorRegistry) -> Iterator[WSGIServer | None]:
-    """The Prometheus endpoint on ``HOST:PORT`` (``:PORT`` = all interfaces) while the block runs."""
-    if not address:
-        yield None
-        return
-    try:
-        host, port = parse_metrics_address(address)
-        server, _thread = start_http_server(port, addr=host, registry=registry)
-    except ValueError as exc:
-        raise ConfigurationError(f"--metrics-address (MIGDRA_METRICS_ADDRESS) {address!r}: {exc}") from exc
-    except OSError as exc:
-        raise ConfigurationError(
-            f"--metrics-address (MIGDRA_METRICS_ADDRESS) {address!r}: cannot listen there: {exc.strerror or exc}"
-        ) from exc
-    try:
-        yield server
-    finally:
-        server.shutdown()
-
-
-def stop_on_signals() -> threading.Event:
-    """An event set by SIGTERM or SIGINT (graceful shutdown: instances and, by default, slices stay)."""
-    stop = threading.Event()
-
-    def handler(signum: int, _frame: object) -> None:
-        log.info("received %s, shutting down", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-    return stop

@@ -191,6 +191,7 @@ def kubelet_plugin(
 ) -> None:
     """Run the node plugin: publish ResourceSlices, register with kubelet, prepare and unprepare claims."""
     from dra_driver.nvml.settings import build_nvml_settings  # noqa: PLC0415
+    from dra_driver.serving import stop_on_signals  # noqa: PLC0415
     from kubeletplugin import app  # noqa: PLC0415 -- the node process is loaded only here
     from kubeletplugin.prepare import PrepareSettings  # noqa: PLC0415
 
@@ -213,7 +214,7 @@ def kubelet_plugin(
         health=health,
         realize_before_bind=realize_before_bind,
     )
-    stop = app.stop_on_signals()
+    stop = stop_on_signals()
     if publish_only:
         sys.exit(app.run_publish_only(plugin, nvml_settings, stop, _announce))
     prepare = _settings(
@@ -228,6 +229,62 @@ def kubelet_plugin(
         if beside_socket not in prepare.model_fields_set:
             prepare = prepare.model_copy(update={beside_socket: plugin.plugin_directory})
     sys.exit(app.run_plugin(plugin, prepare, nvml_settings, stop, _announce))
+
+
+@cli.command("controller")
+@click.option("--driver-name", default=None, help=f"DRA driver name [default: {DEFAULT_DRIVER_NAME}]")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option("--leader-elect/--no-leader-elect", default=None, help="compete for a Lease; only the holder writes")
+@click.option("--lease-namespace", default=None, help="namespace of the leader-election Lease [kube-system]")
+@click.option("--lease-name", default=None, help="the Lease's name [<driver name>-controller]")
+@click.option("--identity", default=None, help="this replica's holder identity [host_pid]")
+@click.option("--lease-duration", type=float, default=None, help="seconds a Lease is held without renewal [15]")
+@click.option("--renew-deadline", type=float, default=None, help="seconds the leader may fail to renew [10]")
+@click.option("--retry-period", type=float, default=None, help="seconds between acquire/renew attempts [2]")
+@click.option("--resync-interval", type=float, default=None, help="seconds between full passes [60]")
+@click.option("--write-qps", type=float, default=None, help="claim status writes per second, at most [20]")
+@click.option("--write-burst", type=int, default=None, help="status writes allowed at once [50]")
+@click.option("--metrics-address", default=None, metavar="HOST:PORT", help="serve Prometheus metrics here")
+def controller(
+    driver_name: str | None,
+    kubeconfig: Path | None,
+    leader_elect: bool | None,
+    lease_namespace: str | None,
+    lease_name: str | None,
+    identity: str | None,
+    lease_duration: float | None,
+    renew_deadline: float | None,
+    retry_period: float | None,
+    resync_interval: float | None,
+    write_qps: float | None,
+    write_burst: int | None,
+    metrics_address: str | None,
+) -> None:
+    """Run the reservation controller: every allocated claim of the driver shows its exact placement
+    (docs/claim-status.md); conflicts are flagged, never deallocated."""
+    from dra_driver.controller.app import run_controller  # noqa: PLC0415 -- keep `migdra --help` light
+    from dra_driver.controller.settings import ControllerSettings  # noqa: PLC0415
+    from dra_driver.serving import stop_on_signals  # noqa: PLC0415
+
+    settings = _settings(
+        ControllerSettings,
+        "controller",
+        driver_name=driver_name,
+        kubeconfig=kubeconfig,
+        leader_elect=leader_elect,
+        lease_namespace=lease_namespace,
+        lease_name=lease_name,
+        identity=identity,
+        lease_duration=lease_duration,
+        renew_deadline=renew_deadline,
+        retry_period=retry_period,
+        resync_interval=resync_interval,
+        write_qps=write_qps,
+        write_burst=write_burst,
+        metrics_address=metrics_address,
+    )
+    stop = stop_on_signals()
+    sys.exit(run_controller(settings, stop, _announce))
 
 
 def _announce(line: str) -> None:

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from dra_driver.controller.controller import ReservationController
 from dra_driver.controller.leader import LeaderElector, LeaseTiming
+from dra_driver.controller.metrics import OccupancyMetrics, compute_cluster_occupancy
 from dra_driver.controller.ratelimit import TokenBucket
 from dra_driver.controller.reservation_metrics import ReservationMetrics
 from dra_driver.controller.settings import ControllerSettings
@@ -40,6 +41,7 @@ def run_controller(settings: ControllerSettings, stop: threading.Event, announce
     client = Client(configuration=configuration)
     registry = CollectorRegistry()
     metrics = ReservationMetrics(registry)
+    occupancy_metrics = OccupancyMetrics(registry)
     lost = threading.Event()
     elector: LeaderElector | None = None
     if settings.leader_elect:
@@ -55,9 +57,7 @@ def run_controller(settings: ControllerSettings, stop: threading.Event, announce
                 lost.set()
                 stop.set()
 
-        elector = LeaderElector(
-            client, settings.lease_namespace, settings.lease, identity, timing, started, stopped
-        )
+        elector = LeaderElector(client, settings.lease_namespace, settings.lease, identity, timing, started, stopped)
     recorder = EventRecorder(client, f"{settings.driver_name}-controller", host=identity)
     controller = ReservationController(
         client,
@@ -67,6 +67,11 @@ def run_controller(settings: ControllerSettings, stop: threading.Event, announce
         is_leader=lambda: elector is None or elector.is_leader,
         resync=settings.resync_interval,
         write_rate=TokenBucket(settings.write_qps, settings.write_burst),
+        # The leader exports the per-GPU picture it computed from (followers export none, so a
+        # dashboard never sums the same GPU twice).
+        on_pass=lambda claims, slices: occupancy_metrics.update(
+            compute_cluster_occupancy(slices, claims, settings.driver_name)
+        ),
     )
     with serving_metrics(settings.metrics_address, registry):
         controller.start()

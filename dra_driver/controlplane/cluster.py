@@ -5,7 +5,9 @@ Parts, started in this order and stopped in reverse:
 1. the local API server (in this process), its kubeconfig at ``<workdir>/kubeconfig``;
 2. the DeviceClasses of ``deviceclasses/`` (and ``examples/``), with the driver name substituted in
    their CEL selectors when it is not the default, as the Helm chart does;
-3. the resourceclaim controller and the scheduler (threads of this process);
+3. the resourceclaim controller and the scheduler (threads of this process), and migdra's reservation
+   controller as its own **process** (``migdra controller``, leader election on, log
+   ``<workdir>/controller.log``);
 4. per node ``node-1 … node-N``: a kubelet (threads of this process; it creates the Node object and
    wipes the node's slices, as kubelet does at start-up) and the node's own ``migdra kubelet-plugin``
    **process** on its own simulated GPUs (``<workdir>/nodes/<node>/nvml-state.json``), registered
@@ -13,7 +15,8 @@ Parts, started in this order and stopped in reverse:
    as a DaemonSet's pod would be.
 
 Ready means every node's pool of ResourceSlices is published and complete.  Every process this
-supervisor starts is recorded (``<workdir>/sim.pid``, ``<workdir>/nodes/<node>/plugin.pid``) so that
+supervisor starts is recorded (``<workdir>/sim.pid``, ``<workdir>/controller.pid``,
+``<workdir>/nodes/<node>/plugin.pid``) so that
 ``migdra sim down`` can stop a cluster whose supervisor was killed and leave nothing running.
 """
 
@@ -27,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +54,7 @@ MAX_DRIVER_NAME = 63  # a DNS subdomain label-sized, as the plugin requires
 DEVICECLASS_DIR = Path(__file__).resolve().parents[2] / "deviceclasses"
 SUPERVISOR_PID = "sim.pid"
 PLUGIN_PID = "plugin.pid"
+CONTROLLER_PID = "controller.pid"
 READY_TIMEOUT_SECONDS = 120.0
 STOP_TIMEOUT_SECONDS = 15.0
 _MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
@@ -132,19 +137,124 @@ def deviceclass_documents(directory: Path, driver: str) -> list[dict[str, Any]]:
     return documents
 
 
-class PluginProcess:
-    """One node's ``migdra kubelet-plugin`` process, started again when it exits (until :meth:`stop`)."""
+class SupervisedProcess(ABC):
+    """A ``migdra`` process of the cluster, started again when it exits (until :meth:`stop`), as a
+    DaemonSet's or Deployment's pod would be.  Subclasses say what to run and where it logs."""
 
-    def __init__(self, spec: ClusterSpec, node: str, kubeconfig: Path, progress: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        name: str,
+        log_path: Path,
+        pid_path: Path,
+        kubeconfig: Path,
+        progress: Callable[[str], None],
+    ) -> None:
         self.spec = spec
-        self.node = node
+        self.name = name
         self.kubeconfig = kubeconfig
         self.progress = progress
-        self.paths = node_layout(spec, node)
+        self.log_path = log_path
+        self.pid_path = pid_path
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name=f"plugin-{node}", daemon=True)
+        self._thread = threading.Thread(target=self._watch, name=name, daemon=True)
+
+    @abstractmethod
+    def argv(self) -> list[str]:
+        """The command line to run."""
+
+    def env(self) -> dict[str, str]:
+        """The process's environment: this one's without ``MIGDRA_*`` (its settings are its flags)."""
+        return {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
+
+    def start(self) -> None:
+        self._spawn()
+        self._thread.start()
+
+    def _spawn(self) -> None:
+        with self.log_path.open("ab") as log_file:  # appended to by restarts; a new cluster starts it afresh
+            self.process = subprocess.Popen(
+                self.argv(), stdout=log_file, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True
+            )
+        record_process(self.pid_path, self.process.pid)
+
+    def _watch(self) -> None:
+        delay = _RESTART_BACKOFF[0]
+        while not self._stopping.is_set():
+            process = self.process
+            if process is None:
+                return
+            started = time.monotonic()
+            while process.poll() is None:
+                if self._stopping.wait(0.2):
+                    return
+            if self._stopping.is_set():
+                return
+            delay = _RESTART_BACKOFF[0] if time.monotonic() - started > 30 else min(delay * 2, _RESTART_BACKOFF[1])
+            self.progress(f"{self.name} exited with status {process.returncode}; restarting it in {delay:g} s")
+            if self._stopping.wait(delay):
+                return
+            self.restarts += 1
+            self._spawn()
+
+    def exited(self) -> int | None:
+        """The exit status of the current process, or None while it runs."""
+        return None if self.process is None else self.process.poll()
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=STOP_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+        self.pid_path.unlink(missing_ok=True)
+
+
+class ControllerProcess(SupervisedProcess):
+    """The reservation controller, ``migdra controller`` (leader election on, as in a cluster)."""
+
+    def __init__(self, spec: ClusterSpec, kubeconfig: Path, progress: Callable[[str], None]) -> None:
+        super().__init__(
+            spec, "controller", spec.workdir / "controller.log", spec.workdir / CONTROLLER_PID, kubeconfig, progress
+        )
+
+    def argv(self) -> list[str]:
+        return [
+            str(Path(sys.executable).with_name("migdra")),
+            "-v",
+            "controller",
+            "--driver-name",
+            self.spec.driver_name,
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--lease-namespace",
+            "kube-system",
+            "--identity",
+            "controller-0",
+        ]
+
+
+class PluginProcess(SupervisedProcess):
+    """One node's ``migdra kubelet-plugin`` process."""
+
+    def __init__(self, spec: ClusterSpec, node: str, kubeconfig: Path, progress: Callable[[str], None]) -> None:
+        self.node = node
+        self.paths = node_layout(spec, node)
+        super().__init__(spec, f"plugin of {node}", self.paths["log"], self.paths["pid"], kubeconfig, progress)
 
     def argv(self) -> list[str]:
         migdra = str(Path(sys.executable).with_name("migdra"))
@@ -176,63 +286,13 @@ class PluginProcess:
     def start(self) -> None:
         for key in ("registry", "plugin", "cdi", "proc"):
             self.paths[key].mkdir(parents=True, exist_ok=True)
-        self._spawn()
-        self._thread.start()
+        super().start()
 
-    def _spawn(self) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
+    def env(self) -> dict[str, str]:
+        env = super().env()
         env["MIGDRA_PROC_ROOT"] = str(self.paths["proc"])
         env.update({name: value for node, name, value in self.spec.plugin_env if node == self.node})
-        with self.paths["log"].open("ab") as log_file:  # appended to by restarts; a new cluster starts it afresh
-            self.process = subprocess.Popen(
-                self.argv(), stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        record_process(self.paths["pid"], self.process.pid)
-
-    def _watch(self) -> None:
-        delay = _RESTART_BACKOFF[0]
-        while not self._stopping.is_set():
-            process = self.process
-            if process is None:
-                return
-            started = time.monotonic()
-            while process.poll() is None:
-                if self._stopping.wait(0.2):
-                    return
-            if self._stopping.is_set():
-                return
-            delay = _RESTART_BACKOFF[0] if time.monotonic() - started > 30 else min(delay * 2, _RESTART_BACKOFF[1])
-            self.progress(
-                f"plugin of {self.node} exited with status {process.returncode}; restarting it in {delay:g} s"
-            )
-            if self._stopping.wait(delay):
-                return
-            self.restarts += 1
-            self._spawn()
-
-    def exited(self) -> int | None:
-        """The exit status of the current process, or None while it runs."""
-        return None if self.process is None else self.process.poll()
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.paths["log"].read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-        process = self.process
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=STOP_TIMEOUT_SECONDS)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
-        self.paths["pid"].unlink(missing_ok=True)
+        return env
 
 
 class LocalCluster:
@@ -248,6 +308,7 @@ class LocalCluster:
         self.scheduler: Scheduler | None = None
         self.kubelets: dict[str, Kubelet] = {}
         self.plugins: dict[str, PluginProcess] = {}
+        self.reservation_controller: ControllerProcess | None = None
 
     def check(self) -> None:
         """Everything that can be known wrong before anything starts (one clear error)."""
@@ -308,6 +369,9 @@ class LocalCluster:
         self.controller.start()
         self.scheduler = Scheduler(self.client, seed=self.spec.seed)
         self.scheduler.start()
+        self.progress("starting the reservation controller")
+        self.reservation_controller = ControllerProcess(self.spec, self.kubeconfig, self.progress)
+        self.reservation_controller.start()
         for node in self.spec.node_names():
             layout = node_layout(self.spec, node)
             layout["registry"].mkdir(parents=True, exist_ok=True)
@@ -363,6 +427,9 @@ class LocalCluster:
             plugin.stop()
         for kubelet in self.kubelets.values():
             kubelet.stop()
+        if self.reservation_controller is not None:
+            self.reservation_controller.stop()
+            self.reservation_controller = None
         for component in (self.scheduler, self.controller):
             if component is not None:
                 component.stop()
@@ -409,7 +476,7 @@ def record_process(path: Path, pid: int) -> None:
 def recorded_processes(workdir: Path) -> list[RecordedProcess]:
     """Every pid file a supervisor wrote under ``workdir`` (the supervisor's first)."""
     found = []
-    for path in [workdir / SUPERVISOR_PID, *sorted(workdir.glob(f"nodes/*/{PLUGIN_PID}"))]:
+    for path in [workdir / SUPERVISOR_PID, workdir / CONTROLLER_PID, *sorted(workdir.glob(f"nodes/*/{PLUGIN_PID}"))]:
         try:
             parts = path.read_text().split()
             found.append(RecordedProcess(path, int(parts[0]), int(parts[1]) if len(parts) > 1 else None))

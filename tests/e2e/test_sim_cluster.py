@@ -223,6 +223,48 @@ def test_the_demo_workloads_run_on_mig_devices_and_go_away_without_a_trace(clust
     assert cluster.mig_instances() == {"node-1": 0, "node-2": 0}
 
 
+def test_a_pods_claim_is_reserved_then_ready_with_the_instance_the_simulated_nvml_holds(cluster: SimCluster) -> None:
+    namespace = cluster.namespace("reserved")
+    cluster.kubectl("apply", "-n", namespace, "-f", str(DEMO / "02-mig-3g.yaml"))
+    wait_for(lambda: cluster.running(namespace, {"training-3g"}), "training-3g to run")
+
+    def entry() -> dict[str, Any] | None:
+        (claim,) = cluster.claims(namespace)
+        (device,) = claim.get("status", {}).get("devices") or [None]
+        if device is None:
+            return None
+        types = {c["type"]: c for c in device.get("conditions", [])}
+        return device if "Reserved" in types and "Ready" in types else None
+
+    device = wait_for(entry, "Reserved and Ready on the claim")
+    conditions = {c["type"]: c for c in device["conditions"]}
+    assert (conditions["Reserved"]["status"], conditions["Reserved"]["reason"]) == ("True", "Allocated")
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("True", "MigInstanceReady")
+    data = device["data"]
+    assert data["schemaVersion"] == "v1"
+    node = data["node"]
+    assert node == cluster.pods(namespace)["training-3g"]["spec"]["nodeName"]
+    state = cluster.workdir / "nodes" / node / "nvml-state.json"
+    with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
+        instances = [(gpu, gi) for gpu in nvml.list_gpus() for gi in nvml.gpu_instances(gpu.uuid)]
+    (gpu, gi), *others = [
+        (g, i) for g, i in instances if i.compute_instances and i.compute_instances[0].mig_uuid == data["migUUID"]
+    ]
+    assert not others
+    assert data["gpuUUID"] == gpu.uuid
+    assert data["gpuMinor"] == gpu.minor_number
+    assert data["placement"] == {"start": gi.placement.start, "size": gi.placement.size}
+    assert data["gpuInstanceID"] == gi.gpu_instance_id
+    assert data["computeInstanceID"] == gi.compute_instances[0].compute_instance_id
+    assert data["profile"] == "3g.40gb"
+
+    (claim,) = cluster.claims(namespace)
+    described = cluster.kubectl("describe", "resourceclaim", "-n", namespace, claim["metadata"]["name"]).stdout
+    for text in ("Reserved", "Allocated", "MigInstanceReady", data["migUUID"], data["gpuUUID"], "Schema Version"):
+        assert text in described, text
+    cluster.delete_all(namespace)
+
+
 def test_a_restarted_plugin_leaves_running_pods_alone_and_serves_later_ones(cluster: SimCluster) -> None:
     namespace = cluster.namespace("restart")
     cluster.kubectl("apply", "-n", namespace, "-f", str(DEMO / "01-mig-1g.yaml"))

@@ -92,7 +92,7 @@ class Writer:
         claim = self.read
         devices = [dict(e) for e in (claim.get("status") or {}).get("devices") or []]
         if self.name == "controller":
-            reservations = [r for r in compute_reservations([claim], SLICE_OBJECTS, DRIVER)]
+            reservations = compute_reservations([claim], SLICE_OBJECTS, DRIVER)
             devices, _ = compute_claim_devices(devices, DRIVER, reservations, None, NOW)
         else:
             devices = _plugin_change(self.operations[0], devices, gpu_uuid)

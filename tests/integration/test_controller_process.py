@@ -148,7 +148,7 @@ def test_a_claim_allocated_by_hand_gets_its_placement_and_no_mig_fields(
     api: tuple[Client, Path], start_controller: Callable[[str], ControllerProcess]
 ) -> None:
     client, _ = api
-    start_controller("replica-a")
+    controller = start_controller("replica-a")
     allocate(client, "by-hand", THREE_G_AT_4)
     condition = wait_for("Reserved", lambda: reserved_condition(client, "by-hand", THREE_G_AT_4))
     assert (condition["status"], condition["reason"]) == ("True", "Allocated")
@@ -176,6 +176,13 @@ def test_a_claim_allocated_by_hand_gets_its_placement_and_no_mig_fields(
     events = wait_for(
         "the Reserved Event", lambda: [e for e in events_of(client, "by-hand") if e["reason"] == "Reserved"]
     )
+    # The leader's per-GPU picture: 4 of GPU 0's 8 memory slices held, none realized yet.
+    wait_for(
+        "the occupancy metric",
+        lambda: controller.metric("migdra_gpu_free_memory_slices", node=NODE, gpu="gpu-0") == 4,
+    )
+    assert controller.metric("migdra_gpu_reserved_instances", node=NODE, gpu="gpu-0", profile="3g.40gb") == 1
+    assert controller.metric("migdra_gpu_realized_instances", node=NODE, gpu="gpu-0", profile="3g.40gb") == 0
     assert events[0]["type"] == "Normal"
     assert events[0]["message"] == f"Reserved 3g.40gb at memory slices 4\u20137 of {parent} on {NODE}"
 
