@@ -37,8 +37,11 @@ def parse_metrics_address(address: str) -> tuple[str, int]:
 
 
 @contextmanager
-def serving_metrics(address: str | None, registry: CollectorRegistry) -> Iterator[WSGIServer | None]:
-    """The Prometheus endpoint on ``HOST:PORT`` (``:PORT`` = all interfaces) while the block runs."""
+def serving_metrics(
+    address: str | None, registry: CollectorRegistry, flag: str = "--metrics-address (MIGDRA_METRICS_ADDRESS)"
+) -> Iterator[WSGIServer | None]:
+    """The Prometheus endpoint on ``HOST:PORT`` (``:PORT`` = all interfaces) while the block runs;
+    ``flag`` names the setting in errors."""
     if not address:
         yield None
         return
@@ -46,11 +49,9 @@ def serving_metrics(address: str | None, registry: CollectorRegistry) -> Iterato
         host, port = parse_metrics_address(address)
         server, _thread = start_http_server(port, addr=host, registry=registry)
     except ValueError as exc:
-        raise ConfigurationError(f"--metrics-address (MIGDRA_METRICS_ADDRESS) {address!r}: {exc}") from exc
+        raise ConfigurationError(f"{flag} {address!r}: {exc}") from exc
     except OSError as exc:
-        raise ConfigurationError(
-            f"--metrics-address (MIGDRA_METRICS_ADDRESS) {address!r}: cannot listen there: {exc.strerror or exc}"
-        ) from exc
+        raise ConfigurationError(f"{flag} {address!r}: cannot listen there: {exc.strerror or exc}") from exc
     try:
         yield server
     finally:

@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from dra_driver.devicemodel.naming import dns_subdomain_problem
+from dra_driver.devicemodel.naming import dns_label_problem, dns_subdomain_problem
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.serving import parse_metrics_address
 
@@ -51,6 +51,22 @@ class ControllerSettings(BaseSettings):
             raise ValueError(f"not a DRA driver name: it {problem} (e.g. {DEFAULT_DRIVER_NAME!r})")
         return value
 
+    @field_validator("lease_namespace")
+    @classmethod
+    def _lease_namespace(cls, value: str) -> str:
+        problem = dns_label_problem(value)
+        if problem is not None:
+            raise ValueError(f"not a namespace name: it {problem}")
+        return value
+
+    @field_validator("lease_name")
+    @classmethod
+    def _lease_name(cls, value: str) -> str:
+        problem = dns_subdomain_problem(value, 253) if value else None
+        if problem is not None:
+            raise ValueError(f"not a Lease name: it {problem}")
+        return value
+
     @field_validator("metrics_address")
     @classmethod
     def _metrics_address(cls, value: str | None) -> str | None:
@@ -62,8 +78,8 @@ class ControllerSettings(BaseSettings):
     def _lease_timing(self) -> ControllerSettings:
         if not self.retry_period < self.renew_deadline < self.lease_duration:
             raise ValueError(
-                f"leader election needs retry period ({self.retry_period:g} s) < renew deadline "
-                f"({self.renew_deadline:g} s) < lease duration ({self.lease_duration:g} s)"
+                f"leader election needs --retry-period ({self.retry_period:g} s) < --renew-deadline "
+                f"({self.renew_deadline:g} s) < --lease-duration ({self.lease_duration:g} s)"
             )
         return self
 

@@ -29,6 +29,7 @@ _NAME = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")
 DNS_SUBDOMAIN_RULE = (
     "lower-case letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit"
 )
+DNS_LABEL_RULE = "lower-case letters, digits and '-', starting and ending with a letter or digit"
 MAX_NODE_NAME = 253
 
 
@@ -41,6 +42,18 @@ def dns_subdomain_problem(name: str, max_length: int) -> str | None:
     if not _DNS_SUBDOMAIN.match(name):
         lowered = f" (did you mean {name.lower()!r}?)" if _DNS_SUBDOMAIN.match(name.lower()) else ""
         return f"is not a DNS-1123 subdomain: {DNS_SUBDOMAIN_RULE}{lowered}"
+    return None
+
+
+def dns_label_problem(name: str) -> str | None:
+    """Why ``name`` is not a DNS-1123 label (a namespace name), or None if it is."""
+    if not name:
+        return "must not be empty"
+    if len(name) > 63:
+        return f"is {len(name)} characters long; at most 63 are allowed"
+    if not _DNS_LABEL.match(name):
+        lowered = f" (did you mean {name.lower()!r}?)" if _DNS_LABEL.match(name.lower()) else ""
+        return f"is not a DNS-1123 label: {DNS_LABEL_RULE}{lowered}"
     return None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -441,12 +442,14 @@ def test_a_killed_supervisor_is_found_stopped_by_sim_down_and_a_new_run_starts_a
         wait_for(lambda: first.running("default", {"inference-1g"}), "the pod to run")
         assert first.mig_instances() == {"node-1": 1}
         orphan = first.plugin_pid("node-1")
+        controller = int((workdir / "controller.pid").read_text().split()[0])
         first.client.close()
         first.process.kill()  # the supervisor dies; its plugin process (its own session) lives on
         first.process.wait(timeout=30)
         assert first.process.stdout is not None
         first.process.stdout.close()
         assert process_alive(orphan)
+        assert process_alive(controller)
 
         refused = subprocess.run(
             [str(BIN / "migdra"), "sim", "up", "--workdir", str(workdir)],
@@ -456,13 +459,18 @@ def test_a_killed_supervisor_is_found_stopped_by_sim_down_and_a_new_run_starts_a
             check=False,
         )
         assert refused.returncode == 2
-        assert f"a simulated cluster still runs there (pid {orphan})" in refused.stderr
+        running = re.search(r"a simulated cluster still runs there \(pid ([\d ]+)\)", refused.stderr)
+        assert running is not None, refused.stderr
+        assert sorted(int(pid) for pid in running.group(1).split()) == sorted([orphan, controller])
         assert process_alive(orphan), "a refused start must not touch the running plugin"
+        assert process_alive(controller), "nor the running controller"
 
         down = sim_down(workdir)
         assert down.returncode == 0, down.stderr
         assert str(orphan) in down.stderr
+        assert str(controller) in down.stderr
         wait_for(lambda: not process_alive(orphan), "the orphaned plugin to stop")
+        wait_for(lambda: not process_alive(controller), "the orphaned controller to stop")
 
         second = start_cluster(workdir, "--gpus", "H100-SXM5-80GB:1")
         try:
