@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -235,20 +236,33 @@ def compute_published_attributes(
     """The attributes the slice publisher publishes for ``device_name`` of ``gpu`` ({} if it publishes none).
 
     The device model itself computes them, on an inventory of that one GPU without instances (an
-    instance only withholds placements; it never changes an attribute).
+    instance only withholds placements; it never changes an attribute).  Pure, so the answer for a
+    GPU is kept (a prepare then costs a dictionary lookup, not a device-model build per device).
     """
+    published = _published_attributes_of_gpu(driver_name, driver_version, cuda_driver_version, gpu, tuple(profiles))
+    return dict(published.get(device_name, {}))
+
+
+@functools.lru_cache(maxsize=256)
+def _published_attributes_of_gpu(
+    driver_name: str,
+    driver_version: str,
+    cuda_driver_version: str,
+    gpu: GpuInfo,
+    profiles: tuple[GpuInstanceProfileInfo, ...],
+) -> Mapping[str, Mapping[str, DeviceAttribute]]:
     inventory = NodeInventory(
         driver_version=driver_version,
         cuda_driver_version=cuda_driver_version,
-        gpus=(GpuInventory(gpu=gpu, profiles=tuple(profiles), gpu_instances=()),),
+        gpus=(GpuInventory(gpu=gpu, profiles=profiles, gpu_instances=()),),
     )
     pool = build_pool(inventory, DeviceModelConfig(driver_name=driver_name))
+    attributes: dict[str, Mapping[str, DeviceAttribute]] = {}
     for device in pool.devices:
-        if device.name == device_name:
-            published = device.to_api()["attributes"]
-            assert isinstance(published, dict)
-            return {key: DeviceAttribute.model_validate(value) for key, value in published.items()}
-    return {}
+        published = device.to_api()["attributes"]
+        assert isinstance(published, dict)
+        attributes[device.name] = {key: DeviceAttribute.model_validate(value) for key, value in published.items()}
+    return attributes
 
 
 def compute_runtime_attributes(device: DeviceRecord) -> dict[str, DeviceAttribute]:

@@ -15,6 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.kube.client import Client
+from dra_driver.kubeapi import retry_conflicts
 from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare import PrepareService
 from kubeletplugin.realizer import Realizer
@@ -90,11 +91,16 @@ def condition(node: Node, ref: ClaimRef, device: str, condition_type: str) -> di
 
 
 def deallocate(node: Node, ref: ClaimRef) -> None:
-    """What the scheduler does when a binding fails or times out: allocation and device status cleared."""
-    claim = read_claim_json(node.api_client, ref)
-    claim["status"].pop("allocation", None)
-    claim["status"].pop("devices", None)
-    client.ResourceV1Api(node.api_client).replace_namespaced_resource_claim_status(ref.name, ref.namespace, claim)
+    """What the scheduler does when a binding fails or times out: allocation and device status cleared
+    (a read-modify-write, again on 409, as the scheduler does: the plugin may be writing the status)."""
+
+    def attempt() -> None:
+        claim = read_claim_json(node.api_client, ref)
+        claim["status"].pop("allocation", None)
+        claim["status"].pop("devices", None)
+        client.ResourceV1Api(node.api_client).replace_namespaced_resource_claim_status(ref.name, ref.namespace, claim)
+
+    retry_conflicts(attempt, what=f"deallocating {ref.name}")
 
 
 def a_pass_after(realizer: Realizer, seen: Callable[[Realizer], bool]) -> None:
@@ -246,6 +252,7 @@ def test_a_realized_condition_is_never_written_for_an_allocation_made_since(node
     ref = node.claim("moving", [waiting_result(ONE_G)])
     allocation = read_claim_json(node.api_client, ref)["status"]["allocation"]
     results = service.realize_ahead([ref])
+    assert service.flush_reports()  # the plugin's own status write (Ready) done: the edits below do not race it
     deallocate(node, ref)  # an allocation is immutable: a new one comes after a deallocation
     claim = read_claim_json(node.api_client, ref)
     claim["status"]["allocation"] = {**allocation, "devices": {"results": [waiting_result(THREE_G)], "config": []}}

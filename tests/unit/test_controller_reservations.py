@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from dra_driver import claimstatus
+from dra_driver.controller.leader import LeaseTiming
+from dra_driver.controller.ratelimit import TokenBucket
 from dra_driver.controller.reservations import Placement, Verdict, compute_reservations
 from dra_driver.controller.status import compute_claim_devices
 from tests.sim_objects import DRIVER, H100, node_slices
@@ -170,3 +172,28 @@ def test_the_controllers_entry_reserved_then_conflict_keeps_the_plugins_part() -
     assert "default/b" in reserved_condition["message"]
     assert claimstatus.condition_of(entry, "Ready") is not None
     assert [(t.event_type, t.reason) for t in warned] == [("Warning", "PlacementConflict")]
+
+
+def test_the_write_rate_allows_a_burst_then_one_write_per_interval() -> None:
+    now = [100.0]
+    bucket = TokenBucket(rate=2.0, burst=3, clock=lambda: now[0])
+    assert [bucket.take() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.take() == pytest.approx(0.5)  # none left: the next token comes in 1/rate s
+    now[0] += 0.5
+    assert bucket.take() == 0.0
+    now[0] += 100.0  # a long pause saves up no more than the burst
+    assert [bucket.take() for _ in range(4)] == [0.0, 0.0, 0.0, pytest.approx(0.5)]
+
+
+@pytest.mark.parametrize(
+    ("lease_duration", "renew_deadline", "retry_period"),
+    [
+        pytest.param(5, 10, 2, id="deadline past the lease"),
+        pytest.param(15, 10, 10, id="retry not before the deadline"),
+    ],
+)
+def test_lease_timings_that_would_allow_two_leaders_are_refused(
+    lease_duration: float, renew_deadline: float, retry_period: float
+) -> None:
+    with pytest.raises(ValueError, match="retry period"):
+        LeaseTiming(lease_duration, renew_deadline, retry_period)
