@@ -45,7 +45,16 @@ _MAX_DRIVER_NAME = 63
 @click.option("--driver-name", default=DEFAULT_DRIVER_NAME, show_default=True, help="DRA driver name")
 @click.option("--node", "node_name", default=None, help="only this node's GPUs")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def status_command(kubeconfig: Path | None, driver_name: str, node_name: str | None, output: str) -> None:
+@click.option(
+    "--request-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=_TIMEOUT_S,
+    show_default=True,
+    help="seconds to wait for each API request",
+)
+def status_command(
+    kubeconfig: Path | None, driver_name: str, node_name: str | None, output: str, request_timeout: float
+) -> None:
     """Per GPU: which memory slices hold which claim, foreign instances, what is realized, what still
     fits and how fragmented the free memory is -- read from the API alone."""
     problem = dns_subdomain_problem(driver_name, _MAX_DRIVER_NAME)
@@ -53,7 +62,7 @@ def status_command(kubeconfig: Path | None, driver_name: str, node_name: str | N
         raise ConfigurationError(f"--driver-name {driver_name!r}: not a DRA driver name: it {problem}")
     if node_name is not None and (problem := node_name_problem(node_name)) is not None:
         raise ConfigurationError(f"--node {node_name!r}: not a Kubernetes node name: it {problem}")
-    slices, claims = _read_cluster(kubeconfig, driver_name, node_name)
+    slices, claims = _read_cluster(kubeconfig, driver_name, node_name, request_timeout)
     gpus = compute_cluster_occupancy(slices, claims, driver_name)
     if node_name is not None:
         gpus = [gpu for gpu in gpus if gpu.node == node_name]
@@ -64,7 +73,7 @@ def status_command(kubeconfig: Path | None, driver_name: str, node_name: str | N
 
 
 def _read_cluster(
-    kubeconfig: Path | None, driver_name: str, node_name: str | None
+    kubeconfig: Path | None, driver_name: str, node_name: str | None, timeout: float
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The driver's slices (of ``node_name`` only, when given) and every claim; for a ``--node`` that
     publishes nothing, a usage error saying whether the node exists at all."""
@@ -73,7 +82,7 @@ def _read_cluster(
 
     configuration = kubeapi.load_client_configuration(kubeconfig, flag="--kubeconfig", usual_rules=True)
     server = str(configuration.host)
-    api = Client(configuration=configuration, timeout=_TIMEOUT_S)
+    api = Client(configuration=configuration, timeout=timeout)
     try:
         selector = f"spec.driver={driver_name}" + (f",spec.nodeName={node_name}" if node_name else "")
         try:
