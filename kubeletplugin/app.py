@@ -47,7 +47,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dra_driver.devicemodel.config import DeviceModelConfig
-from dra_driver.devicemodel.naming import dns_subdomain_problem, node_name_problem
+from dra_driver.devicemodel.naming import check_driver_name, node_name_problem
 from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME, realize_before_bind_conditions
 from dra_driver.durable import writable_directory_problem
@@ -94,7 +94,6 @@ KUBELET_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 KUBECONFIG_FLAG = "--kubeconfig (MIGDRA_KUBECONFIG)"
 _REGISTRY_FLAG = "--registry-dir (MIGDRA_REGISTRY_DIR)"
-MAX_DRIVER_NAME = 63
 
 
 class PublishingError(MigdraError):
@@ -178,10 +177,7 @@ class PluginSettings(BaseSettings):
     @field_validator("driver_name")
     @classmethod
     def _driver_name(cls, value: str) -> str:
-        problem = dns_subdomain_problem(value, MAX_DRIVER_NAME)
-        if problem is not None:
-            raise ValueError(f"not a DRA driver name: it {problem} (e.g. {DEFAULT_DRIVER_NAME!r})")
-        return value
+        return check_driver_name(value)
 
     @field_validator("metrics_address")
     @classmethod

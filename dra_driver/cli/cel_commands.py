@@ -125,9 +125,9 @@ def _as_json(device: SliceDevice, explanation: Any) -> dict[str, Any]:
 
 
 def _check_driver(driver: str | None) -> None:
-    from dra_driver.devicemodel.naming import dns_subdomain_problem  # noqa: PLC0415
+    from dra_driver.devicemodel.naming import driver_name_problem  # noqa: PLC0415
 
-    problem = dns_subdomain_problem(driver, 63) if driver is not None else None
+    problem = driver_name_problem(driver) if driver is not None else None
     if problem is not None:
         raise ConfigurationError(f"--driver {driver!r}: not a DRA driver name: it {problem}")
 

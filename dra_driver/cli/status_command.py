@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from dra_driver.controller.metrics import compute_cluster_occupancy
-from dra_driver.devicemodel.naming import dns_subdomain_problem, node_name_problem
+from dra_driver.devicemodel.naming import driver_name_problem, node_name_problem
 from dra_driver.devicemodel.occupancy import (
     CONFLICT_MARK,
     FOREIGN,
@@ -37,7 +37,6 @@ STATUS_SCHEMA_VERSION = "v1"
 """``schemaVersion`` of the ``-o json`` document; fields are only ever added within one version."""
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 _TIMEOUT_S = 15.0
-_MAX_DRIVER_NAME = 63
 
 
 @click.command(name="status")
@@ -57,7 +56,7 @@ def status_command(
 ) -> None:
     """Per GPU: which memory slices hold which claim, foreign instances, what is realized, what still
     fits and how fragmented the free memory is -- read from the API alone."""
-    problem = dns_subdomain_problem(driver_name, _MAX_DRIVER_NAME)
+    problem = driver_name_problem(driver_name)
     if problem is not None:
         raise ConfigurationError(f"--driver-name {driver_name!r}: not a DRA driver name: it {problem}")
     if node_name is not None and (problem := node_name_problem(node_name)) is not None:

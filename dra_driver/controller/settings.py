@@ -9,11 +9,9 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from dra_driver.devicemodel.naming import dns_label_problem, dns_subdomain_problem
+from dra_driver.devicemodel.naming import check_driver_name, dns_label_problem, dns_subdomain_problem
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.serving import parse_metrics_address
-
-MAX_DRIVER_NAME = 63
 
 
 def _default_identity() -> str:
@@ -46,10 +44,7 @@ class ControllerSettings(BaseSettings):
     @field_validator("driver_name")
     @classmethod
     def _driver_name(cls, value: str) -> str:
-        problem = dns_subdomain_problem(value, MAX_DRIVER_NAME)
-        if problem is not None:
-            raise ValueError(f"not a DRA driver name: it {problem} (e.g. {DEFAULT_DRIVER_NAME!r})")
-        return value
+        return check_driver_name(value)
 
     @field_validator("lease_namespace")
     @classmethod

@@ -42,7 +42,7 @@ from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.controlplane.claimcontroller import ClaimController
 from dra_driver.controlplane.kubelet.kubelet import Kubelet
 from dra_driver.controlplane.scheduler.scheduler import Scheduler
-from dra_driver.devicemodel.naming import dns_subdomain_problem
+from dra_driver.devicemodel.naming import driver_name_problem
 from dra_driver.durable import writable_directory_problem, write_file_atomically
 from dra_driver.errors import ConfigurationError
 from dra_driver.kube.client import DEVICE_CLASSES, SLICES, Client
@@ -50,7 +50,6 @@ from dra_driver.kube.client import DEVICE_CLASSES, SLICES, Client
 log = logging.getLogger(__name__)
 
 DEFAULT_DRIVER = "gpu.migdra.io"
-MAX_DRIVER_NAME = 63  # a DNS subdomain label-sized, as the plugin requires
 DEVICECLASS_DIR = Path(__file__).resolve().parents[2] / "deviceclasses"
 SUPERVISOR_PID = "sim.pid"
 PLUGIN_PID = "plugin.pid"
@@ -316,7 +315,7 @@ class LocalCluster:
 
         if self.spec.nodes < 1:
             raise ConfigurationError(f"--nodes {self.spec.nodes}: need at least 1 node")
-        problem = dns_subdomain_problem(self.spec.driver_name, MAX_DRIVER_NAME)
+        problem = driver_name_problem(self.spec.driver_name)
         if problem is not None:
             name = self.spec.driver_name
             raise ConfigurationError(

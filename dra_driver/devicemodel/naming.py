@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 
+from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.mig.catalog import GpuModel
 from dra_driver.nvml.types import GpuInstanceProfileInfo
 
@@ -31,6 +32,7 @@ DNS_SUBDOMAIN_RULE = (
 )
 DNS_LABEL_RULE = "lower-case letters, digits and '-', starting and ending with a letter or digit"
 MAX_NODE_NAME = 253
+MAX_DRIVER_NAME = 63  # the driver name is a DNS subdomain used as a label-sized attribute domain
 
 
 def dns_subdomain_problem(name: str, max_length: int) -> str | None:
@@ -55,6 +57,19 @@ def dns_label_problem(name: str) -> str | None:
         lowered = f" (did you mean {name.lower()!r}?)" if _DNS_LABEL.match(name.lower()) else ""
         return f"is not a DNS-1123 label: {DNS_LABEL_RULE}{lowered}"
     return None
+
+
+def driver_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a DRA driver name, or None."""
+    return dns_subdomain_problem(name, MAX_DRIVER_NAME)
+
+
+def check_driver_name(name: str) -> str:
+    """``name`` if it can be a DRA driver name, else ValueError saying why (a settings validator)."""
+    problem = driver_name_problem(name)
+    if problem is not None:
+        raise ValueError(f"not a DRA driver name: it {problem} (e.g. {DEFAULT_DRIVER_NAME!r})")
+    return name
 
 
 def node_name_problem(name: str) -> str | None:
