@@ -189,7 +189,11 @@ def test_a_claim_realized_ahead_that_loses_its_allocation_is_released(
     else:
         client.ResourceV1Api(node.api_client).delete_namespaced_resource_claim(ref.name, ref.namespace)
 
-    wait_for(lambda: len(node.instances()) == 1, "the released claim's instance to be destroyed")
+    # A release destroys the instance first and drops the record after it: wait for both.
+    wait_for(
+        lambda: len(node.instances()) == 1 and not node.record_path(ref.uid).exists(),
+        "the released claim's instance to be destroyed and its record dropped",
+    )
     assert [gi[3] for gi in node.instances()] == [4], "the other claim's 3g at placement 4 stays"
     assert [r.claim_uid for r in service.realized_ahead()] == [keep.uid]
     assert not node.record_path(ref.uid).exists()
