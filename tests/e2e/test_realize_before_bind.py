@@ -21,7 +21,7 @@ from dra_driver.devicemodel.naming import parse_mig_device_name
 from dra_driver.kube.client import CLAIMS, EVENTS, PODS
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
-from tests.e2e.test_sim_cluster import DEMO, WAIT, SimCluster, _apply, sim_down, start_cluster, wait_for
+from tests.e2e.test_sim_cluster import DEMO, WAIT, SimCluster, _apply, start_cluster, stop_cluster, wait_for
 from tests.kubelet_client import short_socket_dir
 
 DRIVER = "gpu.migdra.io"
@@ -54,12 +54,7 @@ def cluster() -> Iterator[SimCluster]:
         try:
             yield sim
         finally:
-            sim.client.close()
-            down = sim_down(sim.workdir)
-            assert down.returncode == 0, down.stderr
-            sim.process.wait(timeout=30)
-            assert sim.process.stdout is not None
-            sim.process.stdout.close()
+            stop_cluster(sim)
 
 
 def pinned_pod(node: str) -> str:

@@ -135,6 +135,16 @@ def sim_down(workdir: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def stop_cluster(sim: SimCluster) -> None:
+    """``migdra sim down`` and the supervisor's exit, as a module fixture's teardown does."""
+    sim.client.close()
+    down = sim_down(sim.workdir)
+    assert down.returncode == 0, down.stderr
+    sim.process.wait(timeout=30)
+    assert sim.process.stdout is not None
+    sim.process.stdout.close()
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SimCluster]:
     with short_socket_dir() as root:
@@ -142,12 +152,7 @@ def cluster() -> Iterator[SimCluster]:
         try:
             yield sim
         finally:
-            sim.client.close()
-            down = sim_down(sim.workdir)
-            assert down.returncode == 0, down.stderr
-            sim.process.wait(timeout=30)
-            assert sim.process.stdout is not None
-            sim.process.stdout.close()
+            stop_cluster(sim)
 
 
 def _results(claim: dict[str, Any]) -> list[dict[str, Any]]:
