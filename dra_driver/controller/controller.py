@@ -107,14 +107,14 @@ class ReservationController(ControlLoop):
                 self._wake(backoff[1])
                 continue
             claim = cached[uid]
-            desired, _ = self._desired(claim, held)
-            if desired is None:
+            desired = self._desired(claim, held)
+            if desired[0] is None:
                 continue
             wait = self.write_rate.take()
             if wait > 0:
                 self._wake(time.monotonic() + wait)
                 return  # the rest in the next pass, after the rate allows more
-            self._converge(claim, held)
+            self._converge(claim, held, desired)
         self._forget_backoffs(set(by_claim))
 
     def next_wake(self) -> float:
@@ -151,12 +151,18 @@ class ReservationController(ControlLoop):
         )
         return (None if devices == existing else devices), transitions
 
-    def _converge(self, claim: dict[str, Any], held: Sequence[DeviceReservation]) -> None:
-        """Read-modify-write the claim's status until it says what ``held`` says (409: read again)."""
+    def _converge(
+        self,
+        claim: dict[str, Any],
+        held: Sequence[DeviceReservation],
+        desired: tuple[list[dict[str, Any]] | None, list[Transition]],
+    ) -> None:
+        """Read-modify-write the claim's status until it says what ``held`` says (409: read again);
+        ``desired`` is what :meth:`_desired` computed from ``claim`` already."""
         meta = claim["metadata"]
         uid, namespace, name = str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta["name"])
-        for _ in range(_CONFLICT_RETRIES):
-            devices, transitions = self._desired(claim, held)
+        for attempt in range(_CONFLICT_RETRIES):
+            devices, transitions = desired if attempt == 0 else self._desired(claim, held)
             if devices is None:
                 self._backoffs.pop(uid, None)
                 return
