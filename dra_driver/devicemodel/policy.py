@@ -1,29 +1,83 @@
-"""The placement policy: the order in which devices are listed, which is how a DRA driver steers
-kube-scheduler's choice.
+"""The placement policy: how the published devices are grouped into slices and ordered, which is how a
+DRA driver steers kube-scheduler's choice.
 
-kube-scheduler's allocator is first-fit: it visits pools and slices in no fixed order but the devices
-*inside a slice* in list order, and takes the first device that fits.  So whatever comes first in a
-slice is what gets allocated first.  A policy is a small object with one job: order a GPU's devices
-and order the GPUs.  This module holds the simple static policy; smarter, fragmentation-aware
-policies (a later roadmap step) implement the same interface.
+kube-scheduler's allocator has no scoring: it takes the first solution in its search order
+(structured-allocator.md section 3).  From 1.36 that order is: pools by name, the slices of a pool by
+``metadata.name``, the devices of a slice in list order; on 1.35 the slices come in no fixed order and
+only the order *inside* each slice is the driver's.  So a policy decides two things:
+
+- the **slice groups**: which devices share a slice, in the order the slices are named (the layout
+  names them ``…-devices-000``, ``-001``, … so the name order is the list order, however many there
+  are);
+- the **device order** inside each group.
+
+A policy sees the pool and the names of the pool's devices that allocated claims hold (its
+*occupancy*); it must be deterministic: the same pool and occupancy always give the same slices.
+
+Policies (``PLACEMENT_POLICIES``, chosen by the node plugin's ``placement_policy`` setting):
+
+- ``static``: a good fixed order, blind to occupancy (below).
+- ``dynamic``: best fit from the occupancy; re-published as claims come and go (docs/placement.md).
+- ``name-order`` and ``hami``: faithful models of NVIDIA's DRA driver and of HAMi, for the packing
+  benchmark; not meant for production.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from dra_driver.devicemodel.pool import Device
+from dra_driver.devicemodel.fragmentation import fits, free_slices, gpu_profiles, placement_loss
+from dra_driver.devicemodel.pool import Device, NodePool
+
+MAX_DEVICES_PER_SLICE = 64  # 128, but 64 when any device consumes counters or has taints
+
+DeviceGroups = list[tuple[Device, ...]]
 
 
 class PlacementPolicy(Protocol):
-    """Decides device order; must be deterministic (the same pool always yields the same order)."""
+    """Groups and orders a pool's devices for publishing."""
 
-    def order_gpus(self, gpu_minors: Sequence[int]) -> list[int]: ...
+    name: str
+    uses_occupancy: bool  # whether the order depends on ``allocated`` (then re-publish as it changes)
 
-    def order_devices(self, devices: Sequence[Device], memory_slices: int) -> list[Device]:
-        """Order one GPU's devices; ``memory_slices`` is the GPU's number of placement units."""
+    def slice_groups(self, pool: NodePool, allocated: frozenset[str]) -> DeviceGroups:
+        """The devices of each slice, slices in name order, each at most MAX_DEVICES_PER_SLICE long."""
         ...
+
+
+def _by_gpu(devices: Iterable[Device]) -> dict[int, list[Device]]:
+    grouped: dict[int, list[Device]] = {}
+    for device in devices:
+        grouped.setdefault(device.gpu_minor, []).append(device)
+    return grouped
+
+
+def _memory_slices(pool: NodePool, minor: int, devices: Sequence[Device]) -> int:
+    for counter_set in pool.counter_sets:
+        if counter_set.gpu_minor == minor:
+            return counter_set.memory_slices
+    return max((d.placement.end for d in devices if d.placement is not None), default=0)
+
+
+def _is_small(device: Device, memory_slices: int) -> bool:
+    return device.placement is not None and 2 * device.placement.size < memory_slices
+
+
+def pack_runs(runs: Iterable[Sequence[Device]]) -> DeviceGroups:
+    """Consecutive runs of devices into slices of at most 64, in order, never splitting a run that fits
+    in one slice: a run (one GPU's devices, one profile's) that shares a slice keeps its internal order
+    even on 1.35, where only the order inside a slice counts."""
+    groups: list[list[Device]] = []
+    for run in runs:
+        for start in range(0, len(run), MAX_DEVICES_PER_SLICE):  # a run longer than a slice is split
+            part = run[start : start + MAX_DEVICES_PER_SLICE]
+            if groups and len(groups[-1]) + len(part) <= MAX_DEVICES_PER_SLICE:
+                groups[-1].extend(part)
+            else:
+                groups.append(list(part))
+    return [tuple(group) for group in groups]
 
 
 class StaticPlacementPolicy:
@@ -33,17 +87,156 @@ class StaticPlacementPolicy:
     contiguous ranges free as long as possible: with a 1g at 6 and a 3g at 0, a 2g still fits at 4,
     whereas first-fit from slice 0 for everything would split the GPU into unusable holes.  Within a
     GPU, smaller profiles come first, so a selector that several profiles satisfy gets the best fit.
+    GPUs are packed several to a slice (fewer, fuller slices: on 1.35 only the in-slice order counts).
+    Blind to occupancy, so it never re-publishes for it: the API cost is nil.
     """
 
-    def order_gpus(self, gpu_minors: Sequence[int]) -> list[int]:
-        return sorted(gpu_minors)
+    name = "static"
+    uses_occupancy = False
 
-    def order_devices(self, devices: Sequence[Device], memory_slices: int) -> list[Device]:
+    def slice_groups(self, pool: NodePool, allocated: frozenset[str]) -> DeviceGroups:
+        by_gpu = _by_gpu(pool.devices)
+        return pack_runs(self.order_devices(by_gpu[m], _memory_slices(pool, m, by_gpu[m])) for m in sorted(by_gpu))
+
+    @staticmethod
+    def order_devices(devices: Sequence[Device], memory_slices: int) -> list[Device]:
         def key(device: Device) -> tuple[int, int, int, int, str]:
             if device.placement is None:
                 return (0, 0, 0, 0, device.name)
-            size, start = device.placement.size, device.placement.start
-            small = 2 * size < memory_slices
-            return (size, device.compute_slices, device.profile_id or 0, -start if small else start, device.name)
+            start = device.placement.start
+            return (
+                device.placement.size,
+                device.compute_slices,
+                device.profile_id or 0,
+                -start if _is_small(device, memory_slices) else start,
+                device.name,
+            )
 
         return sorted(devices, key=key)
+
+
+class DynamicPlacementPolicy:
+    """Best fit from the current occupancy, one slice run per profile.
+
+    Devices are grouped by profile, smaller profiles first (a selector several profiles satisfy gets the
+    smallest), every profile's devices of all GPUs together: a request for one profile then sees one
+    slice, whose order is the driver's on 1.35 too.  Inside a profile, devices are ordered by
+
+    1. whether the device fits now (its memory slices free): the others cannot be allocated anyway;
+    2. the loss of capability of its GPU (:mod:`~dra_driver.devicemodel.fragmentation`): what larger
+       profiles placing it there would make impossible, largest first -- so a 1g goes to a GPU that can
+       no longer host a 7g before it breaks up an empty one, and on an empty H100 to slice 6, which
+       keeps the 4g at 0 and the 2g placements at 0 and 2;
+    3. fuller GPUs first (fewer free slices), then the static rule (small from the top, large from
+       slice 0) and the GPU minor, for a stable order.
+
+    The order changes as claims come and go: the node plugin re-publishes (debounced, rate-limited).
+    Counters and device names never change, and a device moves between slices only as part of a whole
+    new pool generation.
+    """
+
+    name = "dynamic"
+    uses_occupancy = True
+
+    def slice_groups(self, pool: NodePool, allocated: frozenset[str]) -> DeviceGroups:
+        free = free_slices(pool, allocated)
+        by_gpu = _by_gpu(pool.devices)
+        profiles = {minor: gpu_profiles(devices) for minor, devices in by_gpu.items()}
+        slices = {minor: _memory_slices(pool, minor, devices) for minor, devices in by_gpu.items()}
+        whole = [d for d in pool.devices if d.placement is None]
+        runs: dict[tuple[int, int, str], list[Device]] = {}
+        for device in pool.devices:
+            if device.placement is not None:
+                key = (device.placement.size, device.compute_slices, device.profile_name or "")
+                runs.setdefault(key, []).append(device)
+
+        def order(device: Device) -> tuple[object, ...]:
+            placement = device.placement
+            assert placement is not None
+            minor = device.gpu_minor
+            gpu_free = free.get(minor, frozenset())
+            if not fits(device, free):
+                return (1, (), 0, 0, minor, device.name)
+            loss = placement_loss(profiles[minor], gpu_free, placement)
+            preference = -placement.start if _is_small(device, slices[minor]) else placement.start
+            return (0, loss, len(gpu_free), preference, minor, device.name)
+
+        ordered_runs = [sorted(runs[key], key=order) for key in sorted(runs)]
+        return pack_runs([sorted(whole, key=lambda d: d.gpu_minor), *ordered_runs] if whole else ordered_runs)
+
+
+class NameOrderPlacementPolicy:
+    """NVIDIA's DRA driver, for comparison: one slice per GPU, devices sorted by name.
+
+    Its slices are named by the Go slice controller (``<node>-<driver>-`` plus a generated suffix), so
+    the order of the GPUs' slices is fixed but arbitrary: modelled by a hash of node and GPU.  Sorted by
+    name, a GPU's devices come profile by profile with the lowest start first (``…-1g10gb-19-0`` before
+    ``-19-1``), so small instances fill a GPU from slice 0 and break up the 3g/4g/7g ranges.
+    """
+
+    name = "name-order"
+    uses_occupancy = False
+
+    def slice_groups(self, pool: NodePool, allocated: frozenset[str]) -> DeviceGroups:
+        by_gpu = _by_gpu(pool.devices)
+
+        def generated(minor: int) -> str:
+            uuid = by_gpu[minor][0].gpu_uuid
+            return hashlib.sha256(f"{pool.driver_name}/{uuid}".encode()).hexdigest()
+
+        groups: DeviceGroups = []
+        for minor in sorted(by_gpu, key=generated):
+            groups.extend(pack_runs([sorted(by_gpu[minor], key=lambda d: d.name)]))  # never two GPUs in a slice
+        return groups
+
+
+class HamiPlacementPolicy:
+    """HAMi's MIG placement, for comparison: GPUs in a fixed order, the first that fits wins; on a GPU,
+    1g and 3g instances take the highest free start, every other profile the lowest.
+
+    HAMi's own scheduler picks the free start from its occupancy view; with the allocator's first-fit
+    over a list, listing 1g/3g placements highest start first and the rest lowest first gives exactly
+    that choice.  One slice per GPU, in minor order.
+    """
+
+    name = "hami"
+    uses_occupancy = False
+
+    def slice_groups(self, pool: NodePool, allocated: frozenset[str]) -> DeviceGroups:
+        by_gpu = _by_gpu(pool.devices)
+
+        def key(device: Device) -> tuple[int, int, int, int]:
+            if device.placement is None:
+                return (0, 0, 0, 0)
+            start = device.placement.start
+            high_first = device.compute_slices in (1, 3)
+            return (
+                device.placement.size,
+                device.compute_slices,
+                device.profile_id or 0,
+                -start if high_first else start,
+            )
+
+        groups: DeviceGroups = []
+        for minor in sorted(by_gpu):
+            groups.extend(pack_runs([sorted(by_gpu[minor], key=key)]))
+        return groups
+
+
+PLACEMENT_POLICIES: dict[str, Callable[[], PlacementPolicy]] = {
+    StaticPlacementPolicy.name: StaticPlacementPolicy,
+    DynamicPlacementPolicy.name: DynamicPlacementPolicy,
+    NameOrderPlacementPolicy.name: NameOrderPlacementPolicy,
+    HamiPlacementPolicy.name: HamiPlacementPolicy,
+}
+PRODUCTION_POLICIES = ("static", "dynamic")
+DEFAULT_POLICY = "dynamic"
+
+
+def placement_policy(name: str) -> PlacementPolicy:
+    """The policy called ``name``; a ValueError naming the known ones otherwise."""
+    try:
+        return PLACEMENT_POLICIES[name]()
+    except KeyError:
+        known = ", ".join(PLACEMENT_POLICIES)
+        raise ValueError(f"unknown placement policy {name!r}; known: {known}") from None
