@@ -48,6 +48,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.naming import check_driver_name, node_name_problem
+from dra_driver.devicemodel.policy import DEFAULT_POLICY
+from dra_driver.devicemodel.policy import placement_policy as policy_named
 from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME, realize_before_bind_conditions
 from dra_driver.durable import writable_directory_problem
@@ -163,6 +165,25 @@ class PluginSettings(BaseSettings):
         "placement. Needs kube-scheduler's DRADeviceBindingConditions and DRAResourceClaimDeviceStatus; such "
         "pools are tried after all others (docs/prepare.md)",
     )
+    placement_policy: str = Field(
+        default=DEFAULT_POLICY,
+        description="how the devices are grouped into slices and ordered, which steers kube-scheduler's choice: "
+        "static (a fixed order, never re-published for claims) or dynamic (best fit from the claims allocated "
+        "here: watches ResourceClaims and re-publishes the order as they come and go); name-order and hami are "
+        "comparison baselines for benchmarks, not for production",
+    )
+    placement_debounce: float = Field(
+        default=0.2,
+        ge=0,
+        description="dynamic placement: seconds from a change of the claims allocated here to the re-publish "
+        "(changes meanwhile go with it)",
+    )
+    placement_min_interval: float = Field(
+        default=1.0,
+        ge=0,
+        description="dynamic placement: the fewest seconds between two re-publishes for claim changes; a change "
+        "in between is published at the end of that time",
+    )
 
     @field_validator("node_name")
     @classmethod
@@ -178,6 +199,12 @@ class PluginSettings(BaseSettings):
     @classmethod
     def _driver_name(cls, value: str) -> str:
         return check_driver_name(value)
+
+    @field_validator("placement_policy")
+    @classmethod
+    def _placement_policy(cls, value: str) -> str:
+        policy_named(value)  # a ValueError naming the known ones
+        return value
 
     @field_validator("metrics_address")
     @classmethod

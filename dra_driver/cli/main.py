@@ -165,6 +165,12 @@ def checkpoint_downgrade(state_dir: Path) -> None:
     default=None,
     help="create a claim's MIG instance before its pod is bound (binding conditions)",
 )
+@click.option(
+    "--placement-policy",
+    default=None,
+    metavar="NAME",
+    help="how devices are grouped and ordered in the slices: static or dynamic [env MIGDRA_PLACEMENT_POLICY]",
+)
 @click.option("--publish-only", is_flag=True, help="only publish ResourceSlices; do not serve kubelet")
 def kubelet_plugin(
     nvml: str | None,
@@ -187,6 +193,7 @@ def kubelet_plugin(
     metrics_address: str | None,
     health: bool | None,
     realize_before_bind: bool | None,
+    placement_policy: str | None,
     publish_only: bool,
 ) -> None:
     """Run the node plugin: publish ResourceSlices, register with kubelet, prepare and unprepare claims."""
@@ -213,6 +220,7 @@ def kubelet_plugin(
         metrics_address=metrics_address,
         health=health,
         realize_before_bind=realize_before_bind,
+        placement_policy=placement_policy,
     )
     stop = stop_on_signals()
     if publish_only:
