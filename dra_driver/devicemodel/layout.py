@@ -21,7 +21,7 @@ a republish updates slices in place instead of churning them.  Pure: no I/O.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +94,18 @@ def render_slices(
     so that the same device is the same dict in every re-publish, as in an informer's cache.
     """
     contents = plan_slices(pool, node_name, policy, allocated)
+    return render_planned(contents, pool, node_name, generation, owner, device_api)
+
+
+def render_planned(
+    contents: Sequence[SliceContent],
+    pool: NodePool,
+    node_name: str,
+    generation: int,
+    owner: Mapping[str, Any] | None = None,
+    device_api: Callable[[Device], dict[str, object]] | None = None,
+) -> list[dict[str, Any]]:
+    """The ResourceSlice objects of slices already planned (:func:`plan_slices`)."""
     to_api = device_api or Device.to_api
     slices = []
     for content in contents:
