@@ -24,12 +24,14 @@ status is reconciled with the checkpoint at start and periodically.  Only a refu
 rejecting the slices), NVML failing or a bug, ``fatal_after`` publish rounds in a row, stops it.
 
 Concurrency model (threads, no asyncio): the publish loop on its own thread (periodic NVML rescan +
-triggers); the gRPC servers' thread pools calling the thread-safe :class:`PrepareService` (which runs
+triggers); with an occupancy-aware placement policy (``dynamic``), the occupancy's thread and its
+claim informer (:mod:`kubeletplugin.occupancy`), which trigger the publish loop as claims come and
+go; the gRPC servers' thread pools calling the thread-safe :class:`PrepareService` (which runs
 claims on its own worker pool under per-GPU locks, and writes and reconciles claim status on one
 background thread); with realize before bind, the realizer's thread and its claim informer
-(:mod:`kubeletplugin.realizer`, calling the same service); the main thread waits for SIGTERM/SIGINT and
-then shuts down in order: deregister from kubelet, let in-flight calls finish, stop publishing, stop
-the realizer, close prepare (instances are kept).
+(:mod:`kubeletplugin.realizer`, calling the same service); the main thread waits for SIGTERM/SIGINT
+and then shuts down in order: deregister from kubelet, let in-flight calls finish, stop publishing,
+stop the realizer, close prepare (instances are kept).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.naming import check_driver_name, node_name_problem
-from dra_driver.devicemodel.policy import DEFAULT_POLICY
+from dra_driver.devicemodel.policy import DEFAULT_POLICY, PRODUCTION_POLICIES
 from dra_driver.devicemodel.policy import placement_policy as policy_named
 from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME, realize_before_bind_conditions
@@ -72,6 +74,7 @@ from kubeletplugin.device_health import NvmlDeviceHealth
 from kubeletplugin.grpc import PluginServers
 from kubeletplugin.grpc.sockets import MAX_SOCKET_PATH_BYTES, SocketFile, plugin_socket_paths
 from kubeletplugin.metrics import PrepareMetrics, PublishMetrics, RealizeMetrics
+from kubeletplugin.occupancy import FIRST_LIST_WAIT_SECONDS, ClaimOccupancy
 from kubeletplugin.pool_report import PoolReporter
 from kubeletplugin.prepare import PrepareService, PrepareSettings
 from kubeletplugin.prepare.reporter import ClaimReporter
@@ -273,7 +276,16 @@ class _Publishing:
         self.device_config: DeviceModelConfig = load_device_model_config(
             plugin.device_config, driver_name=plugin.driver_name
         )
-        self.reporter = PoolReporter(PublishMetrics(registry))
+        self.metrics = PublishMetrics(registry)
+        self.reporter = PoolReporter(self.metrics)
+        self.policy = policy_named(plugin.placement_policy)
+        if plugin.placement_policy not in PRODUCTION_POLICIES:
+            log.warning(
+                "--placement-policy %s is a comparison baseline (a model of another driver, for benchmarks), "
+                "not meant for production; use %s",
+                plugin.placement_policy,
+                " or ".join(PRODUCTION_POLICIES),
+            )
         self.fatal: list[BaseException] = []
         self.failed_rounds = 0
         self.last_pool: NodePool | None = None
@@ -300,6 +312,8 @@ class _Publishing:
         self.last_result = result
         self.reporter.report_pool(pool)
         self.reporter.report_publish(result)
+        if result.occupancy_only:
+            self.metrics.observe_placement_republish(result.writes)
         with self._lock:
             pending, self._pending_announcement = self._pending_announcement, None
         if pending is not None:
@@ -353,8 +367,29 @@ class _Publishing:
         ownership: Ownership | None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> Iterator[SlicePublisher]:
+        def republish() -> None:  # the loop below: it needs the publisher, which needs the occupancy
+            loop.trigger()
+
+        # An occupancy-aware policy re-publishes as claims come and go: a claim informer triggers the loop.
+        occupancy = (
+            ClaimOccupancy(
+                Client(configuration=api_client.configuration, timeout=request_timeout),
+                self.device_config.driver_name,
+                self.plugin.node_name,
+                republish,
+                debounce=self.plugin.placement_debounce,
+                min_interval=self.plugin.placement_min_interval,
+            )
+            if self.policy.uses_occupancy
+            else None
+        )
         publisher = SlicePublisher(
-            api_client, self.plugin.node_name, self.device_config.driver_name, request_timeout=request_timeout
+            api_client,
+            self.plugin.node_name,
+            self.device_config.driver_name,
+            self.policy,
+            allocated=occupancy.allocated if occupancy is not None else None,
+            request_timeout=request_timeout,
         )
         reader = InventoryReader()  # one per NVML session: it keeps the GPUs' listing
         loop = PublishLoop(
@@ -366,11 +401,24 @@ class _Publishing:
             backoff=self.plugin.api_backoff,
             on_failure=self.on_failure,
         )
-        loop.start()
-        log.info("publishing ResourceSlices of node %s for %s", self.plugin.node_name, self.device_config.driver_name)
         try:
+            if occupancy is not None:
+                occupancy.start()
+                # The first publish in the order for the claims already allocated, not for an empty node
+                # (one more generation written at every restart); bounded: an API outage delays it 5 s at most.
+                if not occupancy.wait_synced(FIRST_LIST_WAIT_SECONDS):
+                    log.info("no list of ResourceClaims yet: publishing; the placement order follows once there is")
+            loop.start()
+            log.info(
+                "publishing ResourceSlices of node %s for %s (placement policy %s)",
+                self.plugin.node_name,
+                self.device_config.driver_name,
+                self.policy.name,
+            )
             yield publisher
         finally:
+            if occupancy is not None:
+                occupancy.stop()
             loop.stop()
             if self.plugin.cleanup_on_exit:
                 try:

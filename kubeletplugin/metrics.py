@@ -27,6 +27,23 @@ class PublishMetrics:
             "migdra_resourceslice_writes_total", "ResourceSlice API writes", ["operation"], registry=registry
         )
         self.pool_generation = Gauge("migdra_pool_generation", "current pool generation", registry=registry)
+        self.placement_republishes = Counter(
+            "migdra_placement_republishes_total",
+            "publish rounds for a change of the claims allocated here alone (dynamic placement), by result: "
+            "written (the order changed: a new pool generation), unchanged (the same order: no write)",
+            ["result"],
+            registry=registry,
+        )
+        self.placement_republish_writes = Counter(
+            "migdra_placement_republish_writes_total",
+            "ResourceSlice API writes of the publish rounds for a change of the claims allocated here",
+            registry=registry,
+        )
+
+    def observe_placement_republish(self, writes: int) -> None:
+        self.placement_republishes.labels("written" if writes else "unchanged").inc()
+        if writes:
+            self.placement_republish_writes.inc(writes)
 
 
 # Latencies from sub-millisecond NVML reads to multi-second prepares of busy GPUs.

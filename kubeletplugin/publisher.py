@@ -27,6 +27,14 @@ and :class:`SlicePublisher` talks to the API in raw JSON (no client models: buil
 pool cost ~100 ms of CPU per LIST, and importing the client's API classes seconds of start-up) and,
 when the pool and every slice's ``resourceVersion`` are what it last wrote or checked, does not even
 render the slices: one LIST, no write.
+
+The slices' grouping and order come from the placement policy, which may look at the pool's occupancy
+(the devices allocated claims hold): ``allocated``, a callable the publisher asks once per round
+(:class:`kubeletplugin.occupancy.ClaimOccupancy` in the plugin; app.py wires the two, this module knows
+no informer).  An occupancy that changes the order is a change like any other: a new generation, new
+content first, deletions last, so a consumer sees the old pool complete, then the new pool incomplete
+(skipped), then the new pool complete -- never one device in two slices of one generation.  An
+occupancy change that leaves the slices as they are makes no write.
 """
 
 from __future__ import annotations
@@ -175,6 +183,9 @@ class PublishResult:
     updated: int = 0
     deleted: int = 0
     generation: int = 0
+    # Only the occupancy changed since the API last held exactly the pool (same pool, same slices): a
+    # re-publish for claims that came or went, whether it wrote (the order changed) or not.
+    occupancy_only: bool = False
 
     @property
     def writes(self) -> int:
@@ -186,11 +197,13 @@ SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 
 @dataclass(frozen=True, slots=True)
 class _Settled:
-    """What the API held the last time it held exactly the pool: every slice's (name, resourceVersion)."""
+    """What the API held the last time it held exactly the pool, rendered for ``allocated``: every
+    slice's (name, resourceVersion)."""
 
     pool: NodePool
     owner: dict[str, Any] | None
     versions: frozenset[tuple[str, str]]
+    allocated: frozenset[str]
 
 
 class SlicePublisher:
@@ -199,6 +212,9 @@ class SlicePublisher:
     Why raw JSON: the client's models cost ~100 ms of CPU to build from one LIST of an 8-GPU pool and
     back, on every rescan, and importing the API classes (``CoreV1Api`` alone imports every core model)
     seconds of the plugin's start-up; the publisher needs neither, only the JSON it compares and writes.
+
+    ``allocated``: the names of the pool's devices that allocated claims hold, asked once per publish
+    (None: nothing is allocated, as far as the policy is told); it must not block.
     """
 
     def __init__(
@@ -208,6 +224,7 @@ class SlicePublisher:
         driver_name: str,
         policy: PlacementPolicy | None = None,
         *,
+        allocated: Callable[[], frozenset[str]] | None = None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
     ) -> None:
@@ -215,6 +232,7 @@ class SlicePublisher:
         self.node_name = node_name
         self.driver_name = driver_name
         self._policy = policy
+        self._allocated = allocated
         self._timeout = request_timeout
         self._conflict_retries = conflict_retries
         self._node_owner: dict[str, Any] | None = None
@@ -264,22 +282,24 @@ class SlicePublisher:
     # -- one attempt -----------------------------------------------------------------------------
 
     def _publish_once(self, pool: NodePool) -> PublishResult:
+        allocated = self._allocated() if self._allocated is not None else frozenset()
         existing = {item["metadata"]["name"]: item for item in self._existing()}
         owner = self._owner()
         current_generation = max((int(i["spec"]["pool"]["generation"]) for i in existing.values()), default=0)
         versions = _versions(existing.values())
         settled = self._settled
-        # The same pool and owner, and every slice as it was when the API last held exactly them (a
-        # resourceVersion changes with every write): nothing to render, compare or write.
-        if settled is not None and settled.versions == versions and settled.owner == owner and settled.pool == pool:
+        # The same pool, owner and occupancy, and every slice as it was when the API last held exactly
+        # them (a resourceVersion changes with every write): nothing to render, compare or write.
+        same = settled is not None and settled.versions == versions and settled.owner == owner and settled.pool == pool
+        if same and settled is not None and settled.allocated == allocated:
             return PublishResult(generation=current_generation)
-        desired = render_slices(pool, self.node_name, current_generation, owner, self._policy)
-        if self._unchanged(desired, existing):
-            self._settled = _Settled(pool, owner, versions)
-            return PublishResult(generation=current_generation)
+        desired = render_slices(pool, self.node_name, current_generation, owner, self._policy, allocated)
+        if self._unchanged(desired, existing):  # e.g. an occupancy that leaves the order as it is
+            self._settled = _Settled(pool, owner, versions, allocated)
+            return PublishResult(generation=current_generation, occupancy_only=same)
         self._settled = None  # until every write below has landed
         generation = current_generation + 1
-        desired = render_slices(pool, self.node_name, generation, owner, self._policy)
+        desired = render_slices(pool, self.node_name, generation, owner, self._policy, allocated)
         written: list[dict[str, Any]] = []
         created = updated = 0
         for body in desired:  # new content first, so consumers see the new generation complete soonest
@@ -296,16 +316,17 @@ class SlicePublisher:
         for name in sorted(set(existing) - wanted):
             self._delete(name)
             deleted += 1
-        self._settled = _Settled(pool, owner, _versions(written))
+        self._settled = _Settled(pool, owner, _versions(written), allocated)
         log.info(
-            "published pool %s generation %d: %d created, %d updated, %d deleted",
+            "published pool %s generation %d%s: %d created, %d updated, %d deleted",
             self.node_name,
             generation,
+            " (placement order for the claims allocated here)" if same else "",
             created,
             updated,
             deleted,
         )
-        return PublishResult(created, updated, deleted, generation)
+        return PublishResult(created, updated, deleted, generation, occupancy_only=same)
 
     @staticmethod
     def _unchanged(desired: list[dict[str, Any]], existing: Mapping[str, dict[str, Any]]) -> bool:
