@@ -14,6 +14,7 @@ what fragments a GPU is its slices.  Used by the ``dynamic`` placement policy an
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -57,8 +58,12 @@ def most_instances(profile: ProfilePlacements, free: frozenset[int]) -> int:
     return count
 
 
-def capability(profiles: Sequence[ProfilePlacements], free: frozenset[int]) -> tuple[int, ...]:
-    """Per profile (largest first), the most instances the free slices could still hold."""
+@functools.lru_cache(maxsize=1 << 16)
+def capability(profiles: tuple[ProfilePlacements, ...], free: frozenset[int]) -> tuple[int, ...]:
+    """Per profile (largest first), the most instances the free slices could still hold.
+
+    Cached: a node's GPUs of one model share their profiles, and a GPU has few distinct free sets
+    (2^8 at most), so a re-publish after every allocation costs lookups, not interval scans."""
     return tuple(most_instances(profile, free) for profile in profiles)
 
 
