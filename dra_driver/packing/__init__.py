@@ -1,0 +1,1 @@
+"""The placement-packing simulation used by ``migdra bench placement`` and ``migdra plan``."""
