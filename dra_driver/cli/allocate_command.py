@@ -122,23 +122,31 @@ def _features(text: str) -> set[str]:
 
 
 def _objects(paths: tuple[Path, ...], flag: str, kind: str) -> list[JSON]:
+    return load_objects(paths, flag, (kind,))
+
+
+def load_objects(paths: tuple[Path, ...], flag: str, kinds: tuple[str, ...]) -> list[JSON]:
+    """The objects of ``kinds`` in the files (a directory: its YAML/JSON files), each validated as
+    kube-apiserver would; anything else in a named file is an error naming the file and the object."""
     from dra_driver.cel.documents import load_documents  # noqa: PLC0415
 
+    wanted = " or ".join(kinds)
+    plural = " or ".join(f"{kind}s" for kind in kinds)
     objects: list[JSON] = []
     for path in paths:
         if path.is_dir():
             files = sorted(p for p in path.rglob("*") if p.suffix in {".yaml", ".yml", ".json"} and p.is_file())
-            documents = [d for file in files for d in load_documents(file) if d.kind == kind]
+            documents = [d for file in files for d in load_documents(file) if d.kind in kinds]
             if not documents:
-                raise ConfigurationError(f"{flag} {path}: no {kind}s in the directory's YAML/JSON files")
+                raise ConfigurationError(f"{flag} {path}: no {plural} in the directory's YAML/JSON files")
         else:
             documents = load_documents(path)
             if not documents:
-                raise ConfigurationError(f"{flag} {path}: no {kind}s in it (the file is empty)")
+                raise ConfigurationError(f"{flag} {path}: no {plural} in it (the file is empty)")
         for document in documents:
-            if document.kind != kind:
+            if document.kind not in kinds:
                 what = document.label if document.kind else "an object without kind"
-                raise ConfigurationError(f"{flag} {path}: {what} is not a {kind}")
+                raise ConfigurationError(f"{flag} {path}: {what} is not a {wanted}")
             _check_object(document.body, f"{flag} {path}: {document.label}")
             objects.append(dict(document.body))
     return objects

@@ -33,8 +33,14 @@ _LAZY_GROUPS = {
         "allocate_command",
         "Which devices kube-scheduler would allocate to claims on a node; or why none.",
     ),
+    "bench": ("dra_driver.cli.bench_commands", "bench", "Measurements anyone can re-run (placement quality)."),
     "cel": ("dra_driver.cli.cel_commands", "cel", "Evaluate and lint DRA CEL selectors."),
     "hw": ("dra_driver.cli.hw_commands", "hw", "Record what real NVML answers (read-only); check the simulator."),
+    "plan": (
+        "dra_driver.cli.plan_command",
+        "plan_command",
+        "Will this workload mix fit these nodes? How many, which fails first and why (before deploying).",
+    ),
     "sim": ("dra_driver.cli.sim_commands", "sim", "Local stand-ins for cluster components (never for production)."),
     "status": (
         "dra_driver.cli.status_command",

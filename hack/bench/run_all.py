@@ -34,6 +34,7 @@ BENCHES: dict[str, list[str]] = {
     "cel": [],
     "allocator": [],
     "apiserver": [],
+    "placement": [],
 }
 # Also run with every CPU taken (``--busy-loops``): the node paths whose latency a loaded node changes most.
 LOADED = ("startup", "plugin", "prepare")

@@ -1,0 +1,175 @@
+"""``migdra plan``: will this workload mix fit these nodes? (before anything is deployed)
+
+    migdra plan --nodes 2:H100-SXM5-80GB=8 --workload claims.yaml --count small=40 --count big=6
+
+Exit status 0: everything fits; 3: something does not (the first claim that does not fit is named,
+with the allocator's reasons); 2: an input cannot be used.  See :mod:`dra_driver.packing.plan`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dra_driver.devicemodel.policy import DEFAULT_POLICY, PLACEMENT_POLICIES
+from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
+from dra_driver.errors import ConfigurationError
+
+EXIT_DOES_NOT_FIT = 3
+MAX_COUNT = 100_000
+_FILE = click.Path(exists=True, path_type=Path)
+
+
+def _counts(values: tuple[str, ...]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for value in values:
+        name, equals, number = value.partition("=")
+        if not equals or not name.strip() or not number.strip().isdigit() or not 0 <= int(number) <= MAX_COUNT:
+            raise click.BadParameter(
+                f"{value!r}: expected NAME=N, the claim's (or template's) name and a count of 0 to {MAX_COUNT}",
+                param_hint="--count",
+            )
+        if name.strip() in counts:
+            raise click.BadParameter(f"{name.strip()!r} is counted twice", param_hint="--count")
+        counts[name.strip()] = int(number)
+    return counts
+
+
+@click.command(name="plan")
+@click.option(
+    "--nodes",
+    "node_specs",
+    multiple=True,
+    required=True,
+    metavar="[COUNT:]MODEL=N[,MODEL=N]",
+    help="COUNT nodes (default 1) each with N GPUs of MODEL (a MIG catalog key or alias); repeatable",
+)
+@click.option(
+    "--workload",
+    "workload_files",
+    type=_FILE,
+    multiple=True,
+    required=True,
+    help="ResourceClaim / ResourceClaimTemplate YAML or JSON (a file or a directory); repeatable",
+)
+@click.option("--count", "counts", multiple=True, metavar="NAME=N", help="copies of a claim or template [1]")
+@click.option(
+    "--policy",
+    type=click.Choice(list(PLACEMENT_POLICIES)),
+    default=DEFAULT_POLICY,
+    show_default=True,
+    help="the node plugin's placement policy",
+)
+@click.option("--driver-name", default=DEFAULT_DRIVER_NAME, show_default=True, help="DRA driver name")
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def plan_command(
+    node_specs: tuple[str, ...],
+    workload_files: tuple[Path, ...],
+    counts: tuple[str, ...],
+    policy: str,
+    driver_name: str,
+    output: str,
+) -> None:
+    """Will these claims fit these nodes? How many, which fails first and why, and the occupancy map."""
+    from dra_driver.cli.allocate_command import load_objects  # noqa: PLC0415
+    from dra_driver.controlplane.cluster import DEVICECLASS_DIR, deviceclass_documents  # noqa: PLC0415
+    from dra_driver.devicemodel.naming import driver_name_problem  # noqa: PLC0415
+    from dra_driver.packing.plan import claims_from_documents, parse_nodes, plan  # noqa: PLC0415
+
+    problem = driver_name_problem(driver_name)
+    if problem is not None:
+        raise click.BadParameter(f"{driver_name!r} is not a DRA driver name: it {problem}", param_hint="--driver-name")
+    shape = parse_nodes(node_specs)
+    documents = load_objects(workload_files, "--workload", ("ResourceClaim", "ResourceClaimTemplate"))
+    if not documents:
+        raise ConfigurationError("--workload: no ResourceClaim or ResourceClaimTemplate in the given files")
+    claims = claims_from_documents(documents, _counts(counts))
+    classes = deviceclass_documents(DEVICECLASS_DIR, driver_name)
+    result = plan(shape, claims, classes, policy, driver_name)
+    if output == "json":
+        json.dump(plan_document(result), sys.stdout, indent=1, sort_keys=True)
+        click.echo()
+    else:
+        click.echo(render_plan(result), nl=False)
+    if not result.fits:
+        raise SystemExit(EXIT_DOES_NOT_FIT)
+
+
+def plan_document(result: Any) -> dict[str, Any]:
+    """The JSON answer (schema 1): what fits, what failed and why, the oracle's count, the map."""
+    from dra_driver.cli.status_command import status_document  # noqa: PLC0415
+
+    failure = result.first_failure
+    return {
+        "schema": 1,
+        "policy": result.policy,
+        "nodes": [list(node) for node in result.shape.nodes],
+        "fits": result.fits,
+        "claims": {
+            name: {
+                "requested": requested,
+                "placed": result.placed.get(name, 0),
+                "oraclePlaced": None if result.oracle_placed is None else result.oracle_placed.get(name, 0),
+            }
+            for name, requested in result.requested.items()
+        },
+        "firstFailure": None if failure is None else {"claim": failure[0], "copy": failure[1], **_why(result)},
+        "placedOn": {node: dict(counter) for node, counter in result.nodes_used.items()},
+        "occupancy": status_document(result.gpus, result.driver)["nodes"],
+    }
+
+
+def _why(result: Any) -> dict[str, Any]:
+    return {"explanation": result.explanation, "verdict": _verdict(result)}
+
+
+def _verdict(result: Any) -> str:
+    """Fragmentation (a repacking would fit it) or capacity (nothing would), when the oracle can say."""
+    if result.first_failure is None or result.oracle_placed is None:
+        return "unknown" if result.first_failure is not None else "fits"
+    name, copy = result.first_failure
+    if result.oracle_placed.get(name, 0) >= copy and _oracle_reaches(result, name):
+        return "fragmentation"
+    return "capacity"
+
+
+def _oracle_reaches(result: Any, failed: str) -> bool:
+    """Whether the oracle placed every copy of the claims before ``failed`` too (the same prefix)."""
+    for name, requested in result.requested.items():
+        if name == failed:
+            return True
+        if result.oracle_placed.get(name, 0) < requested:
+            return False
+    return True
+
+
+def render_plan(result: Any) -> str:
+    from dra_driver.devicemodel.occupancy import render_occupancy  # noqa: PLC0415
+
+    nodes = len(result.shape.nodes)
+    gpus = len(result.shape.gpu_models)
+    lines = [f"plan: {nodes} node(s), {gpus} GPU(s), placement policy {result.policy}", ""]
+    width = max(len(name) for name in result.requested)
+    for name, requested in result.requested.items():
+        placed = result.placed.get(name, 0)
+        oracle = "" if result.oracle_placed is None else f"   (with repacking: {result.oracle_placed.get(name, 0)})"
+        lines.append(f"  {name:<{width}}  {placed:>6} of {requested:<6} placed{oracle}")
+    lines.append("")
+    if result.fits:
+        lines.append("everything fits.")
+    else:
+        name, copy = result.first_failure
+        verdict = _verdict(result)
+        reason = {
+            "fragmentation": "fragmentation: a different packing of the same instances would fit it",
+            "capacity": "capacity: no packing of these instances fits it",
+            "unknown": "the repacking oracle handles single-device claims only",
+        }[verdict]
+        lines.append(f"first that does not fit: {name} #{copy} ({reason})")
+        lines += ["", result.why.rstrip()]
+    lines += ["", render_occupancy(result.gpus).rstrip()]
+    return "\n".join(lines) + "\n"

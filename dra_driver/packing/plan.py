@@ -1,0 +1,231 @@
+"""``migdra plan``: will this workload fit these nodes, under this placement policy?
+
+The nodes are GPU models x counts (fresh, MIG enabled, nothing created); the workload is the
+ResourceClaims and ResourceClaimTemplates users apply, each with a count.  The claims are placed one
+after the other, in the order given, by kube-scheduler's allocator (ported) on the slices each node
+would publish under the policy -- re-published after every allocation when the policy follows
+occupancy, exactly as in the packing benchmark -- each on the first node (in name order) where it
+fits.  The answer: how many of each fit, the first that does not and the allocator's explanation
+why, the occupancy map, and -- when every claim asks for one MIG device -- how many the repacking
+oracle could place, which says whether a failure is fragmentation (a better order would fit it) or
+capacity (nothing would).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.allocation import DEFAULT_FEATURES
+from dra_driver.allocation.explain import explain
+from dra_driver.cel import compile_selector
+from dra_driver.devicemodel.occupancy import GpuOccupancy, occupancy
+from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
+from dra_driver.errors import ConfigurationError
+from dra_driver.mig.catalog import MigCatalog, load_catalog
+from dra_driver.packing.oracle import RepackingOracle, RequestType
+from dra_driver.packing.simulation import SimNode
+from dra_driver.packing.workloads import ClusterShape
+
+JSON = Mapping[str, Any]
+_NODES = re.compile(r"^(?:(?P<count>\d+):)?(?P<gpus>[^:]+)$")
+MAX_NODES = 1000
+MAX_GPUS_PER_NODE = 64
+
+
+def parse_nodes(texts: Sequence[str], catalog: MigCatalog | None = None, flag: str = "--nodes") -> ClusterShape:
+    """``[COUNT:]MODEL=N[,MODEL=N…]`` per flag: COUNT nodes (default 1), each with N GPUs of each MODEL."""
+    catalog = catalog or load_catalog()
+    nodes: list[tuple[str, ...]] = []
+    for text in texts:
+        match = _NODES.match(text.strip())
+        if match is None:
+            raise ConfigurationError(f"{flag} {text!r}: expected [COUNT:]MODEL=N[,MODEL=N...], e.g. 2:H100-SXM5-80GB=8")
+        count = int(match["count"] or 1)
+        if not 1 <= count <= MAX_NODES:
+            raise ConfigurationError(f"{flag} {text!r}: the node count must be 1 to {MAX_NODES}")
+        gpus: list[str] = []
+        for part in match["gpus"].split(","):
+            model_text, equals, number = part.strip().partition("=")
+            number = number.strip() if equals else "1"
+            if not number.isdigit() or not 1 <= int(number) <= MAX_GPUS_PER_NODE:
+                raise ConfigurationError(
+                    f"{flag} {text!r}: {part.strip()!r} needs a GPU count of 1 to {MAX_GPUS_PER_NODE} after '='"
+                )
+            try:
+                model = catalog.model(model_text.strip())
+            except KeyError:
+                known = ", ".join(catalog.gpus)
+                raise ConfigurationError(
+                    f"{flag} {text!r}: unknown GPU model {model_text.strip()!r}; known: {known}"
+                ) from None
+            gpus += [model.key] * int(number)
+        if len(gpus) > MAX_GPUS_PER_NODE:
+            raise ConfigurationError(f"{flag} {text!r}: {len(gpus)} GPUs on one node; at most {MAX_GPUS_PER_NODE}")
+        nodes += [tuple(gpus)] * count
+    if not nodes:
+        raise ConfigurationError(f"give at least one {flag}")
+    return ClusterShape("plan", tuple(nodes))
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedClaim:
+    """One claim of the workload: its name, its spec, and how many copies to place."""
+
+    name: str
+    spec: Mapping[str, Any]
+    count: int
+
+
+def claims_from_documents(
+    documents: Sequence[JSON], counts: Mapping[str, int], flag: str = "--count"
+) -> list[PlannedClaim]:
+    """ResourceClaims (their ``spec``) and ResourceClaimTemplates (their ``spec.spec``), counts by name."""
+    planned: list[PlannedClaim] = []
+    seen: set[str] = set()
+    for document in documents:
+        kind = document.get("kind")
+        name = str((document.get("metadata") or {}).get("name") or "")
+        spec = (
+            (document.get("spec") or {})
+            if kind == "ResourceClaim"
+            else ((document.get("spec") or {}).get("spec") or {})
+        )
+        if name in seen:
+            raise ConfigurationError(f"two claims are called {name!r}: plan needs each name once")
+        seen.add(name)
+        planned.append(PlannedClaim(name, spec, counts.get(name, 1)))
+    unknown = sorted(set(counts) - seen)
+    if unknown:
+        raise ConfigurationError(f"{flag} {unknown[0]}=...: no claim or template of that name in the workload")
+    return planned
+
+
+@dataclass
+class PlanResult:
+    shape: ClusterShape
+    policy: str
+    placed: Counter[str] = field(default_factory=Counter)
+    nodes_used: dict[str, Counter[str]] = field(default_factory=dict)
+    first_failure: tuple[str, int] | None = None  # (claim name, copy number from 1)
+    why: str = ""
+    explanation: dict[str, Any] | None = None
+    gpus: list[GpuOccupancy] = field(default_factory=list)
+    oracle_placed: dict[str, int] | None = None  # per claim, what the repacking oracle would place (in order)
+    requested: dict[str, int] = field(default_factory=dict)
+    driver: str = DEFAULT_DRIVER_NAME
+
+    @property
+    def fits(self) -> bool:
+        return self.first_failure is None
+
+
+def plan(
+    shape: ClusterShape,
+    claims: Sequence[PlannedClaim],
+    classes: Sequence[JSON],
+    policy: str,
+    driver: str = DEFAULT_DRIVER_NAME,
+) -> PlanResult:
+    """Place every copy of every claim in order; stop at the first that does not fit anywhere."""
+    nodes = [SimNode(f"node-{i + 1}", models, _policy(policy), driver, lag=0) for i, models in enumerate(shape.nodes)]
+    result = PlanResult(shape, policy, requested={c.name: c.count for c in claims}, driver=driver)
+    count = 0
+    for planned in claims:
+        for copy in range(1, planned.count + 1):
+            uid = f"{planned.name}-{copy}"
+            claim = {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": uid, "namespace": "plan", "uid": uid},
+                "spec": planned.spec,
+            }
+            for node in nodes:
+                allocation = node.try_allocate(claim, classes, None)
+                if allocation is not None:
+                    node.add(uid, claim, allocation)
+                    count += 1
+                    if node.policy.uses_occupancy:
+                        node.publish(count)
+                    result.placed[planned.name] += 1
+                    result.nodes_used.setdefault(node.name, Counter())[planned.name] += 1
+                    break
+            else:
+                result.first_failure = (planned.name, copy)
+                closest = max(nodes, key=lambda n: n.memory_slices - n.used_slices())  # the emptiest node
+                explanation = explain(
+                    [claim], closest.node, closest.visible, classes, closest.claims.values(), DEFAULT_FEATURES
+                )
+                result.explanation = explanation.as_dict()
+                result.why = explanation.summary()
+                break
+        if result.first_failure is not None:
+            break
+    slices = [s for node in nodes for s in node.visible]
+    allocated = [c for node in nodes for c in node.claims.values()]
+    result.gpus = occupancy(slices, allocated, driver)
+    result.oracle_placed = _oracle_placed(shape, claims, classes, driver)
+    return result
+
+
+def _policy(name: str) -> Any:
+    from dra_driver.devicemodel.policy import placement_policy  # noqa: PLC0415
+
+    return placement_policy(name)
+
+
+def _single_device_selectors(spec: Mapping[str, Any], classes: Sequence[JSON]) -> list[str] | None:
+    """The CEL selectors (class first) of a claim that asks for exactly one device; None for any other shape."""
+    requests = ((spec.get("devices") or {}).get("requests")) or []
+    if len(requests) != 1 or (spec.get("devices") or {}).get("constraints"):
+        return None
+    exactly = requests[0].get("exactly")
+    if not exactly or int(exactly.get("count", 1)) != 1 or exactly.get("allocationMode", "ExactCount") != "ExactCount":
+        return None
+    by_name = {str((c.get("metadata") or {}).get("name")): c for c in classes}
+    device_class = by_name.get(str(exactly.get("deviceClassName")))
+    if device_class is None:
+        return None
+    expressions = [
+        s["cel"]["expression"] for s in (device_class.get("spec") or {}).get("selectors") or [] if "cel" in s
+    ]
+    expressions += [s["cel"]["expression"] for s in exactly.get("selectors") or [] if "cel" in s]
+    return expressions
+
+
+def _oracle_placed(
+    shape: ClusterShape, claims: Sequence[PlannedClaim], classes: Sequence[JSON], driver: str
+) -> dict[str, int] | None:
+    """Per claim, how many copies (in order) the repacking oracle places; None if a claim is not one device."""
+    from dra_driver.devicemodel.config import DeviceModelConfig  # noqa: PLC0415
+    from dra_driver.devicemodel.examples import example_inventory  # noqa: PLC0415
+    from dra_driver.devicemodel.pool import build_pool  # noqa: PLC0415
+
+    selectors = {c.name: _single_device_selectors(c.spec, classes) for c in claims}
+    if any(s is None for s in selectors.values()):
+        return None
+    types: list[RequestType] = []
+    for claim in claims:
+        programs = [compile_selector(e) for e in selectors[claim.name] or []]
+        profiles: dict[str, frozenset[str]] = {}
+        for model in sorted(set(shape.gpu_models)):
+            pool = build_pool(example_inventory([model]), DeviceModelConfig(driver_name=driver))
+            profiles[model] = frozenset(
+                d.profile_name
+                for d in pool.devices
+                if d.profile_name is not None and all(p.matches(d.to_api(), driver=driver) for p in programs)
+            )
+        types.append(RequestType(claim.name, profiles))
+    oracle = RepackingOracle(shape.gpu_models, types)
+    demand: Counter[str] = Counter()
+    placed: dict[str, int] = {c.name: 0 for c in claims}
+    for claim in claims:
+        for _ in range(claim.count):
+            demand[claim.name] += 1
+            if not oracle.feasible(dict(demand)):
+                return placed
+            placed[claim.name] += 1
+    return placed

@@ -1,0 +1,261 @@
+"""What the packing benchmark and ``migdra plan`` place: kinds of claims, their mixes, clusters, traces.
+
+A *claim kind* is one ResourceClaim shape: one request for one device of the ``mig.migdra.io`` class
+with a CEL selector, exactly what a user applies.  The benchmark's kinds select by generic attributes
+(``computeSlices``, ``placementSize``) rather than profile names, so one kind means the same share
+of a GPU on every model (``1g`` is 1g.10gb on an H100, 1g.5gb on an A100-40GB, 1g.6gb on an A30) and a
+mixed cluster needs no per-model workload.  ``+me``/``+gfx`` variants are left out: they differ only
+in engines.
+
+A *trace* is the same sequence of arrivals for every policy of a run (same seed): arrival times
+(Poisson, or Poisson bursts), exponential lifetimes, kinds drawn by weight, and per arrival the order
+in which nodes are tried -- kube-scheduler's choice between nodes is not DRA's (no DRA scoring), and
+for pods without CPU or memory requests the node scores tie, so the node is a uniform choice among
+those that fit: a random permutation tried in order gives exactly that.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
+
+MIG_CLASS = "mig.migdra.io"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimKind:
+    """One shape of ResourceClaim: a single request for a MIG device matching ``selector``."""
+
+    name: str
+    selector: str  # CEL, with {driver} for the driver name
+    memory_slices: int  # of an 8-slice GPU, for the offered load (A30 kinds are half-GPU there)
+
+    def expression(self, driver: str = DEFAULT_DRIVER_NAME) -> str:
+        return self.selector.replace("{driver}", driver)
+
+    def spec(self, driver: str = DEFAULT_DRIVER_NAME) -> dict[str, Any]:
+        """The claim's spec, as a user would write it."""
+        return {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "mig",
+                        "exactly": {
+                            "deviceClassName": MIG_CLASS,
+                            "selectors": [{"cel": {"expression": self.expression(driver)}}],
+                        },
+                    }
+                ]
+            }
+        }
+
+
+def _kind(name: str, compute: int, size: int) -> ClaimKind:
+    attributes = "device.attributes['{driver}']"
+    return ClaimKind(
+        name,
+        f"{attributes}.computeSlices == {compute} && {attributes}.placementSize == {size} && "
+        f"!{attributes}.profile.contains('+')",
+        size,
+    )
+
+
+KINDS: dict[str, ClaimKind] = {
+    kind.name: kind
+    for kind in (
+        _kind("1g", 1, 1),
+        _kind("1g-2s", 1, 2),  # 1g with two memory slices: H100 1g.20gb, A100-40GB 1g.10gb
+        _kind("2g", 2, 2),
+        _kind("3g", 3, 4),
+        _kind("4g", 4, 4),
+        _kind("7g", 7, 8),
+    )
+}
+SEVEN_G = "7g"
+
+
+@dataclass(frozen=True, slots=True)
+class Mix:
+    """Kinds by weight, and how they arrive."""
+
+    name: str
+    weights: Mapping[str, float]
+    burst: float = 1.0  # mean arrivals per burst (geometric); 1 = plain Poisson
+    description: str = ""
+
+    def kinds(self) -> list[str]:
+        return [name for name, weight in self.weights.items() if weight > 0]
+
+
+MIXES: dict[str, Mix] = {
+    mix.name: mix
+    for mix in (
+        Mix(
+            "inference",
+            {"1g": 0.55, "1g-2s": 0.15, "2g": 0.15, "3g": 0.08, "4g": 0.04, "7g": 0.03},
+            description="inference-heavy: mostly small instances, a few large",
+        ),
+        Mix(
+            "training",
+            {"1g": 0.1, "1g-2s": 0.05, "2g": 0.1, "3g": 0.3, "4g": 0.2, "7g": 0.25},
+            description="training-heavy: mostly 3g/4g/7g",
+        ),
+        Mix(
+            "uniform",
+            {"1g": 1, "1g-2s": 1, "2g": 1, "3g": 1, "4g": 1, "7g": 1},
+            description="every kind equally often",
+        ),
+        Mix(
+            "bursty",
+            {"1g": 0.55, "1g-2s": 0.15, "2g": 0.15, "3g": 0.08, "4g": 0.04, "7g": 0.03},
+            burst=6.0,
+            description="the inference mix arriving in bursts of 6 on average",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterShape:
+    """Nodes, each a list of GPU models (catalog keys), all MIG-enabled and empty at the start."""
+
+    name: str
+    nodes: tuple[tuple[str, ...], ...]
+
+    @property
+    def gpu_models(self) -> list[str]:
+        return [model for node in self.nodes for model in node]
+
+
+CLUSTERS: dict[str, ClusterShape] = {
+    shape.name: shape
+    for shape in (
+        ClusterShape("1x8-H100", (("H100-SXM5-80GB",) * 8,)),
+        ClusterShape("4x8-A100-40GB", (("A100-SXM4-40GB",) * 8,) * 4),
+        ClusterShape("mixed-H100-A30", (("H100-SXM5-80GB",) * 8, ("A30",) * 8)),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    time: float
+    lifetime: float
+    kind: str
+    node_order: tuple[int, ...]  # the order in which nodes are tried (a uniform choice among those that fit)
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    arrivals: tuple[Arrival, ...]
+    warmup: int = 0  # arrivals before the measurement starts (the cluster filling up)
+    departures: bool = True  # False: fill until the first reject, nothing leaves
+
+    @property
+    def measured_from(self) -> float:
+        return self.arrivals[self.warmup].time if self.warmup < len(self.arrivals) else float("inf")
+
+
+def _pick(weights: Mapping[str, float], rng: random.Random) -> str:
+    names = [name for name, weight in weights.items() if weight > 0]
+    return rng.choices(names, weights=[weights[name] for name in names])[0]
+
+
+def poisson_trace(
+    mix: Mix,
+    cluster: ClusterShape,
+    seed: int,
+    arrivals: int,
+    load: float = 1.0,
+    warmup_fraction: float = 0.25,
+    kinds: Mapping[str, ClaimKind] = KINDS,
+) -> Trace:
+    """Arrivals at rate λ (bursts at λ / burst), lifetimes exponential with mean 1, kinds by weight.
+
+    ``load`` is the offered load: λ * mean lifetime * mean memory slices per claim / the cluster's
+    memory slices (an A30 counts its 4 slices, and a kind its slices on an 8-slice GPU): at 1.0 the
+    cluster would be exactly full on average if every instance could be placed anywhere.
+    """
+    rng = random.Random(seed)
+    total_slices = sum(4 if model.upper().startswith("A30") else 8 for model in cluster.gpu_models)
+    weights = {name: mix.weights[name] for name in mix.kinds()}
+    mean_slices = sum(weights[n] * kinds[n].memory_slices for n in weights) / sum(weights.values())
+    rate = load * total_slices / mean_slices
+    burst_rate = rate / mix.burst
+    now = 0.0
+    out: list[Arrival] = []
+    nodes = list(range(len(cluster.nodes)))
+    while len(out) < arrivals:
+        now += rng.expovariate(burst_rate)
+        size = 1 if mix.burst <= 1 else _geometric(rng, mix.burst)
+        for _ in range(min(size, arrivals - len(out))):
+            order = nodes[:]
+            rng.shuffle(order)
+            out.append(Arrival(now, rng.expovariate(1.0), _pick(weights, rng), tuple(order)))
+    return Trace(tuple(out), warmup=int(arrivals * warmup_fraction))
+
+
+def fill_trace(mix: Mix, cluster: ClusterShape, seed: int, arrivals: int) -> Trace:
+    """Claims one after the other and none leaves: placed until the first is rejected."""
+    rng = random.Random(seed)
+    nodes = list(range(len(cluster.nodes)))
+    out = []
+    for index in range(arrivals):
+        order = nodes[:]
+        rng.shuffle(order)
+        out.append(Arrival(float(index), float("inf"), _pick(mix.weights, rng), tuple(order)))
+    return Trace(tuple(out), departures=False)
+
+
+def _geometric(rng: random.Random, mean: float) -> int:
+    """At least 1, mean ``mean``."""
+    p = 1.0 / mean
+    count = 1
+    while rng.random() > p:
+        count += 1
+    return count
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A named benchmark workload: a mix on a cluster, Poisson or fill-until-first-reject."""
+
+    name: str
+    mix: Mix
+    cluster: ClusterShape
+    fill: bool = False
+    lag: int = 0  # allocations before a re-publish becomes visible
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def trace(self, seed: int, arrivals: int, load: float) -> Trace:
+        if self.fill:
+            return fill_trace(self.mix, self.cluster, seed, arrivals)
+        return poisson_trace(self.mix, self.cluster, seed, arrivals, load)
+
+
+def standard_workloads(lag: int = 0) -> list[Workload]:
+    """Every mix on every cluster (re-publishes visible after ``lag`` allocations), the bursty mix with a lag
+    of 8, and fill-until-first-reject of the uniform mix on each cluster."""
+    workloads = [
+        Workload(f"{mix}@{cluster}", MIXES[mix], CLUSTERS[cluster], lag=lag) for cluster in CLUSTERS for mix in MIXES
+    ]
+    # Bursts scheduled before the plugin's re-publish is seen: what the lag costs an occupancy-aware order.
+    workloads.append(Workload("bursty-lag8@1x8-H100", MIXES["bursty"], CLUSTERS["1x8-H100"], lag=max(lag, 8)))
+    workloads += [
+        Workload(f"fill-{mix}@{cluster}", MIXES[mix], CLUSTERS[cluster], fill=True, lag=lag)
+        for cluster in CLUSTERS
+        for mix in ("uniform",)
+    ]
+    return workloads
+
+
+def workload_named(name: str, workloads: Sequence[Workload]) -> Workload:
+    for workload in workloads:
+        if workload.name == name:
+            return workload
+    known = ", ".join(w.name for w in workloads)
+    raise ValueError(f"unknown workload {name!r}; known: {known}")

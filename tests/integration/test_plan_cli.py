@@ -1,0 +1,92 @@
+"""``migdra plan`` and ``migdra bench placement`` as a user runs them: the console script in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+MIGDRA = str(Path(sys.executable).with_name("migdra"))
+
+WORKLOAD = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: one-g, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: mig
+      exactly:
+        deviceClassName: mig.migdra.io
+        selectors:
+        - cel: {expression: "device.attributes['gpu.migdra.io'].profile == '1g.10gb'"}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: four-g, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: mig
+        exactly:
+          deviceClassName: mig.migdra.io
+          selectors:
+          - cel: {expression: "device.attributes['gpu.migdra.io'].profile == '4g.40gb'"}
+"""
+
+
+def migdra(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([MIGDRA, *args], capture_output=True, text=True, check=False, timeout=300)
+
+
+def test_plan_three_1g_then_a_4g_on_one_h100(tmp_path: Path) -> None:
+    """Known answer: three 1g.10gb and a 4g.40gb fit one H100 only if the 1g stay off slices 0-3."""
+    workload = tmp_path / "workload.yaml"
+    workload.write_text(WORKLOAD)
+    common = ["plan", "--nodes", "H100-SXM5-80GB=1", "--workload", str(workload), "--count", "one-g=3", "-o", "json"]
+
+    fits = migdra(*common, "--policy", "dynamic")
+    assert fits.returncode == 0, fits.stderr
+    answer = json.loads(fits.stdout)
+    assert answer["fits"] is True
+    assert answer["firstFailure"] is None
+    assert answer["claims"] == {
+        "one-g": {"requested": 3, "placed": 3, "oraclePlaced": 3},
+        "four-g": {"requested": 1, "placed": 1, "oraclePlaced": 1},
+    }
+    (gpu,) = answer["occupancy"][0]["gpus"]
+    assert gpu["freeMemorySlices"] == 1
+    assert [s["state"] for s in gpu["slices"]].count("claim") == 7
+
+    scattered = migdra(*common, "--policy", "name-order")
+    assert scattered.returncode == 3, scattered.stderr
+    answer = json.loads(scattered.stdout)
+    assert answer["fits"] is False
+    assert answer["claims"]["four-g"] == {"requested": 1, "placed": 0, "oraclePlaced": 1}
+    failure = answer["firstFailure"]
+    assert (failure["claim"], failure["copy"], failure["verdict"]) == ("four-g", 1, "fragmentation")
+    assert "counters" in failure["explanation"]["requests"][0]["excluded"]
+
+    table = migdra(*common[:-2], "--policy", "name-order", "--count", "four-g=2")
+    assert table.returncode == 3
+    assert "first that does not fit: four-g #1 (fragmentation" in table.stdout
+    assert "node-1     gpu-0    [A B C . . . . .]" in table.stdout
+
+    capacity = migdra(*common[:-2], "--count", "four-g=2")
+    assert capacity.returncode == 3
+    assert "first that does not fit: four-g #2 (capacity" in capacity.stdout
+
+
+def test_bench_placement_smoke_json() -> None:
+    done = migdra(
+        "bench", "placement", "--seeds", "2", "--arrivals", "20", "--workload", "fill-uniform@1x8-H100",
+        "--policy", "dynamic", "--policy", "name-order", "--order", "1.36", "--jobs", "1", "-o", "json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    runs = report["workloads"]["fill-uniform@1x8-H100"]
+    assert set(runs) == {"oracle", "dynamic", "name-order"}
+    assert runs["dynamic"]["utilisation"] <= runs["oracle"]["utilisation"]
+    assert len(runs["dynamic"]["ci95"]) == 2

@@ -1,0 +1,84 @@
+"""The packing benchmark's harness: traces, the simulated publish (with its lag), invariants against
+the oracle, and a short run of the whole benchmark so it cannot rot."""
+
+from __future__ import annotations
+
+import pytest
+
+from dra_driver.controlplane.cluster import DEVICECLASS_DIR, deviceclass_documents
+from dra_driver.devicemodel.policy import placement_policy
+from dra_driver.packing.bench import COMPARED_POLICIES, ORACLE, BenchConfig, mean_ci, run_bench
+from dra_driver.packing.simulation import SHUFFLED, SORTED, SimNode, run_oracle, run_policy
+from dra_driver.packing.workloads import CLUSTERS, KINDS, MIXES, fill_trace, poisson_trace
+
+CLASSES = deviceclass_documents(DEVICECLASS_DIR, "gpu.migdra.io")
+H100 = CLUSTERS["1x8-H100"]
+
+
+def test_traces_are_reproducible_and_differ_by_seed() -> None:
+    one = poisson_trace(MIXES["uniform"], H100, seed=3, arrivals=50)
+    assert one == poisson_trace(MIXES["uniform"], H100, seed=3, arrivals=50)
+    assert one != poisson_trace(MIXES["uniform"], H100, seed=4, arrivals=50)
+    assert len(one.arrivals) == 50
+    assert one.warmup == 12
+    assert all(a.time <= b.time for a, b in zip(one.arrivals, one.arrivals[1:], strict=False))
+    bursty = poisson_trace(MIXES["bursty"], H100, seed=3, arrivals=200)
+    same_time = sum(a.time == b.time for a, b in zip(bursty.arrivals, bursty.arrivals[1:], strict=False))
+    assert same_time > 100  # bursts of 6 on average arrive together
+
+
+def test_a_republish_becomes_visible_only_after_the_lag() -> None:
+    node = SimNode("node-1", ["H100-SXM5-80GB"], placement_policy("dynamic"), "gpu.migdra.io", lag=2)
+    before = node.visible
+    claim = {"metadata": {"name": "c", "namespace": "t", "uid": "c"}, "spec": KINDS["3g"].spec()}
+    allocation = node.try_allocate(claim, CLASSES, None)
+    assert allocation is not None
+    node.add("c", claim, allocation)
+    node.publish(1)
+    assert node.republishes == 1
+    assert node.slice_writes == len(before)
+    node.advance(2)
+    assert node.visible is before  # published at allocation 1, visible from allocation 3
+    node.advance(3)
+    assert node.visible is not before
+    assert {s["spec"]["pool"]["generation"] for s in node.visible} == {2}
+
+
+@pytest.mark.parametrize("policy", COMPARED_POLICIES)
+def test_no_policy_fills_beyond_the_oracle(policy: str) -> None:
+    """Fill until the first reject: the oracle rejects a prefix's next claim only when no packing of the
+    prefix fits it, so a policy, which places that same prefix first, cannot get further."""
+    for seed in (1, 2, 3):
+        trace = fill_trace(MIXES["uniform"], H100, seed, arrivals=80)
+        oracle = run_oracle(trace, H100)
+        for order in (SORTED, SHUFFLED):
+            outcome = run_policy(trace, H100, policy, CLASSES, order=order, seed=seed)
+            assert outcome.allocations <= oracle.allocations
+            assert outcome.utilisation <= oracle.utilisation + 1e-9
+
+
+def test_the_benchmark_runs_end_to_end_and_reports_every_run() -> None:
+    config = BenchConfig(seeds=2, arrivals=40, workloads=("uniform@1x8-H100", "fill-uniform@1x8-H100"), jobs=1)
+    report = run_bench(config, CLASSES)
+    assert report["params"]["seeds"] == 2
+    for workload in ("uniform@1x8-H100", "fill-uniform@1x8-H100"):
+        runs = report["workloads"][workload]
+        expected = {ORACLE, *COMPARED_POLICIES, *(f"{p}@1.35" for p in COMPARED_POLICIES)}
+        assert set(runs) == expected
+        for label, run in runs.items():
+            assert run["seeds"] == 2
+            assert 0.0 <= run["acceptance"] <= 1.0
+            low, high = run["ci95"]
+            assert low <= run["acceptance"] <= high
+            if label != ORACLE:
+                assert run["of_oracle"] > 0
+    poisson = report["workloads"]["uniform@1x8-H100"]
+    assert poisson["static"]["writes_per_allocation"] == 0  # blind to occupancy: never re-publishes
+    assert poisson["dynamic"]["writes_per_allocation"] > 0
+
+
+def test_confidence_interval() -> None:
+    mean, low, high = mean_ci([0.5, 0.7])
+    assert mean == pytest.approx(0.6)
+    assert (low, high) == pytest.approx((0.6 - 12.706 * 0.1, 0.6 + 12.706 * 0.1), rel=1e-3)
+    assert mean_ci([0.4]) == (0.4, 0.4, 0.4)
