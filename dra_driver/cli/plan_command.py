@@ -58,6 +58,22 @@ def _counts(values: tuple[str, ...]) -> dict[str, int]:
 )
 @click.option("--count", "counts", multiple=True, metavar="NAME=N", help="copies of a claim or template [1]")
 @click.option(
+    "--rate",
+    "rates",
+    multiple=True,
+    metavar="NAME=R",
+    help="instead of counts: claims of NAME arriving R per unit of time (Poisson); repeatable",
+)
+@click.option(
+    "--lifetime",
+    type=click.FloatRange(0, 1e9, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="with --rate: mean lifetime of a claim, in the rates' unit of time (exponential)",
+)
+@click.option("--arrivals", type=click.IntRange(20, 100_000), default=500, show_default=True, help="with --rate")
+@click.option("--seeds", type=click.IntRange(1, 100), default=5, show_default=True, help="with --rate")
+@click.option(
     "--policy",
     type=click.Choice(list(PLACEMENT_POLICIES)),
     default=DEFAULT_POLICY,
@@ -70,6 +86,10 @@ def plan_command(
     node_specs: tuple[str, ...],
     workload_files: tuple[Path, ...],
     counts: tuple[str, ...],
+    rates: tuple[str, ...],
+    lifetime: float,
+    arrivals: int,
+    seeds: int,
     policy: str,
     driver_name: str,
     output: str,
@@ -87,8 +107,35 @@ def plan_command(
     documents = load_objects(workload_files, "--workload", ("ResourceClaim", "ResourceClaimTemplate"))
     if not documents:
         raise ConfigurationError("--workload: no ResourceClaim or ResourceClaimTemplate in the given files")
-    claims = claims_from_documents(documents, _counts(counts))
+    if rates and counts:
+        raise click.UsageError("give --count (place that many) or --rate (arrivals over time), not both")
+    rate_of = _rates(rates)
+    claims = claims_from_documents(documents, _counts(counts), "--rate" if rates else "--count")
+    unknown = sorted(set(rate_of) - {c.name for c in claims})
+    if unknown:
+        raise ConfigurationError(f"--rate {unknown[0]}=...: no claim or template of that name in the workload")
     classes = deviceclass_documents(DEVICECLASS_DIR, driver_name)
+    if rates:
+        from dra_driver.packing.plan import simulate_rates  # noqa: PLC0415
+
+        estimate = simulate_rates(
+            shape,
+            claims,
+            rate_of,
+            classes,
+            policy,
+            lifetime=lifetime,
+            arrivals=arrivals,
+            seeds=seeds,
+            driver=driver_name,
+        )
+        document = rate_document(estimate, policy, shape, rate_of, lifetime, arrivals, seeds)
+        if output == "json":
+            json.dump(document, sys.stdout, indent=1, sort_keys=True)
+            click.echo()
+        else:
+            click.echo(render_rates(document), nl=False)
+        return
     result = plan(shape, claims, classes, policy, driver_name)
     if output == "json":
         json.dump(plan_document(result), sys.stdout, indent=1, sort_keys=True)
@@ -97,6 +144,79 @@ def plan_command(
         click.echo(render_plan(result), nl=False)
     if not result.fits:
         raise SystemExit(EXIT_DOES_NOT_FIT)
+
+
+def _rates(values: tuple[str, ...]) -> dict[str, float]:
+    rates: dict[str, float] = {}
+    for value in values:
+        name, equals, number = value.partition("=")
+        try:
+            rate = float(number) if equals else -1.0
+        except ValueError:
+            rate = -1.0
+        if not name.strip() or not 0 < rate <= 1e9:
+            raise click.BadParameter(
+                f"{value!r}: expected NAME=R, the claim's (or template's) name and arrivals per unit of time > 0",
+                param_hint="--rate",
+            )
+        if name.strip() in rates:
+            raise click.BadParameter(f"{name.strip()!r} has two rates", param_hint="--rate")
+        rates[name.strip()] = rate
+    return rates
+
+
+def rate_document(
+    estimate: Any, policy: str, shape: Any, rates: dict[str, float], lifetime: float, arrivals: int, seeds: int
+) -> dict[str, Any]:
+    """The ``--rate`` answer (schema 1): per claim the share of arrivals placed, mean and 95 % CI."""
+
+    def share(value: tuple[float, float, float]) -> dict[str, Any]:
+        mean, low, high = value
+        return {"mean": round(mean, 4), "ci95": [round(max(0.0, low), 4), round(min(1.0, high), 4)]}
+
+    return {
+        "schema": 1,
+        "policy": policy,
+        "nodes": [list(node) for node in shape.nodes],
+        "params": {"rates": rates, "lifetime": lifetime, "arrivals": arrivals, "seeds": seeds},
+        "claims": {
+            name: {
+                "rate": rates[name],
+                "acceptance": share(value),
+                "oracleAcceptance": None if estimate.oracle is None else share(estimate.oracle[name]),
+            }
+            for name, value in estimate.acceptance.items()
+        },
+        "acceptance": share(estimate.total),
+        "oracleAcceptance": None if estimate.oracle_total is None else share(estimate.oracle_total),
+    }
+
+
+def render_rates(document: dict[str, Any]) -> str:
+    params = document["params"]
+    lines = [
+        f"plan: {len(document['nodes'])} node(s), placement policy {document['policy']}; arrivals at the given rates, "
+        f"mean lifetime {params['lifetime']:g}, {params['seeds']} seeds of {params['arrivals']} arrivals",
+        "",
+        "share of arrivals placed (95 % CI); with repacking: the oracle's, the most any placement could place",
+    ]
+
+    def text(share: dict[str, Any] | None) -> str:
+        if share is None:
+            return "-"
+        low, high = share["ci95"]
+        return f"{share['mean'] * 100:.1f} % ({low * 100:.1f}-{high * 100:.1f})"
+
+    width = max(len(name) for name in document["claims"])
+    for name, entry in document["claims"].items():
+        lines.append(
+            f"  {name:<{width}}  rate {entry['rate']:g}: {text(entry['acceptance'])}"
+            f"   with repacking: {text(entry['oracleAcceptance'])}"
+        )
+    lines.append(
+        f"  {'all':<{width}}  {text(document['acceptance'])}   with repacking: {text(document['oracleAcceptance'])}"
+    )
+    return "\n".join(lines) + "\n"
 
 
 def plan_document(result: Any) -> dict[str, Any]:

@@ -99,7 +99,7 @@ def claims_from_documents(
         seen.add(name)
         planned.append(PlannedClaim(name, spec, counts.get(name, 1)))
     unknown = sorted(set(counts) - seen)
-    if unknown:
+    if unknown and counts:
         raise ConfigurationError(f"{flag} {unknown[0]}=...: no claim or template of that name in the workload")
     return planned
 
@@ -196,10 +196,11 @@ def _single_device_selectors(spec: Mapping[str, Any], classes: Sequence[JSON]) -
     return expressions
 
 
-def _oracle_placed(
+def plan_oracle(
     shape: ClusterShape, claims: Sequence[PlannedClaim], classes: Sequence[JSON], driver: str
-) -> dict[str, int] | None:
-    """Per claim, how many copies (in order) the repacking oracle places; None if a claim is not one device."""
+) -> RepackingOracle | None:
+    """The repacking oracle of these claims (each a request type: the profiles its class's and its own
+    selectors accept on each model); None when a claim is not a single MIG device."""
     from dra_driver.devicemodel.config import DeviceModelConfig  # noqa: PLC0415
     from dra_driver.devicemodel.examples import example_inventory  # noqa: PLC0415
     from dra_driver.devicemodel.pool import build_pool  # noqa: PLC0415
@@ -219,7 +220,16 @@ def _oracle_placed(
                 if d.profile_name is not None and all(p.matches(d.to_api(), driver=driver) for p in programs)
             )
         types.append(RequestType(claim.name, profiles))
-    oracle = RepackingOracle(shape.gpu_models, types)
+    return RepackingOracle(shape.gpu_models, types)
+
+
+def _oracle_placed(
+    shape: ClusterShape, claims: Sequence[PlannedClaim], classes: Sequence[JSON], driver: str
+) -> dict[str, int] | None:
+    """Per claim, how many copies (in order) the repacking oracle places; None if a claim is not one device."""
+    oracle = plan_oracle(shape, claims, classes, driver)
+    if oracle is None:
+        return None
     demand: Counter[str] = Counter()
     placed: dict[str, int] = {c.name: 0 for c in claims}
     for claim in claims:
@@ -229,3 +239,58 @@ def _oracle_placed(
                 return placed
             placed[claim.name] += 1
     return placed
+
+
+@dataclass(frozen=True, slots=True)
+class RateEstimate:
+    """Per claim, the share of its arrivals placed: mean and 95 % CI over the seeds."""
+
+    acceptance: Mapping[str, tuple[float, float, float]]
+    oracle: Mapping[str, tuple[float, float, float]] | None
+    total: tuple[float, float, float]
+    oracle_total: tuple[float, float, float] | None
+
+
+def simulate_rates(
+    shape: ClusterShape,
+    claims: Sequence[PlannedClaim],
+    rates: Mapping[str, float],
+    classes: Sequence[JSON],
+    policy: str,
+    *,
+    lifetime: float = 1.0,
+    arrivals: int = 500,
+    seeds: int = 5,
+    driver: str = DEFAULT_DRIVER_NAME,
+) -> RateEstimate:
+    """Claims arriving at ``rates`` (per unit of time) and living ``lifetime`` on average: what share of
+    each is placed in steady state (the packing benchmark's replay), beside the repacking oracle."""
+    from dra_driver.packing.bench import mean_ci  # noqa: PLC0415
+    from dra_driver.packing.simulation import run_oracle, run_policy  # noqa: PLC0415
+    from dra_driver.packing.workloads import UserClaim, rate_trace  # noqa: PLC0415
+
+    kinds = {c.name: UserClaim(c.name, c.spec) for c in claims if rates.get(c.name, 0) > 0}
+    oracle = plan_oracle(shape, [c for c in claims if c.name in kinds], classes, driver)
+    per_kind: dict[str, list[float]] = {name: [] for name in kinds}
+    per_kind_oracle: dict[str, list[float]] = {name: [] for name in kinds}
+    totals: list[float] = []
+    oracle_totals: list[float] = []
+    for seed in range(1, seeds + 1):
+        trace = rate_trace({n: rates[n] for n in kinds}, len(shape.nodes), seed, arrivals, lifetime)
+        outcome = run_policy(trace, shape, policy, classes, seed=seed, driver=driver, kinds=kinds)
+        totals.append(outcome.acceptance)
+        for name in kinds:
+            offered = outcome.offered_by_kind[name]
+            per_kind[name].append(outcome.accepted_by_kind[name] / offered if offered else 1.0)
+        if oracle is not None:
+            best = run_oracle(trace, shape, driver=driver, kinds=kinds, oracle=oracle)
+            oracle_totals.append(best.acceptance)
+            for name in kinds:
+                offered = best.offered_by_kind[name]
+                per_kind_oracle[name].append(best.accepted_by_kind[name] / offered if offered else 1.0)
+    return RateEstimate(
+        acceptance={name: mean_ci(values) for name, values in per_kind.items()},
+        oracle=None if oracle is None else {name: mean_ci(values) for name, values in per_kind_oracle.items()},
+        total=mean_ci(totals),
+        oracle_total=None if oracle is None else mean_ci(oracle_totals),
+    )

@@ -38,7 +38,7 @@ from dra_driver.devicemodel.policy import PlacementPolicy, placement_policy
 from dra_driver.devicemodel.pool import Device, NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.packing.oracle import RepackingOracle, RequestType
-from dra_driver.packing.workloads import KINDS, SEVEN_G, ClaimKind, ClusterShape, Trace
+from dra_driver.packing.workloads import KINDS, SEVEN_G, ClaimKind, ClaimShape, ClusterShape, Trace
 
 JSON = Mapping[str, Any]
 SORTED = "1.36"  # pools and slices by name
@@ -61,6 +61,8 @@ class Outcome:
     total_slices: int = 0
     filled_slices: int = 0  # fill traces: memory slices in use at the first reject
     fill: bool = False  # a fill-until-first-reject trace: utilisation is the share filled at the reject
+    offered_by_kind: Counter[str] = field(default_factory=Counter)  # measured arrivals per kind
+    accepted_by_kind: Counter[str] = field(default_factory=Counter)
     offered_slices: int = 0  # memory slices the measured arrivals asked for
     accepted_slices: int = 0  # of them, those placed
 
@@ -223,13 +225,18 @@ def run_policy(
     seed: int = 0,
     lag: int = 0,
     driver: str = DEFAULT_DRIVER_NAME,
-    kinds: Mapping[str, ClaimKind] = KINDS,
+    kinds: Mapping[str, ClaimShape] = KINDS,
 ) -> Outcome:
     """Replay ``trace`` on a fresh cluster of ``shape`` whose nodes publish with ``policy_name``."""
     cluster = Cluster(shape, policy_name, driver, lag)
     rng = random.Random(seed) if order == SHUFFLED else None
     specs = {name: kind.spec(driver) for name, kind in kinds.items()}  # one dict per kind: CEL compiled once
-    seven = [matching_devices(kinds[SEVEN_G], node, driver) for node in cluster.nodes] if SEVEN_G in kinds else []
+    seven_kind = kinds.get(SEVEN_G)
+    seven = (
+        [matching_devices(seven_kind, node, driver) for node in cluster.nodes]
+        if isinstance(seven_kind, ClaimKind)
+        else [[] for _ in cluster.nodes]
+    )
     outcome = Outcome(total_slices=sum(node.memory_slices for node in cluster.nodes), fill=not trace.departures)
     departures: list[tuple[float, int, int, str]] = []
     clock = 0.0
@@ -274,6 +281,7 @@ def run_policy(
         measured = index >= trace.warmup
         outcome.arrivals += measured
         outcome.offered_slices += measured * kinds[arrival.kind].memory_slices
+        outcome.offered_by_kind[arrival.kind] += measured
         if placed is None:
             if not trace.departures:  # fill until the first reject
                 outcome.filled_slices = sum(node.used_slices() for node in cluster.nodes)
@@ -281,6 +289,7 @@ def run_policy(
             continue
         outcome.accepted += measured
         outcome.accepted_slices += measured * kinds[arrival.kind].memory_slices
+        outcome.accepted_by_kind[arrival.kind] += measured
         node = cluster.nodes[placed]
         node.add(uid, claim, allocation)  # type: ignore[arg-type]
         count += 1
@@ -320,18 +329,18 @@ def run_oracle(
     shape: ClusterShape,
     *,
     driver: str = DEFAULT_DRIVER_NAME,
-    kinds: Mapping[str, ClaimKind] = KINDS,
+    kinds: Mapping[str, ClaimShape] = KINDS,
     oracle: RepackingOracle | None = None,
 ) -> Outcome:
     """Replay ``trace`` with repacking: accept whenever some packing of the live instances and the new one exists."""
-    oracle = oracle or RepackingOracle(shape.gpu_models, request_types(shape, kinds, driver))
+    oracle = oracle or RepackingOracle(shape.gpu_models, request_types(shape, _selector_kinds(kinds), driver))
     live: Counter[str] = Counter()
     total = sum(4 if model.upper().startswith("A30") else 8 for model in shape.gpu_models)
     outcome = Outcome(total_slices=total, fill=not trace.departures)
     departures: list[tuple[float, int, str]] = []
     clock = 0.0
     start = trace.measured_from
-    seven_possible = SEVEN_G in kinds and oracle_accepts(oracle, {SEVEN_G: 1})
+    seven_possible = isinstance(kinds.get(SEVEN_G), ClaimKind) and oracle_accepts(oracle, {SEVEN_G: 1})
 
     def used() -> int:
         return sum(kinds[name].memory_slices * n for name, n in live.items())
@@ -356,6 +365,7 @@ def run_oracle(
         measured = index >= trace.warmup
         outcome.arrivals += measured
         outcome.offered_slices += measured * kinds[arrival.kind].memory_slices
+        outcome.offered_by_kind[arrival.kind] += measured
         wanted = {**live, arrival.kind: live[arrival.kind] + 1}
         if not oracle_accepts(oracle, wanted):
             if not trace.departures:
@@ -364,6 +374,7 @@ def run_oracle(
             continue
         outcome.accepted += measured
         outcome.accepted_slices += measured * kinds[arrival.kind].memory_slices
+        outcome.accepted_by_kind[arrival.kind] += measured
         outcome.allocations += 1
         live[arrival.kind] += 1
         if trace.departures:
@@ -372,6 +383,14 @@ def run_oracle(
         if not trace.departures:
             outcome.filled_slices = used()
     return outcome
+
+
+def _selector_kinds(kinds: Mapping[str, ClaimShape]) -> dict[str, ClaimKind]:
+    """The kinds given by a selector (the oracle needs one; a user's claims come with their own oracle)."""
+    selectors = {name: kind for name, kind in kinds.items() if isinstance(kind, ClaimKind)}
+    if len(selectors) != len(kinds):
+        raise ValueError("the oracle of claims without a kind's selector must be given (oracle=...)")
+    return selectors
 
 
 def oracle_accepts(oracle: RepackingOracle, demand: Mapping[str, int]) -> bool:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 
@@ -52,6 +52,30 @@ class ClaimKind:
                 ]
             }
         }
+
+
+class ClaimShape(Protocol):
+    """What a simulation needs of a kind of claim: its name, its spec, its size for the offered load."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def memory_slices(self) -> int: ...
+
+    def spec(self, driver: str = DEFAULT_DRIVER_NAME) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class UserClaim:
+    """A claim a user wrote (``migdra plan``): its spec as given; its size is not known in advance."""
+
+    name: str
+    claim_spec: Mapping[str, Any]
+    memory_slices: int = 0
+
+    def spec(self, driver: str = DEFAULT_DRIVER_NAME) -> dict[str, Any]:
+        return dict(self.claim_spec)
 
 
 def _kind(name: str, compute: int, size: int) -> ClaimKind:
@@ -197,6 +221,22 @@ def poisson_trace(
             rng.shuffle(order)
             out.append(Arrival(now, rng.expovariate(1.0), _pick(weights, rng), tuple(order)))
     return Trace(tuple(out), warmup=int(arrivals * warmup_fraction))
+
+
+def rate_trace(rates: Mapping[str, float], nodes: int, seed: int, arrivals: int, lifetime: float = 1.0) -> Trace:
+    """Each kind arriving as its own Poisson stream at ``rates[kind]`` per unit of time (together: one
+    stream at the sum, kinds by share), lifetimes exponential with mean ``lifetime``; a quarter warm-up."""
+    rng = random.Random(seed)
+    total = sum(rates.values())
+    order = list(range(nodes))
+    now = 0.0
+    out: list[Arrival] = []
+    while len(out) < arrivals:
+        now += rng.expovariate(total)
+        shuffled = order[:]
+        rng.shuffle(shuffled)
+        out.append(Arrival(now, rng.expovariate(1.0 / lifetime), _pick(rates, rng), tuple(shuffled)))
+    return Trace(tuple(out), warmup=arrivals // 4)
 
 
 def fill_trace(mix: Mix, cluster: ClusterShape, seed: int, arrivals: int) -> Trace:

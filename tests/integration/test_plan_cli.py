@@ -90,3 +90,28 @@ def test_bench_placement_smoke_json() -> None:
     assert set(runs) == {"oracle", "dynamic", "name-order"}
     assert runs["dynamic"]["utilisation"] <= runs["oracle"]["utilisation"]
     assert len(runs["dynamic"]["ci95"]) == 2
+
+
+def test_plan_with_arrival_rates(tmp_path: Path) -> None:
+    """A trickle always fits (known answer: every arrival placed); a flood of 4g on one H100 cannot
+    (one 4g.40gb per GPU), and the oracle, which may repack, places at least as large a share."""
+    workload = tmp_path / "workload.yaml"
+    workload.write_text(WORKLOAD)
+    common = ["plan", "--nodes", "H100-SXM5-80GB=1", "--workload", str(workload), "--seeds", "2", "--arrivals", "60"]
+    trickle = migdra(*common, "--rate", "one-g=0.05", "-o", "json")
+    assert trickle.returncode == 0, trickle.stderr
+    answer = json.loads(trickle.stdout)
+    assert answer["claims"]["one-g"]["acceptance"] == {"mean": 1.0, "ci95": [1.0, 1.0]}
+    assert set(answer["claims"]) == {"one-g"}
+
+    flood = migdra(*common, "--rate", "four-g=20", "--rate", "one-g=1", "-o", "json")
+    assert flood.returncode == 0, flood.stderr
+    answer = json.loads(flood.stdout)
+    four = answer["claims"]["four-g"]
+    assert four["acceptance"]["mean"] < 0.5
+    assert four["oracleAcceptance"]["mean"] < 0.5
+    assert 0.0 <= answer["acceptance"]["mean"] <= 1.0
+
+    table = migdra(*common, "--rate", "one-g=0.05")
+    assert table.returncode == 0
+    assert "one-g  rate 0.05: 100.0 % (100.0-100.0)   with repacking: 100.0 % (100.0-100.0)" in table.stdout
