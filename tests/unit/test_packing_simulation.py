@@ -1,5 +1,5 @@
 """The packing benchmark's harness: traces, the simulated publish (with its lag), invariants against
-the oracle, and a short run of the whole benchmark so it cannot rot."""
+the oracle (the whole benchmark's short run is tests/integration/test_plan_cli.py's)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from dra_driver.controlplane.cluster import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.devicemodel.policy import placement_policy
-from dra_driver.packing.bench import COMPARED_POLICIES, ORACLE, BenchConfig, mean_ci, run_bench
+from dra_driver.packing.bench import COMPARED_POLICIES, mean_ci
 from dra_driver.packing.simulation import SHUFFLED, SORTED, SimNode, run_oracle, run_policy
 from dra_driver.packing.workloads import CLUSTERS, KINDS, MIXES, fill_trace, poisson_trace
 
@@ -48,33 +48,13 @@ def test_a_republish_becomes_visible_only_after_the_lag() -> None:
 def test_no_policy_fills_beyond_the_oracle(policy: str) -> None:
     """Fill until the first reject: the oracle rejects a prefix's next claim only when no packing of the
     prefix fits it, so a policy, which places that same prefix first, cannot get further."""
-    for seed in (1, 2, 3):
-        trace = fill_trace(MIXES["uniform"], H100, seed, arrivals=80)
+    for seed in (1, 2):
+        trace = fill_trace(MIXES["uniform"], H100, seed, arrivals=60)
         oracle = run_oracle(trace, H100)
         for order in (SORTED, SHUFFLED):
             outcome = run_policy(trace, H100, policy, CLASSES, order=order, seed=seed)
             assert outcome.allocations <= oracle.allocations
             assert outcome.utilisation <= oracle.utilisation + 1e-9
-
-
-def test_the_benchmark_runs_end_to_end_and_reports_every_run() -> None:
-    config = BenchConfig(seeds=2, arrivals=40, workloads=("uniform@1x8-H100", "fill-uniform@1x8-H100"), jobs=1)
-    report = run_bench(config, CLASSES)
-    assert report["params"]["seeds"] == 2
-    for workload in ("uniform@1x8-H100", "fill-uniform@1x8-H100"):
-        runs = report["workloads"][workload]
-        expected = {ORACLE, *COMPARED_POLICIES, *(f"{p}@1.35" for p in COMPARED_POLICIES)}
-        assert set(runs) == expected
-        for label, run in runs.items():
-            assert run["seeds"] == 2
-            assert 0.0 <= run["acceptance"] <= 1.0
-            low, high = run["ci95"]
-            assert low <= run["acceptance"] <= high
-            if label != ORACLE:
-                assert run["of_oracle"] > 0
-    poisson = report["workloads"]["uniform@1x8-H100"]
-    assert poisson["static"]["writes_per_allocation"] == 0  # blind to occupancy: never re-publishes
-    assert poisson["dynamic"]["writes_per_allocation"] > 0
 
 
 def test_confidence_interval() -> None:
