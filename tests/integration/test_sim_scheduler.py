@@ -657,3 +657,28 @@ def test_a_stale_special_claim_is_unreserved_and_deleted_before_the_pod_gets_a_n
     assert len(claims) == 1
     assert claims[0]["metadata"]["name"] != stale["metadata"]["name"]
     assert reserved_names(claims[0]) == ["ext"]
+
+
+def test_undoing_a_reservation_reads_again_after_a_conflicting_status_write(cluster: Api) -> None:
+    """Another writer (the plugin, the reservation controller) changing the claim's status between the
+    scheduler's read and its write is a 409: the undo reads again and still deallocates, rather than
+    leaving the claim allocated and reserved for a pod that is no longer binding."""
+    api = cluster
+    api.add_classes()
+    api.add_node(node("n1"), binding=True)
+    api.client.create(CLAIMS, claim("c"))
+    api.client.create(PODS, pod("p", claims={"gpu": "c"}))
+    scheduler = Scheduler(api.client)
+    with running(scheduler):
+        wait_for("c allocated", lambda: allocated(api, "c"))
+    stale = api.claim("c")  # what the scheduler's cache holds
+    assert stale is not None
+    set_device_condition(api, "c", REALIZATION_FAILED, "a writer in between")  # the resourceVersion moves on
+    scheduler.claims.assume(stale)
+    uid = stale["status"]["reservedFor"][0]["uid"]
+    scheduler._undo_reservation(stale, uid, deallocate=True)
+    current = api.claim("c")
+    assert current is not None
+    assert not current["status"].get("allocation")
+    assert not current["status"].get("reservedFor")
+    assert not current["status"].get("devices")

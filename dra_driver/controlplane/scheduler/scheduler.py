@@ -53,7 +53,7 @@ from dra_driver.kube.client import CLAIMS, DEVICE_CLASSES, NODES, PODS, SLICES, 
 from dra_driver.kube.events import NORMAL, WARNING, EventRecorder
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
-from dra_driver.kubeapi import describe_failure
+from dra_driver.kubeapi import DEFAULT_CONFLICT_RETRIES, ApiFailure, classify_failure, describe_failure
 
 log = logging.getLogger(__name__)
 
@@ -472,17 +472,34 @@ class Scheduler(ControlLoop):
                 if extended == "true" and (namespace, name) in allocated:
                     self._discard_extended_claim(claim)
                     continue
-                updated = copy.deepcopy(claim)
-                status = updated.setdefault("status", {})
-                status["reservedFor"] = [r for r in status.get("reservedFor") or [] if r.get("uid") != uid]
-                if not status["reservedFor"]:
-                    status.pop("reservedFor")
-                if (namespace, name) in allocated:
-                    status.pop("allocation", None)
-                    status.pop("devices", None)
-                self.claims.assume(self.client.update(CLAIMS, updated, "status"))
+                deallocate = (namespace, name) in allocated
+                # Other writers (the plugin, the reservation controller) update the status meanwhile: a 409
+                # is read again and undone again, as kube-scheduler's Unreserve does, not left half-done.
+                self._undo_reservation(claim, uid, deallocate)
             except Exception as exc:  # the claim controller deallocates unreserved claims in the end
                 log.info("claim %s/%s: undoing the reservation failed: %s", namespace, name, describe_failure(exc))
+
+    def _undo_reservation(self, claim: dict[str, Any], uid: str, deallocate: bool) -> None:
+        current: dict[str, Any] | None = claim
+        for attempt in range(1, DEFAULT_CONFLICT_RETRIES + 1):
+            if current is None:
+                return  # gone meanwhile: nothing left to undo
+            updated = copy.deepcopy(current)
+            status = updated.setdefault("status", {})
+            status["reservedFor"] = [r for r in status.get("reservedFor") or [] if r.get("uid") != uid]
+            if not status["reservedFor"]:
+                status.pop("reservedFor")
+            if deallocate:
+                status.pop("allocation", None)
+                status.pop("devices", None)
+            try:
+                self.claims.assume(self.client.update(CLAIMS, updated, "status"))
+                return
+            except Exception as exc:
+                if classify_failure(exc) is not ApiFailure.CONFLICT or attempt == DEFAULT_CONFLICT_RETRIES:
+                    raise
+            meta = current["metadata"]
+            current = self.client.get(CLAIMS, meta["namespace"], meta["name"])
 
     def _discard_extended_claim(self, claim: dict[str, Any]) -> None:
         """Deallocate and delete a special claim: unreserved first, so the claim controller lets it go
