@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +92,26 @@ class Outcome:
     @property
     def writes_per_allocation(self) -> float:
         return self.slice_writes / self.allocations if self.allocations else 0.0
+
+
+@dataclass
+class _Window:
+    """The measurement window of a replay: time-weighted used slices and 7g availability from ``start``."""
+
+    outcome: Outcome
+    start: float
+    clock: float = 0.0
+
+    def account(self, until: float, used: Callable[[], int], seven_g: Callable[[], bool]) -> None:
+        """Add the span from the last event to ``until``, with the state as it was during it."""
+        begin = max(self.clock, self.start)
+        if until > begin:
+            span = until - begin
+            self.outcome.window += span
+            self.outcome.slice_time += span * used()
+            if seven_g():
+                self.outcome.seven_g_time += span
+        self.clock = max(self.clock, until)
 
 
 def node_object(name: str) -> dict[str, Any]:
@@ -239,20 +259,15 @@ def run_policy(
     )
     outcome = Outcome(total_slices=sum(node.memory_slices for node in cluster.nodes), fill=not trace.departures)
     departures: list[tuple[float, int, int, str]] = []
-    clock = 0.0
-    start = trace.measured_from
+    window = _Window(outcome, trace.measured_from)
     count = 0
 
     def account(until: float) -> None:
-        nonlocal clock
-        begin = max(clock, start)
-        if until > begin:
-            span = until - begin
-            outcome.window += span
-            outcome.slice_time += span * sum(node.used_slices() for node in cluster.nodes)
-            if any(node.can_place(devices) for node, devices in zip(cluster.nodes, seven, strict=True)):
-                outcome.seven_g_time += span
-        clock = max(clock, until)
+        window.account(
+            until,
+            lambda: sum(node.used_slices() for node in cluster.nodes),
+            lambda: any(node.can_place(devices) for node, devices in zip(cluster.nodes, seven, strict=True)),
+        )
 
     for index, arrival in enumerate(trace.arrivals):
         while departures and departures[0][0] <= arrival.time:
@@ -335,26 +350,18 @@ def run_oracle(
     """Replay ``trace`` with repacking: accept whenever some packing of the live instances and the new one exists."""
     oracle = oracle or RepackingOracle(shape.gpu_models, request_types(shape, _selector_kinds(kinds), driver))
     live: Counter[str] = Counter()
-    total = sum(4 if model.upper().startswith("A30") else 8 for model in shape.gpu_models)
-    outcome = Outcome(total_slices=total, fill=not trace.departures)
+    outcome = Outcome(total_slices=shape.memory_slices(), fill=not trace.departures)
     departures: list[tuple[float, int, str]] = []
-    clock = 0.0
-    start = trace.measured_from
+    window = _Window(outcome, trace.measured_from)
     seven_possible = isinstance(kinds.get(SEVEN_G), ClaimKind) and oracle_accepts(oracle, {SEVEN_G: 1})
 
     def used() -> int:
         return sum(kinds[name].memory_slices * n for name, n in live.items())
 
     def account(until: float) -> None:
-        nonlocal clock
-        begin = max(clock, start)
-        if until > begin:
-            span = until - begin
-            outcome.window += span
-            outcome.slice_time += span * used()
-            if seven_possible and oracle_accepts(oracle, {**live, SEVEN_G: live[SEVEN_G] + 1}):
-                outcome.seven_g_time += span
-        clock = max(clock, until)
+        window.account(
+            until, used, lambda: seven_possible and oracle_accepts(oracle, {**live, SEVEN_G: live[SEVEN_G] + 1})
+        )
 
     for index, arrival in enumerate(trace.arrivals):
         while departures and departures[0][0] <= arrival.time:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
+from dra_driver.mig.catalog import GpuModel, load_catalog
 
 MIG_CLASS = "mig.migdra.io"
 
@@ -115,12 +116,14 @@ class Mix:
         return [name for name, weight in self.weights.items() if weight > 0]
 
 
+_INFERENCE = {"1g": 0.55, "1g-2s": 0.15, "2g": 0.15, "3g": 0.08, "4g": 0.04, "7g": 0.03}
+
 MIXES: dict[str, Mix] = {
     mix.name: mix
     for mix in (
         Mix(
             "inference",
-            {"1g": 0.55, "1g-2s": 0.15, "2g": 0.15, "3g": 0.08, "4g": 0.04, "7g": 0.03},
+            _INFERENCE,
             description="inference-heavy: mostly small instances, a few large",
         ),
         Mix(
@@ -135,7 +138,7 @@ MIXES: dict[str, Mix] = {
         ),
         Mix(
             "bursty",
-            {"1g": 0.55, "1g-2s": 0.15, "2g": 0.15, "3g": 0.08, "4g": 0.04, "7g": 0.03},
+            _INFERENCE,
             burst=6.0,
             description="the inference mix arriving in bursts of 6 on average",
         ),
@@ -153,6 +156,15 @@ class ClusterShape:
     @property
     def gpu_models(self) -> list[str]:
         return [model for node in self.nodes for model in node]
+
+    def memory_slices(self) -> int:
+        """The cluster's memory slices, from the MIG catalog (an A30 has 4, an H100 or A100 8)."""
+        catalog = load_catalog()
+        return sum(_memory_slices_of(catalog.model(model)) for model in self.gpu_models)
+
+
+def _memory_slices_of(model: GpuModel) -> int:
+    return max(p.end for profile in model.gpu_instance_profiles for p in profile.placements)
 
 
 CLUSTERS: dict[str, ClusterShape] = {
@@ -205,7 +217,7 @@ def poisson_trace(
     cluster would be exactly full on average if every instance could be placed anywhere.
     """
     rng = random.Random(seed)
-    total_slices = sum(4 if model.upper().startswith("A30") else 8 for model in cluster.gpu_models)
+    total_slices = cluster.memory_slices()
     weights = {name: mix.weights[name] for name in mix.kinds()}
     mean_slices = sum(weights[n] * kinds[n].memory_slices for n in weights) / sum(weights.values())
     rate = load * total_slices / mean_slices
