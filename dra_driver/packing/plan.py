@@ -21,13 +21,13 @@ from typing import Any
 
 from dra_driver.allocation import DEFAULT_FEATURES
 from dra_driver.allocation.explain import explain
-from dra_driver.cel import compile_selector
 from dra_driver.devicemodel.occupancy import GpuOccupancy, occupancy
+from dra_driver.devicemodel.policy import placement_policy
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ConfigurationError
 from dra_driver.mig.catalog import MigCatalog, load_catalog
-from dra_driver.packing.oracle import RepackingOracle, RequestType
-from dra_driver.packing.simulation import SimNode
+from dra_driver.packing.oracle import RepackingOracle
+from dra_driver.packing.simulation import SimNode, accepted_profiles
 from dra_driver.packing.workloads import ClusterShape
 
 JSON = Mapping[str, Any]
@@ -131,7 +131,10 @@ def plan(
     driver: str = DEFAULT_DRIVER_NAME,
 ) -> PlanResult:
     """Place every copy of every claim in order; stop at the first that does not fit anywhere."""
-    nodes = [SimNode(f"node-{i + 1}", models, _policy(policy), driver, lag=0) for i, models in enumerate(shape.nodes)]
+    nodes = [
+        SimNode(f"node-{i + 1}", models, placement_policy(policy), driver, lag=0)
+        for i, models in enumerate(shape.nodes)
+    ]
     result = PlanResult(shape, policy, requested={c.name: c.count for c in claims}, driver=driver)
     count = 0
     for planned in claims:
@@ -171,12 +174,6 @@ def plan(
     return result
 
 
-def _policy(name: str) -> Any:
-    from dra_driver.devicemodel.policy import placement_policy  # noqa: PLC0415
-
-    return placement_policy(name)
-
-
 def _single_device_selectors(spec: Mapping[str, Any], classes: Sequence[JSON]) -> list[str] | None:
     """The CEL selectors (class first) of a claim that asks for exactly one device; None for any other shape."""
     requests = ((spec.get("devices") or {}).get("requests")) or []
@@ -201,26 +198,11 @@ def plan_oracle(
 ) -> RepackingOracle | None:
     """The repacking oracle of these claims (each a request type: the profiles its class's and its own
     selectors accept on each model); None when a claim is not a single MIG device."""
-    from dra_driver.devicemodel.config import DeviceModelConfig  # noqa: PLC0415
-    from dra_driver.devicemodel.examples import example_inventory  # noqa: PLC0415
-    from dra_driver.devicemodel.pool import build_pool  # noqa: PLC0415
-
     selectors = {c.name: _single_device_selectors(c.spec, classes) for c in claims}
     if any(s is None for s in selectors.values()):
         return None
-    types: list[RequestType] = []
-    for claim in claims:
-        programs = [compile_selector(e) for e in selectors[claim.name] or []]
-        profiles: dict[str, frozenset[str]] = {}
-        for model in sorted(set(shape.gpu_models)):
-            pool = build_pool(example_inventory([model]), DeviceModelConfig(driver_name=driver))
-            profiles[model] = frozenset(
-                d.profile_name
-                for d in pool.devices
-                if d.profile_name is not None and all(p.matches(d.to_api(), driver=driver) for p in programs)
-            )
-        types.append(RequestType(claim.name, profiles))
-    return RepackingOracle(shape.gpu_models, types)
+    known = {name: expressions or [] for name, expressions in selectors.items()}
+    return RepackingOracle(shape.gpu_models, accepted_profiles(shape, known, driver))
 
 
 def _oracle_placed(

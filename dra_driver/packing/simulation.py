@@ -325,16 +325,22 @@ def request_types(
     shape: ClusterShape, kinds: Mapping[str, ClaimKind], driver: str = DEFAULT_DRIVER_NAME
 ) -> list[RequestType]:
     """Per kind, the profiles its selector accepts on each GPU model of the cluster (evaluated, not assumed)."""
-    models = sorted(set(shape.gpu_models))
-    accepted: dict[str, dict[str, frozenset[str]]] = {name: {} for name in kinds}
-    for model in models:
+    return accepted_profiles(shape, {name: [kind.expression(driver)] for name, kind in kinds.items()}, driver)
+
+
+def accepted_profiles(
+    shape: ClusterShape, selectors: Mapping[str, Sequence[str]], driver: str = DEFAULT_DRIVER_NAME
+) -> list[RequestType]:
+    """Per name, the profiles on each GPU model of the cluster that all of its CEL ``selectors`` accept."""
+    programs = {name: [compile_selector(e) for e in expressions] for name, expressions in selectors.items()}
+    accepted: dict[str, dict[str, frozenset[str]]] = {name: {} for name in selectors}
+    for model in sorted(set(shape.gpu_models)):
         pool = build_pool(example_inventory([model]), DeviceModelConfig(driver_name=driver))
-        for name, kind in kinds.items():
-            program = compile_selector(kind.expression(driver))
+        for name, compiled in programs.items():
             accepted[name][model] = frozenset(
                 d.profile_name
                 for d in pool.devices
-                if d.profile_name is not None and program.matches(d.to_api(), driver=driver)
+                if d.profile_name is not None and all(p.matches(d.to_api(), driver=driver) for p in compiled)
             )
     return [RequestType(name, profiles) for name, profiles in accepted.items()]
 
