@@ -44,8 +44,19 @@ def sim() -> None:
     default=None,
     help="static token file 'token,user,uid[,groups]' turning authentication on [env MIGDRA_APISERVER_TOKEN_FILE]",
 )
+@click.option(
+    "--authorization",
+    type=click.Choice(["AlwaysAllow", "RBAC"]),
+    default=None,
+    help="RBAC: the stored roles and bindings decide (needs --token-file) [env MIGDRA_APISERVER_AUTHORIZATION]",
+)
 def apiserver(
-    host: str | None, port: int | None, kubeconfig_out: Path, snapshot: Path | None, token_file: Path | None
+    host: str | None,
+    port: int | None,
+    kubeconfig_out: Path,
+    snapshot: Path | None,
+    token_file: Path | None,
+    authorization: str | None,
 ) -> None:
     """Run the local Kubernetes API server until SIGINT or SIGTERM."""
     from pydantic import ValidationError  # noqa: PLC0415 -- keep `migdra --help` light
@@ -55,7 +66,13 @@ def apiserver(
     from dra_driver.controlplane.apiserver.settings import ApiServerSettings  # noqa: PLC0415
     from dra_driver.errors import describe_settings_error  # noqa: PLC0415
 
-    given: dict[str, Any] = {"host": host, "port": port, "snapshot": snapshot, "token_file": token_file}
+    given: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "snapshot": snapshot,
+        "token_file": token_file,
+        "authorization": authorization,
+    }
     try:
         settings = ApiServerSettings(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:

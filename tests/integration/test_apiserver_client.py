@@ -96,6 +96,24 @@ def claim_spec() -> dict[str, Any]:
 
 
 # Registry key -> (api class, method suffix, namespaced, body factory): one row per served resource.
+
+
+def workload_body(name: str) -> dict[str, Any]:
+    """A DaemonSet's or Deployment's smallest spec: a selector and the template it selects."""
+    labels = {"app": name}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+        },
+    }
+
+
+def role_ref(kind: str) -> dict[str, str]:
+    return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": "r"}
+
+
 RESOURCES: dict[str, tuple[type, str, bool, Callable[[str], dict[str, Any]]]] = {
     "namespaces": (client.CoreV1Api, "namespace", False, lambda n: {"metadata": {"name": n}}),
     "nodes": (client.CoreV1Api, "node", False, lambda n: {"metadata": {"name": n}}),
@@ -133,6 +151,60 @@ RESOURCES: dict[str, tuple[type, str, bool, Callable[[str], dict[str, Any]]]] = 
         "lease",
         True,
         lambda n: {"metadata": {"name": n}, "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15}},
+    ),
+    "services": (
+        client.CoreV1Api,
+        "service",
+        True,
+        lambda n: {"metadata": {"name": n}, "spec": {"ports": [{"port": 80}]}},
+    ),
+    "daemonsets.apps": (client.AppsV1Api, "daemon_set", True, workload_body),
+    "deployments.apps": (client.AppsV1Api, "deployment", True, workload_body),
+    "clusterroles.rbac.authorization.k8s.io": (
+        client.RbacAuthorizationV1Api,
+        "cluster_role",
+        False,
+        lambda n: {"metadata": {"name": n}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]},
+    ),
+    "clusterrolebindings.rbac.authorization.k8s.io": (
+        client.RbacAuthorizationV1Api,
+        "cluster_role_binding",
+        False,
+        lambda n: {
+            "metadata": {"name": n},
+            "roleRef": role_ref("ClusterRole"),
+            "subjects": [{"kind": "User", "name": "u"}],
+        },
+    ),
+    "roles.rbac.authorization.k8s.io": (
+        client.RbacAuthorizationV1Api,
+        "role",
+        True,
+        lambda n: {"metadata": {"name": n}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]},
+    ),
+    "rolebindings.rbac.authorization.k8s.io": (
+        client.RbacAuthorizationV1Api,
+        "role_binding",
+        True,
+        lambda n: {"metadata": {"name": n}, "roleRef": role_ref("Role"), "subjects": [{"kind": "User", "name": "u"}]},
+    ),
+    "validatingadmissionpolicies.admissionregistration.k8s.io": (
+        client.AdmissionregistrationV1Api,
+        "validating_admission_policy",
+        False,
+        lambda n: {"metadata": {"name": n}, "spec": {"validations": [{"expression": "true"}]}},
+    ),
+    "validatingadmissionpolicybindings.admissionregistration.k8s.io": (
+        client.AdmissionregistrationV1Api,
+        "validating_admission_policy_binding",
+        False,
+        lambda n: {"metadata": {"name": n}, "spec": {"policyName": "p", "validationActions": ["Deny"]}},
+    ),
+    "networkpolicies.networking.k8s.io": (
+        client.NetworkingV1Api,
+        "network_policy",
+        True,
+        lambda n: {"metadata": {"name": n}, "spec": {"podSelector": {}}},
     ),
     "resourceslices.resource.k8s.io": (client.ResourceV1Api, "resource_slice", False, slice_body),
     "resourceclaims.resource.k8s.io": (

@@ -27,6 +27,7 @@ import yaml
 
 from dra_driver.controlplane.apiserver import discovery
 from dra_driver.controlplane.apiserver.auth import ANONYMOUS, TokenAuthenticator, UserInfo
+from dra_driver.controlplane.apiserver.authz import RbacAuthorizer, RequestAttributes, request_verb
 from dra_driver.controlplane.apiserver.conversion import from_storage
 from dra_driver.controlplane.apiserver.errors import (
     ApiError,
@@ -58,6 +59,7 @@ class ApiContext:
     registry: Registry
     operations: Operations
     authenticator: TokenAuthenticator | None
+    authorizer: RbacAuthorizer | None
     bookmark_interval: float
     watch_max_pending: int
     openapi: OpenAPIV3 = field(init=False)
@@ -256,6 +258,11 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             raise NotFound("the server could not find the requested resource")
         if route.subresource is not None and route.subresource not in route.resource.subresources:
             raise NotFound("the server could not find the requested resource")
+        if self.context.authorizer is not None:
+            verb = request_verb(method, route.name, method == "GET" and _flag(query, "watch"))
+            self.context.authorizer.check(
+                RequestAttributes(self.user, verb, route.resource, route.subresource, route.namespace, route.name)
+            )
         self._check_accept()
         if route.name is None:
             self._serve_collection(method, route, query, raw)

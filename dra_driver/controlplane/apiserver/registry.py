@@ -231,6 +231,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         singular="service",
         namespaced=True,
         model="V1Service",
+        delete_returns_object=True,
         short_names=("svc",),
         categories=("all",),
         subresources=("status",),

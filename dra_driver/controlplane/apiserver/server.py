@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from dra_driver.controlplane.apiserver.auth import TokenAuthenticator
+from dra_driver.controlplane.apiserver.authz import RbacAuthorizer
 from dra_driver.controlplane.apiserver.errors import ListenError
 from dra_driver.controlplane.apiserver.gc import GarbageCollector
 from dra_driver.controlplane.apiserver.http import ApiContext, ApiHTTPServer
@@ -89,6 +90,9 @@ class LocalAPIServer:
             registry=self.registry,
             operations=self.operations,
             authenticator=self.authenticator,
+            authorizer=RbacAuthorizer(self.operations, self.registry)
+            if self.settings.authorization == "RBAC"
+            else None,
             bookmark_interval=self.settings.bookmark_interval,
             watch_max_pending=self.settings.watch_max_pending,
         )

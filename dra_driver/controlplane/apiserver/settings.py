@@ -7,8 +7,9 @@ arguments of :class:`LocalAPIServer`) and passed to what needs it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -23,6 +24,11 @@ class ApiServerSettings(BaseSettings):
     snapshot_interval: float = Field(default=5.0, gt=0, description="seconds between snapshot writes (when changed)")
     token_file: Path | None = Field(
         default=None, description="static token file 'token,user,uid[,groups]'; unset = no authentication"
+    )
+    authorization: Literal["AlwaysAllow", "RBAC"] = Field(
+        default="AlwaysAllow",
+        description="AlwaysAllow: every authenticated request may do anything; RBAC: the stored ClusterRoles, "
+        "Roles and bindings decide (members of system:masters may do anything); needs a token file",
     )
     tls: bool | None = Field(
         default=None,
@@ -46,3 +52,12 @@ class ApiServerSettings(BaseSettings):
         if not value.strip() or any(c.isspace() or c in "/[]" for c in value):
             raise ValueError("expected an IP address or host name of this machine, e.g. 127.0.0.1")
         return value
+
+    @model_validator(mode="after")
+    def _authorization_needs_users(self) -> ApiServerSettings:
+        if self.authorization == "RBAC" and self.token_file is None:
+            raise ValueError(
+                "authorization RBAC needs a token file (MIGDRA_APISERVER_TOKEN_FILE): without users, "
+                "every request would be the anonymous user's"
+            )
+        return self
