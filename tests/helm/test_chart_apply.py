@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
-from tests.helm.chart import NAMESPACE, VALUES_FILES, render
+from tests.helm.chart import NAMESPACE, REPO, VALUES_FILES, render
 
 # Kinds of CRDs a cluster may not have (prometheus-operator's); nothing else may be left out.
 CRD_KINDS = {"ServiceMonitor"}
@@ -77,3 +77,16 @@ def test_strict_validation_refuses_a_misspelt_field(kubectl: Kubectl) -> None:
     result = kubectl("apply", "--validate=strict", "-f", "-", stdin=yaml.safe_dump(daemonset))
     assert result.returncode != 0
     assert 'unknown field "spec.template.spec.containers[0].livenessProbe.grpc.prot"' in result.stderr
+
+
+def test_the_install_guides_verification_manifest_is_valid(kubectl: Kubectl) -> None:
+    """docs/install.md tells users to apply it on their cluster: it must pass kube's schema and migdra's
+    DeviceClass (the class it names is the one the chart installs)."""
+    applied = kubectl(
+        "apply", "--validate=strict", "-f", "-", stdin=yaml.safe_dump_all(render().of_kind("DeviceClass"))
+    )
+    assert applied.returncode == 0, applied.stderr
+    manifest = REPO / "demo" / "cluster" / "mig-1g-nvidia-smi.yaml"
+    result = kubectl("apply", "--validate=strict", "-n", "default", "-f", str(manifest))
+    assert result.returncode == 0, result.stderr
+    assert "resourceclaimtemplate.resource.k8s.io/verify-mig-1g created" in result.stdout
