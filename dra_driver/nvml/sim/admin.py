@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from dra_driver.nvml.sim import hardware
+from dra_driver.nvml.sim.library import EVENT_KINDS
 from dra_driver.nvml.sim.state import MAX_KEPT_EVENTS, SimEvent, SimGpu, SimState, StateStore
 
 NOT_ATTRIBUTED = 0xFFFFFFFF
@@ -45,7 +46,7 @@ class SimulatedHardware:
     def inject_event(
         self,
         gpu: int | str,
-        event_type: int,
+        event_type: int | str,
         event_data: int = 0,
         gpu_instance_id: int | None = None,
         compute_instance_id: int | None = None,
@@ -53,7 +54,10 @@ class SimulatedHardware:
         """An NVML event happens on GPU ``gpu`` (index or ``GPU-…`` UUID), e.g. an XID: every event set
         registered for it (in any process) returns it once.  ``gpu_instance_id`` / ``compute_instance_id``
         attribute it to a MIG instance (None: the whole GPU); the instance need not exist, as a fault may
-        be reported for an instance being destroyed."""
+        be reported for an instance being destroyed.  ``event_type``: an ``nvmlEventType*`` bit or one
+        of :data:`~dra_driver.nvml.sim.library.EVENT_KINDS` (``xid``, ``double-bit-ecc``, ``gpu-lost``)."""
+        if isinstance(event_type, str):
+            event_type = EVENT_KINDS[event_type]
         with self._store.transaction() as change:
             state = change.state
             index = gpu if isinstance(gpu, int) else hardware.gpu_of_device(state, gpu).index

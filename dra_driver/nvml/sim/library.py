@@ -106,6 +106,13 @@ SUPPORTED_EVENT_TYPES = (
     | int(getattr(pynvml, "nvmlEventTypeGpuUnavailableError", 0))
 )
 
+EVENT_KINDS = {
+    "xid": int(pynvml.nvmlEventTypeXidCriticalError),
+    "double-bit-ecc": int(pynvml.nvmlEventTypeDoubleBitEccError),
+    "gpu-lost": int(getattr(pynvml, "nvmlEventTypeGpuUnavailableError", 0)),
+}
+"""The event kinds an operator injects (``migdra sim xid --event``), by the name migdra uses for them."""
+
 EVENT_POLL_INTERVAL_S = 0.02
 """How often a waiting ``nvmlEventSetWait_v2`` re-reads the state file for events another process added
 (``migdra sim xid``): an unchanged file costs one stat."""
