@@ -9,8 +9,9 @@ with one line and never leaves half-published slices behind.  Once the slices ar
 in the full plugin, kubelet's sockets are served) one line says so through ``announce``; otherwise
 the process stays quiet unless something goes wrong.
 
-Start-up order of the full plugin: checks, NVML, the checkpoint's recovery, then kubelet's sockets
-(registration), then publishing.  Kubelet may call NodePrepareResources as soon as we register, and
+Start-up order of the full plugin: checks, NVML, the checkpoint's recovery, the taint store (a
+corrupt one stops the process: :class:`~kubeletplugin.taint_store.TaintStoreError`), then kubelet's
+sockets (registration), then the fault watcher's event set, then publishing.  Kubelet may call NodePrepareResources as soon as we register, and
 answering it needs the checkpoint recovered (and NVML), not this process's slices: a claim can only
 be allocated from slices already in the API (the previous instance's, or ours once published), and
 prepare reads the claim's allocation itself.  So registration does not wait for the first publish,
@@ -29,9 +30,11 @@ claim informer (:mod:`kubeletplugin.occupancy`), which trigger the publish loop 
 go; the gRPC servers' thread pools calling the thread-safe :class:`PrepareService` (which runs
 claims on its own worker pool under per-GPU locks, and writes and reconciles claim status on one
 background thread); with realize before bind, the realizer's thread and its claim informer
-(:mod:`kubeletplugin.realizer`, calling the same service); the main thread waits for SIGTERM/SIGINT
-and then shuts down in order: deregister from kubelet, let in-flight calls finish, stop publishing,
-stop the realizer, close prepare (instances are kept).
+(:mod:`kubeletplugin.realizer`, calling the same service); with device taints, the GPU fault
+watcher's thread on its NVML event set (:mod:`kubeletplugin.gpu_faults`), which triggers the publish
+loop when a fault comes or goes; the main thread waits for SIGTERM/SIGINT and then shuts down in
+order: deregister from kubelet, let in-flight calls finish, stop publishing, stop the realizer, stop
+the fault watcher, close prepare (instances are kept).
 """
 
 from __future__ import annotations
@@ -144,7 +147,8 @@ class PluginSettings(BaseSettings):
     health: bool = Field(
         default=False,
         description="serve kubelet's DRA resource-health stream (v1alpha1.DRAResourceHealth; kubelet feature "
-        "gate ResourceHealthStatus): a device is unhealthy while its GPU does not answer NVML",
+        "gate ResourceHealthStatus): a device is unhealthy while its GPU does not answer NVML or while it "
+        "carries a GPU fault's taint",
     )
     health_interval: float = Field(default=10.0, gt=0, description="seconds between health reports to kubelet")
     device_taints: bool = Field(
