@@ -12,11 +12,12 @@ the process stays quiet unless something goes wrong.
 Start-up order of the full plugin: checks, NVML, the checkpoint's recovery, the taint store (a
 corrupt one stops the process: :class:`~kubeletplugin.taint_store.TaintStoreError`), then kubelet's
 sockets (registration), then the fault watcher's event set, then publishing.  Kubelet may call
-NodePrepareResources as soon as we register, and answering it needs the checkpoint recovered (and NVML), not this process's slices: a claim can only
-be allocated from slices already in the API (the previous instance's, or ours once published), and
-prepare reads the claim's allocation itself.  So registration does not wait for the first publish,
-and the first publish does not compete with it for the CPU.  Start-up imports only what it uses (no
-client API classes or models; see :class:`~kubeletplugin.publisher.SlicePublisher`).
+NodePrepareResources as soon as we register, and answering it needs the checkpoint recovered (and
+NVML), not this process's slices: a claim can only be allocated from slices already in the API (the
+previous instance's, or ours once published), and prepare reads the claim's allocation itself.  So
+registration does not wait for the first publish, and the first publish does not compete with it for
+the CPU.  Start-up imports only what it uses (no client API classes or models; see
+:class:`~kubeletplugin.publisher.SlicePublisher`).
 
 An API server outage never stops the process: prepare and unprepare of claims in the checkpoint need
 no API call; publishing and claim status writes wait with one backoff policy (``MIGDRA_API_BACKOFF_*``,
