@@ -52,6 +52,8 @@ def _default(info: FieldInfo) -> str:
         return "-"
     if isinstance(value, bool):
         return "on" if value else "off"
+    if isinstance(value, (set, frozenset)):  # as the flag takes it: comma-separated, sorted
+        return f"`{','.join(str(item) for item in sorted(value))}`"
     return f"`{value}`"
 
 

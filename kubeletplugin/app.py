@@ -9,13 +9,15 @@ with one line and never leaves half-published slices behind.  Once the slices ar
 in the full plugin, kubelet's sockets are served) one line says so through ``announce``; otherwise
 the process stays quiet unless something goes wrong.
 
-Start-up order of the full plugin: checks, NVML, the checkpoint's recovery, then kubelet's sockets
-(registration), then publishing.  Kubelet may call NodePrepareResources as soon as we register, and
-answering it needs the checkpoint recovered (and NVML), not this process's slices: a claim can only
-be allocated from slices already in the API (the previous instance's, or ours once published), and
-prepare reads the claim's allocation itself.  So registration does not wait for the first publish,
-and the first publish does not compete with it for the CPU.  Start-up imports only what it uses (no
-client API classes or models; see :class:`~kubeletplugin.publisher.SlicePublisher`).
+Start-up order of the full plugin: checks, NVML, the checkpoint's recovery, the taint store (a
+corrupt one stops the process: :class:`~kubeletplugin.taint_store.TaintStoreError`), then kubelet's
+sockets (registration), then the fault watcher's event set, then publishing.  Kubelet may call
+NodePrepareResources as soon as we register, and answering it needs the checkpoint recovered (and
+NVML), not this process's slices: a claim can only be allocated from slices already in the API (the
+previous instance's, or ours once published), and prepare reads the claim's allocation itself.  So
+registration does not wait for the first publish, and the first publish does not compete with it for
+the CPU.  Start-up imports only what it uses (no client API classes or models; see
+:class:`~kubeletplugin.publisher.SlicePublisher`).
 
 An API server outage never stops the process: prepare and unprepare of claims in the checkpoint need
 no API call; publishing and claim status writes wait with one backoff policy (``MIGDRA_API_BACKOFF_*``,
@@ -29,9 +31,11 @@ claim informer (:mod:`kubeletplugin.occupancy`), which trigger the publish loop 
 go; the gRPC servers' thread pools calling the thread-safe :class:`PrepareService` (which runs
 claims on its own worker pool under per-GPU locks, and writes and reconciles claim status on one
 background thread); with realize before bind, the realizer's thread and its claim informer
-(:mod:`kubeletplugin.realizer`, calling the same service); the main thread waits for SIGTERM/SIGINT
-and then shuts down in order: deregister from kubelet, let in-flight calls finish, stop publishing,
-stop the realizer, close prepare (instances are kept).
+(:mod:`kubeletplugin.realizer`, calling the same service); with device taints, the GPU fault
+watcher's thread on its NVML event set (:mod:`kubeletplugin.gpu_faults`), which triggers the publish
+loop when a fault comes or goes; the main thread waits for SIGTERM/SIGINT and then shuts down in
+order: deregister from kubelet, let in-flight calls finish, stop publishing, stop the realizer, stop
+the fault watcher, close prepare (instances are kept).
 """
 
 from __future__ import annotations
@@ -42,13 +46,14 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 from prometheus_client import CollectorRegistry
 from pydantic import Field, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dra_driver.devicemodel.config import DeviceModelConfig
+from dra_driver.devicemodel.faults import GpuFault, taint_pool, tainted_devices
 from dra_driver.devicemodel.naming import check_driver_name, node_name_problem
 from dra_driver.devicemodel.policy import DEFAULT_POLICY, PRODUCTION_POLICIES
 from dra_driver.devicemodel.policy import placement_policy as policy_named
@@ -71,9 +76,10 @@ from dra_driver.nvml.settings import NvmlSettings
 from dra_driver.serving import parse_metrics_address, serving_metrics
 from dra_driver.settings import load_device_model_config
 from kubeletplugin.device_health import NvmlDeviceHealth
+from kubeletplugin.gpu_faults import DEFAULT_IGNORED_XIDS, GpuFaultWatcher
 from kubeletplugin.grpc import PluginServers
 from kubeletplugin.grpc.sockets import MAX_SOCKET_PATH_BYTES, SocketFile, plugin_socket_paths
-from kubeletplugin.metrics import PrepareMetrics, PublishMetrics, RealizeMetrics
+from kubeletplugin.metrics import FaultMetrics, PrepareMetrics, PublishMetrics, RealizeMetrics
 from kubeletplugin.occupancy import FIRST_LIST_WAIT_SECONDS, ClaimOccupancy
 from kubeletplugin.pool_report import PoolReporter
 from kubeletplugin.prepare import PrepareService, PrepareSettings
@@ -88,6 +94,7 @@ from kubeletplugin.publisher import (
     read_settled_inventory,
 )
 from kubeletplugin.realizer import Realizer
+from kubeletplugin.taint_store import TaintStore
 
 if TYPE_CHECKING:
     from kubernetes.client.api_client import ApiClient
@@ -141,9 +148,27 @@ class PluginSettings(BaseSettings):
     health: bool = Field(
         default=False,
         description="serve kubelet's DRA resource-health stream (v1alpha1.DRAResourceHealth; kubelet feature "
-        "gate ResourceHealthStatus): a device is unhealthy while its GPU does not answer NVML",
+        "gate ResourceHealthStatus): a device is unhealthy while its GPU does not answer NVML or while it "
+        "carries a GPU fault's taint",
     )
     health_interval: float = Field(default=10.0, gt=0, description="seconds between health reports to kubelet")
+    device_taints: bool = Field(
+        default=True,
+        description="watch NVML for GPU faults (XIDs, double-bit ECC, GPU lost) and publish the devices they "
+        "concern with NoSchedule taints <driver>/xid, <driver>/double-bit-ecc, <driver>/gpu-lost, kept in "
+        "the state directory across restarts (docs/operations.md); needs the whole plugin, not --publish-only",
+    )
+    health_clear_after: float = Field(
+        default=0.0,
+        ge=0,
+        description="seconds without a new fault event after which a fault's taint is dropped by itself; 0: "
+        "never (only `migdra health clear` drops it)",
+    )
+    health_ignored_xids: Annotated[frozenset[int], NoDecode] = Field(
+        default=DEFAULT_IGNORED_XIDS,
+        description="XIDs that taint nothing, comma-separated (default the application errors 13,31,43,45,68,109); "
+        "an empty value ignores none",
+    )
     api_backoff_initial: float = Field(
         default=0.5,
         gt=0,
@@ -208,6 +233,20 @@ class PluginSettings(BaseSettings):
     def _placement_policy(cls, value: str) -> str:
         policy_named(value)  # a ValueError naming the known ones
         return value
+
+    @field_validator("health_ignored_xids", mode="before")
+    @classmethod
+    def _health_ignored_xids(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        xids = set()
+        for item in (part.strip() for part in value.split(",")):
+            if not item:
+                continue
+            if not item.isdigit():
+                raise ValueError(f"{item!r} is not an XID; give XID numbers separated by commas, e.g. 13,31,43")
+            xids.add(int(item))
+        return frozenset(xids)
 
     @field_validator("metrics_address")
     @classmethod
@@ -298,6 +337,15 @@ class _Publishing:
         self._built: tuple[object, NodePool] | None = None
         # Only the full plugin realizes, so only it publishes the binding conditions (run_plugin sets it).
         self.realize_before_bind = False
+        # The GPU faults to render as device taints (run_plugin sets it with --device-taints).
+        self.faults: Callable[[], tuple[GpuFault, ...]] | None = None
+        self.fault_metrics: FaultMetrics | None = None
+        self._loop: PublishLoop | None = None
+
+    def trigger(self) -> None:
+        """Re-publish now (a GPU fault came or went), if publishing has started."""
+        if self._loop is not None:
+            self._loop.trigger()
 
     def on_fatal(self, exc: BaseException) -> None:
         self.fatal.append(exc)
@@ -312,6 +360,8 @@ class _Publishing:
         self.last_result = result
         self.reporter.report_pool(pool)
         self.reporter.report_publish(result)
+        if self.fault_metrics is not None:
+            self.fault_metrics.report_taints(tainted_devices(pool))
         if result.occupancy_only:
             self.metrics.observe_placement_republish(result.writes)
         with self._lock:
@@ -345,7 +395,8 @@ class _Publishing:
             before = ownership.owned_instances()
             inventory = read_settled_inventory(nvml, read)
             owned = (frozenset(before | ownership.owned_instances()), frozenset(ownership.owned_placements()))
-        key = (inventory, owned)
+        faults = self.faults() if self.faults is not None else ()
+        key = (inventory, owned, faults)
         built = self._built
         if built is not None and built[0] == key:
             return built[1]
@@ -356,6 +407,7 @@ class _Publishing:
             pool = build_pool(
                 inventory, self.device_config, owned_instances=owned[0], owned_placements=owned[1], binding=binding
             )
+        pool = taint_pool(pool, faults)
         self._built = (key, pool)
         return pool
 
@@ -401,6 +453,7 @@ class _Publishing:
             backoff=self.plugin.api_backoff,
             on_failure=self.on_failure,
         )
+        self._loop = loop
         try:
             if occupancy is not None:
                 occupancy.start()
@@ -503,6 +556,7 @@ def run_plugin(
     configuration = check_start_up(plugin, prepare)
     publishing.server = str(configuration.host)
     metrics = PrepareMetrics(registry)
+    publishing.fault_metrics = FaultMetrics(registry) if plugin.device_taints else None
     with (
         serving_metrics(plugin.metrics_address, registry),
         new_api_client(configuration) as api_client,
@@ -529,6 +583,21 @@ def run_plugin(
         )
         recovery = service.start()  # a checkpoint that cannot be trusted stops us: CheckpointError
         log.info("start-up recovery: %s", recovery)
+        faults = (
+            GpuFaultWatcher(
+                nvml,
+                TaintStore(prepare.state_dir),
+                publishing.trigger,
+                ignored_xids=plugin.health_ignored_xids,
+                clear_after=plugin.health_clear_after,
+                metrics=publishing.fault_metrics,
+            )
+            if plugin.device_taints
+            else None
+        )
+        if faults is not None:
+            faults.load()  # before the first publish; a corrupt store stops us: TaintStoreError
+            publishing.faults = faults.faults
         servers = PluginServers(
             driver_name,
             plugin.registry_dir,
@@ -556,6 +625,8 @@ def run_plugin(
             servers.start()
             if realizer is not None:  # after recovery: it releases records realized ahead that lost their claim
                 realizer.start()
+            if faults is not None:
+                faults.start((gpu.uuid, gpu.index) for gpu in nvml.list_gpus())
             with publishing.running(api_client, nvml, ownership=service, request_timeout=prepare.api_timeout):
                 publishing.announce_when_published(
                     announce,
@@ -572,6 +643,8 @@ def run_plugin(
             servers.stop(grace=None)  # idempotent: only a failed start-up gets here with them serving
             if realizer is not None:
                 realizer.stop()  # before the service closes: a realization in flight finishes first
+            if faults is not None:
+                faults.stop()
             service.close()
     return publishing.exit_code()
 

@@ -2,7 +2,8 @@
 
 The check is deliberately simple and real: a GPU whose NVML queries fail (``GPU_IS_LOST``, a fallen-off
 bus, a driver in trouble) makes every device of that GPU unhealthy; a GPU that answers makes them
-healthy.  XID-event based checks (NVML event sets) are a later step.  The source reports the devices
+healthy.  A device that carries a taint (a GPU fault NVML reported: kubeletplugin.gpu_faults) is
+unhealthy too, for as long as the taint stays.  The source reports the devices
 of the pool the publisher published last, so kubelet hears about exactly what the slices offer.
 """
 
@@ -32,7 +33,9 @@ class NvmlDeviceHealth:
         if pool is None:
             return []
         answering = {uuid: self._answers(uuid) for uuid in {device.gpu_uuid for device in pool.devices}}
-        return [(self._pool_name, device.name, answering[device.gpu_uuid]) for device in pool.devices]
+        return [
+            (self._pool_name, device.name, answering[device.gpu_uuid] and not device.taints) for device in pool.devices
+        ]
 
     def _answers(self, gpu_uuid: str) -> bool:
         try:

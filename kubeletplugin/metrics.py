@@ -5,7 +5,7 @@ Names follow Prometheus conventions (``migdra_`` prefix, ``_total`` for counters
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -144,3 +144,31 @@ class RealizeMetrics:
 
     def observe_release(self, ok: bool) -> None:
         self.releases.labels("success" if ok else "error").inc()
+
+
+class FaultMetrics:
+    """What the GPU fault watcher and the device taints report (kubeletplugin.gpu_faults)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.device_taints = Gauge(
+            "migdra_device_taints",
+            "published devices carrying a taint, by GPU and taint key (e.g. gpu.migdra.io/xid)",
+            ["gpu_uuid", "key"],
+            registry=registry,
+        )
+        self.nvml_events = Counter(
+            "migdra_nvml_events_total",
+            "NVML health events received (ignored XIDs included), by GPU and type: xid, double-bit-ecc, gpu-lost",
+            ["gpu_uuid", "type"],
+            registry=registry,
+        )
+        self._reported: set[tuple[str, str]] = set()
+
+    def observe_nvml_event(self, gpu_uuid: str, event_type: str) -> None:
+        self.nvml_events.labels(gpu_uuid, event_type).inc()
+
+    def report_taints(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Set the gauge to ``counts``; a (GPU, key) no longer tainted reads 0."""
+        for labels in self._reported | set(counts):
+            self.device_taints.labels(*labels).set(counts.get(labels, 0))
+        self._reported |= set(counts)

@@ -35,6 +35,11 @@ _LAZY_GROUPS = {
     ),
     "bench": ("dra_driver.cli.bench_commands", "bench", "Measurements anyone can re-run (placement quality)."),
     "cel": ("dra_driver.cli.cel_commands", "cel", "Evaluate and lint DRA CEL selectors."),
+    "health": (
+        "dra_driver.cli.health_commands",
+        "health",
+        "List and clear the GPU faults that taint this node's devices (run on the node).",
+    ),
     "hw": ("dra_driver.cli.hw_commands", "hw", "Record what real NVML answers (read-only); check the simulator."),
     "plan": (
         "dra_driver.cli.plan_command",
@@ -167,6 +172,24 @@ def checkpoint_downgrade(state_dir: Path) -> None:
 @click.option("--metrics-address", default=None, metavar="HOST:PORT", help="serve Prometheus metrics here")
 @click.option("--health/--no-health", default=None, help="serve kubelet's DRA resource-health stream")
 @click.option(
+    "--device-taints/--no-device-taints",
+    default=None,
+    help="taint the devices of faulty GPUs (NVML XIDs), kept across restarts [on; env MIGDRA_DEVICE_TAINTS]",
+)
+@click.option(
+    "--health-clear-after",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="drop a fault's taint after this long without a new event; 0: never [env MIGDRA_HEALTH_CLEAR_AFTER]",
+)
+@click.option(
+    "--health-ignored-xids",
+    default=None,
+    metavar="XID,...",
+    help="XIDs that taint nothing [13,31,43,45,68,109; env MIGDRA_HEALTH_IGNORED_XIDS]",
+)
+@click.option(
     "--realize-before-bind/--no-realize-before-bind",
     default=None,
     help="create a claim's MIG instance before its pod is bound (binding conditions)",
@@ -198,6 +221,9 @@ def kubelet_plugin(
     cleanup_on_exit: bool | None,
     metrics_address: str | None,
     health: bool | None,
+    device_taints: bool | None,
+    health_clear_after: float | None,
+    health_ignored_xids: str | None,
     realize_before_bind: bool | None,
     placement_policy: str | None,
     publish_only: bool,
@@ -225,6 +251,9 @@ def kubelet_plugin(
         cleanup_on_exit=cleanup_on_exit,
         metrics_address=metrics_address,
         health=health,
+        device_taints=device_taints,
+        health_clear_after=health_clear_after,
+        health_ignored_xids=health_ignored_xids,
         realize_before_bind=realize_before_bind,
         placement_policy=placement_policy,
     )

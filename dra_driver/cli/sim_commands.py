@@ -233,3 +233,40 @@ def down(workdir: Path) -> None:
         click.echo(f"stopped {len(stopped)} process(es): {' '.join(str(p) for p in stopped)}", err=True)
     else:
         click.echo(f"nothing was running in {workdir}", err=True)
+
+
+@sim.command()
+@click.option(
+    "--state", "state_file", type=click.Path(dir_okay=False, path_type=Path), required=True, help="simulator state file"
+)
+@click.option("--gpu", required=True, metavar="INDEX|UUID", help="the GPU the event happens on")
+@click.option("--xid", type=click.IntRange(min=0), default=None, help="an XID critical error with this XID")
+@click.option(
+    "--event",
+    type=click.Choice(["xid", "double-bit-ecc", "gpu-lost"]),
+    default="xid",
+    show_default=True,
+    help="the kind of NVML event",
+)
+@click.option("--gpu-instance", type=click.IntRange(min=0), default=None, help="attribute it to this GPU instance ID")
+@click.option("--compute-instance", type=click.IntRange(min=0), default=None, help="... and this compute instance ID")
+def xid(
+    state_file: Path, gpu: str, xid: int | None, event: str, gpu_instance: int | None, compute_instance: int | None
+) -> None:
+    """Make an NVML event happen on a simulated GPU: the plugin's event set returns it (any process)."""
+    from dra_driver.nvml.sim import SimulatedHardware, SimulatorError  # noqa: PLC0415 -- keep `migdra --help` light
+
+    if event == "xid" and xid is None:
+        raise ConfigurationError("--xid is required for --event xid: give the XID number, e.g. --xid 79")
+    if event != "xid" and xid is not None:
+        raise ConfigurationError(f"--xid goes only with --event xid, not --event {event}")
+    if compute_instance is not None and gpu_instance is None:
+        raise ConfigurationError("--compute-instance needs --gpu-instance")
+    if not state_file.is_file():
+        raise ConfigurationError(f"--state {state_file}: no such simulator state file")
+    target: int | str = int(gpu) if gpu.isdigit() else gpu
+    try:
+        happened = SimulatedHardware(state_file).inject_event(target, event, xid or 0, gpu_instance, compute_instance)
+    except (IndexError, SimulatorError) as exc:
+        raise ConfigurationError(f"--gpu {gpu}: {exc}") from exc
+    click.echo(f"event {happened.serial}: {event}{f' {xid}' if xid is not None else ''} on GPU {happened.gpu_index}")

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from dra_driver.devicemodel.config import DeviceModelConfig
+from dra_driver.devicemodel.faults import DeviceTaint
 from dra_driver.devicemodel.naming import counter_set_name, gpu_device_name, mig_device_name, profile_name
 from dra_driver.devicemodel.vocabulary import (
     CAPACITIES,
@@ -76,6 +77,7 @@ class Device:
     consumes: Mapping[str, int] = field(default_factory=dict)
     binding_conditions: tuple[str, ...] = ()
     binding_failure_conditions: tuple[str, ...] = ()
+    taints: tuple[DeviceTaint, ...] = ()  # GPU faults (dra_driver.devicemodel.taints.taint_pool)
 
     def to_api(self) -> dict[str, object]:
         """The ``resource.k8s.io/v1`` Device object."""
@@ -92,6 +94,8 @@ class Device:
             body["bindingConditions"] = list(self.binding_conditions)
         if self.binding_failure_conditions:
             body["bindingFailureConditions"] = list(self.binding_failure_conditions)
+        if self.taints:
+            body["taints"] = [taint.to_api() for taint in self.taints]
         return body
 
 

@@ -61,6 +61,7 @@ from dra_driver.nvml.errors import (
     NvmlUnexpectedError,
 )
 from dra_driver.nvml.types import (
+    NOT_ATTRIBUTED,
     ComputeInstanceInfo,
     ComputeInstanceProfileInfo,
     GpuInfo,
@@ -68,6 +69,8 @@ from dra_driver.nvml.types import (
     GpuInstanceProfileInfo,
     MigMode,
     MigModeState,
+    NvmlEvent,
+    NvmlEventType,
 )
 
 _ERROR_CLASSES: dict[int, type[NvmlError]] = {
@@ -469,6 +472,14 @@ class Nvml:
             ci_handle = pynvml.nvmlGpuInstanceGetComputeInstanceById(gi_handle, compute_instance_id)
         return self._compute_instance_info(gpu_uuid, gpu_instance_id, ci_handle).mig_uuid
 
+    # -- events ----------------------------------------------------------------------------------
+
+    def watch_events(self) -> NvmlEventWatch:
+        """A new NVML event set (``nvmlEventSetCreate``); register GPUs on it, then wait."""
+        with self._calling("nvmlEventSetCreate"):
+            event_set = pynvml.nvmlEventSetCreate()
+        return NvmlEventWatch(self, event_set)
+
     # -- internals -------------------------------------------------------------------------------
 
     def _handle(self, gpu_uuid: str) -> Any:
@@ -713,6 +724,87 @@ class Nvml:
             mig_uuid=mig_uuid,
             multiprocessor_count=int(attributes.multiprocessorCount),
         )
+
+
+# migdra's event kinds and the NVML event-type bits they stand for (the ones this pynvml has).
+_EVENT_BITS: dict[NvmlEventType, int] = {
+    NvmlEventType.XID: int(pynvml.nvmlEventTypeXidCriticalError),
+    NvmlEventType.DOUBLE_BIT_ECC: int(pynvml.nvmlEventTypeDoubleBitEccError),
+}
+if hasattr(pynvml, "nvmlEventTypeGpuUnavailableError"):
+    _EVENT_BITS[NvmlEventType.GPU_LOST] = int(pynvml.nvmlEventTypeGpuUnavailableError)
+
+
+def _attributed(value: int) -> int | None:
+    return None if value == NOT_ATTRIBUTED else value
+
+
+class NvmlEventWatch:
+    """An NVML event set over some GPUs: health events (XID, double-bit ECC, GPU lost), waited for.
+
+    Made by :meth:`Nvml.watch_events`.  NVML does not replay events from before the set existed, so a
+    caller that must remember faults keeps them itself.  One thread waits on a watch at a time (NVML's
+    event sets are not meant to be shared between waiters); :meth:`close` frees the set.
+    """
+
+    def __init__(self, nvml: Nvml, event_set: Any) -> None:
+        self._nvml = nvml
+        self._event_set = event_set
+        self._uuids_by_handle: dict[int, str] = {}
+        self.registered: dict[str, frozenset[NvmlEventType]] = {}
+
+    def register(self, gpu_uuid: str) -> frozenset[NvmlEventType]:
+        """Register the health events this GPU supports; returns which (empty: it supports none)."""
+        handle = self._nvml._handle(gpu_uuid)
+        with self._nvml._calling("nvmlDeviceGetSupportedEventTypes", gpu_uuid):
+            supported = int(pynvml.nvmlDeviceGetSupportedEventTypes(handle))
+        kinds = frozenset(kind for kind, bit in _EVENT_BITS.items() if supported & bit)
+        mask = 0
+        for kind in kinds:
+            mask |= _EVENT_BITS[kind]
+        if mask:
+            with self._nvml._calling("nvmlDeviceRegisterEvents", gpu_uuid):
+                pynvml.nvmlDeviceRegisterEvents(handle, mask, self._event_set)
+        self._uuids_by_handle[_handle_address(handle)] = gpu_uuid
+        self.registered[gpu_uuid] = kinds
+        return kinds
+
+    def wait(self, timeout_s: float) -> NvmlEvent | None:
+        """The next event, or None when none came within ``timeout_s`` (NVML's TIMEOUT is no error)."""
+        timeout_ms = max(0, int(timeout_s * 1000))
+        try:
+            with self._nvml._calling("nvmlEventSetWait"):
+                data = pynvml.nvmlEventSetWait_v2(self._event_set, timeout_ms)
+        except NvmlUnexpectedError as exc:
+            if exc.code == pynvml.NVML_ERROR_TIMEOUT:
+                return None
+            raise
+        gpu_uuid = self._uuids_by_handle.get(_handle_address(data.device))
+        if gpu_uuid is None:
+            with self._nvml._calling("nvmlDeviceGetUUID"):
+                gpu_uuid = _text(pynvml.nvmlDeviceGetUUID(data.device))
+        bits = int(data.eventType)
+        kind = next((k for k, bit in _EVENT_BITS.items() if bits & bit), None)
+        if kind is None:
+            raise NvmlUnexpectedError("nvmlEventSetWait", -1, f"event type {bits:#x} was not registered", gpu_uuid)
+        return NvmlEvent(
+            gpu_uuid=gpu_uuid,
+            event_type=kind,
+            xid=int(data.eventData) if kind is NvmlEventType.XID else None,
+            gpu_instance_id=_attributed(int(data.gpuInstanceId)),
+            compute_instance_id=_attributed(int(data.computeInstanceId)),
+        )
+
+    def close(self) -> None:
+        if self._event_set is None:
+            return
+        event_set, self._event_set = self._event_set, None
+        with self._nvml._calling("nvmlEventSetFree"):
+            pynvml.nvmlEventSetFree(event_set)
+
+
+def _handle_address(handle: Any) -> int:
+    return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)
 
 
 def _error_string(code: int) -> str:

@@ -134,3 +134,33 @@ class NodeInventory:
     driver_version: str
     cuda_driver_version: str
     gpus: tuple[GpuInventory, ...]
+
+
+NOT_ATTRIBUTED = 0xFFFFFFFF
+"""``gpuInstanceId`` / ``computeInstanceId`` of an NVML event that no MIG instance is named in."""
+
+
+class NvmlEventType(enum.Enum):
+    """The NVML event kinds migdra watches for device health (``nvmlEventType*``), by migdra's name.
+
+    The bit masks live in the backend; this is the vocabulary the rest of migdra (taints, metrics) uses.
+    """
+
+    XID = "xid"  # nvmlEventTypeXidCriticalError: eventData is the XID
+    DOUBLE_BIT_ECC = "double-bit-ecc"  # nvmlEventTypeDoubleBitEccError: uncorrectable memory error
+    GPU_LOST = "gpu-lost"  # nvmlEventTypeGpuUnavailableError, or the wait itself answering GPU_IS_LOST
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlEvent:
+    """One event of an NVML event set (``nvmlEventData_t``), as migdra's own value.
+
+    ``gpu_instance_id`` / ``compute_instance_id`` are None when NVML did not attribute the event to a
+    MIG instance (0xFFFFFFFF in ``nvmlEventData_t``): then the whole GPU is concerned.
+    """
+
+    gpu_uuid: str
+    event_type: NvmlEventType
+    xid: int | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None

@@ -37,6 +37,7 @@ class HandleKind(enum.IntEnum):
     GPU_INSTANCE = 2
     COMPUTE_INSTANCE = 3
     MIG_DEVICE = 4
+    EVENT_SET = 5  # the "GPU index" field carries the event set's number
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,10 @@ import os
 from pathlib import Path
 
 from dra_driver.nvml.sim import hardware
-from dra_driver.nvml.sim.state import SimGpu, SimState, StateStore
+from dra_driver.nvml.sim.library import EVENT_KINDS
+from dra_driver.nvml.sim.state import MAX_KEPT_EVENTS, SimEvent, SimGpu, SimState, StateStore
+
+NOT_ATTRIBUTED = 0xFFFFFFFF
 
 
 class SimulatedHardware:
@@ -39,6 +42,38 @@ class SimulatedHardware:
         with self._store.transaction() as change:
             gpu = hardware.gpu_of_device(change.state, device_uuid)  # found read-only, then changed in a copy
             hardware.set_busy(change.gpu(gpu.index), device_uuid, busy)
+
+    def inject_event(
+        self,
+        gpu: int | str,
+        event_type: int | str,
+        event_data: int = 0,
+        gpu_instance_id: int | None = None,
+        compute_instance_id: int | None = None,
+    ) -> SimEvent:
+        """An NVML event happens on GPU ``gpu`` (index or ``GPU-…`` UUID), e.g. an XID: every event set
+        registered for it (in any process) returns it once.  ``gpu_instance_id`` / ``compute_instance_id``
+        attribute it to a MIG instance (None: the whole GPU); the instance need not exist, as a fault may
+        be reported for an instance being destroyed.  ``event_type``: an ``nvmlEventType*`` bit or one
+        of :data:`~dra_driver.nvml.sim.library.EVENT_KINDS` (``xid``, ``double-bit-ecc``, ``gpu-lost``)."""
+        if isinstance(event_type, str):
+            event_type = EVENT_KINDS[event_type]
+        with self._store.transaction() as change:
+            state = change.state
+            index = gpu if isinstance(gpu, int) else hardware.gpu_of_device(state, gpu).index
+            _gpu(state, index)
+            serial = state.event_serial + 1
+            event = SimEvent(
+                serial=serial,
+                gpu_index=index,
+                event_type=event_type,
+                event_data=event_data,
+                gpu_instance_id=NOT_ATTRIBUTED if gpu_instance_id is None else gpu_instance_id,
+                compute_instance_id=NOT_ATTRIBUTED if compute_instance_id is None else compute_instance_id,
+            )
+            state.events = [*state.events, event][-MAX_KEPT_EVENTS:]
+            state.event_serial = serial
+        return event
 
     def snapshot(self) -> SimState:
         """A private copy of the persisted state (mutating it changes nothing)."""

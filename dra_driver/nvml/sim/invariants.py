@@ -58,6 +58,22 @@ def state_problems(state: SimState) -> list[str]:
             bus = f"{gpu.pci_domain:08X}:{gpu.pci_bus:02X}:00.0"
             problems.append(f"PCI bus {bus} is used twice (GPU {first_index} and GPU {gpu.index})")
         problems.extend(_gpu_problems(gpu, claim_uuid))
+    problems.extend(_event_problems(state))
+    return problems
+
+
+def _event_problems(state: SimState) -> list[str]:
+    """Events name a GPU of the machine and come in the order they happened, none after the last serial."""
+    problems: list[str] = []
+    previous = 0
+    for event in state.events:
+        if event.gpu_index >= len(state.gpus):
+            problems.append(f"event {event.serial} names GPU {event.gpu_index}; the machine has {len(state.gpus)}")
+        if event.serial <= previous or event.serial > state.event_serial:
+            problems.append(
+                f"event {event.serial} is out of order (after event {previous}, last serial {state.event_serial})"
+            )
+        previous = event.serial
     return problems
 
 

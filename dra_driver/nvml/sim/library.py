@@ -99,12 +99,41 @@ class _Symbol:
         return f"<simulated NVML symbol {self.__name__}>"
 
 
+# The health events a simulated GPU supports (nvmlDeviceGetSupportedEventTypes).
+SUPPORTED_EVENT_TYPES = (
+    int(pynvml.nvmlEventTypeXidCriticalError)
+    | int(pynvml.nvmlEventTypeDoubleBitEccError)
+    | int(getattr(pynvml, "nvmlEventTypeGpuUnavailableError", 0))
+)
+
+EVENT_KINDS = {
+    "xid": int(pynvml.nvmlEventTypeXidCriticalError),
+    "double-bit-ecc": int(pynvml.nvmlEventTypeDoubleBitEccError),
+    "gpu-lost": int(getattr(pynvml, "nvmlEventTypeGpuUnavailableError", 0)),
+}
+"""The event kinds an operator injects (``migdra sim xid --event``), by the name migdra uses for them."""
+
+EVENT_POLL_INTERVAL_S = 0.02
+"""How often a waiting ``nvmlEventSetWait_v2`` re-reads the state file for events another process added
+(``migdra sim xid``): an unchanged file costs one stat."""
+
+
+class _EventSet:
+    """One event set of this process: what it is registered for, and the last event serial it saw."""
+
+    def __init__(self, cursor: int) -> None:
+        self.cursor = cursor  # NVML returns only events after the set was created
+        self.masks: dict[int, int] = {}  # GPU index -> registered nvmlEventType* bits
+
+
 class SimulatedNvmlLibrary:
     """The object installed as ``pynvml.nvmlLib``: NVML C symbols over one simulated machine."""
 
     def __init__(self, store: StateStore, faults: FaultInjector) -> None:
         self.store = store
         self.faults = faults
+        self.event_sets: dict[int, _EventSet] = {}
+        self.event_sets_lock = threading.Lock()
         self._init_count = 0
         self._init_lock = threading.Lock()
         # Injected latency is slept through this; tests replace it to see latency without timing it.
@@ -705,4 +734,75 @@ class _NvmlFunctions:
         gpu = hardware.gpu_at(self._store.read(), handle.gpu_index)
         self._mig_device(gpu, handle)  # a stale MIG handle has no parent to report
         write_handle(device_ref, self._gpu_handle(gpu))
+        return int(pynvml.NVML_SUCCESS)
+
+    # --- events --------------------------------------------------------------------------------
+
+    def _event_set(self, value: Any) -> tuple[int, _EventSet]:
+        number = self._handle(value, HandleKind.EVENT_SET).gpu_index
+        with self._library.event_sets_lock:
+            found = self._library.event_sets.get(number)
+        if found is None:
+            raise SimNvmlError(pynvml.NVML_ERROR_INVALID_ARGUMENT, f"event set {number} was freed or never created")
+        return number, found
+
+    def nvmlEventSetCreate(self, set_ref: Any) -> int:
+        out_target(set_ref)
+        cursor = self._store.read().event_serial
+        with self._library.event_sets_lock:
+            number = max(self._library.event_sets, default=0) + 1
+            self._library.event_sets[number] = _EventSet(cursor)
+        write_handle(set_ref, Handle(HandleKind.EVENT_SET, number))
+        return int(pynvml.NVML_SUCCESS)
+
+    def nvmlDeviceGetSupportedEventTypes(self, device: Any, types_ref: Any) -> int:
+        self._gpu(self._store.read(), device)
+        write_value(types_ref, SUPPORTED_EVENT_TYPES)
+        return int(pynvml.NVML_SUCCESS)
+
+    def nvmlDeviceRegisterEvents(self, device: Any, event_types: Any, event_set: Any) -> int:
+        gpu = self._gpu(self._store.read(), device)
+        bits = int(event_types.value if isinstance(event_types, ctypes._SimpleCData) else event_types)
+        if bits & ~SUPPORTED_EVENT_TYPES:
+            raise SimNvmlError(pynvml.NVML_ERROR_NOT_SUPPORTED, f"event types {bits & ~SUPPORTED_EVENT_TYPES:#x}")
+        _, found = self._event_set(event_set)
+        with self._library.event_sets_lock:
+            found.masks[gpu.index] = found.masks.get(gpu.index, 0) | bits
+        return int(pynvml.NVML_SUCCESS)
+
+    def nvmlEventSetWait_v2(self, event_set: Any, data_ref: Any, timeout_ms: Any) -> int:
+        """The next registered event after the set's cursor, polling the state file until the timeout."""
+        _, found = self._event_set(event_set)
+        data = out_target(data_ref)
+        deadline = time.monotonic() + read_uint(timeout_ms) / 1000
+        while True:
+            state = self._store.read()
+            with self._library.event_sets_lock:
+                event = next(
+                    (
+                        e
+                        for e in state.events
+                        if e.serial > found.cursor and found.masks.get(e.gpu_index, 0) & e.event_type
+                    ),
+                    None,
+                )
+                # Skipped (unregistered) events are consumed too: the set never sees them later.
+                found.cursor = event.serial if event is not None else max(found.cursor, state.event_serial)
+            if event is not None:
+                gpu = hardware.gpu_at(state, event.gpu_index)
+                data.device = handle_value(self._gpu_handle(gpu), pynvml.c_nvmlDevice_t)
+                data.eventType = event.event_type
+                data.eventData = event.event_data
+                data.gpuInstanceId = event.gpu_instance_id
+                data.computeInstanceId = event.compute_instance_id
+                return int(pynvml.NVML_SUCCESS)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return int(pynvml.NVML_ERROR_TIMEOUT)
+            time.sleep(min(EVENT_POLL_INTERVAL_S, remaining))
+
+    def nvmlEventSetFree(self, event_set: Any) -> int:
+        number, _ = self._event_set(event_set)
+        with self._library.event_sets_lock:
+            del self._library.event_sets[number]
         return int(pynvml.NVML_SUCCESS)

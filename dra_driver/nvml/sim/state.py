@@ -108,6 +108,23 @@ class SimGpu(_StateModel):
     gpu_instances: list[SimGpuInstance] = Field(default_factory=list)
 
 
+MAX_KEPT_EVENTS = 256
+"""Events the state file keeps (the oldest are dropped): an event set that has not waited for that many
+events since they came has missed them, as one whose NVML queue overflowed."""
+
+
+class SimEvent(_StateModel):
+    """One NVML event that happened (``migdra sim xid``): every event set registered for its GPU and type
+    and created before it returns it once.  ``serial`` orders them; it only grows."""
+
+    serial: int = Field(ge=1)
+    gpu_index: int = Field(ge=0)
+    event_type: int = Field(gt=0, description="one nvmlEventType* bit")
+    event_data: int = Field(default=0, ge=0, description="the XID of an XID critical error")
+    gpu_instance_id: int = Field(default=0xFFFFFFFF, ge=0, le=0xFFFFFFFF, description="0xFFFFFFFF: not attributed")
+    compute_instance_id: int = Field(default=0xFFFFFFFF, ge=0, le=0xFFFFFFFF, description="0xFFFFFFFF: not attributed")
+
+
 class SimState(_StateModel):
     """Everything the simulated machine remembers, one file per machine."""
 
@@ -118,6 +135,8 @@ class SimState(_StateModel):
     instance_serial: int = Field(
         default=0, ge=0, description="bumped per created compute instance, so a re-created one gets a new UUID"
     )
+    event_serial: int = Field(default=0, ge=0, description="serial of the last event that happened")
+    events: list[SimEvent] = Field(default_factory=list, description="the latest events, oldest first")
     gpus: list[SimGpu] = Field(min_length=1)
 
     @field_validator("driver_version")
