@@ -95,7 +95,7 @@ class TaintStore:
 
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / TAINT_STORE_FILE
-        self._lock = FileLock(self.path.with_name(f"{TAINT_STORE_FILE}.lock"), timeout=LOCK_TIMEOUT_S)
+        self._lock = FileLock(self.path.with_name(f"{TAINT_STORE_FILE}.lock"), timeout=LOCK_TIMEOUT_S, mode=0o600)
 
     def key(self) -> _FileKey | None:
         """The file's identity now (None: no file): a change means someone wrote it."""
@@ -155,7 +155,7 @@ class TaintStore:
                 return current
             new = TaintStoreFile(generation=current.generation + 1, faults=faults)
             try:
-                write_file_atomically(self.path, (new.model_dump_json(indent=1) + "\n").encode())
+                write_file_atomically(self.path, (new.model_dump_json(indent=1) + "\n").encode(), mode=0o600)
             except OSError as exc:
                 raise TaintStoreError(f"taint store {self.path}: cannot write: {exc.strerror or exc}") from exc
             return new

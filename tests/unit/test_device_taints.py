@@ -127,6 +127,9 @@ def test_the_store_round_trips_and_a_repeat_moves_last_seen(tmp_path: Path) -> N
     assert [(f.value, f.first_seen, f.last_seen) for f in loaded.faults] == [("79", 10, 20), ("94", 30, 30)]
     assert loaded.faults[1].to_fault().placement == Placement(start=2, size=2)
     assert json.loads((tmp_path / "device-taints.json").read_text())["schema_version"] == 1
+    # root's alone, like the checkpoint (docs/security.md)
+    assert (tmp_path / "device-taints.json").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "device-taints.json.lock").stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.parametrize(
