@@ -47,7 +47,7 @@ HOOK_PATH_FLAG = "--nvidia-cdi-hook-path (MIGDRA_CDI_HOOK_PATH)"
 HOOK_NAME = "nvidia-cdi-hook"
 MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "bind")
 # Library directories of the distributions NVIDIA packages for (Debian/Ubuntu multiarch, RHEL lib64),
-# relative to the driver root; the first holding a library wins (merged-/usr links lib -> usr/lib).
+# relative to the driver root; the first holding a library wins.
 LIBRARY_DIRS = (
     "usr/lib/x86_64-linux-gnu",
     "usr/lib/aarch64-linux-gnu",
@@ -197,20 +197,15 @@ def discover_driver_files(
 def _discover_versioned_libraries(driver_root: Path) -> dict[tuple[str, str], PurePosixPath]:
     """(stem, version) -> container path of each versioned library of :data:`LIBRARIES`, first dir wins."""
     found: dict[tuple[str, str], PurePosixPath] = {}
-    seen_dirs: set[tuple[int, int]] = set()
     for relative in LIBRARY_DIRS:
         directory = driver_root / relative
-        try:
-            status = directory.stat()
-        except OSError:
+        if not directory.is_dir():
             continue
-        if not stat.S_ISDIR(status.st_mode) or (status.st_dev, status.st_ino) in seen_dirs:
-            continue  # lib -> usr/lib (merged /usr): the same directory once, under its first name
-        seen_dirs.add((status.st_dev, status.st_ino))
         for entry in sorted(directory.iterdir()):
             match = _VERSIONED.match(entry.name)
             if match is None or match["stem"] not in LIBRARIES or not entry.is_file():
                 continue
+            # First directory wins: merged /usr (lib -> usr/lib) shows a library twice, mounted once.
             found.setdefault((match["stem"], match["version"]), PurePosixPath("/", relative, entry.name))
     return found
 
