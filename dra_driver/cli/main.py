@@ -163,13 +163,13 @@ def checkpoint_downgrade(state_dir: Path) -> None:
 )
 @click.option(
     "--driver-root",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False),  # str: an error quotes what was typed
     default=None,
     help="where this process reads the NVIDIA driver's files [/]",
 )
 @click.option(
     "--host-driver-root",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False),  # str: an error quotes what was typed
     default=None,
     help="the driver root as the host sees it (CDI host paths) [--driver-root]",
 )
@@ -222,8 +222,8 @@ def kubelet_plugin(
     state_dir: Path | None,
     plugin_data_dir: Path | None,
     device_metadata: bool | None,
-    driver_root: Path | None,
-    host_driver_root: Path | None,
+    driver_root: str | None,
+    host_driver_root: str | None,
     cdi_hook_path: Path | None,
     cdi_driver_files: bool | None,
     cdi_device_nodes: bool | None,
