@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 import pytest
+from click.testing import CliRunner
 
+from dra_driver.cli.main import cli
 from dra_driver.errors import ConfigurationError
+from kubeletplugin import app
 from kubeletplugin.prepare import PrepareSettings
 from kubeletplugin.prepare.cdi import CdiDevice, CommonEdits, DeviceNode, build_cdi_spec
 from kubeletplugin.prepare.driver_files import (
@@ -229,3 +232,24 @@ def test_common_edits_go_into_the_spec_level_edits_once_and_device_nodes_can_be_
     assert "deviceNodes" not in bare["containerEdits"]
     assert "deviceNodes" not in bare["devices"][0]["containerEdits"]
     assert bare["devices"][0]["containerEdits"]["env"] == ["MIGDRA_GPU_UUID=GPU-0"]  # a device keeps an edit
+
+
+def test_the_kubelet_plugin_flags_reach_the_prepare_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[PrepareSettings] = []
+
+    def run_plugin(plugin: object, prepare: PrepareSettings, *args: object) -> int:
+        seen.append(prepare)
+        return 0
+
+    monkeypatch.setattr(app, "run_plugin", run_plugin)
+    monkeypatch.setattr("dra_driver.serving.stop_on_signals", lambda: None)
+    flags = ["--driver-root", "/driver-root", "--host-driver-root", "/run/nvidia/driver"]
+    flags += ["--nvidia-cdi-hook-path", "/usr/local/nvidia/toolkit/nvidia-cdi-hook", "--no-cdi-device-nodes"]
+    outcome = CliRunner().invoke(cli, ["kubelet-plugin", "--node-name", "n1", "--sim-gpus", "H100", *flags])
+    assert outcome.exit_code == 0, outcome.output
+    (prepare,) = seen
+    assert prepare.driver_root == Path("/driver-root")
+    assert prepare.host_driver_directory == Path("/run/nvidia/driver")
+    assert prepare.cdi_hook_path == Path("/usr/local/nvidia/toolkit/nvidia-cdi-hook")
+    assert (prepare.cdi_device_nodes, prepare.cdi_driver_files) == (False, True)
+    assert "driver_root" in prepare.model_fields_set  # so a simulated node adds the driver files
