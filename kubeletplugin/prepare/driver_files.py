@@ -10,7 +10,8 @@ toolkit generates (``nvidia-ctk cdi generate``):
   persistenced / MPS IPC paths when present;
 - ``createContainer`` hooks of ``nvidia-cdi-hook``: ``create-symlinks`` (the sonames the driver root
   has as symlinks, ``libcuda.so.1 -> libcuda.so.<version>``, plus ``libcuda.so -> libcuda.so.1``) and
-  ``update-ldcache --folder <each mounted library directory>``.
+  ``update-ldcache --folder <each mounted library directory>``; without the hook on the node (the
+  container toolkit is optional) each library is also mounted under its soname, and no hooks run.
 
 Two roots: this process reads the files under ``driver_root`` (in a pod, where the host's driver
 root is mounted, e.g. ``/driver-root``); the spec's ``hostPath`` s are the same files under
@@ -106,7 +107,7 @@ class DriverFiles:
     binaries: tuple[PurePosixPath, ...]
     firmware: tuple[PurePosixPath, ...]
     ipc: tuple[PurePosixPath, ...]
-    hook_path: PurePosixPath  # a host path
+    hook_path: PurePosixPath | None  # a host path; None: no toolkit on the node
 
     @property
     def library_dirs(self) -> tuple[PurePosixPath, ...]:
@@ -141,6 +142,19 @@ def compute_driver_edits(files: DriverFiles, host_driver_root: PurePosixPath) ->
         for path in files.mounted
     ]
     hooks: list[dict[str, Any]] = []
+    if files.hook_path is None:
+        # No hook to make the soname links: the versioned file is mounted under each soname instead,
+        # which the loader finds in the distribution's default directories (no ld cache update).
+        mounts += [
+            {
+                "hostPath": compute_host_path(link.link.parent / link.target, host_driver_root),
+                "containerPath": str(link.link),
+                "options": list(MOUNT_OPTIONS),
+            }
+            for link in files.links
+            if (link.link.parent / link.target) in files.libraries
+        ]
+        return DriverEdits(tuple(mounts), ())
     if files.links:
         link_args = [arg for link in files.links for arg in ("--link", f"{link.target}::{link.link}")]
         hooks.append(_hook(files.hook_path, "create-symlinks", link_args))
@@ -158,7 +172,8 @@ def discover_driver_files(
     driver_root: Path, host_driver_root: PurePosixPath, hook_path: PurePosixPath | None = None
 ) -> DriverFiles:
     """Find the driver's files under ``driver_root``; :class:`ConfigurationError` naming the flag when
-    there is no driver, more than one version of it, or no ``nvidia-cdi-hook``."""
+    there is no driver or more than one version of it.  No ``nvidia-cdi-hook`` (the container toolkit
+    is optional): a warning, and the specs carry mounts only."""
     if not driver_root.is_dir():
         raise ConfigurationError(f"{DRIVER_ROOT_FLAG} {driver_root}: no such directory")
     found = _discover_versioned_libraries(driver_root)
@@ -258,14 +273,20 @@ def _is_ipc(path: Path) -> bool:
     return stat.S_ISSOCK(mode) or stat.S_ISDIR(mode)
 
 
-def _discover_hook(driver_root: Path, host_driver_root: PurePosixPath) -> PurePosixPath:
+def _discover_hook(driver_root: Path, host_driver_root: PurePosixPath) -> PurePosixPath | None:
     for directory in HOOK_DIRS:
         if (driver_root / directory / HOOK_NAME).is_file():
             return host_driver_root / directory / HOOK_NAME
-    raise ConfigurationError(
-        f"{HOOK_PATH_FLAG}: not set and no {HOOK_NAME} in {', '.join(HOOK_DIRS)} under {DRIVER_ROOT_FLAG} "
-        f"{driver_root}; install the NVIDIA Container Toolkit or give the hook's path on the host"
+    log.warning(
+        "%s: not set and no %s in %s under %s %s: the CDI specs mount the driver's files (each library also "
+        "under its soname) without hooks; give the hook's host path for the ld cache and the libcuda.so link",
+        HOOK_PATH_FLAG,
+        HOOK_NAME,
+        ", ".join(HOOK_DIRS),
+        DRIVER_ROOT_FLAG,
+        driver_root,
     )
+    return None
 
 
 def check_driver_version(files: DriverFiles, nvml_version: str, driver_root: Path) -> None:

@@ -117,12 +117,18 @@ def test_a_root_without_exactly_one_driver_names_the_flag(tmp_path: Path, layout
     assert fragment in str(raised.value)
 
 
-def test_without_a_hook_in_the_root_discovery_asks_for_its_path(tmp_path: Path) -> None:
+def test_without_a_hook_the_libraries_are_mounted_under_their_sonames_too(tmp_path: Path) -> None:
     root = build_fake_driver_root(tmp_path, hook=False)
-    with pytest.raises(ConfigurationError, match=r"--nvidia-cdi-hook-path \(MIGDRA_CDI_HOOK_PATH\): not set"):
-        discover_driver_files(root, PurePosixPath("/"))
+    files = discover_driver_files(root, HOST)
+    assert files.hook_path is None  # the container toolkit is optional: a warning, not an error
+    edits = compute_driver_edits(files, HOST)
+    assert edits.hooks == ()
+    by_container = {m["containerPath"]: m["hostPath"] for m in edits.mounts}
+    assert by_container[f"{LIB}/libcuda.so.1"] == f"{HOST}{LIB}/libcuda.so.{VERSION}"
+    assert by_container[f"{LIB}/libnvidia-nvvm.so.4"] == f"{HOST}{LIB}/libnvidia-nvvm.so.{VERSION}"
+    assert f"{LIB}/libcuda.so" not in by_container  # a link to a link: only the hook makes it
     configured = PurePosixPath("/usr/local/nvidia/toolkit/nvidia-cdi-hook")  # a host path: not looked for here
-    assert discover_driver_files(root, PurePosixPath("/"), configured).hook_path == configured
+    assert discover_driver_files(root, HOST, configured).hook_path == configured
 
 
 @pytest.mark.parametrize(
