@@ -83,6 +83,7 @@ from kubeletplugin.metrics import FaultMetrics, PrepareMetrics, PublishMetrics, 
 from kubeletplugin.occupancy import FIRST_LIST_WAIT_SECONDS, ClaimOccupancy
 from kubeletplugin.pool_report import PoolReporter
 from kubeletplugin.prepare import PrepareService, PrepareSettings
+from kubeletplugin.prepare.driver_files import check_driver_version, load_driver_edits
 from kubeletplugin.prepare.reporter import ClaimReporter
 from kubeletplugin.publisher import (
     DEFAULT_REQUEST_TIMEOUT,
@@ -554,6 +555,8 @@ def run_plugin(
     publishing.realize_before_bind = plugin.realize_before_bind
     driver_name = publishing.device_config.driver_name
     configuration = check_start_up(plugin, prepare)
+    simulated = nvml_settings.nvml == "simulated"
+    driver_files = load_driver_edits(prepare, simulated=simulated)  # before the API or the hardware
     publishing.server = str(configuration.host)
     metrics = PrepareMetrics(registry)
     publishing.fault_metrics = FaultMetrics(registry) if plugin.device_taints else None
@@ -562,6 +565,8 @@ def run_plugin(
         new_api_client(configuration) as api_client,
         open_nvml(nvml_settings, observe_call=metrics.observe_nvml_call) as nvml,
     ):
+        if driver_files is not None and not simulated:
+            check_driver_version(driver_files[0], nvml.driver_version(), prepare.driver_root)
         reporter = ClaimReporter(
             api_client,
             driver_name,
@@ -580,6 +585,7 @@ def run_plugin(
             driver_name=driver_name,
             reporter=reporter,
             metrics=metrics,
+            driver_edits=driver_files[1] if driver_files is not None else None,
         )
         recovery = service.start()  # a checkpoint that cannot be trusted stops us: CheckpointError
         log.info("start-up recovery: %s", recovery)

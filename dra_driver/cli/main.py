@@ -166,6 +166,35 @@ def checkpoint_downgrade(state_dir: Path) -> None:
 @click.option(
     "--device-metadata/--no-device-metadata", default=None, help="KEP-5304 device metadata files in containers"
 )
+@click.option(
+    "--driver-root",
+    type=click.Path(file_okay=False),  # str: an error quotes what was typed
+    default=None,
+    help="where this process reads the NVIDIA driver's files [/]",
+)
+@click.option(
+    "--host-driver-root",
+    type=click.Path(file_okay=False),  # str: an error quotes what was typed
+    default=None,
+    help="the driver root as the host sees it (CDI host paths) [--driver-root]",
+)
+@click.option(
+    "--nvidia-cdi-hook-path",
+    "cdi_hook_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="host path of nvidia-cdi-hook [found in the driver root]",
+)
+@click.option(
+    "--cdi-driver-files/--no-cdi-driver-files",
+    default=None,
+    help="bind-mount the driver's libraries and binaries through CDI (stock CUDA images run)",
+)
+@click.option(
+    "--cdi-device-nodes/--no-cdi-device-nodes",
+    default=None,
+    help="/dev/nvidia* device nodes in the CDI specs (off on a node without them)",
+)
 @click.option("--pod-uid", default=None, help="rolling-update mode: socket names carry this pod UID")
 @click.option("--rescan-interval", type=float, default=None, help="seconds between NVML rescans [60]")
 @click.option("--cleanup-on-exit/--keep-slices-on-exit", default=None, help="delete the slices on exit")
@@ -216,6 +245,11 @@ def kubelet_plugin(
     state_dir: Path | None,
     plugin_data_dir: Path | None,
     device_metadata: bool | None,
+    driver_root: str | None,
+    host_driver_root: str | None,
+    cdi_hook_path: Path | None,
+    cdi_driver_files: bool | None,
+    cdi_device_nodes: bool | None,
     pod_uid: str | None,
     rescan_interval: float | None,
     cleanup_on_exit: bool | None,
@@ -267,6 +301,11 @@ def kubelet_plugin(
         state_dir=state_dir,
         plugin_data_dir=plugin_data_dir,
         device_metadata=device_metadata,
+        driver_root=driver_root,
+        host_driver_root=host_driver_root,
+        cdi_hook_path=cdi_hook_path,
+        cdi_driver_files=cdi_driver_files,
+        cdi_device_nodes=cdi_device_nodes,
     )
     for beside_socket in ("state_dir", "plugin_data_dir"):  # neither flag nor variable: beside dra.sock
         if beside_socket not in prepare.model_fields_set:

@@ -20,6 +20,11 @@ Owns the CDI side of prepare (nvml-mig.md §14-15, prior-art.md §6.7):
   ``MIGDRA_GPU_UUID`` and the opaque config's ``env``;
 - per device, when device metadata is on, a read-only bind ``mounts`` edit of each of its requests'
   metadata files (KEP-5304, :mod:`~kubeletplugin.prepare.metadata` builds them).
+- spec-level (once per claim, for every device of it), when driver files are on, the driver's
+  libraries, binaries and firmware as read-only bind ``mounts`` and the ``nvidia-cdi-hook``
+  ``createContainer`` hooks (:mod:`~kubeletplugin.prepare.driver_files` finds and builds them), so a
+  stock CUDA image runs without its own libcuda;
+- no ``deviceNodes`` at all when device nodes are off (a simulated node has no ``/dev/nvidia*``).
 
 ``write_claim_spec`` / ``ensure_claim_spec`` turn a checkpointed claim record
 into its spec file.  ``build_``/``compute_`` functions are pure; ``read_``/``write_``/``ensure_``/``delete_``
@@ -78,6 +83,18 @@ class CdiDevice:
     device_name: str
     device_nodes: tuple[DeviceNode, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CommonEdits:
+    """What every claim's spec on this node holds besides its devices; fixed at start-up."""
+
+    device_nodes: bool = True
+    mounts: tuple[Mapping[str, Any], ...] = ()
+    hooks: tuple[Mapping[str, Any], ...] = ()
+
+
+DEFAULT_COMMON_EDITS = CommonEdits()
 
 
 def cdi_kind(driver_name: str) -> str:
@@ -189,18 +206,19 @@ def build_cdi_spec(
     devices: Sequence[CdiDevice],
     mig_uuids: Sequence[str],
     mounts: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    common: CommonEdits = DEFAULT_COMMON_EDITS,
 ) -> dict[str, Any]:
     """The spec document for one claim; pure and deterministic (same input, same bytes).
 
     ``mounts``: device name -> its ``mounts`` edits (the device metadata files of its requests,
     :mod:`~kubeletplugin.prepare.metadata`); a device without any gets no ``mounts`` key.
+    ``common``: the node's spec-level edits (driver files, whether device nodes are given).
     """
     cdi_devices = []
     for device in devices:
-        edits: dict[str, Any] = {
-            "env": [f"{key}={value}" for key, value in sorted(device.env.items())],
-            "deviceNodes": [node.to_cdi() for node in device.device_nodes],
-        }
+        edits: dict[str, Any] = {"env": [f"{key}={value}" for key, value in sorted(device.env.items())]}
+        if common.device_nodes:
+            edits["deviceNodes"] = [node.to_cdi() for node in device.device_nodes]
         device_mounts = (mounts or {}).get(device.device_name)
         if device_mounts:
             edits["mounts"] = [dict(mount) for mount in device_mounts]
@@ -208,14 +226,18 @@ def build_cdi_spec(
     env = ["NVIDIA_VISIBLE_DEVICES=void"]
     if mig_uuids:
         env.append(f"MIGDRA_MIG_UUIDS={','.join(mig_uuids)}")
+    container_edits: dict[str, Any] = {"env": env}
+    if common.device_nodes:
+        container_edits["deviceNodes"] = [{"path": path} for path in CONTROL_DEVICE_NODES]
+    if common.mounts:
+        container_edits["mounts"] = [dict(mount) for mount in common.mounts]
+    if common.hooks:
+        container_edits["hooks"] = [dict(hook) for hook in common.hooks]
     return {
         "cdiVersion": compute_cdi_version([compute_cdi_device_name(claim_uid, d.device_name) for d in devices]),
         "kind": cdi_kind(driver_name),
         "devices": cdi_devices,
-        "containerEdits": {
-            "env": env,
-            "deviceNodes": [{"path": path} for path in CONTROL_DEVICE_NODES],
-        },
+        "containerEdits": container_edits,
     }
 
 
@@ -281,12 +303,13 @@ def write_claim_spec(
     driver_name: str,
     record: ClaimRecord,
     mounts: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    common: CommonEdits = DEFAULT_COMMON_EDITS,
 ) -> None:
     """Write the spec of a prepared claim record; nothing for a record without devices."""
     if not record.devices:
         return
     devices, mig_uuids = read_claim_cdi_devices(proc_root, record)
-    spec = build_cdi_spec(driver_name, record.claim_uid, devices, mig_uuids, mounts)
+    spec = build_cdi_spec(driver_name, record.claim_uid, devices, mig_uuids, mounts, common)
     path = write_cdi_spec(cdi_dir, driver_name, record.claim_uid, spec)
     log.info("wrote CDI spec %s for claim %s (UID %s)", path, record.label, record.claim_uid)
 
@@ -297,10 +320,11 @@ def ensure_claim_spec(
     driver_name: str,
     record: ClaimRecord,
     mounts: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    common: CommonEdits = DEFAULT_COMMON_EDITS,
 ) -> None:
     """Write the spec of a prepared claim record again if its file is missing."""
     if record.devices and not spec_path(cdi_dir, driver_name, record.claim_uid).exists():
         log.warning(
             "CDI spec of prepared claim %s (UID %s) is missing; writing it again", record.label, record.claim_uid
         )
-        write_claim_spec(cdi_dir, proc_root, driver_name, record, mounts)
+        write_claim_spec(cdi_dir, proc_root, driver_name, record, mounts, common)

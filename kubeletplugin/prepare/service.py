@@ -49,6 +49,8 @@ from dra_driver.nvml.types import GpuInstanceInfo
 from kubeletplugin.draservice import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 from kubeletplugin.metrics import PrepareMetrics
 from kubeletplugin.prepare.cdi import (
+    DEFAULT_COMMON_EDITS,
+    CommonEdits,
     claim_uid_of_spec,
     compute_cdi_device_id,
     delete_cdi_spec,
@@ -68,6 +70,7 @@ from kubeletplugin.prepare.claims import (
 from kubeletplugin.prepare.config import compute_device_config, parse_driver_configs
 from kubeletplugin.prepare.crashpoints import CrashHook, CrashPoint
 from kubeletplugin.prepare.devices import DeviceTarget, NodeGpus, compute_device_target
+from kubeletplugin.prepare.driver_files import DriverEdits
 from kubeletplugin.prepare.errors import (
     CheckpointError,
     DeviceConflictError,
@@ -149,6 +152,7 @@ class PrepareService:
         metrics: PrepareMetrics | None = None,
         device_metadata: bool = True,
         plugin_data_dir: Path | None = None,
+        common_edits: CommonEdits = DEFAULT_COMMON_EDITS,
     ) -> None:
         self._metrics = metrics
         self.nvml = nvml
@@ -162,6 +166,7 @@ class PrepareService:
         # KEP-5304 device metadata (metadata.py): written under this directory, swept even when off.
         self.metadata_root = plugin_data_dir or state_dir
         self.device_metadata = device_metadata
+        self.common_edits = common_edits  # driver files, device nodes: the same in every claim's spec
         self._attributes = DeviceAttributeReader(nvml, self._gpus, driver_name)
         self._claims = ClaimApi(api_client, api_timeout)
         self._read_boot_id = read_boot_id
@@ -192,8 +197,10 @@ class PrepareService:
         read_boot_id: Callable[[], str] = read_node_boot_id,
         reporter: ClaimReporter | None = None,
         metrics: PrepareMetrics | None = None,
+        driver_edits: DriverEdits | None = None,
     ) -> PrepareService:
-        """The service the node process runs, from its settings (``MIGDRA_CDI_DIR``, ``MIGDRA_STATE_DIR``, ...)."""
+        """The service the node process runs, from its settings (``MIGDRA_CDI_DIR``, ``MIGDRA_STATE_DIR``, ...)
+        and the driver files found at start-up (``driver_edits``; None: the specs carry none)."""
         return cls(
             nvml=nvml,
             api_client=api_client,
@@ -211,6 +218,11 @@ class PrepareService:
             metrics=metrics,
             device_metadata=settings.device_metadata,
             plugin_data_dir=settings.plugin_data_dir,
+            common_edits=CommonEdits(
+                device_nodes=settings.cdi_device_nodes,
+                mounts=driver_edits.mounts if driver_edits is not None else (),
+                hooks=driver_edits.hooks if driver_edits is not None else (),
+            ),
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -762,7 +774,7 @@ class PrepareService:
     def _write_spec(self, record: ClaimRecord) -> None:
         """The claim's device metadata files, then its spec (which mounts them)."""
         mounts = self._write_metadata(record) if self.device_metadata else None
-        write_claim_spec(self.cdi_dir, self.proc_root, self.driver_name, record, mounts)
+        write_claim_spec(self.cdi_dir, self.proc_root, self.driver_name, record, mounts, self.common_edits)
 
     def _ensure_spec(self, record: ClaimRecord, *, strict: bool = True) -> None:
         """Write the metadata files and the spec again where missing.  ``strict=False`` (start-up): a
@@ -784,7 +796,7 @@ class PrepareService:
                 log.error(
                     "device metadata of claim %s (UID %s) could not be written: %s", record.label, record.claim_uid, e
                 )
-        ensure_claim_spec(self.cdi_dir, self.proc_root, self.driver_name, record, mounts)
+        ensure_claim_spec(self.cdi_dir, self.proc_root, self.driver_name, record, mounts, self.common_edits)
 
     def _delete_spec(self, claim_uid: str, claim: tuple[str, str] | None = None) -> bool:
         """Delete the claim's spec (True if there was one) and its device metadata files; ``claim``
