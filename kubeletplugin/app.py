@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,6 +70,7 @@ from dra_driver.kubeapi import (
     load_client_configuration,
     new_api_client,
 )
+from dra_driver.logs import set_node
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.session import open_nvml
@@ -78,8 +80,9 @@ from dra_driver.settings import load_device_model_config
 from kubeletplugin.device_health import NvmlDeviceHealth
 from kubeletplugin.gpu_faults import DEFAULT_IGNORED_XIDS, GpuFaultWatcher
 from kubeletplugin.grpc import PluginServers
+from kubeletplugin.grpc.liveness import probe_sockets, serving_liveness
 from kubeletplugin.grpc.sockets import MAX_SOCKET_PATH_BYTES, SocketFile, plugin_socket_paths
-from kubeletplugin.metrics import FaultMetrics, PrepareMetrics, PublishMetrics, RealizeMetrics
+from kubeletplugin.metrics import FaultMetrics, PrepareMetrics, PublishMetrics, RealizeMetrics, register_mig_instances
 from kubeletplugin.occupancy import FIRST_LIST_WAIT_SECONDS, ClaimOccupancy
 from kubeletplugin.pool_report import PoolReporter
 from kubeletplugin.prepare import PrepareService, PrepareSettings
@@ -107,6 +110,7 @@ KUBELET_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 KUBECONFIG_FLAG = "--kubeconfig (MIGDRA_KUBECONFIG)"
 _REGISTRY_FLAG = "--registry-dir (MIGDRA_REGISTRY_DIR)"
+PUBLISH_ROUNDS_BEFORE_STUCK = 3
 
 
 class PublishingError(MigdraError):
@@ -137,6 +141,11 @@ class PluginSettings(BaseSettings):
     cleanup_on_exit: bool = Field(default=False, description="delete this node's ResourceSlices on exit")
     metrics_address: str | None = Field(
         default=None, description="serve Prometheus metrics on HOST:PORT (e.g. 0.0.0.0:9400); off when unset"
+    )
+    healthcheck_address: str | None = Field(
+        default=None,
+        description="serve the liveness check (gRPC grpc.health.v1.Health, for a livenessProbe: grpc) on HOST:PORT "
+        "(e.g. :51515): SERVING while kubelet's sockets answer and the publish loop finishes rounds; off when unset",
     )
     registry_dir: Path = Field(default=KUBELET_REGISTRY_DIR, description="kubelet's plugin registration directory")
     plugin_dir: Path | None = Field(
@@ -249,7 +258,7 @@ class PluginSettings(BaseSettings):
             xids.add(int(item))
         return frozenset(xids)
 
-    @field_validator("metrics_address")
+    @field_validator("metrics_address", "healthcheck_address")
     @classmethod
     def _metrics_address(cls, value: str | None) -> str | None:
         if value is not None:
@@ -263,6 +272,12 @@ class PluginSettings(BaseSettings):
         if isinstance(initial, float) and value < initial:
             raise ValueError(f"must be at least MIGDRA_API_BACKOFF_INITIAL ({initial:g} s)")
         return value
+
+    @property
+    def publish_stuck_after(self) -> float:
+        """Seconds without a finished publish round after which the liveness check fails: a few rescan
+        intervals, each with the longest retry wait (a round failing through an API outage still finishes)."""
+        return PUBLISH_ROUNDS_BEFORE_STUCK * (self.rescan_interval + self.api_backoff_max)
 
     @property
     def plugin_directory(self) -> Path:
@@ -328,6 +343,7 @@ class _Publishing:
             )
         self.fatal: list[BaseException] = []
         self.failed_rounds = 0
+        self.last_round_finished = time.monotonic()
         self.last_pool: NodePool | None = None
         self.last_result = PublishResult()
         self.server = ""
@@ -355,8 +371,17 @@ class _Publishing:
     def on_failure(self, kind: RoundFailure, exc: BaseException, in_a_row: int) -> None:
         """Every failed round (logged by the loop); kept for the fatal line's count."""
         self.failed_rounds = in_a_row
+        self.last_round_finished = time.monotonic()
+        self.metrics.observe_publish_round(kind.value)
+
+    def seconds_since_last_round(self) -> float:
+        """Seconds since a publish round last finished, well or not (since start-up before the first):
+        the liveness check's measure of a stuck publish loop."""
+        return time.monotonic() - self.last_round_finished
 
     def on_round(self, pool: NodePool, result: PublishResult) -> None:
+        self.last_round_finished = time.monotonic()
+        self.metrics.observe_publish_round("success")
         self.last_pool = pool
         self.last_result = result
         self.reporter.report_pool(pool)
@@ -517,6 +542,7 @@ def run_publish_only(
             "--realize-before-bind (MIGDRA_REALIZE_BEFORE_BIND) needs the whole plugin: with --publish-only nothing "
             "would realize the claims, and every pod would wait for its binding conditions until they time out"
         )
+    set_node(plugin.node_name)
     registry = CollectorRegistry()
     publishing = _Publishing(plugin, registry, stop)
     configuration = check_start_up(plugin, prepare=None)
@@ -530,6 +556,7 @@ def run_publish_only(
     )
     with (
         serving_metrics(plugin.metrics_address, registry),
+        serving_liveness(plugin.healthcheck_address, lambda: _publish_problem(plugin, publishing)),
         new_api_client(configuration) as api_client,
         open_nvml(nvml_settings) as nvml,
         publishing.running(api_client, nvml, ownership=None),
@@ -550,6 +577,7 @@ def run_plugin(
     Raises :class:`ConfigurationError` before touching the API or the hardware when a setting cannot
     work; a checkpoint that cannot be trusted, a socket that cannot be served and publishing that
     kept failing stop it with a :class:`MigdraError` too."""
+    set_node(plugin.node_name)
     registry = CollectorRegistry()
     publishing = _Publishing(plugin, registry, stop)
     publishing.realize_before_bind = plugin.realize_before_bind
@@ -560,8 +588,10 @@ def run_plugin(
     publishing.server = str(configuration.host)
     metrics = PrepareMetrics(registry)
     publishing.fault_metrics = FaultMetrics(registry) if plugin.device_taints else None
+    served: list[PluginServers] = []  # once kubelet's sockets are served: what the liveness check calls
     with (
         serving_metrics(plugin.metrics_address, registry),
+        serving_liveness(plugin.healthcheck_address, lambda: _liveness_problem(plugin, publishing, served)),
         new_api_client(configuration) as api_client,
         open_nvml(nvml_settings, observe_call=metrics.observe_nvml_call) as nvml,
     ):
@@ -604,6 +634,7 @@ def run_plugin(
         if faults is not None:
             faults.load()  # before the first publish; a corrupt store stops us: TaintStoreError
             publishing.faults = faults.faults
+        register_mig_instances(registry, plugin.node_name, service.prepared_instances)
         servers = PluginServers(
             driver_name,
             plugin.registry_dir,
@@ -629,6 +660,7 @@ def run_plugin(
             # Registered before the first publish: prepare needs the recovered checkpoint, not our slices
             # (see the module docstring).  A socket path taken since the start-up check: SocketPathError.
             servers.start()
+            served.append(servers)
             if realizer is not None:  # after recovery: it releases records realized ahead that lost their claim
                 realizer.start()
             if faults is not None:
@@ -653,6 +685,21 @@ def run_plugin(
                 faults.stop()
             service.close()
     return publishing.exit_code()
+
+
+def _liveness_problem(plugin: PluginSettings, publishing: _Publishing, served: list[PluginServers]) -> str | None:
+    """Why the node process is not alive, or None: kubelet's sockets answer and publishing is not stuck."""
+    if not served:
+        return "starting: kubelet's sockets are not served yet"
+    return probe_sockets(served[0].paths) or _publish_problem(plugin, publishing)
+
+
+def _publish_problem(plugin: PluginSettings, publishing: _Publishing) -> str | None:
+    """Why publishing looks stuck (no round finished for :attr:`PluginSettings.publish_stuck_after`), or None."""
+    idle, limit = publishing.seconds_since_last_round(), plugin.publish_stuck_after
+    if idle > limit:
+        return f"the publish loop has finished no round for {idle:.0f} s (stuck after {limit:g} s)"
+    return None
 
 
 def _log_registration(servers: PluginServers, stop: threading.Event) -> None:

@@ -5,9 +5,12 @@ Names follow Prometheus conventions (``migdra_`` prefix, ``_total`` for counters
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 
 class PublishMetrics:
@@ -39,6 +42,19 @@ class PublishMetrics:
             "ResourceSlice API writes of the publish rounds for a change of the claims allocated here",
             registry=registry,
         )
+
+        self.publish_rounds = Counter(
+            "migdra_publish_rounds_total",
+            "publish rounds (an NVML rescan, a trigger, a retry), by result: success (the API holds the slices "
+            "rendered from the inventory, written or already there), or the kind of failure (api-unavailable, "
+            "inventory-changed, refused, nvml, bug)",
+            ["result"],
+            registry=registry,
+        )
+        self.publish_rounds.labels("success")
+
+    def observe_publish_round(self, result: str) -> None:
+        self.publish_rounds.labels(result).inc()
 
     def observe_placement_republish(self, writes: int) -> None:
         self.placement_republishes.labels("written" if writes else "unchanged").inc()
@@ -172,3 +188,85 @@ class FaultMetrics:
         for labels in self._reported | set(counts):
             self.device_taints.labels(*labels).set(counts.get(labels, 0))
         self._reported |= set(counts)
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """A MIG instance migdra created for a claim, as the checkpoint records it (one info series)."""
+
+    gpu_uuid: str
+    mig_uuid: str
+    profile: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    placement_start: int
+    placement_size: int
+    namespace: str
+    claim: str
+    claim_uid: str
+
+
+MIG_INSTANCE_INFO = "migdra_mig_instance_info"
+_MIG_INSTANCE_LABELS = (
+    "node",
+    "gpu_uuid",
+    "mig_uuid",
+    "profile",
+    "gpu_instance_id",
+    "compute_instance_id",
+    "placement_start",
+    "placement_size",
+    "namespace",
+    "claim",
+    "claim_uid",
+)
+
+
+class MigInstanceCollector(Collector):
+    """``migdra_mig_instance_info``: 1 per MIG instance this plugin prepared, computed at scrape time
+    from the checkpoint, so an unprepared instance's series is gone at the next scrape (no state to go
+    stale).  Instances migdra did not create are not listed (``migdra_foreign_gpu_instances`` counts
+    them): their claim is unknown, and this series exists to join a claim with DCGM's per-instance
+    series (``gpu_uuid`` = DCGM's ``UUID``, ``gpu_instance_id`` = ``GPU_I_ID``; docs/metrics.md)."""
+
+    def __init__(self, node: str, instances: Callable[[], Sequence[MigInstance]]) -> None:
+        self._node = node
+        self._instances = instances
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            MIG_INSTANCE_INFO,
+            "1 for every MIG instance this plugin created for a claim (its identity, placement and claim)",
+            labels=_MIG_INSTANCE_LABELS,
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        yield self._family()  # registering must not read the checkpoint
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        for i in self._instances():
+            family.add_metric(
+                [
+                    self._node,
+                    i.gpu_uuid,
+                    i.mig_uuid,
+                    i.profile,
+                    str(i.gpu_instance_id),
+                    str(i.compute_instance_id),
+                    str(i.placement_start),
+                    str(i.placement_size),
+                    i.namespace,
+                    i.claim,
+                    i.claim_uid,
+                ],
+                1,
+            )
+        yield family
+
+
+def register_mig_instances(
+    registry: CollectorRegistry, node: str, instances: Callable[[], Sequence[MigInstance]]
+) -> None:
+    """Serve ``migdra_mig_instance_info`` from ``instances`` (called at every scrape) on ``registry``."""
+    registry.register(MigInstanceCollector(node, instances))

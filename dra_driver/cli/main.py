@@ -58,10 +58,15 @@ _LAZY_GROUPS = {
 @click.group(cls=LazyGroup, lazy_commands=_LAZY_GROUPS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="migdra")
 @click.option("-v", "--verbose", count=True, help="more log output (-vv for debug)")
-def cli(verbose: int) -> None:
+@click.option(
+    "--log-format", default=None, metavar="text|json", help="json: one JSON object per line [env MIGDRA_LOG_FORMAT]"
+)
+def cli(verbose: int, log_format: str | None) -> None:
     """migdra: NVIDIA MIG as Kubernetes DRA devices."""
+    from dra_driver.logs import LogSettings, configure_logging  # noqa: PLC0415 -- keep `migdra --help` light
+
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(_settings(LogSettings, "logging", log_format=log_format), level)
     if not verbose:  # urllib3 warns once per transport retry; migdra says once, in one line, what failed
         logging.getLogger("urllib3").setLevel(logging.ERROR)
 
@@ -219,6 +224,9 @@ def checkpoint_downgrade(state_dir: Path) -> None:
     help="XIDs that taint nothing [13,31,43,45,68,109; env MIGDRA_HEALTH_IGNORED_XIDS]",
 )
 @click.option(
+    "--healthcheck-address", default=None, metavar="HOST:PORT", help="serve the gRPC liveness check here (e.g. :51515)"
+)
+@click.option(
     "--realize-before-bind/--no-realize-before-bind",
     default=None,
     help="create a claim's MIG instance before its pod is bound (binding conditions)",
@@ -258,6 +266,7 @@ def kubelet_plugin(
     device_taints: bool | None,
     health_clear_after: float | None,
     health_ignored_xids: str | None,
+    healthcheck_address: str | None,
     realize_before_bind: bool | None,
     placement_policy: str | None,
     publish_only: bool,
@@ -288,6 +297,7 @@ def kubelet_plugin(
         device_taints=device_taints,
         health_clear_after=health_clear_after,
         health_ignored_xids=health_ignored_xids,
+        healthcheck_address=healthcheck_address,
         realize_before_bind=realize_before_bind,
         placement_policy=placement_policy,
     )

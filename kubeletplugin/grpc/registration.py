@@ -4,7 +4,8 @@ Owns what we tell kubelet about ourselves (``GetInfo``: type ``DRAPlugin``, the 
 socket's absolute path, the API versions we serve) and what kubelet tells us back
 (``NotifyRegistrationStatus``).  A rejection is easy to miss -- kubelet logs it on its side and our
 sockets keep working -- so the last status is kept, an event is set for the process to wait on,
-and ``migdra_registration_status_total{registered="true|false"}`` counts every notification.
+``migdra_registration_status_total{registered="true|false"}`` counts every notification, and
+``migdra_kubelet_registered`` is 1 while the last one accepted us.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from dra_driver.kubeletapi import pluginregistration_v1_pb2 as registration_pb2
 
@@ -64,6 +65,12 @@ class RegistrationServicer:
         )
         for registered in ("true", "false"):  # both series exist from the start, at zero
             self._notifications.labels(registered=registered)
+        Gauge(
+            "migdra_kubelet_registered",
+            "1 while kubelet's last NotifyRegistrationStatus accepted the plugin; 0 before the first and after a "
+            "rejection",
+            registry=metrics_registry,
+        ).set_function(lambda: 1.0 if (status := self.status) is not None and status.registered else 0.0)
 
     @property
     def status(self) -> RegistrationStatus | None:

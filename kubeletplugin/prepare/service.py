@@ -42,12 +42,13 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
+from dra_driver.logs import log_context
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError
 from dra_driver.nvml.types import GpuInstanceInfo
 from kubeletplugin.draservice import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
-from kubeletplugin.metrics import PrepareMetrics
+from kubeletplugin.metrics import MigInstance, PrepareMetrics
 from kubeletplugin.prepare.cdi import (
     DEFAULT_COMMON_EDITS,
     CommonEdits,
@@ -389,7 +390,11 @@ class PrepareService:
         fails keeps what is left as ``PrepareStarted``, still realized ahead, and raises.
         """
         store = self._require_store()
-        with self._call(), self._claim_locks.hold(ref.uid):
+        with (
+            log_context(claim_uid=ref.uid, claim=claim_namespaced_name(ref)),
+            self._call(),
+            self._claim_locks.hold(ref.uid),
+        ):
             record = store.get(ref.uid)
             if record is None or not record.realized_ahead or not confirm(record):
                 return False
@@ -419,6 +424,33 @@ class PrepareService:
         if self._metrics is not None:
             self._metrics.observe_claim(operation, time.perf_counter() - started, not outcome.error)
         return outcome
+
+    def prepared_instances(self) -> list[MigInstance]:
+        """Every MIG instance a claim's record says migdra created, with its identity (the metrics'
+        ``migdra_mig_instance_info``); read at scrape time, so it is never stale.  Admin-access devices
+        and whole GPUs create nothing and are not listed; an instance being created is listed once its
+        MIG UUID is recorded."""
+        return [
+            MigInstance(
+                gpu_uuid=device.intent.gpu_uuid,
+                mig_uuid=device.mig_uuid,
+                profile=device.intent.profile_name or "",
+                gpu_instance_id=device.gpu_instance_id,
+                compute_instance_id=device.compute_instance_id,
+                placement_start=device.intent.placement.start,
+                placement_size=device.intent.placement.size,
+                namespace=record.namespace,
+                claim=record.name,
+                claim_uid=record.claim_uid,
+            )
+            for record in self._require_store().records()
+            for device in record.devices
+            if device.owns_instance
+            and device.mig_uuid is not None
+            and device.gpu_instance_id is not None
+            and device.compute_instance_id is not None
+            and device.intent.placement is not None
+        ]
 
     def owned_instances(self) -> set[tuple[str, int]]:
         """(GPU UUID, GPU-instance ID) of every GI migdra created and still records (for the publisher).
@@ -457,6 +489,10 @@ class PrepareService:
         return {uid: future.result() for uid, future in futures.items()}
 
     def _prepare_claim_reported(self, ref: ClaimRef, *, ahead: bool = False) -> PrepareResult:
+        with log_context(claim_uid=ref.uid or None, claim=claim_namespaced_name(ref)):
+            return self._prepare_claim_logged(ref, ahead=ahead)
+
+    def _prepare_claim_logged(self, ref: ClaimRef, *, ahead: bool) -> PrepareResult:
         label = claim_namespaced_name(ref)
         problem = compute_claim_ref_problem(ref)
         if problem is not None:  # nothing to report the failure on: the claim cannot be named
@@ -477,6 +513,10 @@ class PrepareService:
         return PrepareResult(error=message)
 
     def _unprepare_claim_reported(self, ref: ClaimRef) -> UnprepareResult:
+        with log_context(claim_uid=ref.uid or None, claim=claim_namespaced_name(ref)):
+            return self._unprepare_claim_logged(ref)
+
+    def _unprepare_claim_logged(self, ref: ClaimRef) -> UnprepareResult:
         label = claim_namespaced_name(ref)
         problem = compute_claim_ref_problem(ref)
         if problem is not None:
@@ -604,7 +644,7 @@ class PrepareService:
                     continue
                 journal = _DeviceJournal(store, started.claim_uid, index, device)
                 try:
-                    with self._gpu_locks.hold(intent.gpu_uuid):
+                    with log_context(gpu_uuid=intent.gpu_uuid), self._gpu_locks.hold(intent.gpu_uuid):
                         instance = realize_mig_instance(self.nvml, targets[intent.device_name], journal, self._crash)
                 except RealizeFailed as e:
                     if e.leftover_gpu_instance_id is not None:
