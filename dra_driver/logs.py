@@ -102,6 +102,12 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False)
 
 
+def render_announcement(message: str, logger: str = "migdra") -> str:
+    """A line a command prints whatever the log level (the plugin's "serving node ..."), as a JSON log line."""
+    record = logging.LogRecord(logger, logging.INFO, "", 0, message, None, None)
+    return JsonFormatter().format(record)
+
+
 def configure_logging(settings: LogSettings, level: int) -> None:
     """The root logger writes to stderr in ``settings.log_format`` at ``level``.
 

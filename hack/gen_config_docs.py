@@ -19,13 +19,15 @@ from pydantic_settings import BaseSettings
 
 from dra_driver.cli.main import cli
 from dra_driver.controller.settings import ControllerSettings
+from dra_driver.logs import LogSettings
 from dra_driver.nvml.settings import NvmlSettings
 from kubeletplugin.app import PluginSettings
 from kubeletplugin.prepare import PrepareSettings
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
-# settings group -> (model, the CLI command whose flags set it)
+# settings group -> (model, the CLI command whose flags set it; "" for the `migdra` group itself)
 GROUPS: dict[str, tuple[type[BaseSettings], str]] = {
+    "logging": (LogSettings, ""),
     "nvml": (NvmlSettings, "gpus"),
     "plugin": (PluginSettings, "kubelet-plugin"),
     "prepare": (PrepareSettings, "kubelet-plugin"),
@@ -35,7 +37,7 @@ GROUPS: dict[str, tuple[type[BaseSettings], str]] = {
 
 def _flags(command_name: str) -> dict[str, str]:
     """Parameter name -> its flags as the CLI spells them (``--health/--no-health``)."""
-    command = cli.commands[command_name]
+    command = cli.commands[command_name] if command_name else cli
     flags = {}
     for param in command.params:
         if isinstance(param, click.Option) and param.name:

@@ -11,6 +11,7 @@ import logging
 from collections import Counter as Tally
 
 from dra_driver.devicemodel.pool import ForeignInstance, NodePool
+from dra_driver.logs import log_context
 from kubeletplugin.metrics import PublishMetrics
 from kubeletplugin.publisher import PublishResult
 
@@ -26,21 +27,23 @@ class PoolReporter:
     def report_pool(self, pool: NodePool) -> None:
         foreign = set(pool.foreign_instances)
         for instance in sorted(foreign - self._known_foreign, key=_order):
-            log.warning(
-                "GPU %s (minor %d) holds GPU instance %d (%s at %s) that migdra did not create: "
-                "leaving it alone and withholding every placement that overlaps it",
-                instance.gpu_uuid,
-                instance.gpu_minor,
-                instance.gpu_instance_id,
-                instance.profile_name,
-                instance.placement,
-            )
+            with log_context(gpu_uuid=instance.gpu_uuid):
+                log.warning(
+                    "GPU %s (minor %d) holds GPU instance %d (%s at %s) that migdra did not create: "
+                    "leaving it alone and withholding every placement that overlaps it",
+                    instance.gpu_uuid,
+                    instance.gpu_minor,
+                    instance.gpu_instance_id,
+                    instance.profile_name,
+                    instance.placement,
+                )
         for instance in sorted(self._known_foreign - foreign, key=_order):
-            log.info(
-                "foreign GPU instance %d on GPU %s is gone; its placements are published again",
-                instance.gpu_instance_id,
-                instance.gpu_uuid,
-            )
+            with log_context(gpu_uuid=instance.gpu_uuid):
+                log.info(
+                    "foreign GPU instance %d on GPU %s is gone; its placements are published again",
+                    instance.gpu_instance_id,
+                    instance.gpu_uuid,
+                )
         self._known_foreign = foreign
         per_gpu = Tally(instance.gpu_uuid for instance in foreign)
         gpus = {device.gpu_uuid for device in pool.devices} | set(per_gpu) | self._gpus_seen

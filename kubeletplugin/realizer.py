@@ -50,6 +50,7 @@ from dra_driver.kube.client import CLAIMS, Client
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubeapi import describe_failure, retry_conflicts
+from dra_driver.logs import log_context
 from kubeletplugin.draservice import ClaimRef, PrepareResult
 from kubeletplugin.metrics import RealizeMetrics
 from kubeletplugin.prepare.records import ClaimRecord
@@ -217,7 +218,9 @@ class Realizer(ControlLoop):
         releasing = compute_records_to_release(self._service.realized_ahead(), claims, self.driver_name, self.pool_name)
         kept: set[str] = set()
         for record in releasing:
-            if not self._release(record):
+            with log_context(claim_uid=record.claim_uid, claim=record.label):
+                released = self._release(record)
+            if not released:
                 kept.add(record.claim_uid)
         refs = [
             ref for ref in compute_claims_to_realize(claims, self.driver_name, self.pool_name) if ref.uid not in kept
@@ -225,7 +228,8 @@ class Realizer(ControlLoop):
         if refs:
             results = self._service.realize_ahead(refs)
             for ref in refs:
-                self._settle(ref, results[ref.uid])
+                with log_context(claim_uid=ref.uid, claim=f"{ref.namespace}/{ref.name}"):
+                    self._settle(ref, results[ref.uid])
         self.passes += 1
 
     def _release(self, record: ClaimRecord) -> bool:

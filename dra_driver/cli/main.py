@@ -61,12 +61,14 @@ _LAZY_GROUPS = {
 @click.option(
     "--log-format", default=None, metavar="text|json", help="json: one JSON object per line [env MIGDRA_LOG_FORMAT]"
 )
-def cli(verbose: int, log_format: str | None) -> None:
+@click.pass_context
+def cli(ctx: click.Context, verbose: int, log_format: str | None) -> None:
     """migdra: NVIDIA MIG as Kubernetes DRA devices."""
     from dra_driver.logs import LogSettings, configure_logging  # noqa: PLC0415 -- keep `migdra --help` light
 
     level = logging.WARNING - 10 * min(verbose, 2)
-    configure_logging(_settings(LogSettings, "logging", log_format=log_format), level)
+    ctx.obj = _settings(LogSettings, "logging", log_format=log_format)
+    configure_logging(ctx.obj, level)
     if not verbose:  # urllib3 warns once per transport retry; migdra says once, in one line, what failed
         logging.getLogger("urllib3").setLevel(logging.ERROR)
 
@@ -303,7 +305,7 @@ def kubelet_plugin(
     )
     stop = stop_on_signals()
     if publish_only:
-        sys.exit(app.run_publish_only(plugin, nvml_settings, stop, _announce))
+        sys.exit(app.run_publish_only(plugin, nvml_settings, stop, _announcer()))
     prepare = _settings(
         PrepareSettings,
         "prepare",
@@ -320,7 +322,7 @@ def kubelet_plugin(
     for beside_socket in ("state_dir", "plugin_data_dir"):  # neither flag nor variable: beside dra.sock
         if beside_socket not in prepare.model_fields_set:
             prepare = prepare.model_copy(update={beside_socket: plugin.plugin_directory})
-    sys.exit(app.run_plugin(plugin, prepare, nvml_settings, stop, _announce))
+    sys.exit(app.run_plugin(plugin, prepare, nvml_settings, stop, _announcer()))
 
 
 @cli.command("controller")
@@ -376,12 +378,23 @@ def controller(
         metrics_address=metrics_address,
     )
     stop = stop_on_signals()
-    sys.exit(run_controller(settings, stop, _announce))
+    sys.exit(run_controller(settings, stop, _announcer()))
 
 
 def _announce(line: str) -> None:
     """The plugin's one line once the node is published (and served); it is quiet otherwise."""
     click.echo(line, err=True)
+
+
+def _announcer() -> Callable[[str], None]:
+    """:func:`_announce`, or with ``--log-format json`` the same line as a JSON log line (a log pipeline
+    reads nothing else); chosen here, on the command's thread, as the line may come from another."""
+    from dra_driver.logs import LogFormat, render_announcement  # noqa: PLC0415
+
+    settings = click.get_current_context().find_root().obj
+    if getattr(settings, "log_format", None) is LogFormat.JSON:
+        return lambda line: click.echo(render_announcement(line), err=True)
+    return _announce
 
 
 def _settings(model: Callable[..., SettingsT], what: str, **given: object) -> SettingsT:

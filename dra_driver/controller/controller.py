@@ -41,6 +41,7 @@ from dra_driver.kube.events import EventRecorder
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubeapi import ApiFailure, Backoff, BackoffPolicy, classify_failure, describe_failure
+from dra_driver.logs import log_context
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,9 @@ class ReservationController(ControlLoop):
             if wait > 0:
                 self._wake(time.monotonic() + wait)
                 return  # the rest in the next pass, after the rate allows more
-            self._converge(claim, held, desired)
+            meta = claim["metadata"]
+            with log_context(claim_uid=uid or None, claim=f"{meta.get('namespace', '')}/{meta.get('name', '')}"):
+                self._converge(claim, held, desired)
         self._forget_backoffs(set(by_claim))
 
     def next_wake(self) -> float:

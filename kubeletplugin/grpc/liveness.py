@@ -78,7 +78,7 @@ class LivenessServicer(health.HealthServicer):  # type: ignore[misc]
     def __init__(self, problem: Callable[[], str | None]) -> None:
         super().__init__()
         self._problem = problem
-        self._lock = threading.Lock()
+        self._last_lock = threading.Lock()  # not ``_lock``: the base class has its own
         self._last: str | None = None
         self.set("", NOT_SERVING)
 
@@ -89,7 +89,7 @@ class LivenessServicer(health.HealthServicer):  # type: ignore[misc]
         except Exception as exc:  # a bug in a check is a failed check, never a crashed probe
             log.exception("the liveness check failed unexpectedly")
             problem = f"the check failed: {exc!r}"
-        with self._lock:
+        with self._last_lock:
             changed, self._last = problem != self._last, problem
         if changed:
             if problem is None:
@@ -117,18 +117,19 @@ def serving_liveness(address: str | None, problem: Callable[[], str | None]) -> 
     except ValueError as exc:
         raise ConfigurationError(f"{FLAG} {address!r}: {exc}") from exc
     executor = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="grpc-liveness")
-    server: Any = grpc.server(executor)
+    # No SO_REUSEPORT (gRPC's default): a second plugin on the same port must fail, not share it.
+    server: Any = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
     servicer = LivenessServicer(problem)
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     try:
         bound = server.add_insecure_port(target)
-    except RuntimeError as exc:  # grpc raises rather than returning 0 in recent releases
-        bound, reason = 0, str(exc)
-    else:
-        reason = "the address is taken or cannot be bound"
+    except RuntimeError:  # grpc raises rather than returning 0 in recent releases
+        bound = 0
     if bound == 0:
         executor.shutdown(wait=False)
-        raise ConfigurationError(f"{FLAG} {address!r}: cannot listen there: {reason}")
+        raise ConfigurationError(
+            f"{FLAG} {address!r}: cannot listen there: the port is taken or the address is not this host's"
+        )
     server.start()
     log.info("serving the liveness check (grpc.health.v1.Health) on %s", target)
     try:

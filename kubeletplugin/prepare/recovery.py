@@ -33,6 +33,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from dra_driver.logs import log_context
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError
 from dra_driver.nvml.types import GpuInstanceInfo
@@ -139,8 +140,12 @@ def release_record(
             store.update_device(record.claim_uid, index, device)
             current[0] = device
 
+        gpu_uuid = record.devices[index].intent.gpu_uuid
         try:
-            with gpu_locks.hold(record.devices[index].intent.gpu_uuid):
+            with (
+                log_context(claim_uid=record.claim_uid, claim=record.label, gpu_uuid=gpu_uuid),
+                gpu_locks.hold(gpu_uuid),
+            ):
                 release_device(nvml, record.devices[index], progress)
         except (ReleaseError, LockTimeoutError) as e:
             log.error("claim %s (UID %s): %s", record.label, record.claim_uid, e.message)

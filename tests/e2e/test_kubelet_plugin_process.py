@@ -43,9 +43,11 @@ class PluginProcess:
     def registration_socket(self) -> Path:
         return self.root / "registry" / f"{DRIVER}-reg.sock"
 
-    def start(self, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    def start(
+        self, env: dict[str, str] | None = None, args: tuple[str, ...] = (), *, verbose: bool = False
+    ) -> subprocess.Popen[str]:
         process = subprocess.Popen(
-            kubelet_plugin_argv(self.root, self.kubeconfig, *args),
+            kubelet_plugin_argv(self.root, self.kubeconfig, *args, verbose=verbose),
             env=kubelet_plugin_env(self.root, list((env or {}).items())),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
