@@ -18,6 +18,7 @@ Must never: change the plugin's state; a probe has no side effects.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +48,19 @@ def grpc_address(address: str) -> str:
     """``HOST:PORT`` as gRPC binds it (``:PORT`` = every interface; an IPv6 host in brackets)."""
     host, port = parse_metrics_address(address)
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _check_bindable(address: str) -> None:
+    """Bind ``address`` once with a plain socket: gRPC's own failure is a C-core line on stderr and a
+    message without the reason, this is one line with the system's (``Address already in use``)."""
+    host, port = parse_metrics_address(address)
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC: a TIME_WAIT port is free
+            probe.bind(sockaddr)
+    except OSError as exc:
+        raise ConfigurationError(f"{FLAG} {address!r}: cannot listen there: {exc.strerror or exc}") from exc
 
 
 def probe_sockets(paths: PluginSocketPaths, timeout: float = CALL_TIMEOUT) -> str | None:
@@ -116,6 +130,7 @@ def serving_liveness(address: str | None, problem: Callable[[], str | None]) -> 
         target = grpc_address(address)
     except ValueError as exc:
         raise ConfigurationError(f"{FLAG} {address!r}: {exc}") from exc
+    _check_bindable(address)
     executor = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="grpc-liveness")
     # No SO_REUSEPORT (gRPC's default): a second plugin on the same port must fail, not share it.
     server: Any = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
