@@ -12,7 +12,8 @@ conventions (``migdra_`` prefix, base units, ``_ratio`` for a fraction; docs/con
 - ``migdra_gpu_free_memory_slices{node,gpu}`` and ``migdra_gpu_foreign_memory_slices{node,gpu}``;
 - ``migdra_gpu_largest_allocatable_memory_slices{node,gpu}`` (0: nothing fits) and the info-style
   ``migdra_gpu_largest_allocatable_profile{node,gpu,profile}`` (1, only while something fits);
-- ``migdra_gpu_fragmentation_ratio{node,gpu}``: 1 - largest allocatable placement / free memory slices.
+- ``migdra_gpu_fragmentation_ratio{node,gpu}``: 1 - largest allocatable placement / free memory slices;
+- ``migdra_gpu_info{node,gpu,gpu_uuid,product}``: 1, to join these with series labelled by GPU UUID.
 
 A whole GPU (MIG disabled) is one memory slice with profile ``gpu``.  Every update replaces the last:
 series of GPUs, profiles and largest profiles that are gone are removed, not left at their last value.
@@ -106,6 +107,13 @@ class OccupancyMetrics:
             _PROFILE_LABELS,
             registry=registry,
         )
+        self.gpu_info = Gauge(
+            "migdra_gpu_info",
+            "1 per GPU: its device-model name (gpu), NVML UUID and product, to join the per-GPU series with "
+            "series labelled by GPU UUID (migdra_mig_instance_info, DCGM's UUID)",
+            ("node", "gpu", "gpu_uuid", "product"),
+            registry=registry,
+        )
         self.fragmentation = Gauge(
             "migdra_gpu_fragmentation_ratio",
             "1 - largest allocatable placement / free memory slices; 0 when nothing is free",
@@ -126,6 +134,7 @@ class OccupancyMetrics:
                 self.largest_allocatable_memory_slices,
                 self.largest_allocatable_profile,
                 self.fragmentation,
+                self.gpu_info,
             )
         }
         for gpu in gpus:
@@ -141,6 +150,7 @@ class OccupancyMetrics:
             if largest is not None:
                 values[self.largest_allocatable_profile][(*where, largest.profile)] = 1
             values[self.fragmentation][where] = gpu.fragmentation
+            values[self.gpu_info][(*where, gpu.uuid, gpu.product)] = 1
         for gauge, series in values.items():
             for labels in self._series.get(gauge, set()) - set(series):
                 gauge.remove(*labels)

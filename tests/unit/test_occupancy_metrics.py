@@ -64,6 +64,8 @@ def test_gauges_per_node_and_gpu(registry: CollectorRegistry) -> None:
     assert samples[series("migdra_gpu_largest_allocatable_profile", "gpu-1", profile="7g.80gb")] == 1
     assert samples[series("migdra_gpu_fragmentation_ratio", "gpu-0")] == pytest.approx(1 - 2 / 3)
     assert samples[series("migdra_gpu_fragmentation_ratio", "gpu-1")] == 0
+    (info,) = [labels for name, labels in samples if name == "migdra_gpu_info" and ("gpu", "gpu-0") in labels]
+    assert dict(info)["gpu_uuid"].startswith("GPU-")
     assert not any(key[0] == "migdra_gpu_reserved_instances" and ("gpu", "gpu-1") in key[1] for key in samples)
 
 
