@@ -60,7 +60,8 @@ def _panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_it_has_the_shape_grafana_loads(dashboard: dict[str, Any]) -> None:
-    assert dashboard["uid"] and dashboard["title"]
+    assert dashboard["uid"]
+    assert dashboard["title"]
     assert isinstance(dashboard["schemaVersion"], int)
     panels = _panels(dashboard)
     ids = [panel["id"] for panel in panels]
