@@ -4,7 +4,7 @@ This is the only place the kubelet plugin's parts are assembled; each part stays
 
 Start-up checks everything it can before it touches the API server or the hardware -- the names
 (settings validators), the device configuration, every directory it will write to, the socket paths,
-the kubeconfig (loaded, not yet used) and the metrics port (bound) -- so a bad flag stops the process
+the kubeconfig (loaded, not yet used) and the metrics and liveness ports (bound) -- so a bad flag stops the process
 with one line and never leaves half-published slices behind.  Once the slices are published (and,
 in the full plugin, kubelet's sockets are served) one line says so through ``announce``; otherwise
 the process stays quiet unless something goes wrong.
@@ -33,9 +33,10 @@ claims on its own worker pool under per-GPU locks, and writes and reconciles cla
 background thread); with realize before bind, the realizer's thread and its claim informer
 (:mod:`kubeletplugin.realizer`, calling the same service); with device taints, the GPU fault
 watcher's thread on its NVML event set (:mod:`kubeletplugin.gpu_faults`), which triggers the publish
-loop when a fault comes or goes; the main thread waits for SIGTERM/SIGINT and then shuts down in
-order: deregister from kubelet, let in-flight calls finish, stop publishing, stop the realizer, stop
-the fault watcher, close prepare (instances are kept).
+loop when a fault comes or goes; with ``--healthcheck-address``, the liveness check's own two gRPC
+threads (:mod:`kubeletplugin.grpc.liveness`); the main thread waits for SIGTERM/SIGINT and then shuts
+down in order: deregister from kubelet, let in-flight calls finish, stop publishing, stop the
+realizer, stop the fault watcher, close prepare (instances are kept).
 """
 
 from __future__ import annotations

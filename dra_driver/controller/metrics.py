@@ -4,7 +4,7 @@
 status read as :mod:`dra_driver.claimstatus` defines it (``Ready`` + ``migUUID`` from the plugin,
 ``Reserved`` from this controller); ``migdra status`` prints the same result.  :class:`OccupancyMetrics`
 turns it into gauges on a registry passed in (tests use a fresh one).  Names follow the node plugin's
-conventions (``migdra_`` prefix, base units, ``_ratio`` for a fraction; docs/configuration.md):
+conventions (``migdra_`` prefix, base units, ``_ratio`` for a fraction; docs/metrics.md):
 
 - ``migdra_gpu_reserved_instances{node,gpu,profile}``: devices allocated claims hold;
 - ``migdra_gpu_realized_instances{node,gpu,profile}``: of those, the ones the plugin created (0 while
