@@ -1,5 +1,6 @@
-"""What every long-running migdra process serves besides its own work: the Prometheus endpoint and the
-signal-driven stop (the node plugin and the reservation controller share them).
+"""What every long-running migdra process serves besides its own work: the Prometheus endpoint (with,
+optionally, ``/healthz`` beside it) and the signal-driven stop (the node plugin and the reservation
+controller share them).
 
 Must never: decide what a process does on a stop; it only says that one was asked for.
 """
@@ -8,17 +9,20 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app, start_http_server
 
 from dra_driver.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +40,64 @@ def parse_metrics_address(address: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port_text)
 
 
+HEALTHZ_PATH = "/healthz"
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Every probe and scrape is a request: not a log line each."""
+
+
+def _with_healthz(registry: CollectorRegistry, problem: Callable[[], str | None]) -> WSGIApplication:
+    """The metrics app, and ``/healthz``: 200 ``ok``, or 503 with what ``problem()`` says is wrong."""
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != HEALTHZ_PATH:
+            exposition: Iterable[bytes] = metrics(environ, start_response)
+            return exposition
+        wrong = problem()
+        start_response("200 OK" if wrong is None else "503 Service Unavailable", [("Content-Type", "text/plain")])
+        return [f"{wrong or 'ok'}\n".encode()]
+
+    return app
+
+
+def _start_with_healthz(
+    host: str, port: int, registry: CollectorRegistry, problem: Callable[[], str | None]
+) -> WSGIServer:
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    server_class: type[WSGIServer] = type("_Server", (_ThreadingServer,), {"address_family": family})
+    server: WSGIServer = make_server(
+        host, port, _with_healthz(registry, problem), server_class, handler_class=_QuietHandler
+    )
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    return server
+
+
 @contextmanager
 def serving_metrics(
-    address: str | None, registry: CollectorRegistry, flag: str = "--metrics-address (MIGDRA_METRICS_ADDRESS)"
+    address: str | None,
+    registry: CollectorRegistry,
+    flag: str = "--metrics-address (MIGDRA_METRICS_ADDRESS)",
+    healthz: Callable[[], str | None] | None = None,
 ) -> Iterator[WSGIServer | None]:
     """The Prometheus endpoint on ``HOST:PORT`` (``:PORT`` = all interfaces) while the block runs;
-    ``flag`` names the setting in errors."""
+    ``flag`` names the setting in errors.  With ``healthz``, ``/healthz`` answers 200 while it
+    returns None and 503 with its reason otherwise (an ``httpGet`` liveness probe)."""
     if not address:
         yield None
         return
     try:
         host, port = parse_metrics_address(address)
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        if healthz is None:
+            server, _thread = start_http_server(port, addr=host, registry=registry)
+        else:
+            server = _start_with_healthz(host, port, registry, healthz)
     except ValueError as exc:
         raise ConfigurationError(f"{flag} {address!r}: {exc}") from exc
     except OSError as exc:
@@ -56,6 +106,7 @@ def serving_metrics(
         yield server
     finally:
         server.shutdown()
+        server.server_close()
 
 
 def stop_on_signals() -> threading.Event:

@@ -73,7 +73,12 @@ def run_controller(settings: ControllerSettings, stop: threading.Event, announce
             compute_cluster_occupancy(slices, claims, settings.driver_name)
         ),
     )
-    with serving_metrics(settings.metrics_address, registry, "--metrics-address (MIGDRA_CONTROLLER_METRICS_ADDRESS)"):
+    with serving_metrics(
+        settings.metrics_address,
+        registry,
+        "--metrics-address (MIGDRA_CONTROLLER_METRICS_ADDRESS)",
+        healthz=controller.liveness_problem,
+    ):
         controller.start()
         try:
             if not controller.wait_synced(SYNC_TIMEOUT_SECONDS):

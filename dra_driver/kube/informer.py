@@ -121,6 +121,11 @@ class Informer:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def alive(self) -> bool:
+        """Its thread runs (it stops only when told to: list and watch errors are retried)."""
+        return self._thread.is_alive()
+
     def stop(self) -> None:
         self._stopping.set()
         stream = self._stream

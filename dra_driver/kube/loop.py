@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -20,6 +21,8 @@ log = logging.getLogger(__name__)
 
 SYNC_TIMEOUT_SECONDS = 30.0
 """How long a loop waits for its informers' first lists before its first pass (it runs anyway)."""
+STUCK_AFTER_RESYNCS = 3
+"""A loop that finished no pass for this many resync intervals (plus the first lists' wait) is stuck."""
 
 
 class ControlLoop(ABC):
@@ -33,6 +36,7 @@ class ControlLoop(ABC):
         self._informers = tuple(informers)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._last_pass = time.monotonic()  # a pass finished, or the loop started
 
     @abstractmethod
     def sync(self) -> None:
@@ -49,7 +53,25 @@ class ControlLoop(ABC):
     def start(self) -> None:
         for informer in self._informers:
             informer.start()
+        self._last_pass = time.monotonic()
         self._thread.start()
+
+    def liveness_problem(self) -> str | None:
+        """Why this started loop is not alive -- its thread or an informer's has died, or no pass has
+        finished for :data:`STUCK_AFTER_RESYNCS` resyncs (plus the first lists' wait) -- or None."""
+        if self._stopping.is_set():
+            return None  # stopping on purpose
+        if self._thread.ident is None:
+            return f"{self.name}: not started yet"
+        if not self._thread.is_alive():
+            return f"{self.name}: its thread is not running"
+        for informer in self._informers:
+            if not informer.alive:
+                return f"{self.name}: an informer's thread is not running"
+        idle, limit = time.monotonic() - self._last_pass, STUCK_AFTER_RESYNCS * self.resync + SYNC_TIMEOUT_SECONDS
+        if idle > limit:
+            return f"{self.name}: no pass has finished for {idle:.0f} s (stuck after {limit:g} s)"
+        return None
 
     def stop(self) -> None:
         self._stopping.set()
@@ -70,4 +92,5 @@ class ControlLoop(ABC):
                 self.sync()
             except Exception:  # a bug in one pass must not stop the component; the next change retries
                 log.exception("%s: pass failed", self.name)
+            self._last_pass = time.monotonic()
             self.changes.wait_past(seen, max(0.05, self.next_wake()))

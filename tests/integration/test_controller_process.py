@@ -86,6 +86,10 @@ class ControllerProcess:
                     return float(sample.value)
         return 0.0
 
+    def healthz(self) -> tuple[int, str]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=5) as answer:
+            return int(answer.status), answer.read().decode().strip()
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -183,6 +187,7 @@ def test_a_claim_allocated_by_hand_gets_its_placement_and_no_mig_fields(
     )
     assert controller.metric("migdra_gpu_reserved_instances", node=NODE, gpu="gpu-0", profile="3g.40gb") == 1
     assert controller.metric("migdra_gpu_realized_instances", node=NODE, gpu="gpu-0", profile="3g.40gb") == 0
+    assert controller.healthz() == (200, "ok")  # the liveness probe's answer while all runs
     assert events[0]["type"] == "Normal"
     assert events[0]["message"] == f"Reserved 3g.40gb at memory slices 4\u20137 of {parent} on {NODE}"
 

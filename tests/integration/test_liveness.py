@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 import socket
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -14,9 +16,10 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from dra_driver.errors import ConfigurationError
+from dra_driver.serving import serving_metrics
 from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.grpc import PluginServers
 from kubeletplugin.grpc.liveness import FLAG, probe_sockets, serving_liveness
@@ -114,3 +117,27 @@ def test_a_taken_port_is_one_line_naming_the_flag() -> None:
 def test_off_when_unset() -> None:
     with serving_liveness(None, lambda: "never asked") as servicer:
         assert servicer is None
+
+
+def test_healthz_beside_the_metrics_says_what_is_wrong() -> None:
+    """The controller's liveness: ``/healthz`` on the metrics port, 200 or 503 with the reason."""
+    registry = CollectorRegistry()
+    Gauge("migdra_controller_leader", "leader", registry=registry).set(1)
+    wrong: list[str] = []
+    port = _free_port()
+    with serving_metrics(f"127.0.0.1:{port}", registry, healthz=lambda: wrong[0] if wrong else None):
+        assert _get(port, "/healthz") == (200, "ok")
+        wrong.append("reservations: its thread is not running")
+        assert _get(port, "/healthz") == (503, "reservations: its thread is not running")
+        status, body = _get(port, "/metrics")
+        assert status == 200
+        assert "migdra_controller_leader 1.0" in body  # the metrics are still served beside it
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return int(answer.status), answer.read().decode().strip()
+    except urllib.error.HTTPError as error:
+        with error:
+            return int(error.code), error.read().decode().strip()
