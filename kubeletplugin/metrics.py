@@ -216,7 +216,7 @@ _MIG_INSTANCE_LABELS = (
     "compute_instance_id",
     "placement_start",
     "placement_size",
-    "namespace",
+    "claim_namespace",  # not ``namespace``: a scrape's target label of that name (the pod's) would rename it
     "claim",
     "claim_uid",
 )

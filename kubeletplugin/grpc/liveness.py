@@ -35,8 +35,9 @@ from kubeletplugin.grpc.sockets import PluginSocketPaths
 
 log = logging.getLogger(__name__)
 
-CALL_TIMEOUT = 3.0
-"""Seconds each call of a check may take (kubelet's probe ``timeoutSeconds`` should be above twice it)."""
+CALL_TIMEOUT = 2.0
+"""Seconds each of the two calls of a check may take (kubelet's probe ``timeoutSeconds`` should be
+above twice it: the Helm chart's is 5)."""
 FLAG = "--healthcheck-address (MIGDRA_HEALTHCHECK_ADDRESS)"
 _WORKERS = 2
 
