@@ -29,6 +29,7 @@ or was re-created (other UID) is left alone.
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import logging
 import threading
@@ -125,6 +126,8 @@ class _Job:
     queued_at: float = 0.0
     sequence: int = field(default=0)
     backoff: Backoff | None = None  # its own, for failures that are not the API's
+    # The log context of whoever queued it (the claim being prepared), for the lines its run logs here.
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
 
 
 class _Gone(Exception):
@@ -458,7 +461,7 @@ class ClaimReporter:
                         wake.append(self._next_reconcile)
                     self._cond.wait(max(min(wake, default=now + 3600) - now, 0.001))
             try:
-                self._run(job)
+                job.context.run(self._run, job)
             finally:
                 with self._cond:
                     self._running -= 1
