@@ -1,13 +1,15 @@
 """The plugin's liveness check: the standard ``grpc.health.v1.Health`` service on a TCP port, for a
 Kubernetes ``livenessProbe: grpc: {port: ...}``.
 
-Owns what "alive" means for the node process, and answers it when asked, not from a status set long
-ago: every ``Check`` (kubelet probes every ``periodSeconds``) calls the plugin's own sockets as
-kubelet would -- ``GetInfo`` on the registration socket and a NodePrepareResources with no claims on
-the DRA socket (which touches no claim, no NVML and no file), each within :data:`CALL_TIMEOUT` -- and
-asks ``extra_problem`` (the node process's publish loop: has a round finished lately?).  SERVING when
-all answer, NOT_SERVING otherwise; the overall service name ``""`` is the only one.  A change is
-logged once, with the reason, so a restart by kubelet can be told from a crash.
+Owns the health service and its answer, computed when asked, not from a status set long ago: every
+``Check`` (kubelet probes every ``periodSeconds``) runs the process's ``problem()`` -- for the node
+plugin (app.py): :func:`probe_sockets`, which calls the plugin's own sockets as kubelet would,
+``GetInfo`` on the registration socket and a NodePrepareResources with no claims on the DRA socket
+(which touches no claim, no NVML and no file), each within :data:`CALL_TIMEOUT`, and then whether the
+publish loop has finished a round lately.  SERVING when ``problem()`` says nothing, NOT_SERVING
+otherwise; the overall service name ``""`` is the only one.  A change is logged once, with the
+reason, so a restart by kubelet can be told from a crash.  The probe's calls carry
+:data:`PROBE_METADATA`, so the registration service does not log them as kubelet's.
 
 Concurrency: one small gRPC thread pool of its own, apart from kubelet's servers, so a DRA server
 whose workers are all busy or stuck shows up as a failed check instead of a check that cannot run.
@@ -31,6 +33,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from dra_driver.errors import ConfigurationError
 from dra_driver.kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
 from dra_driver.serving import parse_metrics_address
+from kubeletplugin.grpc.registration import PROBE_METADATA_KEY
 from kubeletplugin.grpc.sockets import PluginSocketPaths
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,9 @@ CALL_TIMEOUT = 2.0
 above twice it: the Helm chart's is 5)."""
 FLAG = "--healthcheck-address (MIGDRA_HEALTHCHECK_ADDRESS)"
 _WORKERS = 2
+
+PROBE_METADATA = ((PROBE_METADATA_KEY, "liveness"),)
+"""gRPC metadata on the probe's own calls to the kubelet sockets."""
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -69,13 +75,13 @@ def probe_sockets(paths: PluginSocketPaths, timeout: float = CALL_TIMEOUT) -> st
     try:
         with grpc.insecure_channel(f"unix://{paths.registration}") as channel:
             registration: Any = pluginregistration_v1_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
-            registration.GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=timeout)
+            registration.GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=timeout, metadata=PROBE_METADATA)
     except grpc.RpcError as exc:
         return f"the registration socket {paths.registration} does not answer GetInfo: {_code(exc)}"
     try:
         with grpc.insecure_channel(f"unix://{paths.dra}") as channel:
             dra: Any = dra_v1_pb2_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
-            dra.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(), timeout=timeout)
+            dra.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(), timeout=timeout, metadata=PROBE_METADATA)
     except grpc.RpcError as exc:
         return f"the DRA socket {paths.dra} does not answer NodePrepareResources: {_code(exc)}"
     return None

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 # PluginInfo.type that routes us to kubelet's DRA handler (Go constant registerapi.DRAPlugin).
 DRA_PLUGIN_TYPE = "DRAPlugin"
+PROBE_METADATA_KEY = "migdra-probe"
+"""gRPC metadata key the plugin's own liveness check sets on its calls (logged at DEBUG, not as kubelet's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +88,11 @@ class RegistrationServicer:
     def GetInfo(
         self, request: registration_pb2.InfoRequest, context: grpc.ServicerContext
     ) -> registration_pb2.PluginInfo:
-        log.info(
-            "kubelet asked for plugin info: %s at %s, versions %s",
+        probe = any(key == PROBE_METADATA_KEY for key, _ in context.invocation_metadata() or ())
+        log.log(
+            logging.DEBUG if probe else logging.INFO,  # the liveness check asks every few seconds
+            "%s asked for plugin info: %s at %s, versions %s",
+            "the liveness check" if probe else "kubelet",
             self._info.name,
             self._info.endpoint,
             ", ".join(self._info.supported_versions),

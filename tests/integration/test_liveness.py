@@ -4,6 +4,7 @@ NOT_SERVING when a socket is gone or its server is stuck; a taken port is one cl
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
 import threading
@@ -46,7 +47,10 @@ def _check(port: int) -> int:
     return int(response.status)
 
 
-def test_serving_while_the_sockets_answer_and_not_when_they_do_not(base_dir: Path) -> None:
+def test_serving_while_the_sockets_answer_and_not_when_they_do_not(
+    base_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kubeletplugin.grpc.registration")
     held, release = threading.Event(), threading.Event()
 
     def hold_real_claims(operation: str, claims: object) -> None:
@@ -76,6 +80,8 @@ def test_serving_while_the_sockets_answer_and_not_when_they_do_not(base_dir: Pat
         servers.start()
         try:
             assert _check(port) == health_pb2.HealthCheckResponse.SERVING
+            # the probe's GetInfo is not logged as kubelet's (every few seconds at -v otherwise)
+            assert not [r for r in caplog.records if "asked for plugin info" in r.getMessage()]
             extra.append("the publish loop has finished no round for 400 s")
             assert _check(port) == health_pb2.HealthCheckResponse.NOT_SERVING
             extra.clear()

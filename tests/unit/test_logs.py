@@ -27,6 +27,7 @@ def capture() -> Iterator[tuple[logging.Logger, io.StringIO]]:
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
     saved = dict(logs._process_fields)
+    logs._process_fields.clear()  # an in-process plugin of an earlier test may have set its node
     try:
         yield logger, stream
     finally:
