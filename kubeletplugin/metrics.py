@@ -216,7 +216,9 @@ _MIG_INSTANCE_LABELS = (
     "compute_instance_id",
     "placement_start",
     "placement_size",
-    "claim_namespace",  # not ``namespace``: a scrape's target label of that name (the pod's) would rename it
+    # the claim's namespace, as the join with DCGM names it; the chart's ServiceMonitor scrapes with
+    # honorLabels so the migdra pod's own namespace target label does not rename it to exported_namespace
+    "namespace",
     "claim",
     "claim_uid",
 )

@@ -87,7 +87,7 @@ def _assert_instance_info(
         "compute_instance_id": str(ci.compute_instance_id),
         "placement_start": str(gi.placement.start),
         "placement_size": str(gi.placement.size),
-        "claim_namespace": claim.namespace,
+        "namespace": claim.namespace,
         "claim": claim.name,
         "claim_uid": claim.uid,
     }

@@ -63,3 +63,30 @@ def container_env(workload: dict[str, Any], container: str) -> dict[str, Any]:
     """``name -> value`` (or ``valueFrom``) of one container of a DaemonSet or Deployment."""
     (found,) = [c for c in workload["spec"]["template"]["spec"]["containers"] if c["name"] == container]
     return {item["name"]: item.get("value", item.get("valueFrom")) for item in found.get("env", [])}
+
+
+Rule = tuple[str, str, str, str]  # (apiGroup, resource, verb, resourceName or "")
+
+
+def rules_of(role: dict[str, Any]) -> set[Rule]:
+    expanded: set[Rule] = set()
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    for name in rule.get("resourceNames") or [""]:
+                        expanded.add((group, resource, verb, name))
+    return expanded
+
+
+def bound_rules(rendered: Rendered, service_account: str) -> set[Rule]:
+    """Every rule granted to ``service_account`` through the rendered bindings."""
+    roles = {(obj["kind"], obj["metadata"]["name"]): obj for obj in rendered.of_kind("ClusterRole")}
+    roles |= {(obj["kind"], obj["metadata"]["name"]): obj for obj in rendered.of_kind("Role")}
+    granted: set[Rule] = set()
+    for binding in rendered.of_kind("ClusterRoleBinding") + rendered.of_kind("RoleBinding"):
+        subjects = binding["subjects"]
+        if any(s["kind"] == "ServiceAccount" and s["name"] == service_account for s in subjects):
+            assert all(s["namespace"] == NAMESPACE for s in subjects)
+            granted |= rules_of(roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])])
+    return granted

@@ -215,6 +215,8 @@ def test_the_controller_runs_two_replicas_with_leader_election_by_default() -> N
     assert env["MIGDRA_CONTROLLER_IDENTITY"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
@@ -224,6 +226,11 @@ def test_optional_objects_appear_only_when_asked_for() -> None:
     assert not default.of_kind("NetworkPolicy")
     monitoring = render(CHART / "ci" / "monitoring-values.yaml")
     assert len(monitoring.of_kind("ServiceMonitor")) == 2
+    for monitor in monitoring.of_kind("ServiceMonitor"):
+        (endpoint,) = monitor["spec"]["endpoints"]
+        # the info series' namespace is the claim's (docs/metrics.md), and the dashboard filters by node
+        assert endpoint["honorLabels"] is True
+        assert endpoint["relabelings"] == [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]
     assert len(monitoring.of_kind("NetworkPolicy")) == 2
     dashboard = monitoring.one("ConfigMap", "-dashboard")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"

@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.kubeapi import call_json
-from tests.helm.chart import CHART, NAMESPACE, Rendered, container_env, render
+from tests.helm.chart import CHART, NAMESPACE, Rendered, bound_rules, container_env, render
 from tests.kubelet_client import KubeletClient, short_socket_dir
 from tests.plugin_command import DRIVER, NODE
 from tests.prepare_harness import create_claim, read_claim_json, result
@@ -73,13 +73,32 @@ class Installed:
         workload = self.rendered.one(kind)
         (spec,) = [c for c in workload["spec"]["template"]["spec"]["containers"] if c["name"] == container]
         downward = {"spec.nodeName": NODE, "metadata.uid": str(uuid.uuid4()), "metadata.name": f"{container}-0"}
+        mounted = self._configmap_mounts(workload, spec)
         env = {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
-        for name, value in container_env(workload, container).items():
-            env[name] = downward[value["fieldRef"]["fieldPath"]] if isinstance(value, dict) else value
+        for name, rendered in container_env(workload, container).items():
+            value = downward[rendered["fieldRef"]["fieldPath"]] if isinstance(rendered, dict) else rendered
+            for mount_path, local in mounted.items():  # a file of a mounted ConfigMap: where it lies here
+                if value.startswith(mount_path + "/"):
+                    value = str(local) + value.removeprefix(mount_path)
+            env[name] = value
         env[kubeconfig_variable] = str(self.api.write_kubeconfig(self.root / f"{container}.kubeconfig", token=token))
         return subprocess.Popen(
             [MIGDRA, *spec["args"]], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
+
+    def _configmap_mounts(self, workload: dict[str, Any], spec: dict[str, Any]) -> dict[str, Path]:
+        """Each ConfigMap volume the container mounts, written out as kubelet would: mount path -> here."""
+        config_maps = {obj["metadata"]["name"]: obj for obj in self.rendered.of_kind("ConfigMap")}
+        volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"].get("volumes") or [] if "configMap" in v}
+        mounted = {}
+        for mount in spec.get("volumeMounts") or []:
+            if mount["name"] in volumes:
+                local = self.root / "configmaps" / mount["name"]
+                local.mkdir(parents=True, exist_ok=True)
+                for key, text in config_maps[volumes[mount["name"]]["configMap"]["name"]]["data"].items():
+                    (local / key).write_text(text)
+                mounted[mount["mountPath"]] = local
+        return mounted
 
 
 @pytest.fixture
@@ -109,19 +128,17 @@ def installed() -> Iterator[Installed]:
                 core.create_namespace({"metadata": {"name": NAMESPACE}})
                 core.create_node({"metadata": {"name": NODE}})
                 for obj in rendered.objects:
-                    _create(admin, obj)
+                    _create(api, admin, obj)
             yield installed
 
 
-def _create(api_client: client.ApiClient, obj: dict[str, Any]) -> None:
-    """Create one rendered object as the admin, on the path of its kind (any served kind)."""
-    group_version, kind = obj["apiVersion"], obj["kind"]
-    plural = {"ValidatingAdmissionPolicy": "validatingadmissionpolicies", "NetworkPolicy": "networkpolicies"}.get(
-        kind, f"{kind.lower()}s"
-    )
-    prefix = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
+def _create(api: LocalAPIServer, api_client: client.ApiClient, obj: dict[str, Any]) -> None:
+    """Create one rendered object as the admin, on the path the server serves its kind at."""
+    resource = api.registry.by_kind(obj["apiVersion"], obj["kind"])
+    assert resource is not None, f"{obj['kind']} is not served"
+    prefix = f"/apis/{resource.group_version}" if resource.group else "/api/v1"
     namespace = obj["metadata"].get("namespace")
-    path = f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
+    path = f"{prefix}/namespaces/{namespace}/{resource.plural}" if namespace else f"{prefix}/{resource.plural}"
     call_json(api_client, "POST", path, body=obj, timeout=30)
 
 
@@ -146,48 +163,92 @@ def test_the_chart_runs_its_components_with_only_the_permissions_it_grants(insta
     controller = installed.start("Deployment", "controller", "controller-token", "MIGDRA_CONTROLLER_KUBECONFIG")
     outputs: dict[str, str] = {}
     try:
-        with installed.client("admin-token") as admin:
-            resource = client.ResourceV1Api(admin)
-            wait_for(
-                "the plugin's slices",
-                lambda: resource.list_resource_slice(field_selector=f"spec.nodeName={NODE}").items or None,
-            )
-            wait_for(
-                "the plugin's gRPC health check to answer SERVING", lambda: _serving(installed.healthcheck_port) or None
-            )
-            registry = installed.root / "k" / "plugins_registry"
-            (registration,) = wait_for(
-                "the registration socket", lambda: list(registry.glob(f"{DRIVER}-*-reg.sock")) or None
-            )
-            claim = create_claim(admin, "live", [result("gpu-0-mig-1g10gb-19-6")])
-            with KubeletClient(registration) as kubelet:
-                kubelet.register()
-                prepared = kubelet.prepare([claim])[claim.uid]
-            assert prepared.error == ""
-
-            def conditions() -> set[str] | None:
-                devices = read_claim_json(admin, claim).get("status", {}).get("devices") or []
-                found = {c["type"] for d in devices for c in d.get("conditions") or [] if c["status"] == "True"}
-                return found if {"Ready", "Reserved"} <= found else None
-
-            wait_for("Ready (plugin) and Reserved (controller) on the claim", conditions)
-            reasons = {e.reason for e in client.CoreV1Api(admin).list_namespaced_event("default").items}
-            assert "MigDevicesPrepared" in reasons
-            leases = client.CoordinationV1Api(admin).list_namespaced_lease(NAMESPACE).items
-            assert [lease.metadata.name for lease in leases] == [f"{DRIVER}-controller"]
-    finally:
+        _exercise(installed)
+    except AssertionError as failure:
         outputs = {"plugin": _stop(plugin), "controller": _stop(controller)}
+        raise AssertionError(
+            f"{failure}\n--- plugin:\n{outputs['plugin']}\n--- controller:\n{outputs['controller']}"
+        ) from failure
+    outputs = {"plugin": _stop(plugin), "controller": _stop(controller)}
+    _every_permission_is_used(installed)
     for name, output in outputs.items():
         assert "Forbidden" not in output, f"{name}:\n{output}"
         assert " 403" not in output, f"{name}:\n{output}"
         assert "Traceback" not in output, f"{name}:\n{output}"
 
 
+def _exercise(installed: Installed) -> None:
+    """Slices, the probe, a prepared claim Ready and Reserved, Events, the Lease."""
+    with installed.client("admin-token") as admin:
+        resource = client.ResourceV1Api(admin)
+        wait_for(
+            "the plugin's slices",
+            lambda: resource.list_resource_slice(field_selector=f"spec.nodeName={NODE}").items or None,
+        )
+        wait_for(
+            "the plugin's gRPC health check to answer SERVING", lambda: _serving(installed.healthcheck_port) or None
+        )
+        registry = installed.root / "k" / "plugins_registry"
+        (registration,) = wait_for(
+            "the registration socket", lambda: list(registry.glob(f"{DRIVER}-*-reg.sock")) or None
+        )
+        claim = create_claim(admin, "live", [result("gpu-0-mig-1g10gb-19-6")])
+        with KubeletClient(registration) as kubelet:
+            kubelet.register()
+            prepared = kubelet.prepare([claim])[claim.uid]
+        assert prepared.error == ""
+
+        def conditions() -> set[str] | None:
+            devices = read_claim_json(admin, claim).get("status", {}).get("devices") or []
+            found = {c["type"] for d in devices for c in d.get("conditions") or [] if c["status"] == "True"}
+            return found if {"Ready", "Reserved"} <= found else None
+
+        wait_for("Ready (plugin) and Reserved (controller) on the claim", conditions)
+        core = client.CoreV1Api(admin)
+
+        def reasons() -> set[str] | None:  # both write their Events after the status, from a queue
+            found = {e.reason for e in core.list_namespaced_event("default").items}
+            return found if {"MigDevicesPrepared", "Reserved"} <= found else None
+
+        wait_for("the plugin's and the controller's Events on the claim", reasons)
+        leases = client.CoordinationV1Api(admin).list_namespaced_lease(NAMESPACE).items
+        assert [lease.metadata.name for lease in leases] == [f"{DRIVER}-controller"]
+
+
+# Granted permissions this run may not exercise, each with the path that needs it.
+NOT_EXERCISED = {
+    PLUGIN_SA: {
+        ("resource.k8s.io", "resourceslices", "update"),  # a changed pool (rescan, placement, taints)
+        ("resource.k8s.io", "resourceslices", "delete"),  # fewer slices, or --cleanup-on-exit
+        ("resource.k8s.io", "resourceclaims/driver", "associated-node:update"),  # 1.36's check, not evaluated here
+    },
+    CONTROLLER_SA: {
+        ("resource.k8s.io", "resourceclaims", "get"),  # re-read after a 409 on a status write
+        ("", "events", "patch"),  # a repeated Event
+        ("resource.k8s.io", "resourceclaims/driver", "arbitrary-node:update"),  # 1.36's check, not evaluated here
+    },
+}
+
+
+def _every_permission_is_used(installed: Installed) -> None:
+    """What each component did (the authorizer's decisions) is what the chart grants it, but for the
+    permissions of paths this run does not take: a rule nobody uses is a rule too many."""
+    assert installed.api.authorizer is not None
+    decisions = installed.api.authorizer.decisions()
+    for account in (PLUGIN_SA, CONTROLLER_SA):
+        user = f"system:serviceaccount:{NAMESPACE}:{account}"
+        used = {(group, resource, verb) for who, verb, group, resource, _ in decisions if who == user}
+        granted = {(group, resource, verb) for group, resource, verb, _ in bound_rules(installed.rendered, account)}
+        assert used <= granted, f"{account} was refused {used - granted}"
+        # (whether a path of the list runs depends on timing: a 409, a re-publish)
+        assert granted - used <= NOT_EXERCISED[account], f"{account}: granted, never used: {granted - used}"
+
+
 @pytest.mark.parametrize(
     ("token", "call"),
     [
         ("plugin-token", lambda api: client.CoreV1Api(api).list_namespaced_pod("default")),
-        ("plugin-token", lambda api: client.CoreV1Api(api).list_namespaced_secret(NAMESPACE)),
+        ("plugin-token", lambda api: client.CoreV1Api(api).list_namespaced_config_map(NAMESPACE)),
         ("plugin-token", lambda api: client.CoordinationV1Api(api).list_namespaced_lease(NAMESPACE)),
         ("plugin-token", lambda api: client.CoreV1Api(api).patch_node(NODE, {"metadata": {"labels": {"x": "y"}}})),
         ("controller-token", lambda api: client.ResourceV1Api(api).delete_collection_resource_slice()),
@@ -199,7 +260,7 @@ def test_the_chart_runs_its_components_with_only_the_permissions_it_grants(insta
     ],
     ids=[
         "plugin-pods",
-        "plugin-secrets",
+        "plugin-configmaps",
         "plugin-leases",
         "plugin-node-write",
         "controller-slices",

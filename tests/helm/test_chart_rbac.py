@@ -10,38 +10,12 @@ from typing import Any
 import celpy
 import pytest
 
-from tests.helm.chart import CHART, NAMESPACE, VALUES_FILES, Rendered, render
+from tests.helm.chart import CHART, NAMESPACE, VALUES_FILES, Rendered, bound_rules, render, rules_of
 
 ALL_VALUES = [None, *VALUES_FILES]
 VALUES_IDS = ["default", *(path.stem for path in VALUES_FILES)]
 PLUGIN_USER = f"system:serviceaccount:{NAMESPACE}:migdra-kubelet-plugin"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
-
-Rule = tuple[str, str, str, str]  # (apiGroup, resource, verb, resourceName or "")
-
-
-def _rules(role: dict[str, Any]) -> set[Rule]:
-    expanded: set[Rule] = set()
-    for rule in role["rules"]:
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                for verb in rule["verbs"]:
-                    for name in rule.get("resourceNames") or [""]:
-                        expanded.add((group, resource, verb, name))
-    return expanded
-
-
-def _bound_rules(rendered: Rendered, service_account: str) -> set[Rule]:
-    """Every rule granted to ``service_account`` through the rendered bindings."""
-    roles = {(obj["kind"], obj["metadata"]["name"]): obj for obj in rendered.of_kind("ClusterRole")}
-    roles |= {(obj["kind"], obj["metadata"]["name"]): obj for obj in rendered.of_kind("Role")}
-    granted: set[Rule] = set()
-    for binding in rendered.of_kind("ClusterRoleBinding") + rendered.of_kind("RoleBinding"):
-        subjects = binding["subjects"]
-        if any(s["kind"] == "ServiceAccount" and s["name"] == service_account for s in subjects):
-            assert all(s["namespace"] == NAMESPACE for s in subjects)
-            granted |= _rules(roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])])
-    return granted
 
 
 @pytest.mark.parametrize("values_file", ALL_VALUES, ids=VALUES_IDS)
@@ -50,7 +24,7 @@ def test_no_role_uses_wildcards_or_escalating_verbs(values_file: Path | None) ->
     roles = rendered.of_kind("ClusterRole") + rendered.of_kind("Role")
     assert roles
     for role in roles:
-        for group, resource, verb, _ in _rules(role):
+        for group, resource, verb, _ in rules_of(role):
             assert "*" not in (group, resource, verb), (role["metadata"]["name"], group, resource, verb)
             assert verb not in {"escalate", "bind", "impersonate", "deletecollection"}
             assert resource not in {"secrets", "pods/exec", "serviceaccounts/token", "nodes/proxy"}
@@ -58,11 +32,8 @@ def test_no_role_uses_wildcards_or_escalating_verbs(values_file: Path | None) ->
 
 def test_the_plugin_gets_exactly_what_it_uses() -> None:
     driver = "gpu.migdra.io"
-    assert _bound_rules(render(), "migdra-kubelet-plugin") == {
-        *(
-            ("resource.k8s.io", "resourceslices", verb, "")
-            for verb in ("get", "list", "watch", "create", "update", "delete")
-        ),
+    assert bound_rules(render(), "migdra-kubelet-plugin") == {
+        *(("resource.k8s.io", "resourceslices", verb, "") for verb in ("list", "create", "update", "delete")),
         *(("resource.k8s.io", "resourceclaims", verb, "") for verb in ("get", "list", "watch")),
         ("resource.k8s.io", "resourceclaims/status", "update", ""),
         # 1.36's granular status authorization: this driver's entries, on claims of its own node only
@@ -74,7 +45,7 @@ def test_the_plugin_gets_exactly_what_it_uses() -> None:
 
 def test_the_controller_gets_exactly_what_it_uses() -> None:
     driver = "gpu.migdra.io"
-    granted = _bound_rules(render(), "migdra-controller")
+    granted = bound_rules(render(), "migdra-controller")
     assert granted == {
         *(("resource.k8s.io", "resourceclaims", verb, "") for verb in ("get", "list", "watch")),
         ("resource.k8s.io", "resourceclaims/status", "update", ""),
@@ -97,7 +68,7 @@ def test_the_controller_gets_exactly_what_it_uses() -> None:
 
 def test_the_status_rules_follow_the_driver_name() -> None:
     rendered = render(CHART / "ci" / "restricted-values.yaml")
-    granted = _bound_rules(rendered, "migdra-kubelet-plugin")
+    granted = bound_rules(rendered, "migdra-kubelet-plugin")
     assert ("resource.k8s.io", "resourceclaims/driver", "associated-node:update", "mig.example.com") in granted
 
 

@@ -39,7 +39,7 @@ def test_the_info_series_is_computed_at_every_scrape() -> None:
         "compute_instance_id": "0",
         "placement_start": "4",
         "placement_size": "4",
-        "claim_namespace": "team-a",
+        "namespace": "team-a",
         "claim": "train",
         "claim_uid": "uid-a",
     }

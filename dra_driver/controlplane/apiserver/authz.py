@@ -20,6 +20,7 @@ statically by the chart's tests), impersonation and the escalation checks on wri
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -114,10 +115,23 @@ class RbacAuthorizer:
     def __init__(self, operations: Operations, registry: Registry) -> None:
         self._operations = operations
         self._kinds = {kind: registry.by_key(f"{kind.lower()}s.{RBAC_GROUP}") for kind in _RBAC_KINDS}
+        self._decided: set[tuple[str, str, str, str, bool]] = set()
+        self._decided_lock = threading.Lock()
+
+    def decisions(self) -> set[tuple[str, str, str, str, bool]]:
+        """Every distinct (user, verb, API group, resource[/subresource], allowed) decided so far: what each
+        user actually did, for checking that granted permissions are used (an audit log's summary)."""
+        with self._decided_lock:
+            return set(self._decided)
 
     def check(self, attributes: RequestAttributes) -> None:
         """Raise kube's 403 unless some binding grants the request."""
-        if not self.allows(attributes):
+        allowed = self.allows(attributes)
+        with self._decided_lock:
+            self._decided.add(
+                (attributes.user.name, attributes.verb, attributes.resource.group, attributes.resource_name, allowed)
+            )
+        if not allowed:
             raise attributes.refusal()
 
     def allows(self, attributes: RequestAttributes) -> bool:

@@ -50,6 +50,9 @@ class LocalAPIServer:
         self.authenticator = (
             TokenAuthenticator.from_file(self.settings.token_file) if self.settings.token_file else None
         )
+        self.authorizer = (
+            RbacAuthorizer(self.operations, self.registry) if self.settings.authorization == "RBAC" else None
+        )
         self._gc = GarbageCollector(self.operations, self.settings.gc_interval)
         self._snapshots = (
             SnapshotWriter(self.store, self.settings.snapshot, self.settings.snapshot_interval)
@@ -90,9 +93,7 @@ class LocalAPIServer:
             registry=self.registry,
             operations=self.operations,
             authenticator=self.authenticator,
-            authorizer=RbacAuthorizer(self.operations, self.registry)
-            if self.settings.authorization == "RBAC"
-            else None,
+            authorizer=self.authorizer,
             bookmark_interval=self.settings.bookmark_interval,
             watch_max_pending=self.settings.watch_max_pending,
         )
