@@ -27,9 +27,11 @@ demo: $(STAMP)
 	rm -rf $(DEMO_STATE) && mkdir -p $(DEMO_STATE)
 	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE)
 
-## test: lint (ruff, mypy --strict, import layers, generated files, helm lint) then the whole pytest suite.
+## test: lint (ruff, mypy --strict, import layers, generated files) then the whole pytest suite, on
+## PYTEST_WORKERS processes (pytest-xdist; every test has its own ports, sockets and directories).
+PYTEST_WORKERS ?= 2
 test: lint tools
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

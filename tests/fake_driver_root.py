@@ -25,6 +25,8 @@ SONAMES = {
     "libnvidia-allocator": "1",
 }
 GPUCOMP = "libnvidia-gpucomp"  # soname is the versioned name itself: no link
+LIBRARIES = tuple(sorted((*SONAMES, GPUCOMP)))
+"""Every library stem the fake root holds, in name order (the order discovery lists them)."""
 BINARIES = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced")
 FIRMWARE = ("gsp_ga10x.bin", "gsp_tu10x.bin")
 

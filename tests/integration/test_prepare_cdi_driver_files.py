@@ -21,6 +21,7 @@ from dra_driver.controlplane.apiserver import LocalAPIServer
 from kubeletplugin.prepare import PrepareService, PrepareSettings
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.driver_files import load_driver_edits
+from tests.fake_driver_root import LIBRARIES as FAKE_LIBRARIES
 from tests.fake_driver_root import VERSION, build_fake_driver_root
 from tests.prepare_harness import BOOT_ID, DRIVER, NODE, Node, result, simulated_node
 
@@ -110,17 +111,7 @@ def read_spec(node: Node, uid: str) -> dict[str, Any]:
 
 
 def expected_mounts() -> list[dict[str, Any]]:
-    libraries = (
-        "libcuda",
-        "libcudadebugger",
-        "libnvidia-allocator",
-        "libnvidia-cfg",
-        "libnvidia-gpucomp",
-        "libnvidia-ml",
-        "libnvidia-nvvm",
-        "libnvidia-opencl",
-        "libnvidia-ptxjitcompiler",
-    )
+    libraries = FAKE_LIBRARIES
     paths = [
         *(f"{LIB}/{stem}.so.{VERSION}" for stem in libraries),
         "/usr/bin/nvidia-smi",

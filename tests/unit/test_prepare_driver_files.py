@@ -21,6 +21,7 @@ from kubeletplugin.prepare.driver_files import (
     discover_driver_files,
     load_driver_edits,
 )
+from tests.fake_driver_root import LIBRARIES as FAKE_LIBRARIES
 from tests.fake_driver_root import VERSION, build_fake_driver_root
 
 LIB = PurePosixPath("/usr/lib/x86_64-linux-gnu")
@@ -32,20 +33,7 @@ def test_discovery_finds_the_libraries_links_binaries_firmware_and_hook(tmp_path
     root = build_fake_driver_root(tmp_path / "driver-root")
     files = discover_driver_files(root, HOST)
     assert files.version == VERSION
-    assert [p.name for p in files.libraries] == [
-        f"{stem}.so.{VERSION}"
-        for stem in (
-            "libcuda",
-            "libcudadebugger",
-            "libnvidia-allocator",
-            "libnvidia-cfg",
-            "libnvidia-gpucomp",
-            "libnvidia-ml",
-            "libnvidia-nvvm",
-            "libnvidia-opencl",
-            "libnvidia-ptxjitcompiler",
-        )
-    ]
+    assert [p.name for p in files.libraries] == [f"{stem}.so.{VERSION}" for stem in FAKE_LIBRARIES]
     assert {p.parent for p in files.libraries} == {LIB}
     links = {str(link.link): link.target for link in files.links}
     assert links[f"{LIB}/libcuda.so.1"] == f"libcuda.so.{VERSION}"
