@@ -458,7 +458,8 @@ def test_a_finished_pod_releases_its_claims_and_stays(make_node: Callable[..., S
     assert len(node.instances()) == 1
     node.client.merge_patch(PODS, NAMESPACE, "job", {"status": {"phase": "Succeeded"}}, "status")
     wait_for("the instance of the finished pod to be destroyed", lambda: node.instances() == [])
-    assert node.kubelet.prepared_claims() == {}
+    # the kubelet forgets the claim when NodeUnprepareResources has returned, just after the destroy
+    wait_for("the kubelet to forget the finished pod's claim", lambda: node.kubelet.prepared_claims() == {})
     finished = node.client.get(PODS, NAMESPACE, "job")
     assert finished is not None, "a finished pod is not deleted by the kubelet"
     assert finished["status"]["phase"] == "Succeeded"
@@ -481,4 +482,4 @@ def test_a_prepare_that_timed_out_is_still_unprepared_when_the_pod_goes(make_nod
     assert current["status"]["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
     node.delete_pod("slow")
     wait_for("the instance to be destroyed", lambda: node.instances() == [])
-    assert node.kubelet.prepared_claims() == {}
+    wait_for("the kubelet to forget the claim", lambda: node.kubelet.prepared_claims() == {})
