@@ -17,7 +17,7 @@ from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from dra_driver.errors import ConfigurationError
 
@@ -52,9 +52,12 @@ class _QuietHandler(WSGIRequestHandler):
         """Every probe and scrape is a request: not a log line each."""
 
 
-def _with_healthz(registry: CollectorRegistry, problem: Callable[[], str | None]) -> WSGIApplication:
-    """The metrics app, and ``/healthz``: 200 ``ok``, or 503 with what ``problem()`` says is wrong."""
+def _metrics_app(registry: CollectorRegistry, healthz: Callable[[], str | None] | None) -> WSGIApplication:
+    """The metrics app; with ``healthz`` also ``/healthz``: 200 ``ok``, or 503 with what it says is wrong."""
     metrics = make_wsgi_app(registry)
+    if healthz is None:
+        return metrics
+    problem = healthz
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         if environ.get("PATH_INFO") != HEALTHZ_PATH:
@@ -67,14 +70,11 @@ def _with_healthz(registry: CollectorRegistry, problem: Callable[[], str | None]
     return app
 
 
-def _start_with_healthz(
-    host: str, port: int, registry: CollectorRegistry, problem: Callable[[], str | None]
-) -> WSGIServer:
+def _start_server(host: str, port: int, app: WSGIApplication) -> WSGIServer:
+    """``app`` on ``host:port`` (IPv4 or IPv6), one thread per request, on a daemon thread."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     server_class: type[WSGIServer] = type("_Server", (_ThreadingServer,), {"address_family": family})
-    server: WSGIServer = make_server(
-        host, port, _with_healthz(registry, problem), server_class, handler_class=_QuietHandler
-    )
+    server: WSGIServer = make_server(host, port, app, server_class, handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     return server
 
@@ -94,10 +94,7 @@ def serving_metrics(
         return
     try:
         host, port = parse_metrics_address(address)
-        if healthz is None:
-            server, _thread = start_http_server(port, addr=host, registry=registry)
-        else:
-            server = _start_with_healthz(host, port, registry, healthz)
+        server = _start_server(host, port, _metrics_app(registry, healthz))
     except ValueError as exc:
         raise ConfigurationError(f"{flag} {address!r}: {exc}") from exc
     except OSError as exc:

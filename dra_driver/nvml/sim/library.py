@@ -113,9 +113,10 @@ EVENT_KINDS = {
 }
 """The event kinds an operator injects (``migdra sim xid --event``), by the name migdra uses for them."""
 
-EVENT_POLL_INTERVAL_S = 0.02
+EVENT_POLL_INTERVAL_S = 0.1
 """How often a waiting ``nvmlEventSetWait_v2`` re-reads the state file for events another process added
-(``migdra sim xid``): an unchanged file costs one stat."""
+(``migdra sim xid``): an unchanged file costs one stat; every simulated plugin waits so all the time,
+hence not more often."""
 
 
 class _EventSet:
