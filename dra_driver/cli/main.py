@@ -389,10 +389,10 @@ def _announce(line: str) -> None:
 def _announcer() -> Callable[[str], None]:
     """:func:`_announce`, or with ``--log-format json`` the same line as a JSON log line (a log pipeline
     reads nothing else); chosen here, on the command's thread, as the line may come from another."""
-    from dra_driver.logs import LogFormat, render_announcement  # noqa: PLC0415
+    from dra_driver.logs import LogFormat, LogSettings, render_announcement  # noqa: PLC0415
 
-    settings = click.get_current_context().find_root().obj
-    if getattr(settings, "log_format", None) is LogFormat.JSON:
+    settings: LogSettings = click.get_current_context().find_root().obj  # set by the group, before any command
+    if settings.log_format is LogFormat.JSON:
         return lambda line: click.echo(render_announcement(line), err=True)
     return _announce
 

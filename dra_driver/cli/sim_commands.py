@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from dra_driver.errors import ConfigurationError
+from dra_driver.nvml.types import NvmlEventType
 
 
 @click.group()
@@ -243,7 +244,7 @@ def down(workdir: Path) -> None:
 @click.option("--xid", type=click.IntRange(min=0), default=None, help="an XID critical error with this XID")
 @click.option(
     "--event",
-    type=click.Choice(["xid", "double-bit-ecc", "gpu-lost"]),
+    type=click.Choice([kind.value for kind in NvmlEventType]),
     default="xid",
     show_default=True,
     help="the kind of NVML event",

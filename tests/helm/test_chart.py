@@ -147,8 +147,7 @@ def test_kubelet_paths_are_mounted_where_the_host_has_them(values_file: Path | N
         assert mounts[name] == host_paths[name], name
     assert env["MIGDRA_REGISTRY_DIR"] == host_paths["plugins-registry"]
     assert env["MIGDRA_REGISTRY_DIR"].endswith("/plugins_registry")
-    driver = daemonset["spec"]["template"]["spec"]["containers"][0]["env"]
-    driver_name = next(item["value"] for item in driver if item["name"] == "MIGDRA_DRIVER_NAME")
+    driver_name = env["MIGDRA_DRIVER_NAME"]
     for name in ("MIGDRA_PLUGIN_DIR", "MIGDRA_STATE_DIR", "MIGDRA_PLUGIN_DATA_DIR"):
         assert env[name] == host_paths["plugin-dir"], name
     assert host_paths["plugin-dir"].endswith(f"/plugins/{driver_name}")

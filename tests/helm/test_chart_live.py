@@ -28,6 +28,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.kube.client import Kind
 from dra_driver.kubeapi import call_json
 from tests.helm.chart import CHART, NAMESPACE, Rendered, bound_rules, container_env, render
 from tests.kubelet_client import KubeletClient, short_socket_dir
@@ -136,10 +137,8 @@ def _create(api: LocalAPIServer, api_client: client.ApiClient, obj: dict[str, An
     """Create one rendered object as the admin, on the path the server serves its kind at."""
     resource = api.registry.by_kind(obj["apiVersion"], obj["kind"])
     assert resource is not None, f"{obj['kind']} is not served"
-    prefix = f"/apis/{resource.group_version}" if resource.group else "/api/v1"
-    namespace = obj["metadata"].get("namespace")
-    path = f"{prefix}/namespaces/{namespace}/{resource.plural}" if namespace else f"{prefix}/{resource.plural}"
-    call_json(api_client, "POST", path, body=obj, timeout=30)
+    kind = Kind(resource.group, resource.version, resource.plural, resource.namespaced, resource.kind)
+    call_json(api_client, "POST", kind.path(obj["metadata"].get("namespace")), body=obj, timeout=30)
 
 
 def _stop(process: subprocess.Popen[str]) -> str:

@@ -17,7 +17,9 @@ which pynvml reports as ``NVMLError_FunctionNotFound``, as with an older real li
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
+import operator
 import re
 import threading
 import time
@@ -99,19 +101,15 @@ class _Symbol:
         return f"<simulated NVML symbol {self.__name__}>"
 
 
-# The health events a simulated GPU supports (nvmlDeviceGetSupportedEventTypes).
-SUPPORTED_EVENT_TYPES = (
-    int(pynvml.nvmlEventTypeXidCriticalError)
-    | int(pynvml.nvmlEventTypeDoubleBitEccError)
-    | int(getattr(pynvml, "nvmlEventTypeGpuUnavailableError", 0))
-)
-
 EVENT_KINDS = {
     "xid": int(pynvml.nvmlEventTypeXidCriticalError),
     "double-bit-ecc": int(pynvml.nvmlEventTypeDoubleBitEccError),
     "gpu-lost": int(getattr(pynvml, "nvmlEventTypeGpuUnavailableError", 0)),
 }
 """The event kinds an operator injects (``migdra sim xid --event``), by the name migdra uses for them."""
+
+# The health events a simulated GPU supports (nvmlDeviceGetSupportedEventTypes): all of them.
+SUPPORTED_EVENT_TYPES = functools.reduce(operator.or_, EVENT_KINDS.values())
 
 EVENT_POLL_INTERVAL_S = 0.1
 """How often a waiting ``nvmlEventSetWait_v2`` re-reads the state file for events another process added
