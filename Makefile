@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_STATE ?= .state/demo
 
-.PHONY: demo test lint unit install tools clean catalog bench bench-docs image
+.PHONY: demo test lint unit install tools kube clean catalog bench bench-docs image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,11 +21,21 @@ $(HELM): hack/install-helm.sh
 	hack/install-helm.sh .tools/helm
 tools: $(HELM)
 
+## kube: the upstream control plane for `migdra sim up --control-plane kube` and the tests/kube tier: etcd,
+## kube-apiserver, kube-controller-manager and kube-scheduler built with `go build` from the modules pinned
+## in hack/kube/<minor>/go.mod into .tools/kube/<version>/bin (Go 1.26 and the module proxy; skips what is
+## built).  KUBE_VERSIONS="1.36 1.37" builds both.
+KUBE_VERSIONS ?= 1.36
+kube:
+	hack/kube/build.sh $(KUBE_VERSIONS)
+
 ## demo: a simulated cluster (2 nodes x 4 H100 80GB, `migdra sim up`), the workloads of demo/ scheduled onto MIG
 ## devices, kubectl get/describe, the pod that cannot fit and why, the per-GPU occupancy map; then torn down.
+## CONTROL_PLANE=kube runs it on the upstream control plane (`make kube` first).
+CONTROL_PLANE ?= local
 demo: $(STAMP)
 	rm -rf $(DEMO_STATE) && mkdir -p $(DEMO_STATE)
-	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE)
+	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE) --control-plane $(CONTROL_PLANE)
 
 ## test: lint (ruff, mypy --strict, import layers, generated files) then the whole pytest suite, on
 ## PYTEST_WORKERS processes (pytest-xdist; every test has its own ports, sockets and directories).

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 NODES, GPUS, DRIVER = 2, "H100-SXM5-80GB:4", "gpu.migdra.io"
 UNFIT = "too-big"
-START_TIMEOUT, SETTLE_TIMEOUT, DELETE_TIMEOUT = 120.0, 90.0, 90.0
+START_TIMEOUT, SETTLE_TIMEOUT, DELETE_TIMEOUT = 300.0, 90.0, 90.0
 
 
 def say(text: str) -> None:
@@ -54,9 +54,11 @@ def kubectl(kubeconfig: Path, *args: str, show: bool = True) -> str:
     return done.stdout
 
 
-def start_cluster(workdir: Path) -> tuple[subprocess.Popen[str], Path]:
+def start_cluster(workdir: Path, control_plane: str) -> tuple[subprocess.Popen[str], Path]:
     """``migdra sim up`` in the background; returns once it printed ``ready kubeconfig=<path>``."""
     command = [str(BIN / "migdra"), "sim", "up", "--workdir", str(workdir), "--nodes", str(NODES), "--gpus", GPUS]
+    if control_plane != "local":
+        command += ["--control-plane", control_plane]
     say(f"$ {' '.join(['migdra', *command[1:]])} &")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
@@ -131,13 +133,21 @@ def instances_left(workdir: Path) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument(
+        "--control-plane",
+        choices=["local", "kube"],
+        default="local",
+        help="local: migdra's embedded control plane; kube: the upstream binaries of `make kube`",
+    )
     args = parser.parse_args()
     workdir = args.state_dir.absolute()
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     started = time.monotonic()
-    say(f"== A simulated cluster: {NODES} nodes x {GPUS}, one migdra kubelet plugin process per node\n")
-    process, kubeconfig = start_cluster(workdir)
+    plane = "upstream kube-apiserver, kube-scheduler, kube-controller-manager" if args.control_plane == "kube" else ""
+    say(f"== A simulated cluster: {NODES} nodes x {GPUS}, one migdra kubelet plugin process per node")
+    say(f"   control plane: {plane or 'migdra embedded (local)'}\n")
+    process, kubeconfig = start_cluster(workdir, args.control_plane)
     client = Client(kubeconfig)
     try:
         say("\n== The workloads of demo/ (see demo/README.md)")

@@ -11,7 +11,7 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -154,6 +154,28 @@ def _check_writable_file(path: Path, flag: str) -> None:
     metavar="NODE:NAME=VALUE",
     help="an environment variable of one node's plugin, e.g. node-1:MIGDRA_SIM_FAULTS='<fault plan>'; repeatable",
 )
+@click.option(
+    "--control-plane",
+    type=click.Choice(["local", "kube"]),
+    default="local",
+    show_default=True,
+    help="local: migdra's embedded API server, claim controller and scheduler; kube: upstream etcd, "
+    "kube-apiserver, kube-controller-manager and kube-scheduler (built by `make kube`)",
+)
+@click.option(
+    "--kube-bin-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="MIGDRA_KUBE_BIN_DIR",
+    default=None,
+    help="with --control-plane kube: the directory of etcd and the kube-* binaries "
+    "[default: .tools/kube/<version>/bin]",
+)
+@click.option(
+    "--kube-version",
+    default=None,
+    metavar="VERSION",
+    help="with --control-plane kube: which built version (1.36, v1.36.5) [default: the newest built]",
+)
 def up(
     workdir: Path,
     nodes: int,
@@ -162,19 +184,19 @@ def up(
     seed: int,
     realize_before_bind: bool,
     plugin_env: tuple[str, ...],
+    control_plane: Literal["local", "kube"],
+    kube_bin_dir: Path | None,
+    kube_version: str | None,
 ) -> None:
     """Run a simulated cluster: API server, DeviceClasses, claim controller, scheduler, and per node a
-    kubelet and a `migdra kubelet-plugin` process on simulated GPUs.
+    kubelet and a `migdra kubelet-plugin` process on simulated GPUs.  With `--control-plane kube` the
+    API server, controllers and scheduler are the upstream binaries (docs/local-cluster.md).
 
     Prints `ready kubeconfig=<path>` on stdout once every node's ResourceSlices are published, then
     runs until SIGINT or SIGTERM (or `migdra sim down --workdir DIR`).
     """
-    from dra_driver.controlplane.cluster import (  # noqa: PLC0415 -- keep `migdra --help` light
-        SUPERVISOR_PID,
-        ClusterSpec,
-        LocalCluster,
-        record_process,
-    )
+    from dra_driver.controlplane.cluster import ClusterSpec, LocalCluster  # noqa: PLC0415 -- keep --help light
+    from dra_driver.controlplane.supervision import SUPERVISOR_PID, record_process  # noqa: PLC0415
 
     workdir = workdir.absolute()
     stop = threading.Event()
@@ -196,6 +218,9 @@ def up(
         seed=seed,
         realize_before_bind=realize_before_bind,
         plugin_env=tuple(_parse_plugin_env(item) for item in plugin_env),
+        control_plane=control_plane,
+        kube_bin_dir=kube_bin_dir.absolute() if kube_bin_dir is not None else None,
+        kube_version=kube_version,
     )
     cluster = LocalCluster(spec, progress)
     cluster.check()
@@ -227,7 +252,7 @@ def _parse_plugin_env(item: str) -> tuple[str, str, str]:
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), required=True)
 def down(workdir: Path) -> None:
     """Stop the simulated cluster running in --workdir (and any plugin process it left behind)."""
-    from dra_driver.controlplane.cluster import stop_recorded  # noqa: PLC0415
+    from dra_driver.controlplane.supervision import stop_recorded  # noqa: PLC0415
 
     stopped = stop_recorded(workdir.absolute())
     if stopped:

@@ -25,25 +25,26 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import yaml
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
-from dra_driver.controlplane.claimcontroller import ClaimController
+from dra_driver.controlplane.embedded import EmbeddedControlPlane
 from dra_driver.controlplane.kubelet.kubelet import Kubelet
-from dra_driver.controlplane.scheduler.scheduler import Scheduler
+from dra_driver.controlplane.supervision import (
+    CONTROLLER_PID,
+    PLUGIN_PID,
+    SupervisedProcess,
+    recorded_processes,
+)
 from dra_driver.devicemodel.naming import driver_name_problem
-from dra_driver.durable import writable_directory_problem, write_file_atomically
+from dra_driver.durable import writable_directory_problem
 from dra_driver.errors import ConfigurationError
 from dra_driver.kube.client import DEVICE_CLASSES, SLICES, Client
 
@@ -51,13 +52,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DRIVER = "gpu.migdra.io"
 DEVICECLASS_DIR = Path(__file__).resolve().parents[2] / "deviceclasses"
-SUPERVISOR_PID = "sim.pid"
-PLUGIN_PID = "plugin.pid"
-CONTROLLER_PID = "controller.pid"
 READY_TIMEOUT_SECONDS = 120.0
-STOP_TIMEOUT_SECONDS = 15.0
 _MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
-_RESTART_BACKOFF = (0.5, 10.0)
+ControlPlaneKind = Literal["local", "kube"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +71,10 @@ class ClusterSpec:
     realize_before_bind: bool = False
     # (node, variable, value): extra environment of one node's plugin (a fault plan for one node's GPUs).
     plugin_env: tuple[tuple[str, str, str], ...] = ()
+    # local: the embedded API server, claim controller and scheduler; kube: the upstream binaries
+    control_plane: ControlPlaneKind = "local"
+    kube_bin_dir: Path | None = None
+    kube_version: str | None = None
 
     def node_names(self) -> list[str]:
         return [f"node-{number}" for number in range(1, self.nodes + 1)]
@@ -136,100 +137,16 @@ def deviceclass_documents(directory: Path, driver: str) -> list[dict[str, Any]]:
     return documents
 
 
-class SupervisedProcess(ABC):
-    """A ``migdra`` process of the cluster, started again when it exits (until :meth:`stop`), as a
-    DaemonSet's or Deployment's pod would be.  Subclasses say what to run and where it logs."""
-
-    def __init__(
-        self,
-        spec: ClusterSpec,
-        name: str,
-        log_path: Path,
-        pid_path: Path,
-        kubeconfig: Path,
-        progress: Callable[[str], None],
-    ) -> None:
-        self.spec = spec
-        self.name = name
-        self.kubeconfig = kubeconfig
-        self.progress = progress
-        self.log_path = log_path
-        self.pid_path = pid_path
-        self.process: subprocess.Popen[bytes] | None = None
-        self.restarts = 0
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name=name, daemon=True)
-
-    @abstractmethod
-    def argv(self) -> list[str]:
-        """The command line to run."""
-
-    def env(self) -> dict[str, str]:
-        """The process's environment: this one's without ``MIGDRA_*`` (its settings are its flags)."""
-        return {k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")}
-
-    def start(self) -> None:
-        self._spawn()
-        self._thread.start()
-
-    def _spawn(self) -> None:
-        with self.log_path.open("ab") as log_file:  # appended to by restarts; a new cluster starts it afresh
-            self.process = subprocess.Popen(
-                self.argv(), stdout=log_file, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True
-            )
-        record_process(self.pid_path, self.process.pid)
-
-    def _watch(self) -> None:
-        delay = _RESTART_BACKOFF[0]
-        while not self._stopping.is_set():
-            process = self.process
-            if process is None:
-                return
-            started = time.monotonic()
-            while process.poll() is None:
-                if self._stopping.wait(0.2):
-                    return
-            if self._stopping.is_set():
-                return
-            delay = _RESTART_BACKOFF[0] if time.monotonic() - started > 30 else min(delay * 2, _RESTART_BACKOFF[1])
-            self.progress(f"{self.name} exited with status {process.returncode}; restarting it in {delay:g} s")
-            if self._stopping.wait(delay):
-                return
-            self.restarts += 1
-            self._spawn()
-
-    def exited(self) -> int | None:
-        """The exit status of the current process, or None while it runs."""
-        return None if self.process is None else self.process.poll()
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-        process = self.process
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=STOP_TIMEOUT_SECONDS)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
-        self.pid_path.unlink(missing_ok=True)
-
-
 class ControllerProcess(SupervisedProcess):
     """The reservation controller, ``migdra controller`` (leader election on, as in a cluster)."""
 
-    def __init__(self, spec: ClusterSpec, kubeconfig: Path, progress: Callable[[str], None]) -> None:
-        super().__init__(
-            spec, "controller", spec.workdir / "controller.log", spec.workdir / CONTROLLER_PID, kubeconfig, progress
-        )
+    def __init__(
+        self, spec: ClusterSpec, kubeconfig: Path, lease_namespace: str, progress: Callable[[str], None]
+    ) -> None:
+        super().__init__("controller", spec.workdir / "controller.log", spec.workdir / CONTROLLER_PID, progress)
+        self.spec = spec
+        self.kubeconfig = kubeconfig
+        self.lease_namespace = lease_namespace
 
     def argv(self) -> list[str]:
         return [
@@ -241,7 +158,7 @@ class ControllerProcess(SupervisedProcess):
             "--kubeconfig",
             str(self.kubeconfig),
             "--lease-namespace",
-            "kube-system",
+            self.lease_namespace,
             "--identity",
             "controller-0",
         ]
@@ -253,7 +170,9 @@ class PluginProcess(SupervisedProcess):
     def __init__(self, spec: ClusterSpec, node: str, kubeconfig: Path, progress: Callable[[str], None]) -> None:
         self.node = node
         self.paths = node_layout(spec, node)
-        super().__init__(spec, f"plugin of {node}", self.paths["log"], self.paths["pid"], kubeconfig, progress)
+        super().__init__(f"plugin of {node}", self.paths["log"], self.paths["pid"], progress)
+        self.spec = spec
+        self.kubeconfig = kubeconfig
 
     def argv(self) -> list[str]:
         migdra = str(Path(sys.executable).with_name("migdra"))
@@ -294,6 +213,24 @@ class PluginProcess(SupervisedProcess):
         return env
 
 
+class ControlPlane(Protocol):
+    """What ``sim up`` needs of a control plane: start it, give migdra's components their credentials
+    once the Nodes exist, say where those are, stop it."""
+
+    kubeconfig: Path
+    lease_namespace: str
+
+    def start(self, interrupt: threading.Event) -> Path | None: ...
+
+    def grant(self, client: Client, nodes: list[str]) -> None: ...
+
+    def plugin_kubeconfig(self, node: str) -> Path: ...
+
+    def controller_kubeconfig(self) -> Path: ...
+
+    def stop(self) -> None: ...
+
+
 class LocalCluster:
     """The simulated cluster of :class:`ClusterSpec`; :meth:`start` returns once it is ready."""
 
@@ -301,10 +238,8 @@ class LocalCluster:
         self.spec = spec
         self.progress = progress or (lambda message: log.info("%s", message))
         self.kubeconfig = spec.workdir / "kubeconfig"
-        self.api: LocalAPIServer | None = None
+        self.control_plane: ControlPlane | None = None
         self.client: Client | None = None
-        self.controller: ClaimController | None = None
-        self.scheduler: Scheduler | None = None
         self.kubelets: dict[str, Kubelet] = {}
         self.plugins: dict[str, PluginProcess] = {}
         self.reservation_controller: ControllerProcess | None = None
@@ -346,6 +281,15 @@ class LocalCluster:
                     f"--plugin-env {node}:{name}=...: there is no node {node!r} (nodes node-1 … node-{self.spec.nodes})"
                 )
         deviceclass_documents(self.spec.deviceclass_dir, self.spec.driver_name)
+        if self.spec.control_plane == "kube":
+            from dra_driver.controlplane.upstream.access import helm_binary  # noqa: PLC0415
+            from dra_driver.controlplane.upstream.binaries import find_binaries  # noqa: PLC0415
+
+            find_binaries(self.spec.kube_bin_dir, self.spec.kube_version)
+            helm_binary()
+        elif self.spec.kube_bin_dir is not None or self.spec.kube_version is not None:
+            flag = "--kube-bin-dir" if self.spec.kube_bin_dir is not None else "--kube-version"
+            raise ConfigurationError(f"{flag} goes only with --control-plane kube")
 
     def start(self, timeout: float = READY_TIMEOUT_SECONDS, interrupt: threading.Event | None = None) -> Path | None:
         """Start every part; returns the kubeconfig once every node's slices are published, or None
@@ -355,36 +299,47 @@ class LocalCluster:
         # The API server keeps nothing across runs, so a previous run's simulated GPUs (with its MIG
         # instances), plugin checkpoints, CDI specs and logs would describe claims that no longer exist.
         shutil.rmtree(self.spec.workdir / "nodes", ignore_errors=True)
-        self.progress("starting the API server")
-        self.api = LocalAPIServer()
-        self.api.start()
-        self.api.write_kubeconfig(self.kubeconfig)
-        self.client = Client(self.kubeconfig)
+        interrupt = interrupt or threading.Event()
+        self.control_plane = self._new_control_plane()
+        kubeconfig = self.control_plane.start(interrupt)
+        if kubeconfig is None:
+            return None
+        self.client = Client(kubeconfig)
         documents = deviceclass_documents(self.spec.deviceclass_dir, self.spec.driver_name)
         for document in documents:
             self.client.create(DEVICE_CLASSES, document)
         self.progress(f"installed {len(documents)} DeviceClasses")
-        self.controller = ClaimController(self.client)
-        self.controller.start()
-        self.scheduler = Scheduler(self.client, seed=self.spec.seed)
-        self.scheduler.start()
-        self.progress("starting the reservation controller")
-        self.reservation_controller = ControllerProcess(self.spec, self.kubeconfig, self.progress)
-        self.reservation_controller.start()
         for node in self.spec.node_names():
             layout = node_layout(self.spec, node)
             layout["registry"].mkdir(parents=True, exist_ok=True)
             kubelet = Kubelet(self.client, node, layout["registry"], wipe_delay=self.spec.wipe_delay)
             kubelet.start()
             self.kubelets[node] = kubelet
+        self.control_plane.grant(self.client, self.spec.node_names())
+        self.progress("starting the reservation controller")
+        self.reservation_controller = ControllerProcess(
+            self.spec, self.control_plane.controller_kubeconfig(), self.control_plane.lease_namespace, self.progress
+        )
+        self.reservation_controller.start()
         for node in self.spec.node_names():
             self.progress(f"starting the kubelet plugin of {node} ({self.spec.gpus})")
-            plugin = PluginProcess(self.spec, node, self.kubeconfig, self.progress)
+            plugin = PluginProcess(self.spec, node, self.control_plane.plugin_kubeconfig(node), self.progress)
             plugin.start()
             self.plugins[node] = plugin
-        if not self._wait_published(timeout, interrupt or threading.Event()):
+        if not self._wait_published(timeout, interrupt):
             return None
         return self.kubeconfig
+
+    def _new_control_plane(self) -> ControlPlane:
+        if self.spec.control_plane == "local":
+            return EmbeddedControlPlane(self.spec.workdir, self.spec.seed, self.progress)
+        from dra_driver.controlplane.upstream.access import render_chart_access  # noqa: PLC0415
+        from dra_driver.controlplane.upstream.binaries import find_binaries  # noqa: PLC0415
+        from dra_driver.controlplane.upstream.controlplane import KubeControlPlane  # noqa: PLC0415
+
+        binaries = find_binaries(self.spec.kube_bin_dir, self.spec.kube_version)
+        access = render_chart_access(self.spec.driver_name, self.spec.realize_before_bind)
+        return KubeControlPlane(self.spec.workdir, binaries, access, self.progress)
 
     def _wait_published(self, timeout: float, interrupt: threading.Event) -> bool:
         assert self.client is not None
@@ -424,95 +379,15 @@ class LocalCluster:
         """Stop everything that was started, in reverse order; safe to call twice."""
         for plugin in self.plugins.values():
             plugin.stop()
-        for kubelet in self.kubelets.values():
-            kubelet.stop()
         if self.reservation_controller is not None:
             self.reservation_controller.stop()
             self.reservation_controller = None
-        for component in (self.scheduler, self.controller):
-            if component is not None:
-                component.stop()
+        for kubelet in self.kubelets.values():
+            kubelet.stop()
         if self.client is not None:
             self.client.close()
-        if self.api is not None:
-            self.api.stop()
+        if self.control_plane is not None:
+            self.control_plane.stop()
         self.plugins.clear()
         self.kubelets.clear()
-        self.scheduler = self.controller = self.client = self.api = None
-
-
-@dataclass(frozen=True)
-class RecordedProcess:
-    """A process a supervisor started, as its pid file says: the pid and the process's start time.
-
-    Why the start time: pids are reused, and ``sim down`` must never signal a stranger that happens
-    to have the pid of a plugin that exited long ago.
-    """
-
-    path: Path
-    pid: int
-    start_time: int | None
-
-    def alive(self) -> bool:
-        return process_alive(self.pid) and (self.start_time is None or process_start_time(self.pid) == self.start_time)
-
-
-def process_start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), or None."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def record_process(path: Path, pid: int) -> None:
-    """Write ``path`` atomically (a reader never sees half a pid): ``<pid> <start time>``."""
-    start = process_start_time(pid)
-    write_file_atomically(path, f"{pid} {start if start is not None else ''}\n".encode(), sync=False)
-
-
-def recorded_processes(workdir: Path) -> list[RecordedProcess]:
-    """Every pid file a supervisor wrote under ``workdir`` (the supervisor's first)."""
-    found = []
-    for path in [workdir / SUPERVISOR_PID, workdir / CONTROLLER_PID, *sorted(workdir.glob(f"nodes/*/{PLUGIN_PID}"))]:
-        try:
-            parts = path.read_text().split()
-            found.append(RecordedProcess(path, int(parts[0]), int(parts[1]) if len(parts) > 1 else None))
-        except (OSError, ValueError, IndexError):
-            continue
-    return found
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, exited but not yet reaped by its parent, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state != "Z"
-
-
-def stop_recorded(workdir: Path, timeout: float = 30.0) -> list[int]:
-    """``migdra sim down``: SIGTERM the supervisor, wait for it, then kill any plugin left behind."""
-    stopped: list[int] = []
-    for record in recorded_processes(workdir):
-        if not record.alive():
-            record.path.unlink(missing_ok=True)
-            continue
-        os.kill(record.pid, signal.SIGTERM)
-        limit = timeout if record.path.name == SUPERVISOR_PID else STOP_TIMEOUT_SECONDS
-        deadline = time.monotonic() + limit
-        while record.alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if record.alive():
-            os.kill(record.pid, signal.SIGKILL)
-        record.path.unlink(missing_ok=True)
-        stopped.append(record.pid)
-    return stopped
+        self.control_plane = self.client = None

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from dra_driver.controlplane.cluster import process_alive
+from dra_driver.controlplane.supervision import process_alive
 from dra_driver.kube.client import CLAIMS, EVENTS, PODS, SLICES, Client
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings

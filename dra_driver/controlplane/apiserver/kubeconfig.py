@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,31 @@ import yaml
 CONTEXT_NAME = "migdra-local"
 
 
-def build_kubeconfig(url: str, token: str | None, ca_pem: bytes | None, namespace: str = "default") -> dict[str, Any]:
-    """A one-cluster, one-user, one-context kubeconfig for ``url``; ``ca_pem`` is the CA for HTTPS."""
-    user: dict[str, Any] = {"token": token} if token else {"username": "anonymous"}
+@dataclass(frozen=True)
+class ClientCertificate:
+    """A user's X.509 client certificate and key (PEM): how kube-apiserver's components and admins log in."""
+
+    cert_pem: bytes
+    key_pem: bytes
+
+
+def build_kubeconfig(
+    url: str,
+    token: str | None,
+    ca_pem: bytes | None,
+    namespace: str = "default",
+    certificate: ClientCertificate | None = None,
+) -> dict[str, Any]:
+    """A one-cluster, one-user, one-context kubeconfig for ``url``; ``ca_pem`` is the CA for HTTPS.  The
+    user logs in with ``token``, else with ``certificate``, else anonymously."""
+    user: dict[str, Any] = {"username": "anonymous"}
+    if token:
+        user = {"token": token}
+    elif certificate is not None:
+        user = {
+            "client-certificate-data": base64.b64encode(certificate.cert_pem).decode(),
+            "client-key-data": base64.b64encode(certificate.key_pem).decode(),
+        }
     cluster: dict[str, Any] = {"server": url}
     if ca_pem is not None:
         cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
@@ -32,13 +55,19 @@ def build_kubeconfig(url: str, token: str | None, ca_pem: bytes | None, namespac
     }
 
 
-def write_kubeconfig(path: Path, url: str, token: str | None, ca_pem: bytes | None = None) -> Path:
-    """Write the kubeconfig atomically with mode 0600 (it may hold a token)."""
+def write_kubeconfig(
+    path: Path,
+    url: str,
+    token: str | None,
+    ca_pem: bytes | None = None,
+    certificate: ClientCertificate | None = None,
+) -> Path:
+    """Write the kubeconfig atomically with mode 0600 (it may hold a token or a client key)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".kubeconfig-", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
-            yaml.safe_dump(build_kubeconfig(url, token, ca_pem), handle, sort_keys=False)
+            yaml.safe_dump(build_kubeconfig(url, token, ca_pem, certificate=certificate), handle, sort_keys=False)
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:

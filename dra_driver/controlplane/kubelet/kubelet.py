@@ -29,7 +29,10 @@ a fixed sleep.  It handles one pod at a time: a plugin call that hangs delays th
 (for at most the 45 s call timeout), which is acceptable for a simulated node and keeps the claim
 cache free of races.
 
-Not simulated: container images, probes, restarts, node leases and heartbeats, kubelet's own
+The node stays alive to the controllers as a real one does: its Lease in ``kube-node-lease`` is renewed
+every 10 s and its status posted every 5 minutes (:mod:`.heartbeat`), from the same loop.
+
+Not simulated: container images, probes, restarts, kubelet's own
 checkpoint of the claim cache (a restarted Kubelet prepares the claims of running pods again; plugins
 answer that idempotently), the health stream, and ``skipNodeOperations``.
 """
@@ -45,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dra_driver.controlplane.kubelet.heartbeat import NodeHeartbeat
 from dra_driver.controlplane.kubelet.node import node_labels, node_status
 from dra_driver.controlplane.kubelet.pluginclient import CALL_TIMEOUT_SECONDS
 from dra_driver.controlplane.kubelet.pluginwatcher import DEFAULT_WIPE_DELAY_SECONDS, PluginWatcher
@@ -130,6 +134,7 @@ class Kubelet:
         self.capacity = dict(capacity)
         self.changes = Changes()
         self.events = EventRecorder(client, COMPONENT, node_name)
+        self.heartbeat = NodeHeartbeat(client, node_name)
         self.plugins = PluginWatcher(
             registry_dir,
             wipe_delay=wipe_delay,
@@ -220,9 +225,9 @@ class Kubelet:
             except Exception as exc:
                 if status_code(exc) != 409:
                     raise
-            else:
-                return
-        self.client.merge_patch(NODES, None, self.node_name, {"metadata": {"labels": labels}})
+        else:
+            self.client.merge_patch(NODES, None, self.node_name, {"metadata": {"labels": labels}})
+        # Always through the status subresource too: the server may keep only what it owns on create.
         self.client.merge_patch(NODES, None, self.node_name, {"status": status}, "status")
 
     def _delete_slices(self, field_selector: str) -> int:
@@ -243,6 +248,7 @@ class Kubelet:
     def _run(self) -> None:
         seen = self.changes.count
         while not self._stopping.is_set():
+            self.heartbeat.beat()
             try:
                 wake = self._sync()
             except Exception:  # a bug or an unforeseen answer: log it, look again soon

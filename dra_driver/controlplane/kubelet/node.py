@@ -28,8 +28,8 @@ def node_labels(node_name: str, extra: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def node_status(node_name: str, capacity: Mapping[str, str], host_ip: str) -> dict[str, Any]:
-    """A Ready node: capacity equals allocatable (nothing reserved for the system in a simulation)."""
+def ready_conditions() -> list[dict[str, str]]:
+    """The conditions of a healthy node, their heartbeat now (what kubelet posts with its status)."""
     now = now_rfc3339()
 
     def condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
@@ -42,15 +42,20 @@ def node_status(node_name: str, capacity: Mapping[str, str], host_ip: str) -> di
             "lastTransitionTime": now,
         }
 
+    return [
+        condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory"),
+        condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+    ]
+
+
+def node_status(node_name: str, capacity: Mapping[str, str], host_ip: str) -> dict[str, Any]:
+    """A Ready node: capacity equals allocatable (nothing reserved for the system in a simulation)."""
     return {
         "capacity": dict(capacity),
         "allocatable": dict(capacity),
-        "conditions": [
-            condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory"),
-            condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-        ],
+        "conditions": ready_conditions(),
         "addresses": [
             {"type": "InternalIP", "address": host_ip},
             {"type": "Hostname", "address": node_name},
