@@ -58,6 +58,7 @@ from kubeletplugin.prepare.cdi import (
     delete_cdi_spec,
     ensure_claim_spec,
     list_cdi_spec_claims,
+    read_cdi_spec_device_names,
     write_claim_spec,
 )
 from kubeletplugin.prepare.checkpoint import CheckpointStore, CheckpointWriteStats, read_node_boot_id
@@ -404,7 +405,7 @@ class PrepareService:
                 return False
             self._release_or_keep(record)
             self._delete_spec(ref.uid)
-            self._reporter.report_unprepared(ref, record)
+            self._reporter.report_unprepared(ref, record.device_names)
             log.info("released claim %s (UID %s): realized ahead, and no pod will get it", record.label, ref.uid)
             return True
 
@@ -819,16 +820,23 @@ class PrepareService:
         with self._claim_locks.hold(ref.uid):
             record = store.get(ref.uid)
             if record is None:
+                # A spec without a record is what an unprepare leaves that released the instances and
+                # dropped the record, then could not delete the spec (a read-only CDI directory): this
+                # retry finishes it, so it reports as that unprepare would have -- the claim's status
+                # cleared (it still says Ready with the destroyed MIG UUID) and MigDevicesUnprepared.
+                devices = read_cdi_spec_device_names(self.cdi_dir, self.driver_name, ref.uid)
                 if self._delete_spec(ref.uid, (ref.namespace, ref.name)):
+                    self._reporter.report_unprepared(ref, devices)
                     log.info(
-                        "unprepare of unknown claim %s (UID %s): removed a stale CDI spec",
+                        "unprepared claim %s (UID %s): removed the CDI spec an earlier unprepare left (%s)",
                         claim_namespaced_name(ref),
                         ref.uid,
+                        ", ".join(devices) or "no devices",
                     )
                 return
             self._release_or_keep(record)  # the record is dropped before the spec goes (76c3a84)
             self._delete_spec(ref.uid, (ref.namespace, ref.name))
-            self._reporter.report_unprepared(ref, record)
+            self._reporter.report_unprepared(ref, record.device_names)
             log.info("unprepared claim %s (UID %s)", record.label, ref.uid)
 
     def _release_or_keep(self, record: ClaimRecord) -> None:
