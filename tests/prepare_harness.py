@@ -9,7 +9,9 @@ fault plan (``MIGDRA_SIM_FAULTS``) kills it first.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
+import os
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -19,6 +21,7 @@ from types import TracebackType
 from typing import Any
 
 import pynvml
+import pytest
 from kubernetes import client
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
@@ -227,6 +230,35 @@ def simulated_node(
         node = Node(root, server, api_client, nvml, library)
         stack.callback(node.close_services)
         yield node
+
+
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND = 0x1, 0x20, 0x1000
+_MNT_DETACH = 0x2
+
+
+@contextlib.contextmanager
+def read_only_directory(path: Path) -> Iterator[None]:
+    """``path`` on a read-only mount while the block runs, as a node's CDI directory on a read-only file
+    system is: every write, create, rename or unlink in it fails with EROFS, for root too, and the
+    files already there stay visible (so an unprepare finds the spec it cannot delete).
+
+    Why a mount: the tests run as root here, and root ignores permission bits (``chmod 0555`` changes
+    nothing for it); only the mount's read-only flag holds for everyone.  ``path`` is bind-mounted
+    onto itself, then remounted read-only (mount(2) needs CAP_SYS_ADMIN: where the test lacks it, it
+    is skipped, naming why).  The mount is detached at the end, whatever happened.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    target = str(path).encode()
+    if libc.mount(target, target, None, _MS_BIND, None) != 0:
+        reason = os.strerror(ctypes.get_errno())
+        pytest.skip(f"a read-only bind mount of {path} needs CAP_SYS_ADMIN: mount(2) said {reason}")
+    try:
+        if libc.mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None) != 0:
+            raise OSError(ctypes.get_errno(), f"remounting {path} read-only failed")
+        yield
+    finally:
+        if libc.umount2(target, _MNT_DETACH) != 0:
+            raise OSError(ctypes.get_errno(), f"unmounting {path} failed")
 
 
 class HeldCall:

@@ -52,6 +52,12 @@ class CounterBook:
             self._exhausted[pool.id] = any(value < 0 for counters in available.values() for value in counters.values())
         return available
 
+    def exhausted(self, pool: Pool) -> bool:
+        """Allocated claims already over-consume some counter of the pool: no device that consumes
+        counters fits there (``reserve`` refuses it), whatever it consumes itself."""
+        self.available(pool)
+        return self._exhausted[pool.id]
+
     def consumed(self, pool: Pool) -> dict[str, dict[str, Amount]]:
         return self._consumed.get(pool.id, {})
 

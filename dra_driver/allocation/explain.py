@@ -5,7 +5,12 @@ kube-scheduler says only "cannot allocate all claims".  This looks at every requ
 each device of the node in the allocator's order, recording the first check that excluded it: pool
 being updated or invalid, binding conditions with the gate off, a class selector, a request
 selector, per-device node selection, taken by another claim, capacity, shared counters (which
-counter, how much it needs and how much is left), an untolerated taint.  (The allocator looks at
+counter, how much it needs and how much is left), an untolerated taint.  Where allocated claims
+already consume more of a pool's counter than its counter set holds (claims allocated by hand, or a
+slice re-published smaller), the allocator places nothing that consumes that pool's counters, however
+little: the pool is then reported as a problem of its own, naming the counter set, the slice that
+publishes it, each over-consumed counter (consumed against available) and the claims consuming it --
+what an admin must release -- and every such device is excluded for that reason.  (The allocator looks at
 "taken" first because it is cheap; the explanation looks at the selectors first because "taken" says
 more about a device the request wants.)  The later the check, the closer the device came to fitting.  A request
 that has enough devices on its own but still fails fails because of the combination: constraints or
@@ -23,7 +28,7 @@ from dra_driver.allocation.devices import Candidate, DeviceID, device_fields, de
 from dra_driver.allocation.features import Features
 from dra_driver.allocation.nodes import node_matches
 from dra_driver.allocation.pools import Pool, gather_pools, spec_of
-from dra_driver.allocation.quantities import format_amount
+from dra_driver.allocation.quantities import Amount, format_amount
 from dra_driver.allocation.requests import ALL, RequestData, claim_label
 from dra_driver.allocation.search import RequestKey, Search
 from dra_driver.allocation.taints import BLOCKING_EFFECTS, tolerates
@@ -59,9 +64,11 @@ class RequestReport:
         """``All``: devices that match the selectors but cannot be allocated (so the request fails)."""
         return [r for r in self.rejections if r.stage >= STAGE_SELECTED]
 
-    def counts(self) -> dict[str, int]:
+    def counts(self, *, selected_only: bool = False) -> dict[str, int]:
+        """Excluded devices per check; ``selected_only``: of the devices the selectors let through."""
+        rejections = self.rejections_of_selected() if selected_only else self.rejections
         tally: dict[str, int] = {}
-        for rejection in self.rejections:
+        for rejection in rejections:
             key = rejection.reason.split(":")[0]
             tally[key] = tally.get(key, 0) + 1
         return tally
@@ -149,6 +156,12 @@ def explain(
         for pool in pools
         if not pool.usable
     ]
+    pool_problems += [
+        f"{pool.label}: {problem}"
+        for pool in pools
+        if pool.usable and search.features.partitionable_devices and search.counters.exhausted(pool)
+        for problem in _over_consumed(search, pool, holders)
+    ]
     reports = [_report(search, key, data, holders) for key, data in sorted(search.request_data.items())]
     explanation = Explanation(node_label, reports, pool_problems)
     if all(report.satisfiable_alone for report in reports):
@@ -231,6 +244,13 @@ def _check(
     if candidate.facts.consumes:
         if not features.partitionable_devices:
             return Rejection(name, "counters: consumes counters but DRAPartitionableDevices is off", STAGE_COUNTERS)
+        if search.counters.exhausted(candidate.pool):
+            sets = ", ".join(sorted(_over_consumed_sets(search, candidate.pool)))
+            return Rejection(
+                name,
+                f"counters: pool {candidate.pool.label} is over-consumed by allocated claims (counter set {sets})",
+                STAGE_COUNTERS,
+            )
         shortage = _counter_shortage(search, candidate)
         if shortage is not None:
             return Rejection(name, f"counters: {shortage}", STAGE_COUNTERS)
@@ -266,6 +286,47 @@ def _counter_shortage(search: Search, candidate: Candidate) -> str | None:
         return None
     short.sort(key=lambda text: "/memory-slice-" not in text)
     return "; ".join(short[:3]) + (f" (and {len(short) - 3} more)" if len(short) > 3 else "")
+
+
+def _over_consumed_sets(search: Search, pool: Pool) -> dict[str, list[tuple[str, Amount, Amount]]]:
+    """Counter set -> (counter, consumed, available) of each counter allocated claims over-consume."""
+    available = search.counters.available(pool)
+    found: dict[str, list[tuple[str, Amount, Amount]]] = {}
+    for set_name, counters in pool.counter_sets.items():
+        for counter, published in counters.items():
+            left = available[set_name][counter]
+            if left < 0:
+                found.setdefault(set_name, []).append((counter, published - left, published))
+    return found
+
+
+def _over_consumed(search: Search, pool: Pool, holders: Mapping[DeviceID, str]) -> list[str]:
+    """One line per over-consumed counter set: where it is published, which counters, which claims."""
+    devices = pool.devices_by_name()
+    lines = []
+    for set_name, counters in sorted(_over_consumed_sets(search, pool).items()):
+        counters.sort(key=lambda entry: (not entry[0].startswith("memory-slice-"), entry[0]))
+        names = {counter for counter, _, _ in counters}
+        claims = sorted(
+            {
+                holders.get((pool.driver, pool.name, device_name), "?")
+                for device_name in search.allocated.by_pool.get(pool.id, ())
+                if device_name in devices
+                for consumed_set, consumed in search.facts.get(devices[device_name]).consumes
+                if consumed_set == set_name and any(counter in names for counter, _ in consumed)
+            }
+        )
+        shown = "; ".join(
+            f"{counter} {format_amount(consumed)} consumed, {format_amount(published)} available"
+            for counter, consumed, published in counters[:3]
+        )
+        more = f" (and {len(counters) - 3} more)" if len(counters) > 3 else ""
+        lines.append(
+            f"counter set {set_name} (ResourceSlice {pool.counter_set_slices.get(set_name, '?')}) is over-consumed"
+            f" by allocated claims {', '.join(claims)}: {shown}{more}; nothing that consumes this pool's counters"
+            " can be allocated until one of those claims is deallocated"
+        )
+    return lines
 
 
 def _combination(search: Search) -> str:

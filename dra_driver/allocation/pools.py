@@ -39,6 +39,7 @@ class Pool:
     slices: list[JSON] = field(default_factory=list)  # device slices relevant for the node
     other_slices: list[JSON] = field(default_factory=list)  # same generation, not for this node
     counter_sets: dict[str, dict[str, Amount]] = field(default_factory=dict)
+    counter_set_slices: dict[str, str] = field(default_factory=dict)  # counter set -> the slice that publishes it
     _devices: dict[str, JSON] | None = field(default=None, repr=False)
 
     @property
@@ -220,6 +221,11 @@ def _build_pool(pool_id: PoolID, ordered: list[JSON], features: Features, all_sl
     problem = _duplicate_device_name(device_slices)
     if problem is None and features.partitionable_devices:
         counter_sets, problem = _counter_sets(counter_slices)
+        origins = {
+            str(counter_set.get("name") or ""): slice_name(resource_slice)
+            for resource_slice in counter_slices
+            for counter_set in spec_of(resource_slice).get("sharedCounters") or ()
+        }
         if problem is None:
             problem = _unknown_counters(counter_sets, ordered)
         if problem is None and all_slices is not None and len(all_slices) != len(ordered):
@@ -227,9 +233,15 @@ def _build_pool(pool_id: PoolID, ordered: list[JSON], features: Features, all_sl
             others = [s for s in all_slices if id(s) not in seen]
             problem = _unknown_counters(counter_sets, others)
             if problem is None:
-                return Pool(*pool_id, slices=device_slices, other_slices=others, counter_sets=counter_sets)
+                return Pool(
+                    *pool_id,
+                    slices=device_slices,
+                    other_slices=others,
+                    counter_sets=counter_sets,
+                    counter_set_slices=origins,
+                )
         if problem is None:
-            return Pool(*pool_id, slices=device_slices, counter_sets=counter_sets)
+            return Pool(*pool_id, slices=device_slices, counter_sets=counter_sets, counter_set_slices=origins)
     if problem is not None:
         return Pool(*pool_id, invalid=True, invalid_reason=problem)
     return Pool(*pool_id, slices=device_slices)

@@ -265,6 +265,18 @@ def delete_cdi_spec(cdi_dir: Path, driver_name: str, claim_uid: str) -> bool:
     return True
 
 
+def read_cdi_spec_device_names(cdi_dir: Path, driver_name: str, claim_uid: str) -> tuple[str, ...]:
+    """The device names (``gpu-0-mig-1g20gb-15-6``) the claim's spec gives containers; () when there is
+    no spec or it cannot be read.  What an unprepare whose spec could not be deleted had released."""
+    prefix = compute_cdi_device_name(claim_uid, "")
+    try:
+        spec = json.loads(spec_path(cdi_dir, driver_name, claim_uid).read_bytes())
+        names = [str(device["name"]) for device in spec["devices"]]
+    except (OSError, ValueError, TypeError, KeyError):
+        return ()
+    return tuple(name.removeprefix(prefix) for name in names if name.startswith(prefix))
+
+
 def list_cdi_spec_claims(cdi_dir: Path, driver_name: str) -> set[str]:
     """Claim UIDs with a spec file of this driver in ``cdi_dir`` (other vendors' files are ignored)."""
     if not cdi_dir.is_dir():

@@ -18,16 +18,27 @@ unusable, so the plugin refuses to start rather than guess.
      │    │                               fewer SMs than the profile advertises            (permanent)
      │    ├── DeviceMetadataError    the claim's names cannot name metadata files (KEP-5304) (permanent)
      │    ├── ReleaseError           an instance could not be destroyed (a process holds it) (retryable)
+     │    ├── NodeFileError          a file of the node the claim needs (CDI spec, device
+     │    │                          metadata, checkpoint record) could not be written or
+     │    │                          removed: read-only file system, no space, permissions  (permanent*)
      │    └── LockTimeoutError       a lock of the claim, its GPU or the checkpoint stayed held by
      │                               another thread or plugin process past the timeout      (retryable)
      └── CheckpointError             checkpoint unreadable, corrupt (checksum) or of an unknown
                                      schema, or its lock stayed held at start-up
                                      (fatal: refuse to start; an admin inspects the file)
 
-*permanent until someone frees the placement; kubelet's retries succeed once it is free.
+*permanent until someone frees the placement (DeviceConflictError) or fixes the file system
+(NodeFileError); kubelet's retries succeed once that is done.
+
+Exceptions that are not migdra's become a claim's error in one place, the service's per-claim error
+mapping (``PrepareService._claim_error``): an ``OSError`` of the file system there becomes a
+:class:`NodeFileError`, so a read-only CDI directory reads like every other per-claim error.
 """
 
 from __future__ import annotations
+
+import errno
+from pathlib import Path
 
 from dra_driver.errors import MigdraError
 
@@ -91,6 +102,35 @@ class ReleaseError(PrepareError):
     """An instance could not be destroyed, typically because a process still holds it."""
 
     retryable = True
+
+
+class NodeFileError(PrepareError):
+    """A file of this node that the claim needs could not be written or removed.
+
+    Made from the ``OSError`` (never raised by the file code itself, which raises what the operating
+    system says): ``what`` names the file's role (``CDI spec``, ``device metadata``, ``state directory``)
+    and ``path`` the file -- for the temporary file of an atomic write, the file it was to replace --
+    so the admin knows which mount to fix; then the operating system's reason and errno name, e.g.
+    ``CDI spec /var/run/cdi/gpu.migdra.io-claim_<uid>.json: Read-only file system (EROFS)``.
+    Whatever this call created was rolled back (prepare) or released (unprepare) as for any failure.
+    """
+
+    def __init__(self, what: str, path: Path | None, error: OSError) -> None:
+        reason = error.strerror or str(error)
+        code = errno.errorcode.get(error.errno) if error.errno is not None else None
+        where = f"{what} {path}" if path is not None else what
+        super().__init__(f"{where}: {reason}" + (f" ({code})" if code else ""))
+        self.path = path
+        self.errno = error.errno
+
+
+def is_file_system_error(error: BaseException) -> bool:
+    """An ``OSError`` of a file operation (not a socket's or a process's, which are ``OSError`` too)."""
+    return (
+        isinstance(error, OSError)
+        and error.errno is not None
+        and not isinstance(error, ConnectionError | TimeoutError | ChildProcessError | ProcessLookupError)
+    )
 
 
 class LockTimeoutError(PrepareError):

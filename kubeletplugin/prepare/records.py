@@ -143,6 +143,10 @@ class ClaimRecord(_Record):
     def label(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def device_names(self) -> tuple[str, ...]:
+        return tuple(device.intent.device_name for device in self.devices)
+
 
 class Checkpoint(_Record):
     """Every claim of one boot: schema version 1's file, and what the store's :meth:`current` returns."""

@@ -8,7 +8,8 @@ this driver's entries in this node's pool say exactly that (a prepared record: i
 each of its devices; no record, or one still being prepared or released: nothing of ours).  So a
 write that comes late (after an API outage) or twice writes the truth as it is *then*, never a stale
 intention.  Writes that cannot be made at all -- dropped at shutdown, refused, or an unprepare whose
-report never happened (its CDI spec could not be deleted, kubelet retried) -- are caught by the
+report never happened (its CDI spec could not be deleted and the plugin restarted before kubelet's
+retry, which would have reported it) -- are caught by the
 **reconciler**: on start and every ``reconcile_interval`` it lists the claims, compares every claim's
 entries of this driver and pool with the checkpoint, and converges those that differ.  It lists the
 claims *before* it reads the checkpoint: status says Ready only after the record said prepared, so a
@@ -34,7 +35,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -282,8 +283,10 @@ class ClaimReporter:
         """A Warning Event (``EVENT_PREPARE_FAILED`` / ``EVENT_UNPREPARE_FAILED``) with the per-claim error."""
         self._enqueue_event(ref, reason, message, "Warning", dt.datetime.now(dt.UTC))
 
-    def report_unprepared(self, ref: ClaimRef, record: ClaimRecord) -> None:
-        names = [device.intent.device_name for device in record.devices]
+    def report_unprepared(self, ref: ClaimRef, device_names: Sequence[str]) -> None:
+        """Clear the claim's status (converged to the checkpoint, which no longer names it) and say so
+        in an Event naming the devices released (``device_names``)."""
+        names = list(device_names)
         if names:
             self._enqueue_status(
                 ref, f"writing status of {ref.namespace}/{ref.name}: clear {len(names)} device(s)", None

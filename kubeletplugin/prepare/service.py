@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
+from dra_driver.durable import parse_temporary_name
 from dra_driver.logs import log_context
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
@@ -57,6 +58,7 @@ from kubeletplugin.prepare.cdi import (
     delete_cdi_spec,
     ensure_claim_spec,
     list_cdi_spec_claims,
+    read_cdi_spec_device_names,
     write_claim_spec,
 )
 from kubeletplugin.prepare.checkpoint import CheckpointStore, CheckpointWriteStats, read_node_boot_id
@@ -76,12 +78,15 @@ from kubeletplugin.prepare.errors import (
     CheckpointError,
     DeviceConflictError,
     LockTimeoutError,
+    NodeFileError,
     PrepareError,
     RealizeError,
+    is_file_system_error,
 )
 from kubeletplugin.prepare.leftovers import find_leftover_temporary_files, remove_temporary_files
 from kubeletplugin.prepare.locks import LOCKS_DIR, KeyedLocks
 from kubeletplugin.prepare.metadata import (
+    METADATA_DIR,
     DeviceAttribute,
     DeviceAttributeReader,
     RequestMetadata,
@@ -400,7 +405,7 @@ class PrepareService:
                 return False
             self._release_or_keep(record)
             self._delete_spec(ref.uid)
-            self._reporter.report_unprepared(ref, record)
+            self._reporter.report_unprepared(ref, record.device_names)
             log.info("released claim %s (UID %s): realized ahead, and no pod will get it", record.label, ref.uid)
             return True
 
@@ -493,22 +498,14 @@ class PrepareService:
             return self._prepare_claim_logged(ref, ahead=ahead)
 
     def _prepare_claim_logged(self, ref: ClaimRef, *, ahead: bool) -> PrepareResult:
-        label = claim_namespaced_name(ref)
         problem = compute_claim_ref_problem(ref)
         if problem is not None:  # nothing to report the failure on: the claim cannot be named
             log.warning("prepare refused: %s", problem)
             return PrepareResult(error=problem)
         try:
             return self._prepare_claim(ref, ahead=ahead)
-        except PrepareError as e:
-            message = e.describe(label)
-            log.warning("prepare failed: %s", message)
-        except CheckpointError as e:
-            message = f"claim {label}: {e}"
-            log.error("prepare failed: %s", message)
         except Exception as e:
-            message = f"claim {label}: unexpected error while preparing: {e!r}"
-            log.exception("prepare of claim %s (UID %s) failed unexpectedly", label, ref.uid)
+            message = self._claim_error(ref, "prepare", e)
         self._reporter.report_failure(ref, EVENT_PREPARE_FAILED, message)
         return PrepareResult(error=message)
 
@@ -517,7 +514,6 @@ class PrepareService:
             return self._unprepare_claim_logged(ref)
 
     def _unprepare_claim_logged(self, ref: ClaimRef) -> UnprepareResult:
-        label = claim_namespaced_name(ref)
         problem = compute_claim_ref_problem(ref)
         if problem is not None:
             log.warning("unprepare refused: %s", problem)
@@ -525,17 +521,54 @@ class PrepareService:
         try:
             self._unprepare_claim(ref)
             return UnprepareResult()
-        except PrepareError as e:
-            message = e.describe(label)
-            log.warning("unprepare failed: %s", message)
-        except CheckpointError as e:
-            message = f"claim {label}: {e}"
-            log.error("unprepare failed: %s", message)
         except Exception as e:
-            message = f"claim {label}: unexpected error while unpreparing: {e!r}"
-            log.exception("unprepare of claim %s (UID %s) failed unexpectedly", label, ref.uid)
+            message = self._claim_error(ref, "unprepare", e)
         self._reporter.report_failure(ref, EVENT_UNPREPARE_FAILED, message)
         return UnprepareResult(error=message)
+
+    def _claim_error(self, ref: ClaimRef, operation: str, error: Exception) -> str:
+        """The claim's one-line error for what its ``operation`` ("prepare", "unprepare") raised.
+
+        The one place an exception becomes a per-claim message, for both calls: migdra's own errors
+        say claim, device and cause; a file the claim needs that the node refuses (a read-only CDI
+        directory, a full disk) becomes a :class:`NodeFileError` naming the file, its role and the
+        operating system's reason; only what nobody foresaw is "unexpected" (logged with its
+        traceback).  Called from the ``except`` block, so the traceback is the one being handled.
+        """
+        label = claim_namespaced_name(ref)
+        if is_file_system_error(error):
+            assert isinstance(error, OSError)
+            error = NodeFileError(*self._node_file(error.filename), error)
+        if isinstance(error, PrepareError):
+            message = error.describe(label)
+            log.warning("%s failed: %s", operation, message)
+        elif isinstance(error, CheckpointError):
+            message = f"claim {label}: {error}"
+            log.error("%s failed: %s", operation, message)
+        else:
+            doing = "preparing" if operation == "prepare" else "unpreparing"
+            message = f"claim {label}: unexpected error while {doing}: {error!r}"
+            log.exception("%s of claim %s (UID %s) failed unexpectedly", operation, label, ref.uid)
+        return message
+
+    def _node_file(self, filename: object) -> tuple[str, Path | None]:
+        """(role, path) of a file an ``OSError`` names: the temporary file of an atomic write stands
+        for the file it was to replace, and the role says which of the claim's files it is."""
+        if not isinstance(filename, str | Path):
+            return "a file of this node", None
+        path = Path(filename)
+        temporary = parse_temporary_name(path.name)
+        if temporary is not None:
+            path = path.with_name(temporary[0])
+        if path.is_relative_to(self.cdi_dir):
+            if claim_uid_of_spec(path, self.driver_name) is not None:
+                return "CDI spec", path
+            return "CDI directory", path
+        if path.is_relative_to(self.metadata_root / METADATA_DIR):
+            return "device metadata", path
+        if path.is_relative_to(self.state_dir):
+            return "state directory", path
+        return "file", path
 
     def _prepare_claim(self, ref: ClaimRef, *, ahead: bool = False) -> PrepareResult:
         """``ahead``: the realizer's call (record realized ahead); otherwise kubelet's, which claims a
@@ -787,16 +820,23 @@ class PrepareService:
         with self._claim_locks.hold(ref.uid):
             record = store.get(ref.uid)
             if record is None:
+                # A spec without a record is what an unprepare leaves that released the instances and
+                # dropped the record, then could not delete the spec (a read-only CDI directory): this
+                # retry finishes it, so it reports as that unprepare would have -- the claim's status
+                # cleared (it still says Ready with the destroyed MIG UUID) and MigDevicesUnprepared.
+                devices = read_cdi_spec_device_names(self.cdi_dir, self.driver_name, ref.uid)
                 if self._delete_spec(ref.uid, (ref.namespace, ref.name)):
+                    self._reporter.report_unprepared(ref, devices)
                     log.info(
-                        "unprepare of unknown claim %s (UID %s): removed a stale CDI spec",
+                        "unprepared claim %s (UID %s): removed the CDI spec an earlier unprepare left (%s)",
                         claim_namespaced_name(ref),
                         ref.uid,
+                        ", ".join(devices) or "no devices",
                     )
                 return
             self._release_or_keep(record)  # the record is dropped before the spec goes (76c3a84)
             self._delete_spec(ref.uid, (ref.namespace, ref.name))
-            self._reporter.report_unprepared(ref, record)
+            self._reporter.report_unprepared(ref, record.device_names)
             log.info("unprepared claim %s (UID %s)", record.label, ref.uid)
 
     def _release_or_keep(self, record: ClaimRecord) -> None:
@@ -841,15 +881,18 @@ class PrepareService:
     def _delete_spec(self, claim_uid: str, claim: tuple[str, str] | None = None) -> bool:
         """Delete the claim's spec (True if there was one) and its device metadata files; ``claim``
         (namespace, name) says where they are, else every metadata directory is looked at."""
-        removed = delete_cdi_spec(self.cdi_dir, self.driver_name, claim_uid)
         where = (
             [claim]
             if claim is not None
             else [(d.namespace, d.name) for d in list_metadata_claims(self.metadata_root) if claim_uid in d.claim_uids]
         )
-        for namespace, name in where:
-            remove_claim_metadata(self.metadata_root, namespace, name, claim_uid)
-        return removed
+        try:
+            return delete_cdi_spec(self.cdi_dir, self.driver_name, claim_uid)
+        finally:
+            # Also when the spec cannot go (a read-only CDI directory): the metadata directory is
+            # another mount, and its files would otherwise wait for the next start-up's sweep.
+            for namespace, name in where:
+                remove_claim_metadata(self.metadata_root, namespace, name, claim_uid)
 
     def _metadata_files(
         self, record: ClaimRecord, attributes: Mapping[str, Mapping[str, DeviceAttribute]]

@@ -150,6 +150,28 @@ def test_explains_which_counter_ran_out(files: dict[str, str], tmp_path: Path) -
     assert "needs 1, 0 left" in reason
 
 
+def test_explains_a_counter_set_that_allocated_claims_over_consume(files: dict[str, str], tmp_path: Path) -> None:
+    """Overlapping claims allocated by hand leave GPU 0's counters over-consumed: nothing that consumes
+    the pool's counters fits, so a one-request claim is NOT satisfiable alone (never "fit alone, not
+    together"), and the pool's line names the counter set, its slice, the counters and the claims."""
+    held = [allocated("whole", ["gpu-0-mig-7g80gb-0-0"]), allocated("small", ["gpu-0-mig-1g10gb-19-0"])]
+    claims_path = write(tmp_path / "claims.yaml", [*held, claim("one", "1g.10gb")])
+    result = run_files(files, claims_path)
+    assert result.returncode == 3, result.stderr
+    out = result.stdout
+    assert (
+        f"  pool gpu.migdra.io/{NODE}: counter set gpu-0-counter-set (ResourceSlice {NODE}-gpu.migdra.io-counters-0)"
+        " is over-consumed by allocated claims default/small, default/whole: memory-slice-0 2 consumed, 1 available;"
+    ) in out, out
+    assert "claim default/one, request gpu (class mig.migdra.io, 1 device(s)): 0 eligible, NOT satisfiable" in out
+    assert "together:" not in out
+    assert f"gpu.migdra.io/{NODE}/gpu-0-mig-1g10gb-19-6: counters: pool gpu.migdra.io/{NODE} is over-consumed" in out
+    document = yaml.safe_load(run_files(files, claims_path, "-o", "yaml").stdout)
+    assert document["explanation"]["together"] is None
+    (problem,) = document["explanation"]["pools"]
+    assert "counter set gpu-0-counter-set" in problem
+
+
 def test_explains_requests_that_fit_alone_but_not_together(files: dict[str, str], tmp_path: Path) -> None:
     pending = claim("pair", "7g.80gb")
     pending["spec"]["devices"]["requests"].append({**pending["spec"]["devices"]["requests"][0], "name": "second"})

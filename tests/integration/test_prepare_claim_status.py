@@ -16,11 +16,11 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.kubeapi import BackoffPolicy
 from kubeletplugin.draservice import ClaimRef
-from kubeletplugin.prepare import service as service_module
+from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.claims import ClaimApi
 from kubeletplugin.prepare.reporter import ClaimReporter
-from tests.api_outage import RestartableApiServer, StoreChanges, restartable_api_server
-from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, result, simulated_node
+from tests.api_outage import RestartableApiServer, restartable_api_server
+from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, read_only_directory, result, simulated_node
 
 ONE_G_20 = "gpu-0-mig-1g20gb-15-6"
 NETWORK_ENTRY = {
@@ -271,32 +271,46 @@ def test_the_reconciler_makes_status_say_what_the_checkpoint_says_in_our_entries
     assert node.api.store.writes == writes  # everything agrees now: a reconciliation writes nothing
 
 
-def test_an_unprepare_whose_cdi_spec_could_not_be_deleted_is_cleared_by_the_periodic_reconciliation(
-    node: Node, monkeypatch: pytest.MonkeyPatch
+def test_an_unprepare_that_failed_on_a_read_only_cdi_directory_clears_the_status_when_its_retry_succeeds(
+    node: Node,
 ) -> None:
-    """The instance is destroyed and the record dropped, then deleting the CDI spec fails: the call fails,
-    kubelet retries, the retry finds no record -- and no report would ever clear the claim's status."""
-    reporter = ClaimReporter(node.api_client, DRIVER, NODE, backoff=FAST, reconcile_interval=0.2)
+    """The instance is destroyed and the record dropped, then deleting the CDI spec fails (a read-only
+    mount: a real EROFS, ``read_only_directory``).  The call fails in one line naming the spec; the
+    retry finds no record but the spec, deletes it, and reports as a first unprepare does -- the
+    claim's ``Ready`` and MIG UUID cleared and ``MigDevicesUnprepared`` -- at once, not at the next
+    reconciliation (an hour away here)."""
+    reporter = ClaimReporter(node.api_client, DRIVER, NODE, backoff=FAST, reconcile_interval=3600)
     service = node.service(reporter=reporter)
     ref = node.claim("cdi-trouble", [result(ONE_G_20)])
     assert service.prepare([ref])[ref.uid].error == ""
-    changes = StoreChanges(node.api)
-    changes.wait_until(lambda: len(our_entries(node, ref)) == 1, "the prepared claim says Ready")
+    assert service.flush_reports()
+    (entry,) = our_entries(node, ref)
+    assert entry["data"]["migUUID"]
+    spec = spec_path(node.cdi_dir, DRIVER, ref.uid)
 
-    original = service_module.delete_cdi_spec
-    failed: list[str] = []
+    with read_only_directory(node.cdi_dir):
+        failed = service.unprepare([ref])[ref.uid].error
+    assert failed == f"claim default/cdi-trouble: CDI spec {spec}: Read-only file system (EROFS)"
+    assert node.instances() == []  # released before the spec: a failure after it loses nothing
+    assert service._require_store().get(ref.uid) is None
+    assert spec.exists()
 
-    def failing_once(cdi_dir: Path, driver_name: str, claim_uid: str) -> bool:
-        if not failed:
-            failed.append(claim_uid)
-            raise OSError(30, "Read-only file system")
-        return original(cdi_dir, driver_name, claim_uid)
+    assert service.unprepare([ref])[ref.uid].error == ""  # kubelet's retry, the directory writable again
+    assert not spec.exists()
+    assert service.flush_reports()
+    assert our_entries(node, ref) == []
+    assert [e.reason for e in events_of(node, ref)] == [
+        "MigDevicesPrepared",
+        "MigDevicesUnprepareFailed",
+        "MigDevicesUnprepared",
+    ]
+    (unprepared,) = [e for e in events_of(node, ref) if e.reason == "MigDevicesUnprepared"]
+    assert unprepared.message == f"unprepared on node {NODE}: {ONE_G_20}"
 
-    monkeypatch.setattr(service_module, "delete_cdi_spec", failing_once)
-    assert "Read-only file system" in service.unprepare([ref])[ref.uid].error
-    assert service.unprepare([ref])[ref.uid].error == ""  # kubelet's retry
-    assert node.instances() == []
-    changes.wait_until(lambda: our_entries(node, ref) == [], "the reconciliation clears the status")
+    writes = node.api.store.writes
+    assert service.unprepare([ref])[ref.uid].error == ""  # and again: an unknown claim, no API call
+    assert service.flush_reports()
+    assert node.api.store.writes == writes
 
 
 @pytest.fixture

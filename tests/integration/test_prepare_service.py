@@ -23,8 +23,10 @@ from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.types import ComputeInstanceInfo, ComputeInstanceProfileInfo, GpuInstanceInfo
 from kubeletplugin.draservice import ClaimRef, PrepareResult, UnprepareResult
 from kubeletplugin.prepare import PrepareSettings
+from kubeletplugin.prepare import service as service_module
 from kubeletplugin.prepare.cdi import spec_path
-from tests.prepare_harness import DRIVER, Node, mig_config, opaque, result, simulated_node
+from kubeletplugin.prepare.metadata import METADATA_DIR
+from tests.prepare_harness import DRIVER, Node, mig_config, opaque, read_only_directory, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
 A100 = "A100-SXM4-40GB"
@@ -343,6 +345,68 @@ def test_busy_device_fails_unprepare_until_released(node: Node) -> None:
     assert service.owned_instances() == set()
     assert not spec_path(node.cdi_dir, DRIVER, ref.uid).exists()
     assert service.unprepare([ref])[ref.uid].error == ""  # idempotent
+
+
+@pytest.mark.parametrize("read_only", ["cdi", "device-metadata"])
+def test_a_read_only_directory_fails_prepare_in_one_line_naming_the_file_and_rolls_the_instance_back(
+    node: Node, read_only: str
+) -> None:
+    """The CDI directory (or the device metadata directory) on a read-only mount -- a real EROFS, which
+    root meets too (``read_only_directory``).  The claim's error is one line naming the claim, the file
+    and the reason, as every per-claim error is (never "unexpected error ...: OSError(30, ...)"); the
+    MIG instance this prepare created is destroyed and nothing of the claim is recorded or left on
+    disk, as for any failed prepare; once the directory is writable, kubelet's retry prepares it."""
+    service = node.service()
+    metadata_dir = node.state_dir / METADATA_DIR
+    for directory in (node.cdi_dir, metadata_dir):
+        directory.mkdir(parents=True, exist_ok=True)
+    ref = node.claim("read-only", [result(ONE_G_20)])
+    spec = spec_path(node.cdi_dir, DRIVER, ref.uid)
+    created = node.library.faults.calls("nvmlDeviceCreateGpuInstanceWithPlacement")
+    destroyed = node.library.faults.calls("nvmlGpuInstanceDestroy")
+
+    with read_only_directory(node.cdi_dir if read_only == "cdi" else metadata_dir):
+        error = service.prepare([ref])[ref.uid].error
+    if read_only == "cdi":
+        assert error == f"claim default/read-only: CDI spec {spec}: Read-only file system (EROFS)"
+    else:
+        assert error == (
+            f"claim default/read-only: device metadata {metadata_dir / 'default_read-only'}: "
+            "Read-only file system (EROFS)"
+        )
+    assert node.library.faults.calls("nvmlDeviceCreateGpuInstanceWithPlacement") == created + 1
+    assert node.library.faults.calls("nvmlGpuInstanceDestroy") == destroyed + 1
+    assert node.instances() == []
+    assert service._require_store().get(ref.uid) is None
+    assert service.owned_instances() == set()
+    assert not spec.exists()
+    assert list(metadata_dir.iterdir()) == []
+
+    assert service.prepare([ref])[ref.uid].error == ""  # kubelet's retry, the directory writable again
+    ((_, _, profile, start, _),) = node.instances()
+    assert (profile, start) == (15, 6)
+    assert spec.exists()
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [RuntimeError("boom"), ConnectionResetError(104, "Connection reset by peer")],
+    ids=["bug", "socket-oserror"],
+)
+def test_an_error_nobody_foresaw_is_still_an_unexpected_per_claim_error(
+    node: Node, monkeypatch: pytest.MonkeyPatch, raised: Exception
+) -> None:
+    """Only the file system's OSErrors are named as a node file; a socket's (an OSError too) or a bug
+    stays "unexpected", with its repr, and the instance is rolled back all the same."""
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise raised
+
+    monkeypatch.setattr(service_module, "write_claim_spec", failing)
+    ref = node.claim("unforeseen", [result(ONE_G_20)])
+    error = node.service().prepare([ref])[ref.uid].error
+    assert error == f"claim default/unforeseen: unexpected error while preparing: {raised!r}"
+    assert node.instances() == []
 
 
 def test_unprepare_of_an_unknown_claim_succeeds_without_any_call(node: Node) -> None:

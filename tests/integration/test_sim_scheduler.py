@@ -469,6 +469,35 @@ def test_unsatisfiable_pod_reports_per_node_and_counts_the_event(cluster: Api) -
     assert len(allocated(api, "two-big")) == 2
 
 
+def test_a_pod_on_a_node_with_over_consumed_counters_is_told_which_counter_set(cluster: Api) -> None:
+    """Two overlapping claims allocated by hand over-consume gpu-0's counters; kube-scheduler places
+    nothing that consumes the pool's counters then.  FailedScheduling names the counter set, its
+    slice, the counter (consumed vs available) and the claims, not "each request fits alone"."""
+    api = cluster
+    api.add_classes()
+    api.add_node(node("n1"))
+    for name, device in (("whole", "gpu-0-mig-7g80gb-0-0"), ("small", "gpu-0-mig-1g10gb-19-0")):
+        held = api.client.create(CLAIMS, claim(name))
+        held["status"] = {
+            "allocation": {
+                "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": device}]}
+            }
+        }
+        api.client.update(CLAIMS, held, "status")
+    api.client.create(CLAIMS, claim("one", mig_request("gpu", "1g.10gb")))
+    api.client.create(PODS, pod("p", claims={"gpu": "one"}))
+    with running(Scheduler(api.client, seed=1)):
+        event = wait_for("FailedScheduling", lambda: failed_scheduling(api, "p"))
+    message = event["message"]
+    assert message.startswith(
+        "0/1 nodes are available: 1 cannot allocate all claims. n1: pool gpu.migdra.io/n1: counter set"
+        f" gpu-0-counter-set (ResourceSlice n1-{DRIVER}-counters-0) is over-consumed by allocated claims"
+        f" {NAMESPACE}/small, {NAMESPACE}/whole: memory-slice-0 2 consumed, 1 available;"
+    ), message
+    assert "fits alone" not in message
+    assert f'claim {NAMESPACE}/one request "gpu" (class mig.migdra.io): 0 eligible device(s), needs 1;' in message
+
+
 def test_a_pod_waits_silently_for_its_claim_to_exist(cluster: Api) -> None:
     api = cluster
     api.add_classes()

@@ -20,6 +20,7 @@ from kubeletplugin.prepare.cdi import (
     delete_cdi_spec,
     list_cdi_spec_claims,
     read_caps_major,
+    read_cdi_spec_device_names,
     read_mig_device_nodes,
     spec_path,
     write_cdi_spec,
@@ -161,3 +162,14 @@ def test_only_this_drivers_spec_files_are_recognised(tmp_path: Path) -> None:
     assert claim_uid_of_spec(spec_path(tmp_path, DRIVER, UID), DRIVER) == UID
     assert claim_uid_of_spec(tmp_path / "k8s.gpu.nvidia.com-claim_abc.json", DRIVER) is None
     assert claim_uid_of_spec(tmp_path / f".gpu.migdra.io-claim_{UID}.json.1.ab.tmp", DRIVER) is None
+
+
+def test_the_devices_a_spec_names_are_read_back_and_nothing_for_a_missing_or_broken_spec(tmp_path: Path) -> None:
+    """What an unprepare whose spec could not be deleted had released: its retry says so from the spec."""
+    cdi_dir = tmp_path / "cdi"
+    assert read_cdi_spec_device_names(cdi_dir, DRIVER, UID) == ()
+    devices = [CdiDevice(name, (DeviceNode("/dev/nvidia0"),)) for name in ("gpu-0-mig-1g20gb-15-6", "gpu-1")]
+    write_cdi_spec(cdi_dir, DRIVER, UID, build_cdi_spec(DRIVER, UID, devices, []))
+    assert read_cdi_spec_device_names(cdi_dir, DRIVER, UID) == ("gpu-0-mig-1g20gb-15-6", "gpu-1")
+    spec_path(cdi_dir, DRIVER, UID).write_text('{"devices": [')
+    assert read_cdi_spec_device_names(cdi_dir, DRIVER, UID) == ()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.allocation import DEFAULT_FEATURES
+from dra_driver.allocation import DEFAULT_FEATURES, allocate
 from dra_driver.allocation.explain import explain
 from dra_driver.controlplane.claimcontroller import generated_claim_name
 from dra_driver.controlplane.cluster import ClusterSpec, deviceclass_documents, substitute_driver
@@ -185,6 +185,59 @@ def test_the_explanation_clause_names_the_request_that_cannot_be_satisfied() -> 
     clause = explanation_clause(explain([claim], node, slices, classes, [], DEFAULT_FEATURES))
     assert clause.startswith('claim ns/big request "gpus" (class mig.migdra.io): 1 eligible device(s), needs 2;')
     assert "excluded: request selector" in clause
+
+
+def test_the_explanation_clause_names_the_counter_set_allocated_claims_over_consume() -> None:
+    """Two overlapping claims allocated by hand (a 7g.80gb and a 1g.10gb both on memory slice 0 of GPU 0)
+    over-consume gpu-0's counters; kube-scheduler then places nothing that consumes the pool's
+    counters, even on the free GPU 1.  With one request, "each request fits alone, not together" is
+    wrong: the clause must name the counter set, its slice, the counters and the claims to release."""
+    slices = example_slices(["H100-SXM5-80GB", "H100-SXM5-80GB"], True, "gpu.migdra.io", "n1")
+    node = {"metadata": {"name": "n1"}}
+    classes = [
+        {
+            "metadata": {"name": "mig.migdra.io"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.migdra.io'"}}]},
+        }
+    ]
+
+    def allocated(name: str, device: str) -> dict[str, Any]:
+        result = {"request": "gpu", "driver": "gpu.migdra.io", "pool": "n1", "device": device}
+        return {
+            "metadata": {"name": name, "namespace": "ns"},
+            "status": {"allocation": {"devices": {"results": [result]}}},
+        }
+
+    held = [allocated("whole", "gpu-0-mig-7g80gb-0-0"), allocated("small", "gpu-0-mig-1g10gb-19-0")]
+    profile = "device.attributes['gpu.migdra.io'].profile == '1g.10gb'"
+    claim = {
+        "metadata": {"name": "one", "namespace": "ns", "uid": "u"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": "mig.migdra.io",
+                            "selectors": [{"cel": {"expression": profile}}],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    assert allocate([claim], node, slices, classes, held, DEFAULT_FEATURES) is None
+    clause = explanation_clause(explain([claim], node, slices, classes, held, DEFAULT_FEATURES))
+    assert "fits alone" not in clause
+    assert clause.startswith(
+        "pool gpu.migdra.io/n1: counter set gpu-0-counter-set (ResourceSlice n1-gpu.migdra.io-counters-0)"
+        " is over-consumed by allocated claims ns/small, ns/whole: memory-slice-0 2 consumed, 1 available;"
+    ), clause
+    assert "gpu-1-counter-set" not in clause
+    # the request's own clause gives the reason of the devices it selects, not of those it never asked for
+    assert clause.endswith(
+        'claim ns/one request "gpu" (class mig.migdra.io): 0 eligible device(s), needs 1; 13 excluded: counters'
+    ), clause
 
 
 def test_the_occupancy_map_shows_which_memory_slices_hold_which_claim() -> None:

@@ -3,7 +3,10 @@
 kube-scheduler says ``0/2 nodes are available: 2 cannot allocate all claims.`` (reasons counted and
 sorted as Go's FitError does).  That alone does not tell a user *which* request failed, so migdra's
 scheduler appends, per node, the allocator's explanation in one clause: the request, how many devices
-were eligible against how many it wants, and the most common reason the others were excluded.  Pure.
+were eligible against how many it wants, and the most common reason the others were excluded (of the
+devices its selectors chose, when there are any).  Pool problems come first: a pool being updated or
+invalid, or a counter set that allocated claims over-consume (named with its slice, counters and
+claims), since then no request fits there whatever it asks.  Pure.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ def explanation_clause(explanation: Explanation) -> str:
     for report in explanation.requests:
         if report.satisfiable_alone:
             continue
-        counts = sorted(report.counts().items(), key=lambda item: (-item[1], item[0]))
+        # The devices the request selects say why it fails; those its selectors skip say only what it asked for.
+        tally = report.counts(selected_only=True) or report.counts()
+        counts = sorted(tally.items(), key=lambda item: (-item[1], item[0]))
         top = f"; {counts[0][1]} excluded: {counts[0][0]}" if counts else ""
         wanted = "all" if report.mode == "All" else str(report.wanted)
         parts.append(
