@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from dra_driver.controlplane.apiserver import discovery
+from dra_driver.controlplane.apiserver import discovery, protobuf_body
 from dra_driver.controlplane.apiserver.auth import ANONYMOUS, TokenAuthenticator, UserInfo
 from dra_driver.controlplane.apiserver.authz import RbacAuthorizer, RequestAttributes, request_verb
 from dra_driver.controlplane.apiserver.conversion import from_storage
@@ -40,7 +40,7 @@ from dra_driver.controlplane.apiserver.errors import (
 )
 from dra_driver.controlplane.apiserver.openapi import OpenAPIV3
 from dra_driver.controlplane.apiserver.operations import DeleteOptions, Operations, WriteOptions
-from dra_driver.controlplane.apiserver.registry import Registry
+from dra_driver.controlplane.apiserver.registry import Registry, ResourceType
 from dra_driver.controlplane.apiserver.routes import ResourceRoute, parse_resource_path
 from dra_driver.controlplane.apiserver.selectors import parse_field_selector, parse_label_selector
 from dra_driver.controlplane.apiserver.tables import to_table, wants_table
@@ -213,14 +213,19 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             raise BadRequest(f"invalid Content-Length: {exc}") from exc
         return self.rfile.read(length) if length else b""
 
-    def _decode_body(self, raw: bytes) -> Any:
+    def _decode_body(self, raw: bytes, resource: ResourceType | None = None) -> Any:
+        """The body as JSON-shaped data.  ``resource``: the kind an object body must be; only such bodies
+        may be protobuf (typed clients send objects so), and only for kinds with a field table."""
         if not raw:
             raise BadRequest("the request body is empty")
         content_type = self.headers.get("Content-Type", "application/json")
-        if "protobuf" in content_type or "cbor" in content_type:
+        media_type = content_type.split(";")[0].strip().lower()
+        if media_type == protobuf_body.PROTOBUF and resource is not None and protobuf_body.decodes(resource):
+            return protobuf_body.decode_object(raw, resource)
+        if "protobuf" in media_type or "cbor" in media_type:
+            accepted = ", ".join(protobuf_body.accepted_media_types(resource))
             raise UnsupportedMediaType(
-                f"the body of the request was in an unknown format - accepted media types include: "
-                f"application/json, application/yaml (got {content_type})"
+                f"the body of the request was in an unknown format - accepted media types include: {accepted}"
             )
         try:
             if "yaml" in content_type:
@@ -332,7 +337,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         elif method == "POST":
             if resource.namespaced and route.namespace is None:
                 raise MethodNotAllowed("the server does not allow this method on the requested resource")
-            created = ops.create(resource, route.namespace, self._decode_body(raw), self._write_options(query))
+            body = self._decode_body(raw, resource)
+            created = ops.create(resource, route.namespace, body, self._write_options(query))
             self._send_json(201, created)
         elif method == "DELETE":
             options = self._delete_options(query, raw)
@@ -359,7 +365,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             self._send_json(200, obj)
         elif method == "PUT":
             options = self._write_options(query)
-            self._send_json(200, ops.update(resource, namespace, name, self._decode_body(raw), sub, options))
+            body = self._decode_body(raw, resource)
+            self._send_json(200, ops.update(resource, namespace, name, body, sub, options))
         elif method == "PATCH":
             options = self._write_options(query)
             patch_type = self.headers.get("Content-Type", "").split(";")[0].strip()
