@@ -39,6 +39,7 @@ from dra_driver.controlplane.apiserver.errors import (
     UnsupportedMediaType,
 )
 from dra_driver.controlplane.apiserver.openapi import OpenAPIV3
+from dra_driver.controlplane.apiserver.openapi_v2 import OpenAPIV2
 from dra_driver.controlplane.apiserver.operations import DeleteOptions, Operations, WriteOptions
 from dra_driver.controlplane.apiserver.registry import Registry, ResourceType
 from dra_driver.controlplane.apiserver.routes import ResourceRoute, parse_resource_path
@@ -63,10 +64,12 @@ class ApiContext:
     bookmark_interval: float
     watch_max_pending: int
     openapi: OpenAPIV3 = field(init=False)
+    openapi_v2: OpenAPIV2 = field(init=False)
     stopping: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.openapi = OpenAPIV3(self.registry)
+        self.openapi_v2 = OpenAPIV2(self.registry)
 
 
 class ApiHTTPServer(ThreadingHTTPServer):
@@ -234,10 +237,14 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         except (ValueError, yaml.YAMLError) as exc:
             raise BadRequest(f"the request body could not be decoded: {exc}") from exc
 
-    def _send_json(self, code: int, obj: Any, content_type: str = "application/json") -> None:
+    def _send_json(
+        self, code: int, obj: Any, content_type: str = "application/json", headers: dict[str, str] | None = None
+    ) -> None:
         body = obj if isinstance(obj, bytes) else json.dumps(obj, separators=(",", ":")).encode()
         self.send_response(code)
         self.send_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-cache, private")
         for warning in self.warnings:
@@ -297,6 +304,9 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         elif path.startswith("/apis/") and path.count("/") == 3:
             _, _, group, version = path.split("/")
             document = discovery.api_resource_list(registry, group, version)
+        elif path == "/openapi/v2":
+            self._serve_openapi_v2(accept)
+            return True
         elif path == "/openapi/v3":
             document = self.context.openapi.root()
         elif path.startswith("/openapi/v3/"):
@@ -307,6 +317,17 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             raise NotFound("the server could not find the requested resource")
         self._send_json(200, document, content_type)
         return True
+
+    def _serve_openapi_v2(self, accept: str) -> None:
+        """``/openapi/v2`` as kube-openapi's handler answers it: negotiated, with ``ETag`` and ``Vary``,
+        and a bare 406 when ``Accept`` names neither JSON nor the gnostic protobuf."""
+        content_type = OpenAPIV2.negotiate(accept)
+        if content_type is None:
+            self._send_json(406, b"", "text/plain; charset=utf-8", {"Vary": "Accept"})
+            return
+        document = self.context.openapi_v2
+        headers = {"Vary": "Accept", "Etag": document.etag()}
+        self._send_json(200, document.body(content_type), content_type, headers)
 
     def _write_options(self, query: dict[str, list[str]]) -> WriteOptions:
         options = WriteOptions(
