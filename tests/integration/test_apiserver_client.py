@@ -131,6 +131,7 @@ RESOURCES: dict[str, tuple[type, str, bool, Callable[[str], dict[str, Any]]]] = 
     ),
     "serviceaccounts": (client.CoreV1Api, "service_account", True, lambda n: {"metadata": {"name": n}}),
     "configmaps": (client.CoreV1Api, "config_map", True, lambda n: {"metadata": {"name": n}, "data": {"k": "v"}}),
+    "secrets": (client.CoreV1Api, "secret", True, lambda n: {"metadata": {"name": n}, "data": {"k": "dg=="}}),
     "events.events.k8s.io": (
         client.EventsV1Api,
         "event",

@@ -7,12 +7,16 @@ bodies are what kubectl expects.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -358,3 +362,197 @@ def test_get_pods_wide_shows_the_node_and_a_pod_being_deleted_is_terminating(kub
     assert wide[1].split()[5:] == ["<none>", "node-7", "<none>", "<none>"]
     kubectl("delete", "pod", "bound", "--wait=false")  # bound: graceful, it stays until a kubelet deletes it
     assert kubectl("get", "pods").stdout.splitlines()[1].split()[2] == "Terminating"
+
+
+# -- typed-client commands: kubectl sends these objects as protobuf -----------------------------------
+
+CREATE_COMMANDS = [
+    pytest.param(
+        ["namespace", "team-a"],
+        ["namespace", "team-a"],
+        {"spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}},
+        id="namespace",
+    ),
+    pytest.param(
+        ["configmap", "settings", "--from-literal=mode=fast", "--from-file=blob={binary}"],
+        ["configmap", "settings"],
+        {"data": {"mode": "fast"}, "binaryData": {"blob": "AAEC/w=="}},
+        id="configmap",
+    ),
+    pytest.param(
+        ["secret", "generic", "creds", "--from-literal=user=admin", "--from-literal=empty="],
+        ["secret", "creds"],
+        {"data": {"user": "YWRtaW4=", "empty": ""}, "type": "Opaque"},
+        id="secret-generic",
+    ),
+    pytest.param(["serviceaccount", "builder"], ["serviceaccount", "builder"], {}, id="serviceaccount"),
+    pytest.param(
+        ["role", "reader", "--verb=get,list", "--resource=pods", "--resource-name=p"],
+        ["role", "reader"],
+        {"rules": [{"apiGroups": [""], "resources": ["pods"], "resourceNames": ["p"], "verbs": ["get", "list"]}]},
+        id="role",
+    ),
+    pytest.param(
+        ["clusterrole", "aggregated", "--aggregation-rule=example.com/view=true"],
+        ["clusterrole", "aggregated"],
+        {"aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.com/view": "true"}}]}},
+        id="clusterrole",
+    ),
+    pytest.param(
+        ["rolebinding", "readers", "--clusterrole=view", "--user=alice", "--serviceaccount=default:builder"],
+        ["rolebinding", "readers"],
+        {
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"},
+                {"kind": "ServiceAccount", "name": "builder", "namespace": "default"},
+            ],
+        },
+        id="rolebinding",
+    ),
+    pytest.param(
+        ["clusterrolebinding", "admins", "--clusterrole=admin", "--group=ops"],
+        ["clusterrolebinding", "admins"],
+        {
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ops"}],
+        },
+        id="clusterrolebinding",
+    ),
+]
+
+
+@pytest.mark.parametrize(("create", "get", "expected"), CREATE_COMMANDS)
+def test_kubectl_create_of_builtin_kinds_is_decoded_from_protobuf(
+    kubectl: Kubectl, tmp_path: Path, create: list[str], get: list[str], expected: dict[str, Any]
+) -> None:
+    binary = tmp_path / "blob"
+    binary.write_bytes(bytes([0, 1, 2, 255]))  # not UTF-8: kubectl puts it in binaryData
+    args = [arg.replace("{binary}", str(binary)) for arg in create]
+    created = kubectl("create", *args, "-v=8")
+    assert "Content-Type: application/vnd.kubernetes.protobuf" in created.stderr, "kubectl sent no protobuf"
+    assert created.stdout.strip().endswith(f"/{get[1]} created")
+    obj = json.loads(kubectl("get", *get, "-o", "json").stdout)
+    assert obj["metadata"]["name"] == get[1]
+    assert obj["metadata"]["uid"]
+    assert {key: obj[key] for key in expected} == expected
+    again = kubectl("create", *args, check=False)
+    assert again.returncode == 1
+    assert f'"{get[1]}" already exists' in again.stderr
+
+
+def test_objects_created_in_a_new_namespace_from_protobuf(kubectl: Kubectl) -> None:
+    kubectl("create", "namespace", "team-a")
+    kubectl("create", "configmap", "c", "-n", "team-a", "--from-literal=k=v")
+    assert kubectl("get", "configmap", "c", "-n", "team-a", "-o", "jsonpath={.data.k}").stdout == "v"
+    assert kubectl("get", "namespace", "team-a", "-o", "name").stdout.strip() == "namespace/team-a"
+    kubectl("create", "secret", "generic", "s", "-n", "team-a", "--from-literal=a=b")
+    assert kubectl("get", "secrets", "-n", "team-a").stdout.splitlines()[0].split() == ["NAME", "TYPE", "DATA", "AGE"]
+
+
+def test_a_kind_without_a_protobuf_table_is_415_in_kubes_words(kubectl: Kubectl) -> None:
+    refused = kubectl("create", "deployment", "web", "--image=nginx", check=False)
+    assert refused.returncode == 1
+    assert (
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json, application/yaml"
+    ) in refused.stderr
+    assert "vnd.kubernetes.protobuf" not in refused.stderr.split("include:", 1)[1]
+
+
+# -- kind: List: kubectl validates its items against /openapi/v2, then sends them one by one ----------
+
+LIST_MANIFEST = """
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Namespace
+  metadata: {name: team-b}
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: settings, namespace: team-b}
+  data: {mode: fast}
+- apiVersion: v1
+  kind: Secret
+  metadata: {name: creds, namespace: team-b}
+  stringData: {user: admin}
+- apiVersion: v1
+  kind: Service
+  metadata: {name: web, namespace: team-b}
+  spec:
+    selector: {app: web}
+    ports: [{port: 80, targetPort: http}]
+- apiVersion: resource.k8s.io/v1
+  kind: DeviceClass
+  metadata: {name: mig.nvidia.com}
+  spec:
+    selectors:
+    - cel: {expression: device.driver == "gpu.migdra.dev"}
+"""
+
+
+def test_apply_of_a_list_creates_each_item(kubectl: Kubectl) -> None:
+    applied = kubectl("apply", "-f", "-", stdin=LIST_MANIFEST)
+    assert applied.stdout.splitlines() == [
+        "namespace/team-b created",
+        "configmap/settings created",
+        "secret/creds created",
+        "service/web created",
+        "deviceclass.resource.k8s.io/mig.nvidia.com created",
+    ]
+    assert kubectl("get", "configmap", "settings", "-n", "team-b", "-o", "jsonpath={.data.mode}").stdout == "fast"
+    secret = json.loads(kubectl("get", "secret", "creds", "-n", "team-b", "-o", "json").stdout)
+    assert secret["data"] == {"user": "YWRtaW4="}
+    assert "stringData" not in secret
+    again = kubectl("apply", "-f", "-", stdin=LIST_MANIFEST)
+    assert again.stdout.splitlines() == [
+        "namespace/team-b unchanged",
+        "configmap/settings unchanged",
+        "secret/creds configured",  # as against kube: the server folds stringData into data (kubernetes#87736)
+        "service/web unchanged",
+        "deviceclass.resource.k8s.io/mig.nvidia.com unchanged",
+    ]
+    second = LIST_MANIFEST.replace("team-b", "team-c").replace("mig.nvidia.com", "mig-2.nvidia.com")
+    created = kubectl("create", "-f", "-", stdin=second).stdout.splitlines()
+    assert [line.rsplit(" ", 1)[1] for line in created] == ["created"] * 5
+
+
+def test_a_list_item_with_an_unknown_field_fails_client_side_validation_like_kube(kubectl: Kubectl) -> None:
+    bad = LIST_MANIFEST.replace("data: {mode: fast}", "data: {mode: fast}\n  bogus: 1")
+    refused = kubectl("apply", "-f", "-", stdin=bad, check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        'error: error validating "STDIN": error validating data: ValidationError(ConfigMap): unknown field "bogus" '
+        "in io.k8s.api.core.v1.ConfigMap; if you choose to ignore these errors, turn validation off with "
+        "--validate=false"
+    )
+    assert kubectl("get", "namespace", "team-b", check=False).returncode == 1, "nothing is sent after a refusal"
+
+
+@pytest.mark.parametrize(
+    ("accept", "status", "content_type"),
+    [
+        pytest.param(
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+            200,
+            "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+            id="protobuf-as-kubectl-asks",
+        ),
+        pytest.param("application/json", 200, "application/json", id="json"),
+        pytest.param("text/html", 406, "text/plain; charset=utf-8", id="neither"),
+    ],
+)
+def test_openapi_v2_is_negotiated_like_kube_openapi(
+    api: LocalAPIServer, accept: str, status: int, content_type: str
+) -> None:
+    request = urllib.request.Request(f"{api.url}/openapi/v2", headers={"Accept": accept})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            code, headers, body = response.status, response.headers, response.read()
+    except urllib.error.HTTPError as error:
+        code, headers, body = error.code, error.headers, error.read()
+    assert (code, headers["Content-Type"]) == (status, content_type)
+    assert headers["Vary"] == "Accept"
+    if content_type == "application/json":
+        assert json.loads(body)["swagger"] == "2.0"

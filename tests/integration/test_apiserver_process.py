@@ -52,7 +52,7 @@ def apiserver_process(kubeconfig: Path, *extra: str) -> Iterator[subprocess.Pope
 
 
 def configmap(name: str, data: dict[str, str]) -> str:
-    # `kubectl create configmap` would send protobuf, which this server does not read; `create -f` sends JSON.
+    # For `kubectl create -f`, which sends JSON (`kubectl create configmap` sends protobuf).
     return yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data})
 
 
@@ -74,7 +74,7 @@ def test_sim_apiserver_serves_kubectl_and_keeps_its_snapshot(tmp_path: Path) -> 
     with apiserver_process(kubeconfig, "--snapshot", str(snapshot)) as process:
         config = yaml.safe_load(kubeconfig.read_text())
         assert config["clusters"][0]["cluster"]["server"].startswith("http://127.0.0.1:")
-        created = kubectl(kubeconfig, "create", "-f", "-", stdin=configmap("kept", {"k": "v"}))
+        created = kubectl(kubeconfig, "create", "configmap", "kept", "--from-literal=k=v")  # a protobuf body
         assert created.returncode == 0, created.stderr
         version = json.loads(kubectl(kubeconfig, "get", "cm", "kept", "-o", "json").stdout)["metadata"][
             "resourceVersion"

@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from dra_driver.controlplane.apiserver import discovery
+from dra_driver.controlplane.apiserver import discovery, protobuf_body
 from dra_driver.controlplane.apiserver.auth import ANONYMOUS, TokenAuthenticator, UserInfo
 from dra_driver.controlplane.apiserver.authz import RbacAuthorizer, RequestAttributes, request_verb
 from dra_driver.controlplane.apiserver.conversion import from_storage
@@ -39,8 +39,9 @@ from dra_driver.controlplane.apiserver.errors import (
     UnsupportedMediaType,
 )
 from dra_driver.controlplane.apiserver.openapi import OpenAPIV3
+from dra_driver.controlplane.apiserver.openapi_v2 import OpenAPIV2
 from dra_driver.controlplane.apiserver.operations import DeleteOptions, Operations, WriteOptions
-from dra_driver.controlplane.apiserver.registry import Registry
+from dra_driver.controlplane.apiserver.registry import Registry, ResourceType
 from dra_driver.controlplane.apiserver.routes import ResourceRoute, parse_resource_path
 from dra_driver.controlplane.apiserver.selectors import parse_field_selector, parse_label_selector
 from dra_driver.controlplane.apiserver.tables import to_table, wants_table
@@ -63,10 +64,12 @@ class ApiContext:
     bookmark_interval: float
     watch_max_pending: int
     openapi: OpenAPIV3 = field(init=False)
+    openapi_v2: OpenAPIV2 = field(init=False)
     stopping: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.openapi = OpenAPIV3(self.registry)
+        self.openapi_v2 = OpenAPIV2(self.registry)
 
 
 class ApiHTTPServer(ThreadingHTTPServer):
@@ -213,14 +216,19 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             raise BadRequest(f"invalid Content-Length: {exc}") from exc
         return self.rfile.read(length) if length else b""
 
-    def _decode_body(self, raw: bytes) -> Any:
+    def _decode_body(self, raw: bytes, resource: ResourceType | None = None) -> Any:
+        """The body as JSON-shaped data.  ``resource``: the kind an object body must be; only such bodies
+        may be protobuf (typed clients send objects so), and only for kinds with a field table."""
         if not raw:
             raise BadRequest("the request body is empty")
         content_type = self.headers.get("Content-Type", "application/json")
-        if "protobuf" in content_type or "cbor" in content_type:
+        media_type = content_type.split(";")[0].strip().lower()
+        if media_type == protobuf_body.PROTOBUF and resource is not None and protobuf_body.decodes(resource):
+            return protobuf_body.decode_object(raw, resource)
+        if "protobuf" in media_type or "cbor" in media_type:
+            accepted = ", ".join(protobuf_body.accepted_media_types(resource))
             raise UnsupportedMediaType(
-                f"the body of the request was in an unknown format - accepted media types include: "
-                f"application/json, application/yaml (got {content_type})"
+                f"the body of the request was in an unknown format - accepted media types include: {accepted}"
             )
         try:
             if "yaml" in content_type:
@@ -229,10 +237,14 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         except (ValueError, yaml.YAMLError) as exc:
             raise BadRequest(f"the request body could not be decoded: {exc}") from exc
 
-    def _send_json(self, code: int, obj: Any, content_type: str = "application/json") -> None:
+    def _send_json(
+        self, code: int, obj: Any, content_type: str = "application/json", headers: dict[str, str] | None = None
+    ) -> None:
         body = obj if isinstance(obj, bytes) else json.dumps(obj, separators=(",", ":")).encode()
         self.send_response(code)
         self.send_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-cache, private")
         for warning in self.warnings:
@@ -292,6 +304,9 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         elif path.startswith("/apis/") and path.count("/") == 3:
             _, _, group, version = path.split("/")
             document = discovery.api_resource_list(registry, group, version)
+        elif path == "/openapi/v2":
+            self._serve_openapi_v2(accept)
+            return True
         elif path == "/openapi/v3":
             document = self.context.openapi.root()
         elif path.startswith("/openapi/v3/"):
@@ -302,6 +317,17 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             raise NotFound("the server could not find the requested resource")
         self._send_json(200, document, content_type)
         return True
+
+    def _serve_openapi_v2(self, accept: str) -> None:
+        """``/openapi/v2`` as kube-openapi's handler answers it: negotiated, with ``ETag`` and ``Vary``,
+        and a bare 406 when ``Accept`` names neither JSON nor the gnostic protobuf."""
+        content_type = OpenAPIV2.negotiate(accept)
+        if content_type is None:
+            self._send_json(406, b"", "text/plain; charset=utf-8", {"Vary": "Accept"})
+            return
+        document = self.context.openapi_v2
+        headers = {"Vary": "Accept", "Etag": document.etag()}
+        self._send_json(200, document.body(content_type), content_type, headers)
 
     def _write_options(self, query: dict[str, list[str]]) -> WriteOptions:
         options = WriteOptions(
@@ -332,7 +358,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         elif method == "POST":
             if resource.namespaced and route.namespace is None:
                 raise MethodNotAllowed("the server does not allow this method on the requested resource")
-            created = ops.create(resource, route.namespace, self._decode_body(raw), self._write_options(query))
+            body = self._decode_body(raw, resource)
+            created = ops.create(resource, route.namespace, body, self._write_options(query))
             self._send_json(201, created)
         elif method == "DELETE":
             options = self._delete_options(query, raw)
@@ -359,7 +386,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             self._send_json(200, obj)
         elif method == "PUT":
             options = self._write_options(query)
-            self._send_json(200, ops.update(resource, namespace, name, self._decode_body(raw), sub, options))
+            body = self._decode_body(raw, resource)
+            self._send_json(200, ops.update(resource, namespace, name, body, sub, options))
         elif method == "PATCH":
             options = self._write_options(query)
             patch_type = self.headers.get("Content-Type", "").split(";")[0].strip()

@@ -3,9 +3,10 @@
 kubectl decides from these whether the server does server-side field validation: for the kind it
 is about to send, it looks for a PATCH operation tagged ``x-kubernetes-group-version-kind`` with a
 ``fieldValidation`` query parameter; finding one, it sends ``?fieldValidation=Strict`` and skips its
-client-side (OpenAPI v2, protobuf) validation.  The component schemas are generated from the official
-client's models (see ``schema.py``), so ``kubectl explain`` has real field names and types.  No OpenAPI
-v2 is served (kubectl would want it in protobuf).
+client-side (OpenAPI v2) validation.  The component schemas are generated from the official client's
+models (see ``schema.py``), so ``kubectl explain`` has real field names and types.  The OpenAPI v2
+document, which kubectl still reads for what v3 cannot answer (``kind: List`` files), is built from the
+same schemas in ``openapi_v2.py``.
 """
 
 from __future__ import annotations
@@ -79,7 +80,9 @@ def _schema_for(type_name: str, seen: set[str]) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{type_name}"}
 
 
-def _component_schemas(roots: list[str]) -> dict[str, Any]:
+def component_schemas(roots: list[str]) -> dict[str, Any]:
+    """The schema of each client model in ``roots`` and of every model they reach, by model name, with
+    references as ``#/components/schemas/<model>`` (``openapi_v2.py`` rewrites them for v2)."""
     schemas: dict[str, Any] = {}
     pending = set(roots)
     while pending:
@@ -100,7 +103,8 @@ def _component_schemas(roots: list[str]) -> dict[str, Any]:
     return schemas
 
 
-def _gvk(r: ResourceType) -> dict[str, str]:
+def gvk(r: ResourceType) -> dict[str, str]:
+    """The ``x-kubernetes-group-version-kind`` entry of a resource's kind."""
     return {"group": r.group, "version": r.version, "kind": r.kind}
 
 
@@ -109,7 +113,7 @@ def _operation(r: ResourceType, action: str, operation_id: str, parameters: list
     operation: dict[str, Any] = {
         "operationId": operation_id,
         "x-kubernetes-action": action,
-        "x-kubernetes-group-version-kind": _gvk(r),
+        "x-kubernetes-group-version-kind": gvk(r),
         "parameters": parameters,
         "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}}},
     }
@@ -206,10 +210,10 @@ class OpenAPIV3:
                 "openapi": "3.0.0",
                 "info": {"title": "Kubernetes (migdra local API server)", "version": "v1.37.0"},
                 "paths": paths,
-                "components": {"schemas": _component_schemas([r.model for r in resources])},
+                "components": {"schemas": component_schemas([r.model for r in resources])},
             }
             for r in resources:
-                doc["components"]["schemas"][r.model]["x-kubernetes-group-version-kind"] = [_gvk(r)]
+                doc["components"]["schemas"][r.model]["x-kubernetes-group-version-kind"] = [gvk(r)]
             documents[self.gv_path(group, version)] = json.dumps(doc, separators=(",", ":")).encode()
         return documents
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dra_driver.controlplane.apiserver import pods
+from dra_driver.controlplane.apiserver import pods, secrets
 from dra_driver.controlplane.apiserver.validation import NameRule
 
 if TYPE_CHECKING:
@@ -210,6 +210,17 @@ RESOURCES: tuple[ResourceType, ...] = (
         namespaced=True,
         model="V1ConfigMap",
         short_names=("cm",),
+    ),
+    ResourceType(
+        group="",
+        version="v1",
+        kind="Secret",
+        plural="secrets",
+        singular="secret",
+        namespaced=True,
+        model="V1Secret",
+        defaulter=secrets.default_secret,
+        field_selectors={"type": "type"},
     ),
     ResourceType(
         group="events.k8s.io",

@@ -88,6 +88,7 @@ COLUMNS: Mapping[str, tuple[Column, ...]] = {
     "pods": (("Ready", _pod_ready), ("Status", _pod_status), ("Restarts", _pod_restarts)),
     "events": (("Type", _path("type")), ("Reason", _path("reason")), ("Message", _path("message"))),
     "configmaps": (("Data", _count("data")),),
+    "secrets": (("Type", _path("type")), ("Data", _count("data"))),
     "leases.coordination.k8s.io": (("Holder", _path("spec.holderIdentity")),),
     "resourceslices.resource.k8s.io": (
         ("Node", _path("spec.nodeName")),
