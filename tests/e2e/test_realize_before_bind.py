@@ -21,8 +21,8 @@ from dra_driver.devicemodel.naming import parse_mig_device_name
 from dra_driver.kube.client import CLAIMS, EVENTS, PODS
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
-from tests.e2e.test_sim_cluster import DEMO, WAIT, SimCluster, _apply, start_cluster, stop_cluster, wait_for
 from tests.kubelet_client import short_socket_dir
+from tests.sim_cluster import DEMO, WAIT, SimCluster, start_cluster, stop_cluster, wait_for
 
 DRIVER = "gpu.migdra.io"
 REALIZED = f"{DRIVER}/realized"
@@ -97,15 +97,17 @@ def test_a_failed_realization_sends_the_pod_to_another_placement_and_leaves_no_i
     cluster: SimCluster,
 ) -> None:
     namespace = cluster.namespace("realize-fails")
-    _apply(cluster, namespace, pinned_pod("node-1"))
+    cluster.apply(namespace, pinned_pod("node-1"))
 
     def failed_binding() -> list[dict[str, Any]]:
         selector = "involvedObject.name=inference-1g,reason=FailedScheduling"
         events = cluster.client.list(EVENTS, namespace, field_selector=selector)[0]
-        return [e for e in events if FAILED in e.get("message", "")]
+        return [e for e in events if "device binding failed" in e.get("message", "")]
 
     event = wait_for(failed_binding, "the binding on node-1 to fail on realization-failed")[0]
-    failed = re.search(r"device (\S+): " + re.escape(FAILED), event["message"])
+    # kube-scheduler's words with the plugin's condition: reason RealizationFailed, the plugin's message
+    assert "reason=RealizationFailed" in event["message"], event["message"]
+    failed = re.search(r"device (gpu-[\w-]+): ", event["message"])
     assert failed is not None, event["message"]
     failed_device = failed.group(1)
     assert "NVML_ERROR_INSUFFICIENT_RESOURCES" in event["message"] or "nsufficient" in event["message"]
@@ -133,7 +135,7 @@ def test_a_failed_realization_sends_the_pod_to_another_placement_and_leaves_no_i
 
 def test_the_pod_binds_only_once_realized_and_kubelet_creates_nothing_new(cluster: SimCluster) -> None:
     namespace = cluster.namespace("realize-ok")
-    _apply(cluster, namespace, pinned_pod("node-2"))
+    cluster.apply(namespace, pinned_pod("node-2"))
     waited = False
     realized_uuids: list[str] | None = None
     deadline = time.monotonic() + WAIT

@@ -22,7 +22,7 @@ import pytest
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.controlplane.claimcontroller import ClaimController
 from dra_driver.controlplane.scheduler.scheduler import Scheduler
-from dra_driver.kube.client import CLAIMS, DEVICE_CLASSES, NODES, PODS, SLICES, Client
+from dra_driver.kube.client import CLAIMS, DEVICE_CLASSES, EVENTS, NODES, PODS, SLICES, Client
 from tests.sim_objects import (
     DRIVER,
     NAMESPACE,
@@ -554,9 +554,11 @@ def test_binding_failure_deallocates_and_schedules_onto_another_device(cluster: 
         set_device_condition(api, "c", REALIZATION_FAILED, "placement is occupied")
         event = wait_for("FailedScheduling", lambda: failed_scheduling(api, "p"))
         assert event["type"] == "Warning"
-        assert "binding on node n1 failed" in event["message"]
-        assert REALIZATION_FAILED in event["message"]
-        assert first[0][2] in event["message"]
+        # kube-scheduler's words (DynamicResources PreBind): the claim, the condition's reason and message
+        assert event["message"].startswith(
+            'running PreBind plugin "DynamicResources": device binding failed: claim=c, reason='
+        ), event["message"]
+        assert event["message"].endswith(', message="placement is occupied"'), event["message"]
         wait_for("c allocated anew", lambda: allocated(api, "c") not in ([], first))
         second = allocated(api, "c")
         assert second[0][2] != first[0][2]
@@ -579,8 +581,11 @@ def test_binding_timeout_deallocates_and_tries_again(cluster: Api) -> None:
     with running(Scheduler(api.client, binding_timeout=1.0)):
         first = wait_for("c allocated", lambda: allocated(api, "c"))
         event = wait_for("FailedScheduling", lambda: failed_scheduling(api, "p"))
-        assert "binding on node n1 failed: timed out after 1 s" in event["message"], event["message"]
-        assert REALIZED in event["message"]
+        assert event["message"] == 'running PreBind plugin "DynamicResources": device binding timeout: claim=c'
+        pending = api.client.list(
+            EVENTS, "default", field_selector="involvedObject.name=p,reason=BindingConditionsPending"
+        )[0]
+        assert [e["message"] for e in pending][:1] == ["waiting for binding conditions for device on node n1"]
         wait_for("c allocated to another device", lambda: allocated(api, "c") not in ([], first))
         assert api.node_of("p") is None
 

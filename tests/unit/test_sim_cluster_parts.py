@@ -131,11 +131,16 @@ def _bound_claim(conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
 
 
 def test_binding_waits_for_every_condition_and_fails_on_a_failure_condition() -> None:
-    assert binding_state([_bound_claim(None)]) == (Binding.WAITING, "waiting for binding conditions: dev: d/realized")
+    assert binding_state([_bound_claim(None)]) == (Binding.WAITING, "c")  # the claim a timeout names
     assert binding_state([_bound_claim([{"type": "d/realized", "status": "False"}])])[0] is Binding.WAITING
     assert binding_state([_bound_claim([{"type": "d/realized", "status": "True"}])]) == (Binding.READY, "")
-    failed = [{"type": "d/realized", "status": "True"}, {"type": "d/failed", "status": "True", "message": "no GI"}]
-    assert binding_state([_bound_claim(failed)]) == (Binding.FAILED, "device dev: d/failed: no GI")
+    failed = [
+        {"type": "d/realized", "status": "True"},
+        {"type": "d/failed", "status": "True", "reason": "NoGi", "message": 'no "GI" – none'},
+    ]
+    # kube-scheduler's words: Go's %q of the message (quotes escaped, non-ASCII kept)
+    expected = 'device binding failed: claim=c, reason=NoGi, message="no \\"GI\\" – none"'
+    assert binding_state([_bound_claim(failed)]) == (Binding.FAILED, expected)
     plain = {"status": {"allocation": {"devices": {"results": [{"driver": "d", "pool": "p", "device": "x"}]}}}}
     assert binding_state([plain]) == (Binding.READY, "")
 

@@ -3,12 +3,15 @@
 After allocating devices that carry ``bindingConditions``, kube-scheduler waits in PreBind until
 every one of them is ``True`` in the claim's ``status.devices[].conditions``; any
 ``bindingFailureConditions`` entry that is ``True`` means the binding failed and the claim is
-deallocated so the pod can be scheduled anew (structured-allocator.md section 9).  Pure.
+deallocated so the pod can be scheduled anew.  The messages are kube-scheduler's own
+(``pkg/scheduler/framework/plugins/dynamicresources``: ``device binding failed: claim=…, reason=…,
+message="…"``), so a FailedScheduling Event reads the same on both control planes.  Pure.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,7 +25,8 @@ class Binding(enum.Enum):
 
 
 def binding_state(claims: Iterable[JSON]) -> tuple[Binding, str]:
-    """READY when no allocated device waits for a condition; FAILED with the failure's message."""
+    """READY when no allocated device waits for a condition; FAILED with the failure's message; WAITING
+    with the name of the first claim still waiting (what a timeout names)."""
     waiting: list[str] = []
     for claim in claims:
         status = claim.get("status") or {}
@@ -38,12 +42,15 @@ def binding_state(claims: Iterable[JSON]) -> tuple[Binding, str]:
             for failure in failures:
                 condition = conditions.get(failure)
                 if condition is not None and condition.get("status") == "True":
-                    message = condition.get("message") or condition.get("reason") or failure
-                    return Binding.FAILED, f"device {result.get('device')}: {failure}: {message}"
+                    name = (claim.get("metadata") or {}).get("name")
+                    reason, message = condition.get("reason") or "", condition.get("message") or ""
+                    # Go's %q: a double-quoted string, non-ASCII printable characters kept as they are
+                    quoted = json.dumps(message, ensure_ascii=False)
+                    return Binding.FAILED, f"device binding failed: claim={name}, reason={reason}, message={quoted}"
             for condition_type in wanted:
                 condition = conditions.get(condition_type)
                 if condition is None or condition.get("status") != "True":
-                    waiting.append(f"{result.get('device')}: {condition_type}")
+                    waiting.append(str((claim.get("metadata") or {}).get("name")))
     if waiting:
-        return Binding.WAITING, "waiting for binding conditions: " + ", ".join(waiting)
+        return Binding.WAITING, waiting[0]
     return Binding.READY, ""

@@ -330,6 +330,10 @@ class Scheduler(ControlLoop):
         self._binding[pod["metadata"]["uid"]] = _Binding(
             placement.node, every, allocated, time.monotonic() + self.binding_timeout
         )
+        state, _ = binding_state(self.claims.get(ns, name) or {} for ns, name in every)
+        if state is Binding.WAITING:
+            message = f"waiting for binding conditions for device on node {placement.node}"
+            self.recorder.event(PODS, pod, NORMAL, "BindingConditionsPending", message)
         self._continue_binding(pod)
 
     def _write_allocation(
@@ -403,7 +407,7 @@ class Scheduler(ControlLoop):
             return
         if state is Binding.WAITING:
             if time.monotonic() >= waiting.deadline:
-                self._fail_binding(pod, waiting, f"timed out after {self.binding_timeout:g} s {message}")
+                self._fail_binding(pod, waiting, f"device binding timeout: claim={message}")
             return
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         try:
@@ -455,7 +459,9 @@ class Scheduler(ControlLoop):
         self._avoid.setdefault(uid, []).extend((until, held) for held in failed)
         del self._binding[uid]
         self._deallocate(pod, waiting.allocated, unreserve=waiting.claims)
-        self.recorder.event(PODS, pod, WARNING, "FailedScheduling", f"binding on node {waiting.node} failed: {message}")
+        self.recorder.event(
+            PODS, pod, WARNING, "FailedScheduling", f'running PreBind plugin "DynamicResources": {message}'
+        )
 
     def _deallocate(
         self, pod: dict[str, Any], allocated: list[tuple[str, str]], unreserve: list[tuple[str, str]] | None = None

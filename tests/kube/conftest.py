@@ -1,0 +1,28 @@
+"""The tier on the upstream control plane: etcd, kube-apiserver, kube-controller-manager and kube-scheduler
+built by ``make kube`` (docs/testing.md).
+
+Without the binaries the tier is skipped, so ``make test`` runs on a machine without Go; CI sets
+``MIGDRA_REQUIRE_KUBE=1`` after ``make kube``, which turns that skip into a failure: the tier can never
+silently stop running there.  ``MIGDRA_KUBE_VERSION`` picks a built version (default: the newest).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dra_driver.controlplane.upstream.binaries import TOOLS_DIR, built_versions
+
+REQUIRE = "MIGDRA_REQUIRE_KUBE"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = [item for item in items if "tests/kube/" in item.nodeid]
+    if not here or built_versions():
+        return
+    reason = f"no Kubernetes binaries in {TOOLS_DIR}: `make kube` builds them"
+    if os.environ.get(REQUIRE) == "1":
+        raise pytest.UsageError(f"{REQUIRE}=1 but {reason}")
+    for item in here:
+        item.add_marker(pytest.mark.skip(reason=reason))

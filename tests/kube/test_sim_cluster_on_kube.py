@@ -1,0 +1,42 @@
+"""tests/e2e/test_sim_cluster.py's cluster tests on the upstream control plane: the demo's workloads, a
+claim's reservation and readiness, a restarted plugin and a shared claim -- now allocated by the real
+kube-scheduler, owned by the real resourceclaim controller, validated by the real kube-apiserver.
+
+The test bodies are imported (pytest collects them here), so one assertion serves both control planes;
+only the ``cluster`` fixture differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.test_sim_cluster import (
+    test_a_pods_claim_is_reserved_then_ready_with_the_instance_the_simulated_nvml_holds,
+    test_a_restarted_plugin_leaves_running_pods_alone_and_serves_later_ones,
+    test_a_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod,
+    test_the_demo_workloads_run_on_mig_devices_and_go_away_without_a_trace,
+)
+from tests.kube.cluster import READY_TIMEOUT, kube_args
+from tests.kubelet_client import short_socket_dir
+from tests.sim_cluster import SimCluster, start_cluster, stop_cluster
+
+__all__ = [
+    "test_a_pods_claim_is_reserved_then_ready_with_the_instance_the_simulated_nvml_holds",
+    "test_a_restarted_plugin_leaves_running_pods_alone_and_serves_later_ones",
+    "test_a_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod",
+    "test_the_demo_workloads_run_on_mig_devices_and_go_away_without_a_trace",
+]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SimCluster]:
+    with short_socket_dir() as root:
+        sim = start_cluster(
+            root / "sim", "--nodes", "2", "--gpus", "H100-SXM5-80GB:4", *kube_args(), ready_timeout=READY_TIMEOUT
+        )
+        try:
+            yield sim
+        finally:
+            stop_cluster(sim)
