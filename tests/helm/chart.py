@@ -79,14 +79,14 @@ def rules_of(role: dict[str, Any]) -> set[Rule]:
     return expanded
 
 
-def bound_rules(rendered: Rendered, service_account: str) -> set[Rule]:
-    """Every rule granted to ``service_account`` through the rendered bindings."""
+def bound_rules(rendered: Rendered, service_account: str, namespace: str = NAMESPACE) -> set[Rule]:
+    """Every rule granted to ``service_account`` (of the release ``namespace``) through the rendered bindings."""
     roles = {(obj["kind"], obj["metadata"]["name"]): obj for obj in rendered.of_kind("ClusterRole")}
     roles |= {(obj["kind"], obj["metadata"]["name"]): obj for obj in rendered.of_kind("Role")}
     granted: set[Rule] = set()
     for binding in rendered.of_kind("ClusterRoleBinding") + rendered.of_kind("RoleBinding"):
         subjects = binding["subjects"]
         if any(s["kind"] == "ServiceAccount" and s["name"] == service_account for s in subjects):
-            assert all(s["namespace"] == NAMESPACE for s in subjects)
+            assert all(s["namespace"] == namespace for s in subjects)
             granted |= rules_of(roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])])
     return granted

@@ -136,10 +136,10 @@ def test_binding_waits_for_every_condition_and_fails_on_a_failure_condition() ->
     assert binding_state([_bound_claim([{"type": "d/realized", "status": "True"}])]) == (Binding.READY, "")
     failed = [
         {"type": "d/realized", "status": "True"},
-        {"type": "d/failed", "status": "True", "reason": "NoGi", "message": 'no "GI" – none'},
+        {"type": "d/failed", "status": "True", "reason": "NoGi", "message": 'no "GI" \u2013 none'},
     ]
     # kube-scheduler's words: Go's %q of the message (quotes escaped, non-ASCII kept)
-    expected = 'device binding failed: claim=c, reason=NoGi, message="no \\"GI\\" – none"'
+    expected = 'device binding failed: claim=c, reason=NoGi, message="no \\"GI\\" \u2013 none"'
     assert binding_state([_bound_claim(failed)]) == (Binding.FAILED, expected)
     plain = {"status": {"allocation": {"devices": {"results": [{"driver": "d", "pool": "p", "device": "x"}]}}}}
     assert binding_state([plain]) == (Binding.READY, "")

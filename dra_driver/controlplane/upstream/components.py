@@ -14,7 +14,10 @@ repeats them for users):
 - kube-controller-manager: every default controller but those whose work needs parts simulated nodes
   do not have (:data:`DISABLED_CONTROLLERS`), each controller with its own ServiceAccount's credentials
   as in kubeadm clusters;
-- kube-scheduler: the default profile, no leader election (one replica).
+- kube-scheduler: the default profile, no leader election (one replica);
+- an audit log (``kube/audit.log``, one JSON line per request at the Metadata level): who called what,
+  and what the authorizer and admission answered -- how tests list what each migdra component was
+  granted and refused, and count its requests.
 """
 
 from __future__ import annotations
@@ -92,11 +95,28 @@ class KubeFiles:
     def kubeconfig(self, component: str) -> Path:
         return self.directory / f"{component}.kubeconfig"
 
+    @property
+    def audit_policy(self) -> Path:
+        return self.directory / "audit-policy.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.directory / "audit.log"
+
     def log(self, component: str) -> Path:
         return self.directory / f"{component}.log"
 
     def pid(self, component: str) -> Path:
         return self.directory / f"{component}.pid"
+
+
+AUDIT_POLICY: Mapping[str, object] = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata"}],
+}
+"""Every request once, at its end, without bodies: the user, verb, object and response code."""
 
 
 def feature_gates_flag() -> str:
@@ -139,6 +159,9 @@ def build_apiserver_argv(binary: Path, files: KubeFiles, ports: Ports) -> list[s
         "--enable-admission-plugins=NodeRestriction",
         "--allow-privileged=true",
         "--endpoint-reconciler-type=none",
+        f"--audit-policy-file={files.audit_policy}",
+        f"--audit-log-path={files.audit_log}",
+        "--audit-log-format=json",
         "--profiling=false",
         feature_gates_flag(),
     ]

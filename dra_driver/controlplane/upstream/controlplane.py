@@ -18,6 +18,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from dra_driver.controlplane.apiserver.kubeconfig import write_kubeconfig
 from dra_driver.controlplane.supervision import SupervisedProcess
 from dra_driver.controlplane.upstream.access import (
@@ -31,6 +33,7 @@ from dra_driver.controlplane.upstream.access import (
 )
 from dra_driver.controlplane.upstream.binaries import KubeBinaries
 from dra_driver.controlplane.upstream.components import (
+    AUDIT_POLICY,
     KubeFiles,
     Ports,
     build_apiserver_argv,
@@ -96,6 +99,8 @@ class KubeControlPlane:
         """Start every component; the admin kubeconfig once all are healthy (None if interrupted)."""
         self.files.directory.mkdir(parents=True, exist_ok=True)
         pki = write_cluster_pki(self.files.pki.directory)
+        self.files.audit_policy.write_text(yaml.safe_dump(dict(AUDIT_POLICY), sort_keys=False))
+        self.files.audit_log.unlink(missing_ok=True)
         ca = pki.ca_pem()
         write_kubeconfig(self.kubeconfig, self.url, None, ca, pki.client_certificate(ADMIN_USER, (ADMIN_GROUP,)))
         for component, user in (
