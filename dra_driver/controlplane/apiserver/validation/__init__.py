@@ -9,8 +9,9 @@ loaded on first use).
 Public API::
 
     validate(group, version, kind, obj, old, subresource) -> list[FieldError]
-        Kind rules for ResourceSlice, ResourceClaim (and its ``status``), ResourceClaimTemplate and
-        DeviceClass; ``[]`` for anything else.  ``old`` is None on create, the stored object on update.
+        Kind rules for ResourceSlice, ResourceClaim (and its ``status``), ResourceClaimTemplate,
+        DeviceClass and the ``spec.resourceClaims`` of a core v1 Pod; ``[]`` for anything else.
+        ``old`` is None on create, the stored object on update.
         It does not validate ``metadata`` (the server runs ``validate_object_meta`` for every kind);
         the status rules only read ``metadata.deletionTimestamp``.
     validate_object_meta(obj, namespaced, name_rule) -> list[FieldError]
@@ -27,7 +28,8 @@ messages), ``quantity`` (Quantity syntax), ``lists`` (bounded lists, sets, maps)
 ``metadata``, ``nodes`` (node names and selectors), ``taints`` (taints and tolerations),
 ``cel_selectors`` (length and compilation), ``opaque`` (opaque config and raw JSON), ``network``
 (interface addresses), and the kind rules: ``resourceslice``, ``resourceclaim`` (claim and template
-spec), ``claimstatus`` (status fields and the allocation/reservation invariants), ``deviceclass``.
+spec), ``claimstatus`` (status fields and the allocation/reservation invariants), ``deviceclass``,
+``pod`` (a Pod's claim entries).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from dra_driver.controlplane.apiserver.validation.deviceclass import validate_de
 from dra_driver.controlplane.apiserver.validation.errors import FieldError, Reason
 from dra_driver.controlplane.apiserver.validation.fields import JSONObject
 from dra_driver.controlplane.apiserver.validation.metadata import NameRule, validate_object_meta
+from dra_driver.controlplane.apiserver.validation.pod import validate_pod
 from dra_driver.controlplane.apiserver.validation.resourceclaim import (
     validate_resource_claim,
     validate_resource_claim_template,
@@ -53,13 +56,14 @@ RESOURCE_VERSION: Final = "v1"
 
 KindRule = Callable[[JSONObject, JSONObject | None], list[FieldError]]
 
-# (kind, subresource) -> rules; subresource None is the main resource.
-_RULES: Final[Mapping[tuple[str, str | None], KindRule]] = {
-    ("ResourceSlice", None): validate_resource_slice,
-    ("ResourceClaim", None): validate_resource_claim,
-    ("ResourceClaim", "status"): validate_resource_claim_status,
-    ("ResourceClaimTemplate", None): validate_resource_claim_template,
-    ("DeviceClass", None): validate_device_class,
+# (group/version, kind, subresource) -> rules; subresource None is the main resource.
+_RULES: Final[Mapping[tuple[str, str, str | None], KindRule]] = {
+    (f"{RESOURCE_GROUP}/{RESOURCE_VERSION}", "ResourceSlice", None): validate_resource_slice,
+    (f"{RESOURCE_GROUP}/{RESOURCE_VERSION}", "ResourceClaim", None): validate_resource_claim,
+    (f"{RESOURCE_GROUP}/{RESOURCE_VERSION}", "ResourceClaim", "status"): validate_resource_claim_status,
+    (f"{RESOURCE_GROUP}/{RESOURCE_VERSION}", "ResourceClaimTemplate", None): validate_resource_claim_template,
+    (f"{RESOURCE_GROUP}/{RESOURCE_VERSION}", "DeviceClass", None): validate_device_class,
+    ("v1", "Pod", None): validate_pod,
 }
 
 
@@ -72,7 +76,5 @@ def validate(
     subresource: str | None,
 ) -> list[FieldError]:
     """Every error in ``obj`` by the rules of its kind (see the module docstring); ``[]`` when it has none."""
-    if group != RESOURCE_GROUP or version != RESOURCE_VERSION:
-        return []
-    rule = _RULES.get((kind, subresource))
+    rule = _RULES.get((f"{group}/{version}" if group else version, kind, subresource))
     return [] if rule is None else rule(obj, old)
