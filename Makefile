@@ -38,10 +38,12 @@ demo: $(STAMP)
 	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE) --control-plane $(CONTROL_PLANE)
 
 ## test: lint (ruff, mypy --strict, import layers, generated files) then the whole pytest suite, on
-## PYTEST_WORKERS processes (pytest-xdist; every test has its own ports, sockets and directories).
+## PYTEST_WORKERS processes (pytest-xdist; every test has its own ports, sockets and directories; the tests
+## of one cluster share a worker: --dist loadgroup).  tests/kube runs when `make kube` has built the
+## upstream binaries (MIGDRA_REQUIRE_KUBE=1 makes their absence a failure, as in CI).
 PYTEST_WORKERS ?= 2
 test: lint tools
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS)
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

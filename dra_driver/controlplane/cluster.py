@@ -256,6 +256,15 @@ class LocalCluster:
             raise ConfigurationError(
                 f"--driver-name {name!r}: not a DRA driver name: it {problem} (e.g. {DEFAULT_DRIVER!r})"
             )
+        if self.spec.control_plane == "kube":
+            from dra_driver.controlplane.upstream.access import helm_binary  # noqa: PLC0415
+            from dra_driver.controlplane.upstream.binaries import find_binaries  # noqa: PLC0415
+
+            find_binaries(self.spec.kube_bin_dir, self.spec.kube_version)
+            helm_binary()
+        elif self.spec.kube_bin_dir is not None or self.spec.kube_version is not None:
+            flag = "--kube-bin-dir" if self.spec.kube_bin_dir is not None else "--kube-version"
+            raise ConfigurationError(f"{flag} goes only with --control-plane kube")
         problem = writable_directory_problem(self.spec.workdir)
         if problem is not None:
             raise ConfigurationError(f"--workdir {self.spec.workdir}: cannot use it: {problem}")
@@ -281,15 +290,6 @@ class LocalCluster:
                     f"--plugin-env {node}:{name}=...: there is no node {node!r} (nodes node-1 … node-{self.spec.nodes})"
                 )
         deviceclass_documents(self.spec.deviceclass_dir, self.spec.driver_name)
-        if self.spec.control_plane == "kube":
-            from dra_driver.controlplane.upstream.access import helm_binary  # noqa: PLC0415
-            from dra_driver.controlplane.upstream.binaries import find_binaries  # noqa: PLC0415
-
-            find_binaries(self.spec.kube_bin_dir, self.spec.kube_version)
-            helm_binary()
-        elif self.spec.kube_bin_dir is not None or self.spec.kube_version is not None:
-            flag = "--kube-bin-dir" if self.spec.kube_bin_dir is not None else "--kube-version"
-            raise ConfigurationError(f"{flag} goes only with --control-plane kube")
 
     def start(self, timeout: float = READY_TIMEOUT_SECONDS, interrupt: threading.Event | None = None) -> Path | None:
         """Start every part; returns the kubeconfig once every node's slices are published, or None

@@ -35,6 +35,8 @@ FAIL_FIRST_CREATION = {
 # 3 s: long enough for a poller on a loaded machine to see the pod waiting for its binding condition.
 SLOW_CREATION = {"latency": {"nvmlDeviceCreateGpuInstanceWithPlacement": 3.0}}
 
+pytestmark = pytest.mark.xdist_group("e2e-realize-before-bind")
+
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SimCluster]:

@@ -26,6 +26,8 @@ from dra_driver.nvml.settings import build_nvml_settings
 from tests.kubelet_client import short_socket_dir
 from tests.sim_cluster import BIN, DEMO, SimCluster, sim_down, start_cluster, stop_cluster, wait_for
 
+pytestmark = pytest.mark.xdist_group("e2e-sim-cluster")
+
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SimCluster]:

@@ -22,6 +22,8 @@ from tests.kube.cluster import READY_TIMEOUT, kube_args
 from tests.kubelet_client import short_socket_dir
 from tests.sim_cluster import SimCluster, start_cluster, stop_cluster
 
+pytestmark = pytest.mark.xdist_group("kube-realize-before-bind")
+
 __all__ = [
     "test_a_failed_realization_sends_the_pod_to_another_placement_and_leaves_no_instance",
     "test_the_pod_binds_only_once_realized_and_kubelet_creates_nothing_new",

@@ -22,6 +22,8 @@ from tests.kube.cluster import READY_TIMEOUT, kube_args
 from tests.kubelet_client import short_socket_dir
 from tests.sim_cluster import SimCluster, start_cluster, stop_cluster
 
+pytestmark = pytest.mark.xdist_group("kube-sim-cluster")
+
 __all__ = [
     "test_a_pods_claim_is_reserved_then_ready_with_the_instance_the_simulated_nvml_holds",
     "test_a_restarted_plugin_leaves_running_pods_alone_and_serves_later_ones",

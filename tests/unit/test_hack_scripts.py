@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = [*sorted((REPO / "hack").glob("*.sh")), REPO / ".ci" / "run"]
+SCRIPTS = [*sorted((REPO / "hack").glob("**/*.sh")), REPO / ".ci" / "run"]
 E2E_KIND = (REPO / "hack" / "e2e-kind.sh").read_text()
 
 
