@@ -169,6 +169,19 @@ def main() -> int:
             "-o",
             "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message",
         )
+        say("\n== Why, on node-1, in the words of kube's allocator (migdra allocate reads the cluster)")
+        say(f"\n$ migdra allocate --from-cluster --kubeconfig {kubeconfig} --pod default/{UNFIT} --node node-1")
+        explain = ["allocate", "--from-cluster", "--kubeconfig", str(kubeconfig), "--pod", f"default/{UNFIT}"]
+        why = subprocess.run(
+            [str(BIN / "migdra"), *explain, "--node", "node-1"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        if why.returncode != 3:  # 3: the claims do not fit on the node
+            raise SystemExit(f"migdra allocate answered {why.returncode}: {why.stderr.strip()}")
+        say(why.stdout.rstrip())
         say("\n== Which memory slices of which GPU hold which claim, realized or not, and what still fits")
         say(f"\n$ migdra status --kubeconfig {kubeconfig}")
         status = subprocess.run(
