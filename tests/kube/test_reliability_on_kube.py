@@ -1,0 +1,164 @@
+"""The real control plane restarted under load: pods are created and deleted while kube-apiserver is
+killed (and started again by ``sim up``, as a static pod would be), then etcd is compacted and killed, so
+every watch comes back to a server whose history no longer holds its resourceVersion and must list again
+(``410 Gone``).  The node plugins, the reservation controller and the kubelets ride it out: afterwards
+every remaining pod runs on a prepared, reserved MIG instance, deleting them leaves no instance and no
+claim, and no plugin process had to be restarted.  (The controller's leader may exit when it cannot renew
+its Lease and be started again; that is its design, docs/claim-status.md.)
+
+Every wait polls observable state with a bounded deadline; the kills are SIGKILL at a moment chosen by
+the test, not by timing luck.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.kube.client import PODS
+from tests.kube.cluster import READY_TIMEOUT, kube_args
+from tests.kubelet_client import short_socket_dir
+from tests.sim_cluster import DEMO, SimCluster, start_cluster, stop_cluster, wait_for
+
+pytestmark = pytest.mark.xdist_group("kube-reliability")
+
+WAIT = 180.0  # a restarted kube-apiserver on a loaded two-core machine, then every client's relist
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SimCluster]:
+    with short_socket_dir() as root:
+        sim = start_cluster(
+            root / "sim", "--nodes", "2", "--gpus", "H100-SXM5-80GB:1", *kube_args(), ready_timeout=READY_TIMEOUT
+        )
+        try:
+            yield sim
+        finally:
+            stop_cluster(sim)
+
+
+def pid_of(cluster: SimCluster, component: str) -> int:
+    return int((cluster.workdir / "kube" / f"{component}.pid").read_text().split()[0])
+
+
+def kill_and_wait_restarted(cluster: SimCluster, component: str) -> None:
+    """SIGKILL ``component``; return once ``sim up`` started a new one and the API answers again."""
+    old = pid_of(cluster, component)
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: pid_of(cluster, component) != old, f"{component} to be started again", timeout=WAIT)
+    wait_for(lambda: healthy(cluster), "kube-apiserver to answer again", timeout=WAIT)
+
+
+def healthy(cluster: SimCluster) -> bool:
+    try:
+        cluster.client.list(PODS, "kube-system")
+    except Exception:  # refused or timed out while it starts: not yet
+        return False
+    return True
+
+
+def etcd_url(cluster: SimCluster) -> str:
+    """etcd's client URL, from kube-apiserver's command line (``--etcd-servers``)."""
+    cmdline = Path(f"/proc/{pid_of(cluster, 'kube-apiserver')}/cmdline").read_bytes().split(b"\0")
+    (servers,) = [a.decode().split("=", 1)[1] for a in cmdline if a.startswith(b"--etcd-servers=")]
+    return servers
+
+
+def compact_etcd(cluster: SimCluster) -> int:
+    """Compact etcd's history up to its current revision (its JSON gateway): older resourceVersions are gone."""
+    url = etcd_url(cluster)
+    key = base64.b64encode(b"/registry").decode()
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{url}/v3/kv/range", data=json.dumps({"key": key}).encode()), timeout=10
+    ) as answer:
+        revision = int(json.loads(answer.read())["header"]["revision"])
+    body = json.dumps({"revision": revision, "physical": True}).encode()
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/v3/kv/compaction", data=body), timeout=30):
+        pass
+    return revision
+
+
+def pod(name: str) -> str:
+    return (DEMO / "01-mig-1g.yaml").read_text().split("---", 1)[1].replace("name: inference-1g", f"name: {name}")
+
+
+def reserved_and_ready(claim: dict[str, Any]) -> bool:
+    devices = (claim.get("status") or {}).get("devices") or []
+    types = {c["type"] for d in devices for c in d.get("conditions") or [] if c.get("status") == "True"}
+    return {"Reserved", "Ready"} <= types
+
+
+def test_the_components_ride_out_restarts_of_kube_apiserver_and_etcd(cluster: SimCluster, tmp_path: Path) -> None:
+    namespace = cluster.namespace("churn")
+    template = (DEMO / "01-mig-1g.yaml").read_text().split("---", 1)[0]
+    cluster.apply(namespace, template)
+    plugin_pids = {node: cluster.plugin_pid(node) for node in ("node-1", "node-2")}
+    refused: list[str] = []  # what the churn had to try again while the server was down
+    stop = threading.Event()
+    created: list[str] = []
+
+    def churn() -> None:
+        """Create a pod, delete every third one, until told to stop; the API may be down meanwhile."""
+        number = 0
+        while not stop.is_set() and number < 40:
+            name = f"churn-{number}"
+            manifest = tmp_path / f"{name}.yaml"
+            manifest.write_text(pod(name))
+            if cluster.kubectl("apply", "-n", namespace, "-f", str(manifest), check=False).returncode != 0:
+                refused.append(name)  # the API server is restarting: this pod again, in a moment
+                stop.wait(0.5)
+                continue
+            created.append(name)
+            if number % 3 == 2:
+                oldest = created[0]
+                if cluster.kubectl("delete", "pod", "-n", namespace, oldest, "--wait=false", check=False).returncode:
+                    refused.append(f"delete {oldest}")
+                else:
+                    created.remove(oldest)
+            number += 1
+            stop.wait(0.2)
+
+    churner = threading.Thread(target=churn, name="churn")
+    churner.start()
+    try:
+        wait_for(lambda: len(created) >= 4, "the churn to start")
+        kill_and_wait_restarted(cluster, "kube-apiserver")
+        wait_for(lambda: len(created) >= 8, "the churn to go on after the restart", timeout=WAIT)
+        compact_etcd(cluster)
+        kill_and_wait_restarted(cluster, "etcd")
+        kill_and_wait_restarted(cluster, "kube-apiserver")  # its watch cache starts after the compaction
+    finally:
+        stop.set()
+        churner.join(timeout=WAIT)
+    assert not churner.is_alive()
+
+    # Two H100s hold 14 1g.10gb instances: every pod still there must run, on a ready, reserved device.
+    remaining = set(created)
+    assert remaining, "the churn created pods"
+    survivors = remaining if len(remaining) <= 14 else set(sorted(remaining)[:14])
+    wait_for(lambda: cluster.running(namespace, survivors), "every remaining pod to run", timeout=WAIT)
+
+    def converged() -> bool:
+        claims = [c for c in cluster.claims(namespace) if (c.get("status") or {}).get("reservedFor")]
+        running = [p for p in cluster.pods(namespace).values() if (p.get("status") or {}).get("phase") == "Running"]
+        return (
+            len(claims) == len(running)
+            and all(reserved_and_ready(c) for c in claims)
+            and sum(cluster.mig_instances().values()) == len(running)
+        )
+
+    wait_for(converged, "claims Reserved and Ready, one MIG instance per running pod", timeout=WAIT)
+    assert {node: cluster.plugin_pid(node) for node in plugin_pids} == plugin_pids, "no plugin was restarted"
+
+    cluster.delete_all(namespace)
+    wait_for(lambda: not cluster.claims(namespace), "every claim to go", timeout=WAIT)
+    wait_for(lambda: cluster.mig_instances() == {"node-1": 0, "node-2": 0}, "every instance to go", timeout=WAIT)
