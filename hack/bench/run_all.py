@@ -35,6 +35,7 @@ BENCHES: dict[str, list[str]] = {
     "allocator": [],
     "apiserver": [],
     "placement": [],
+    "controlplane": [],
 }
 # Also run with every CPU taken (``--busy-loops``): the node paths whose latency a loaded node changes most.
 LOADED = ("startup", "plugin", "prepare")

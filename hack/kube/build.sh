@@ -19,6 +19,10 @@ command -v go >/dev/null 2>&1 || { echo "kube: the go command is needed (Go 1.26
 # The version a pinning module selects, read from its go.mod: `go list` would need the whole graph.
 module_version() { awk -v m="$2" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$1"; }
 
+# What a binary's --version prints, read whole: `| grep -q` would close the pipe early, and the writer's
+# SIGPIPE fails the pipeline under pipefail.
+reported_version() { "$1" --version 2>/dev/null || true; }
+
 build_minor() {
   local minor="$1" moddir="$ROOT/hack/kube/$1"
   [[ -f "$moddir/go.mod" ]] || { echo "kube: no pinning module hack/kube/$minor/go.mod" >&2; return 1; }
@@ -45,14 +49,14 @@ build_minor() {
   local target name package expected
   for target in "${targets[@]}"; do
     read -r name package expected <<<"$target"
-    if [[ -x "$bin/$name" ]] && "$bin/$name" --version 2>/dev/null | grep -qF "$expected"; then
+    if [[ -x "$bin/$name" ]] && [[ "$(reported_version "$bin/$name")" == *"$expected"* ]]; then
       echo "kube: $name $version already built"
       continue
     fi
     echo "kube: building $name ($package) for $version"
     (cd "$moddir" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w$stamp" -o "$bin/$name.new" "$package")
     mv "$bin/$name.new" "$bin/$name"
-    if ! "$bin/$name" --version 2>/dev/null | grep -qF "$expected"; then
+    if [[ "$(reported_version "$bin/$name")" != *"$expected"* ]]; then
       echo "kube: $bin/$name --version does not say '$expected':" >&2
       "$bin/$name" --version >&2 || true
       return 1

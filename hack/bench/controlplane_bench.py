@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Benchmark: pod creation to Running on the real control plane and on migdra's embedded one, with the
+``dynamic`` and the ``static`` placement policy, side by side.
+
+Four ``migdra sim up`` clusters run at once (2 nodes x 4 H100 80GB each): ``local``/``kube`` control plane
+x ``dynamic``/``static`` policy.  Each run measures every cluster in turn, in an order rotated from run to
+run, so a burst of load falls on all of them alike:
+
+- one pod with a 1g.10gb claim (from a ResourceClaimTemplate): seconds from its create to Running;
+- a burst of ``--pods`` such pods created back to back: seconds from the first create until all run,
+  pods per second, and how many pods were told FailedScheduling on the way -- with ``dynamic`` a node
+  re-publishes its slices after each allocation, and while the new pool generation is incomplete
+  kube-scheduler skips the node, so pods wait;
+- on ``kube`` only, from kube-apiserver's audit log: API requests per pod of migdra's node plugins and of
+  its reservation controller during the burst.
+
+Then every pod is deleted and the run waits until every MIG instance is gone.  Times come from a watch on
+the namespace's pods (the moment the Running status arrives), not from polling.  ``kube`` needs
+``make kube``; without it the benchmark says so and measures ``local`` only.
+
+Results go to ``docs/benchmarks.md`` ("Control planes: pod creation to Running") through ``run_all.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchlib import REPO, Report, add_common_arguments, check_runs, ratios, summary
+
+sys.path.insert(0, str(REPO))
+from dra_driver.controlplane.upstream.access import RELEASE_NAMESPACE
+from dra_driver.controlplane.upstream.binaries import built_versions
+from dra_driver.kube.client import CLAIM_TEMPLATES, CLAIMS, EVENTS, PODS, Client
+
+NAMESPACE = "default"
+GPUS = "H100-SXM5-80GB:4"
+TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "mig-1g", "namespace": NAMESPACE},
+    "spec": {
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "mig",
+                        "exactly": {
+                            "deviceClassName": "mig.migdra.io",
+                            "selectors": [
+                                {"cel": {"expression": "device.attributes['gpu.migdra.io'].profile == '1g.10gb'"}}
+                            ],
+                        },
+                    }
+                ]
+            }
+        }
+    },
+}
+USERS = {
+    "plugin": f"system:serviceaccount:{RELEASE_NAMESPACE}:migdra-kubelet-plugin",
+    "controller": f"system:serviceaccount:{RELEASE_NAMESPACE}:migdra-controller",
+}
+WAIT = 300.0
+
+
+def pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "containers": [
+                {"name": "app", "image": "registry.example/app:1", "resources": {"claims": [{"name": "gpu"}]}}
+            ],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "mig-1g"}],
+        },
+    }
+
+
+class RunningWatch:
+    """When each pod of the namespace was first seen Running, from a watch (a thread)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client.fork()
+        self.running: dict[str, float] = {}
+        self.changed = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="running-watch", daemon=True)
+
+    def __enter__(self) -> RunningWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self.client.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            _, version = self.client.list(PODS, NAMESPACE)
+            try:
+                for event in self.client.watch(PODS, version, timeout_seconds=5):
+                    obj = event.get("object") or {}
+                    if (
+                        event.get("type") in ("ADDED", "MODIFIED")
+                        and (obj.get("status") or {}).get("phase") == "Running"
+                    ):
+                        with self.changed:
+                            self.running.setdefault(obj["metadata"]["name"], time.monotonic())
+                            self.changed.notify_all()
+                    if self._stop.is_set():
+                        return
+            except Exception:  # a restart of the watch is fine: the list above catches up
+                continue
+
+    def wait(self, names: set[str], timeout: float = WAIT) -> float:
+        """The monotonic time the last of ``names`` became Running."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not names <= self.running.keys():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SystemExit(
+                        f"pods not Running within {timeout:g} s: {sorted(names - self.running.keys())[:5]}"
+                    )
+                self.changed.wait(min(left, 1.0))
+            return max(self.running[name] for name in names)
+
+
+@dataclass
+class Cluster:
+    label: str
+    control_plane: str
+    workdir: Path
+    process: subprocess.Popen[str]
+    client: Client
+    one_pod: list[float] = field(default_factory=list)
+    burst: list[float] = field(default_factory=list)
+    waited: list[float] = field(default_factory=list)
+    requests: dict[str, list[float]] = field(default_factory=dict)
+    serial: int = 0
+
+    def audit_counts(self) -> dict[str, int]:
+        log = self.workdir / "kube" / "audit.log"
+        counts = dict.fromkeys(USERS, 0)
+        for line in log.read_text().splitlines() if log.exists() else []:
+            user = json.loads(line)["user"]["username"]
+            for component, name in USERS.items():
+                counts[component] += user == name
+        return counts
+
+
+@contextmanager
+def sim_cluster(root: Path, control_plane: str, policy: str, nodes: int) -> Iterator[Cluster]:
+    workdir = root / f"{control_plane[0]}{policy[0]}"
+    argv = [str(Path(sys.executable).with_name("migdra")), "sim", "up", "--workdir", str(workdir)]
+    argv += ["--nodes", str(nodes), "--gpus", GPUS, "--control-plane", control_plane]
+    for number in range(1, nodes + 1):
+        argv += ["--plugin-env", f"node-{number}:MIGDRA_PLACEMENT_POLICY={policy}"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("ready kubeconfig="):
+        process.kill()
+        raise SystemExit(f"migdra sim up --control-plane {control_plane} did not get ready: {line!r}")
+    client = Client(Path(line.strip().split("=", 1)[1]))
+    client.create(CLAIM_TEMPLATES, TEMPLATE)
+    try:
+        yield Cluster(f"{control_plane}, {policy}", control_plane, workdir, process, client)
+    finally:
+        client.close()
+        subprocess.run(
+            [str(Path(sys.executable).with_name("migdra")), "sim", "down", "--workdir", str(workdir)],
+            check=False,
+            capture_output=True,
+            timeout=120,
+        )
+        process.wait(timeout=60)
+
+
+def measure(cluster: Cluster, pods: int) -> None:
+    """One run on one cluster: one pod, then a burst; everything deleted and gone afterwards."""
+    with RunningWatch(cluster.client) as watch:
+        cluster.serial += 1
+        single = f"one-{cluster.serial}"
+        started = time.monotonic()
+        cluster.client.create(PODS, pod(single))
+        cluster.one_pod.append(watch.wait({single}) - started)
+
+        before = cluster.audit_counts()
+        names = {f"burst-{cluster.serial}-{n}" for n in range(pods)}
+        started = time.monotonic()
+        for name in sorted(names):
+            cluster.client.create(PODS, pod(name))
+        cluster.burst.append(watch.wait(names) - started)
+        after = cluster.audit_counts()
+        if cluster.control_plane == "kube":
+            for component in USERS:
+                cluster.requests.setdefault(component, []).append((after[component] - before[component]) / pods)
+    events = cluster.client.list(EVENTS, NAMESPACE, field_selector="reason=FailedScheduling")[0]
+    cluster.waited.append(
+        len(
+            {
+                e["involvedObject"]["name"]
+                for e in events
+                if e["involvedObject"]["name"].startswith(f"burst-{cluster.serial}-")
+            }
+        )
+    )
+    for item in cluster.client.list(PODS, NAMESPACE)[0]:
+        cluster.client.delete(PODS, NAMESPACE, item["metadata"]["name"], grace_period_seconds=0)
+    deadline = time.monotonic() + WAIT
+    while cluster.client.list(PODS, NAMESPACE)[0] or cluster.client.list(CLAIMS, NAMESPACE)[0]:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{cluster.label}: pods or claims left after {WAIT:g} s")
+        time.sleep(0.2)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    add_common_arguments(parser)
+    parser.add_argument("--pods", type=int, default=50, help="pods of one burst (2 nodes x 4 H100 hold 56)")
+    parser.add_argument("--nodes", type=int, default=2)
+    args = parser.parse_args()
+    check_runs(parser, args)
+    planes = ["local", "kube"] if built_versions() else ["local"]
+    if planes == ["local"]:
+        print("controlplane bench: no `make kube` binaries; measuring the local control plane only", file=sys.stderr)
+    version = built_versions()[-1] if built_versions() else "none"
+    report = Report("controlplane", args, {"pods": args.pods, "nodes": args.nodes, "gpus": GPUS, "kube": version})
+    with tempfile.TemporaryDirectory(prefix="migdra-cp-", dir="/tmp") as scratch, ExitStack() as stack:
+        clusters = [
+            stack.enter_context(sim_cluster(Path(scratch), plane, policy, args.nodes))
+            for plane in planes
+            for policy in ("dynamic", "static")
+        ]
+        with report:
+            for run in range(args.runs):
+                for cluster in clusters[run % len(clusters) :] + clusters[: run % len(clusters)]:
+                    measure(cluster, args.pods)
+
+    table = report.table(
+        "pods",
+        f"Pod creation to Running, {args.nodes} nodes x {GPUS}, 1g.10gb claims from a template (kube {version})",
+        ["control plane, policy", "1 pod", f"{args.pods} pods, all Running", "pods/s", "pods told FailedScheduling"],
+    )
+    for cluster in clusters:
+        table.add(
+            cluster.label,
+            summary(cluster.one_pod, "s", 2),
+            summary(cluster.burst, "s", 1),
+            summary([args.pods / t for t in cluster.burst], "", 1),
+            summary(cluster.waited, "", 0),
+        )
+    by_label = {c.label: c for c in clusters}
+    if "kube, dynamic" in by_label:
+        ratio = report.table("ratio", "kube / local, per run (the same runs)", ["policy", "1 pod", f"{args.pods} pods"])
+        for policy in ("dynamic", "static"):
+            kube, local = by_label[f"kube, {policy}"], by_label[f"local, {policy}"]
+            ratio.add(
+                policy,
+                summary(ratios(kube.one_pod, local.one_pod), "x", 2),
+                summary(ratios(kube.burst, local.burst), "x", 2),
+            )
+        calls = report.table(
+            "requests",
+            f"API requests per pod on kube-apiserver (audit log, during the {args.pods}-pod burst)",
+            ["policy", "node plugins", "reservation controller"],
+        )
+        for policy in ("dynamic", "static"):
+            kube = by_label[f"kube, {policy}"]
+            calls.add(policy, summary(kube.requests["plugin"], "", 1), summary(kube.requests["controller"], "", 1))
+    report.note("Four clusters run at once; each run measures every one of them in a rotated order.")
+    report.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
