@@ -9,6 +9,7 @@ namespaces, priority classes) are done, which is what the next steps need.
 
 from __future__ import annotations
 
+import shutil
 import socket
 import ssl
 import threading
@@ -98,6 +99,8 @@ class KubeControlPlane:
     def start(self, interrupt: threading.Event) -> Path | None:
         """Start every component; the admin kubeconfig once all are healthy (None if interrupted)."""
         self.files.directory.mkdir(parents=True, exist_ok=True)
+        # A new cluster starts afresh, as the embedded one does: the node's simulated GPUs are new too.
+        shutil.rmtree(self.files.etcd_data, ignore_errors=True)
         pki = write_cluster_pki(self.files.pki.directory)
         self.files.audit_policy.write_text(yaml.safe_dump(dict(AUDIT_POLICY), sort_keys=False))
         self.files.audit_log.unlink(missing_ok=True)
