@@ -54,7 +54,8 @@ class Call:
 
 @dataclass(frozen=True)
 class Case:
-    """A corpus entry: the calls that set the scene (answers must succeed on both servers), then the
+    """A corpus entry: the calls that set the scene (answers must succeed on both servers; a case never
+    relies on another's objects, as pytest-xdist may run them in different processes), then the
     compared call, a watch (``watch``: the path is watched for :data:`WATCH_SECONDS`) or a kubectl
     command (``kubectl``: the object it made is read back with ``call``).  ``differs``: the slug of a
     known difference and the digest keys in which the local server's answer differs."""
@@ -586,8 +587,12 @@ CORPUS: tuple[Case, ...] = (
         ),
     ),
     Case(
-        "list-slices-by-pool-not",
-        get(f"{SLICES}?fieldSelector=spec.driver%3Dlist.migdra.dev,metadata.name!%3Ds-list-a"),
+        "list-slices-by-name-not",
+        get(f"{SLICES}?fieldSelector=spec.driver%3Dlist3.migdra.dev,metadata.name!%3Ds-list-e"),
+        given=(
+            post(SLICES, resource_slice("s-list-e", driver="list3.migdra.dev")),
+            post(SLICES, resource_slice("s-list-f", driver="list3.migdra.dev", nodeName="node-2")),
+        ),
     ),
     Case(
         "list-claims-by-label",
@@ -598,7 +603,11 @@ CORPUS: tuple[Case, ...] = (
             post(CLAIMS, claim("c-list-c", labels={"list": "c"})),
         ),
     ),
-    Case("list-claims-by-name", get(f"{CLAIMS}?fieldSelector=metadata.name%3Dc-list-c")),
+    Case(
+        "list-claims-by-name",
+        get(f"{CLAIMS}?fieldSelector=metadata.name%3Dc-list-d"),
+        given=(post(CLAIMS, claim("c-list-d")), post(CLAIMS, claim("c-list-e"))),
+    ),
     Case("list-unsupported-field", get(f"{SLICES}?fieldSelector=spec.pool.generation%3D1")),
     Case("list-claims-unsupported-field", get(f"{CLAIMS}?fieldSelector=spec.devices%3Dx")),
     Case("list-core-unsupported-field", get(f"/api/v1/namespaces/{NAMESPACE}/configmaps?fieldSelector=data%3Dx")),
