@@ -40,6 +40,16 @@ from dra_driver.cel.syntax import (
 )
 
 
+def _dot(node: Select) -> Node:
+    """Where cel-go reports an error of a field selection: at its ``.`` (right after the operand), not
+    at the start of the operand."""
+    operand = node.operand.span
+    offset = operand.end - node.span.start
+    return Select(
+        node.operand, node.field, Span(operand.end, operand.end + 1, node.span.line, node.span.column + offset)
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class CelType:
     """A CEL type; ``param`` marks an overload's type parameter (A, B)."""
@@ -345,15 +355,15 @@ class _Checker:
         if isinstance(node, Select):
             if operand == DEVICE_TYPE:
                 if node.field not in DEVICE_FIELD_TYPES:
-                    return self.fail(f"undefined field '{node.field}'", node)
+                    return self.fail(f"undefined field '{node.field}'", _dot(node))
                 return DEVICE_FIELD_TYPES[node.field]
             if operand == DYN:
                 return DYN
             if operand.name == "map":
                 if not _unify(operand.params[0], STRING, {}):
-                    return self.fail(f"type '{operand}' does not support field selection", node)
+                    return self.fail(f"type '{operand}' does not support field selection", _dot(node))
                 return operand.params[1]
-            return self.fail(f"type '{operand}' does not support field selection", node)
+            return self.fail(f"type '{operand}' does not support field selection", _dot(node))
         index = self.check(node.index, env, aliases)
         if operand == DEVICE_TYPE:
             return self.fail(f"found no matching overload for '_[_]' applied to '({operand}, {index})'", node)

@@ -12,7 +12,11 @@ READY_TIMEOUT = 400.0
 several with both CPUs busy."""
 
 
+def kube_version() -> str:
+    """The version the tier runs: ``MIGDRA_KUBE_VERSION``, else the newest built."""
+    return os.environ.get("MIGDRA_KUBE_VERSION") or (built_versions() or ["v0.0.0"])[-1]
+
+
 def kube_args() -> list[str]:
     """The ``sim up`` flags that select the upstream control plane."""
-    version = os.environ.get("MIGDRA_KUBE_VERSION") or (built_versions() or ["v0.0.0"])[-1]
-    return ["--control-plane", "kube", "--kube-version", version]
+    return ["--control-plane", "kube", "--kube-version", kube_version()]

@@ -29,8 +29,8 @@ LABEL_MESSAGE = (
             id="too-many",
         ),
         pytest.param(
-            FieldError("spec.x", "FieldValueTooLong", "must have at most 64 bytes", "ignored"),
-            "spec.x: Too long: must have at most 64 bytes",
+            FieldError("spec.x", "FieldValueTooLong", "may not be more than 64 bytes", "ignored"),
+            "spec.x: Too long: may not be more than 64 bytes",
             id="too-long-hides-value",
         ),
         pytest.param(
@@ -49,7 +49,7 @@ LABEL_MESSAGE = (
             id="duplicate-stringer-unquoted",
         ),
         pytest.param(
-            FieldError("spec.r", "FieldValueInvalid", "bad", None), 'spec.r: Invalid value: "null": bad', id="nil"
+            FieldError("spec.r", "FieldValueInvalid", "bad", None), "spec.r: Invalid value: null: bad", id="nil"
         ),
         pytest.param(FieldError("spec.g", "FieldValueInvalid", "bad", -1), "spec.g: Invalid value: -1: bad", id="int"),
         pytest.param(
@@ -146,7 +146,7 @@ def _slice(**spec: object) -> dict[str, object]:
         pytest.param(
             _slice(devices=[{"name": "d", "attributes": {"gpu.migdra.io/profile": {"string": "x" * 65}}}]),
             None,
-            "spec.devices[0].attributes[gpu.migdra.io/profile].string: Too long: must have at most 64 bytes",
+            "spec.devices[0].attributes[gpu.migdra.io/profile].string: Too long: may not be more than 64 bytes",
             id="attribute-too-long",
         ),
         pytest.param(

@@ -28,6 +28,7 @@ from dra_driver.controlplane.apiserver.errors import (
     Conflict,
     Forbidden,
     Gone,
+    Invalid,
     MethodNotAllowed,
     NotFound,
     UnsupportedMediaType,
@@ -107,12 +108,36 @@ def _not_found(resource: ResourceType, name: str) -> NotFound:
     return NotFound(f'{resource.key} "{name}" not found', name=name, group=resource.group, kind=resource.plural)
 
 
+_JSON_PATCH_FAILED = "the server rejected our request due to an error in our request"
+"""What kube-apiserver answers (422) for a JSON patch that cannot be applied: a failed ``test``, a
+missing path (apimachinery's default text for the code, the reason lost)."""
+_GO_MAP = "map[string]interface {}"
+_GO_PATCH_OPS = "[]handlers.jsonPatchOp"
+
+
+def _go_unmarshal_error(value: Any, go_type: str) -> str:
+    """encoding/json's error for a patch body of the wrong JSON type, in the words kube passes on."""
+    json_type = {bool: "bool", str: "string", list: "array", dict: "object"}.get(type(value), "number")
+    return f"json: cannot unmarshal {json_type} into Go value of type {go_type}"
+
+
 def _conflict(resource: ResourceType, name: str, why: str) -> Conflict:
     return Conflict(
         f'Operation cannot be fulfilled on {resource.key} "{name}": {why}',
         name=name,
         group=resource.group,
         kind=resource.plural,
+    )
+
+
+def _precondition_failed(resource: ResourceType, name: str, why: str) -> Conflict:
+    """A delete whose preconditions fail: kube's storage layer names the kind (``ResourceClaim.resource.k8s.io``),
+    where an update's conflict names the resource."""
+    return Conflict(
+        f'Operation cannot be fulfilled on {resource.qualified_kind} "{name}": {why}',
+        name=name,
+        group=resource.group,
+        kind=resource.kind,
     )
 
 
@@ -285,7 +310,8 @@ class Operations:
                 )
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = now_rfc3339()
-            meta["generation"] = 1
+            if resource.tracks_generation:
+                meta["generation"] = 1
             if options.dry_run:
                 return obj
             return self._save(resource, obj)
@@ -339,21 +365,27 @@ class Operations:
         if patch_type in APPLY_PATCH_TYPES:
             raise UnsupportedMediaType("server-side apply is not supported by the migdra local API server")
         if patch_type not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH):
-            raise UnsupportedMediaType(
-                f"the body of the request was in an unknown format - accepted media types include: "
-                f"{JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_MERGE_PATCH}"
-            )
+            raise UnsupportedMediaType("415: Unsupported Media Type")
         with self.store.lock:
             old = self._load(resource, namespace, name)
             if old is None:
                 raise _not_found(resource, name)
             if patch_type == JSON_PATCH:
-                patched = apply_json_patch(old, patch_body)
+                if not isinstance(patch_body, list):
+                    raise BadRequest(
+                        f"error decoding patch: {_go_unmarshal_error(patch_body, '[]handlers.jsonPatchOp')}"
+                    )
+                try:
+                    patched = apply_json_patch(old, patch_body)
+                except (BadRequest, Invalid) as exc:  # kube: every failed operation is 422 with a generic text
+                    raise Invalid(_JSON_PATCH_FAILED) from exc
             elif patch_type == MERGE_PATCH:
                 if not isinstance(patch_body, dict):
-                    raise BadRequest("merge patch must be a JSON object")
+                    raise BadRequest(f"error decoding patch: {_go_unmarshal_error(patch_body, _GO_MAP)}")
                 patched = apply_merge_patch(old, patch_body)
             else:
+                if not isinstance(patch_body, dict):
+                    raise BadRequest(_go_unmarshal_error(patch_body, _GO_MAP))
                 patched = apply_strategic_merge_patch(old, patch_body, resource.kind)
             obj = self.decode(resource, copy.deepcopy(patched), options)
             return self._write_update(resource, old, obj, subresource, options)
@@ -408,7 +440,7 @@ class Operations:
                     raise invalid_error(
                         resource, name, [FieldError("metadata.finalizers", "FieldValueForbidden", message)]
                     )
-            if _spec_view(new) != _spec_view(old):
+            if resource.tracks_generation and _spec_view(new) != _spec_view(old):
                 new_meta["generation"] = int(old_meta.get("generation", 1)) + 1
         else:
             raise MethodNotAllowed(f"the server does not allow this method on the requested resource ({subresource})")
@@ -466,22 +498,22 @@ class Operations:
                 raise _not_found(resource, name)
             meta = obj["metadata"]
             if options.precondition_uid and options.precondition_uid != meta["uid"]:
-                raise _conflict(
+                raise _precondition_failed(
                     resource,
                     name,
-                    f"Precondition failed: UID in precondition: {options.precondition_uid}, "
-                    f"UID in object meta: {meta['uid']}",
+                    f"the UID in the precondition ({options.precondition_uid}) does not match the UID in record "
+                    f"({meta['uid']}). The object might have been deleted and then recreated",
                 )
             if (
                 options.precondition_resource_version
                 and options.precondition_resource_version != meta["resourceVersion"]
             ):
-                raise _conflict(
+                raise _precondition_failed(
                     resource,
                     name,
-                    "Precondition failed: ResourceVersion in precondition: "
-                    f"{options.precondition_resource_version}, "
-                    f"ResourceVersion in object meta: {meta['resourceVersion']}",
+                    f"the ResourceVersion in the precondition ({options.precondition_resource_version}) does not "
+                    f"match the ResourceVersion in record ({meta['resourceVersion']}). The object might have been "
+                    "modified",
                 )
             if resource.key == "namespaces" and name in _UNDELETABLE_NAMESPACES:
                 raise Forbidden(

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dra_driver.controlplane.apiserver import pods, secrets
+from dra_driver.controlplane.apiserver import namespaces, pods, secrets
 from dra_driver.controlplane.apiserver.validation import NameRule
 
 if TYPE_CHECKING:
@@ -67,6 +67,10 @@ class ResourceType:
     ``events.k8s.io`` Events share core Events'; ``None``: its own storage."""
     validate: Validator | None = None
     """Validation hook for this kind; ``None`` means the shared ``apiserver.validation.validate``."""
+    tracks_generation: bool = False
+    """Whether ``metadata.generation`` is kept (1 on create, +1 on every change outside metadata and
+    status), as the kinds whose kube strategy sets it: those with an ``observedGeneration`` to report
+    against.  kube leaves it unset on the others (ResourceClaims and their templates among them)."""
 
     @property
     def group_version(self) -> str:
@@ -141,6 +145,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         name_rule="dns-label",
         initial_status={"phase": "Active"},
         create_defaults={"spec": {"finalizers": ["kubernetes"]}},
+        defaulter=namespaces.default_namespace,
     ),
     ResourceType(
         group="",
@@ -158,6 +163,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         group="",
         version="v1",
         kind="Pod",
+        tracks_generation=True,
         plural="pods",
         singular="pod",
         namespaced=True,
@@ -255,6 +261,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         group="apps",
         version="v1",
         kind="DaemonSet",
+        tracks_generation=True,
         plural="daemonsets",
         singular="daemonset",
         namespaced=True,
@@ -268,6 +275,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         group="apps",
         version="v1",
         kind="Deployment",
+        tracks_generation=True,
         plural="deployments",
         singular="deployment",
         namespaced=True,
@@ -299,6 +307,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         group="admissionregistration.k8s.io",
         version="v1",
         kind="ValidatingAdmissionPolicy",
+        tracks_generation=True,
         plural="validatingadmissionpolicies",
         singular="validatingadmissionpolicy",
         namespaced=False,
@@ -310,6 +319,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         group="admissionregistration.k8s.io",
         version="v1",
         kind="ValidatingAdmissionPolicyBinding",
+        tracks_generation=True,
         plural="validatingadmissionpolicybindings",
         singular="validatingadmissionpolicybinding",
         namespaced=False,
@@ -319,6 +329,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         group="networking.k8s.io",
         version="v1",
         kind="NetworkPolicy",
+        tracks_generation=True,
         plural="networkpolicies",
         singular="networkpolicy",
         namespaced=True,
@@ -338,6 +349,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         group="resource.k8s.io",
         version="v1",
         kind="ResourceSlice",
+        tracks_generation=True,
         plural="resourceslices",
         singular="resourceslice",
         namespaced=False,
@@ -375,6 +387,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         group="resource.k8s.io",
         version="v1",
         kind="DeviceClass",
+        tracks_generation=True,
         plural="deviceclasses",
         singular="deviceclass",
         namespaced=False,
@@ -385,6 +398,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         group="resource.k8s.io",
         version="v1",
         kind="DeviceTaintRule",
+        tracks_generation=True,
         plural="devicetaintrules",
         singular="devicetaintrule",
         namespaced=False,

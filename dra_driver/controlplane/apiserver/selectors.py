@@ -179,6 +179,17 @@ def parse_field_selector(text: str | None, resource: ResourceType) -> FieldSelec
         label, op, value = match.group(1), match.group(2), match.group(3).strip()
         path = supported.get(label)
         if path is None:
-            raise BadRequest(f"field label not supported: {label}", kind=resource.plural, group=resource.group)
+            raise BadRequest(_unsupported_field_label(resource, label))
         requirements.append(FieldRequirement(label, op != "!=", value, path))
     return FieldSelector(tuple(requirements))
+
+
+def _unsupported_field_label(resource: ResourceType, label: str) -> str:
+    """kube's words for a field label the kind does not serve, which depend on how the kind registered its
+    field labels: core kinds through their own conversion functions, other kinds with extra labels
+    through one that names the group-version-kind, and kinds without any through the default one."""
+    if not resource.field_selectors:
+        return f'"{label}" is not a known field selector: only "metadata.name", "metadata.namespace"'
+    if not resource.group:
+        return f"field label not supported: {label}"
+    return f"field label not supported for {resource.group_version}, Kind={resource.kind}: {label}"

@@ -39,7 +39,8 @@ def validate_selectors(selectors: list[object] | None, max_items: int, path: Fie
 
 
 def validate_selector(value: object, path: FieldPath) -> list[FieldError]:
-    """One selector: a ``cel`` whose expression is non-empty, at most 10 KiB and compiles to a bool."""
+    """One selector: a ``cel`` whose expression is at most 10 KiB and compiles to a bool (an empty or
+    missing one does not: kube reports it as the parser's syntax error, not as a required value)."""
     errors: list[FieldError] = []
     selector = as_object(value, path, errors) or {}
     cel_selector = get_object(selector, "cel", path, errors)
@@ -48,8 +49,9 @@ def validate_selector(value: object, path: FieldPath) -> list[FieldError]:
     cel_path = path.child("cel")
     expression = get_string(cel_selector, "expression", cel_path, errors)
     expression_path = cel_path.child("expression")
-    if not expression:
-        errors.append(required(expression_path))
+    if expression is None:
+        if not errors:  # kube decodes a missing expression as "" and compiles that: a syntax error
+            errors.extend(validate_expression("", expression_path))
     elif byte_length(expression) > limits.CEL_EXPRESSION_MAX_BYTES:
         errors.append(too_long(expression_path, limits.CEL_EXPRESSION_MAX_BYTES))
     else:

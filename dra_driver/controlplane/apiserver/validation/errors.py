@@ -2,9 +2,9 @@
 
 kubectl and the Python client show these strings to people, so :meth:`FieldError.detail` reproduces
 apimachinery's ``field.Error.Error()`` byte for byte: the field path, the reason's text, the bad value
-for the reasons that show one (Go's ``%q`` for strings, ``%v`` for numbers and booleans, ``"null"`` for
+for the reasons that show one (Go's ``%q`` for strings, ``%v`` for numbers and booleans, ``null`` for
 nil) and the message.  The constructors mirror ``field.Invalid``, ``field.Required`` and friends, with
-their fixed messages (``must have at most N bytes``, ``must have at most N items``, ``supported
+their fixed messages (``may not be more than N bytes``, ``must have at most N items``, ``supported
 values: ...``).
 
 This module never decides what is valid; the rule modules do.
@@ -122,7 +122,7 @@ def not_supported(path: FieldPath, value: object, supported: Iterable[str]) -> F
 
 def too_long(path: FieldPath, max_bytes: int) -> FieldError:
     """``field.TooLong``: a string (or serialised object) longer than ``max_bytes`` bytes."""
-    return FieldError(str(path), "FieldValueTooLong", f"must have at most {max_bytes} bytes")
+    return FieldError(str(path), "FieldValueTooLong", f"may not be more than {max_bytes} bytes")
 
 
 def too_many(path: FieldPath, actual: int, max_items: int) -> FieldError:
@@ -137,7 +137,7 @@ def render_value(value: object) -> str:
     JSON of what the client sent is the closest readable form.
     """
     if value is None:
-        return go_quote("null")
+        return "null"  # kube JSON-encodes a nil value
     if isinstance(value, RawValue):
         return str(value)
     if isinstance(value, bool):

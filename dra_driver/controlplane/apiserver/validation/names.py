@@ -67,8 +67,8 @@ def regex_error(message: str, fmt: str, *examples: str) -> str:
 
 
 def max_len_error(max_bytes: int) -> str:
-    """apimachinery's ``MaxLenError``."""
-    return f"must be no more than {max_bytes} bytes"
+    """apimachinery's ``MaxLenError`` (which counts bytes but says characters)."""
+    return f"must be no more than {max_bytes} characters"
 
 
 def is_dns1123_label(value: str) -> list[str]:
