@@ -104,7 +104,8 @@ def render_chart_access(driver_name: str, realize_before_bind: bool) -> ChartAcc
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     if result.returncode != 0:
-        raise ConfigurationError(f"helm template of {CHART_DIR} failed: {result.stderr.strip().splitlines()[-1:]}")
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigurationError(f"helm template of {CHART_DIR} failed: {last}")
     documents = [d for d in yaml.safe_load_all(result.stdout) if isinstance(d, dict)]
     (daemonset,) = [d for d in documents if d.get("kind") == "DaemonSet"]
     plugin_sa = daemonset["spec"]["template"]["spec"]["serviceAccountName"]
