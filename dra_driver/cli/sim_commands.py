@@ -138,7 +138,14 @@ def _check_writable_file(path: Path, flag: str) -> None:
     default="H100-SXM5-80GB:4",
     show_default=True,
     metavar="MODEL:COUNT[,MODEL:COUNT]",
-    help="simulated GPUs of every node",
+    help="simulated GPUs of every node (but those given --node-gpus)",
+)
+@click.option(
+    "--node-gpus",
+    "node_gpus",
+    multiple=True,
+    metavar="NODE=MODEL:COUNT[,MODEL:COUNT]",
+    help="simulated GPUs of one node instead of --gpus, e.g. node-2=A100-SXM4-40GB:2,A30:1; repeatable",
 )
 @click.option("--driver-name", default="gpu.migdra.io", show_default=True, help="DRA driver name")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the scheduler's node order")
@@ -180,6 +187,7 @@ def up(
     workdir: Path,
     nodes: int,
     gpus: str,
+    node_gpus: tuple[str, ...],
     driver_name: str,
     seed: int,
     realize_before_bind: bool,
@@ -218,6 +226,7 @@ def up(
         seed=seed,
         realize_before_bind=realize_before_bind,
         plugin_env=tuple(_parse_plugin_env(item) for item in plugin_env),
+        node_gpus=tuple(_parse_node_gpus(item) for item in node_gpus),
         control_plane=control_plane,
         kube_bin_dir=kube_bin_dir.absolute() if kube_bin_dir is not None else None,
         kube_version=kube_version,
@@ -246,6 +255,16 @@ def _parse_plugin_env(item: str) -> tuple[str, str, str]:
     if not colon or not equals or not node or not name:
         raise ConfigurationError(f"--plugin-env {item!r}: expected NODE:NAME=VALUE, e.g. node-1:MIGDRA_SIM_FAULTS=...")
     return node, name, value
+
+
+def _parse_node_gpus(item: str) -> tuple[str, str]:
+    """``node-2=A100-SXM4-40GB:2`` -> (node, GPUs); the GPUs are checked with the cluster's other inputs."""
+    node, equals, gpus = item.partition("=")
+    if not equals or not node:
+        raise ConfigurationError(
+            f"--node-gpus {item!r}: expected NODE=MODEL:COUNT[,MODEL:COUNT], e.g. node-2=A100-SXM4-40GB:2"
+        )
+    return node, gpus
 
 
 @sim.command()

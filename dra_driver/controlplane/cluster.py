@@ -59,7 +59,8 @@ ControlPlaneKind = Literal["local", "kube"]
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """What to simulate.  ``gpus``: ``MODEL:COUNT[,MODEL:COUNT]`` per node (catalog keys or aliases)."""
+    """What to simulate.  ``gpus``: ``MODEL:COUNT[,MODEL:COUNT]`` per node (catalog keys or aliases);
+    ``node_gpus``: (node, ``MODEL:COUNT[,...]``) for the nodes that have other GPUs (a mixed fleet)."""
 
     workdir: Path
     nodes: int
@@ -71,6 +72,7 @@ class ClusterSpec:
     realize_before_bind: bool = False
     # (node, variable, value): extra environment of one node's plugin (a fault plan for one node's GPUs).
     plugin_env: tuple[tuple[str, str, str], ...] = ()
+    node_gpus: tuple[tuple[str, str], ...] = ()
     # local: the embedded API server, claim controller and scheduler; kube: the upstream binaries
     control_plane: ControlPlaneKind = "local"
     kube_bin_dir: Path | None = None
@@ -78,6 +80,10 @@ class ClusterSpec:
 
     def node_names(self) -> list[str]:
         return [f"node-{number}" for number in range(1, self.nodes + 1)]
+
+    def gpus_of(self, node: str) -> str:
+        """The simulated GPUs of ``node``: its ``node_gpus`` entry, else ``gpus``."""
+        return dict(self.node_gpus).get(node, self.gpus)
 
     def node_dir(self, node: str) -> Path:
         return self.workdir / "nodes" / node
@@ -197,7 +203,7 @@ class PluginProcess(SupervisedProcess):
             "--sim-state",
             str(p["state"]),
             "--sim-gpus",
-            self.spec.gpus,
+            self.spec.gpus_of(self.node),
             *(["--realize-before-bind"] if self.spec.realize_before_bind else []),
         ]
 
@@ -284,6 +290,22 @@ class LocalCluster:
         problem = _socket_problem(self.spec)
         if problem is not None:
             raise ConfigurationError(problem)
+        seen: set[str] = set()
+        for node, gpus in self.spec.node_gpus:
+            flag = f"--node-gpus {node}={gpus}"
+            if node not in self.spec.node_names():
+                raise ConfigurationError(
+                    f"{flag}: there is no node {node!r} (nodes node-1 … node-{self.spec.nodes})"
+                )
+            if node in seen:
+                raise ConfigurationError(f"{flag}: {node} is given twice; give each node's GPUs once")
+            seen.add(node)
+            if not gpus:
+                raise ConfigurationError(f"{flag}: give at least one MODEL:COUNT, e.g. {node}=A100-SXM4-40GB:2")
+            try:
+                parse_sim_gpus(gpus)
+            except ValueError as exc:
+                raise ConfigurationError(f"{flag}: {exc}") from exc
         for node, name, _value in self.spec.plugin_env:
             if node not in self.spec.node_names():
                 raise ConfigurationError(
@@ -322,7 +344,7 @@ class LocalCluster:
         )
         self.reservation_controller.start()
         for node in self.spec.node_names():
-            self.progress(f"starting the kubelet plugin of {node} ({self.spec.gpus})")
+            self.progress(f"starting the kubelet plugin of {node} ({self.spec.gpus_of(node)})")
             plugin = PluginProcess(self.spec, node, self.control_plane.plugin_kubeconfig(node), self.progress)
             plugin.start()
             self.plugins[node] = plugin

@@ -1,0 +1,514 @@
+"""The allocator port against the real kube-scheduler: the same claims on the same cluster get the same
+devices, or fit nowhere on both.
+
+Why: ``migdra allocate`` ("which devices would kube-scheduler give this claim, or why not?"),
+``migdra plan``, the packing benchmark and the local scheduler all rest on :mod:`dra_driver.allocation`,
+a port of kube-scheduler's structured allocator.  A port that drifts answers confidently and wrongly,
+so this test asks both on one cluster -- the upstream v1.36 kube-apiserver, kube-scheduler and
+kube-controller-manager of ``make kube`` with migdra's plugins on three nodes of mixed GPU models --
+and requires them to agree on every claim.
+
+How, per claim: create the ResourceClaim; run ``migdra allocate --from-cluster --claim NS/NAME --node N
+-o json`` (before the pod exists: the prediction); create a pod using the claim, pinned to node N with
+a ``kubernetes.io/hostname`` nodeSelector (``spec.nodeName`` would bypass the scheduler); wait for the
+scheduler's answer -- the claim's ``status.allocation``, or the pod ``Unschedulable`` with a
+``FailedScheduling`` Event -- and compare.  Claims are seeded random mixes of the vocabulary of demo/
+and deviceclasses/: MIG profiles of every model, CEL selectors on attributes and capacity, counts,
+several requests with ``matchAttribute``/``distinctAttribute``, ``firstAvailable``, ``allocationMode:
+All``, and pods of two claims (allocated together).  Allocated claims stay, so nodes fill up; some are
+deleted at random, so they fragment.
+
+Each step places one pod on every node at once: a node's pool holds only that node's GPUs, so claims
+pinned to different nodes never compete and one step gives three independent comparisons.
+
+The ``dynamic`` placement policy re-publishes a node's slices in a new order whenever its allocations
+change, so before predicting, the test waits on an explicit signal: every node's published pool
+(latest generation, complete) equals what the plugin must publish for the claims allocated now --
+computed with the plugin's own functions (``build_pool`` on the node's simulated NVML,
+``compute_allocated_devices``, the ``dynamic`` policy, ``render_slices``).  kube-scheduler's informers
+see those slices before the pod exists (the pod is created after the prediction).
+
+``MIGDRA_DIFFERENTIAL_SEED`` and ``MIGDRA_DIFFERENTIAL_CLAIMS`` change the sequence and its length.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from dra_driver.cli.main import cli
+from dra_driver.devicemodel.layout import render_slices
+from dra_driver.devicemodel.policy import DynamicPlacementPolicy
+from dra_driver.devicemodel.pool import NodePool, build_pool
+from dra_driver.kube.client import CLAIMS, EVENTS, PODS, SLICES
+from dra_driver.nvml.inventory import read_inventory
+from dra_driver.nvml.session import open_nvml
+from dra_driver.nvml.settings import build_nvml_settings
+from dra_driver.settings import load_device_model_config
+from kubeletplugin.occupancy import compute_allocated_devices
+from tests.kube.cluster import READY_TIMEOUT, kube_args
+from tests.kubelet_client import short_socket_dir
+from tests.sim_cluster import SimCluster, start_cluster, stop_cluster, wait_for
+
+DRIVER = "gpu.migdra.io"
+DOMAIN = DRIVER
+NAMESPACE = "differential"
+NODE_GPUS = {
+    "node-1": "H100-SXM5-80GB:2",
+    "node-2": "H100-SXM5-80GB:1,A100-SXM4-40GB:1",
+    "node-3": "A100-SXM4-40GB:1,A30:1",
+}
+SEED = int(os.environ.get("MIGDRA_DIFFERENTIAL_SEED", "26"))
+CLAIMS_WANTED = int(os.environ.get("MIGDRA_DIFFERENTIAL_CLAIMS", "200"))
+SETTLE_TIMEOUT = 60.0
+"""A re-publish takes the plugin's debounce (set to 0.05 s below) and a LIST and a few writes."""
+OUTCOME_TIMEOUT = 60.0
+"""kube-scheduler places a pod within a second; with both CPUs busy, a few."""
+DELETE_TIMEOUT = 90.0
+"""Graceful pod deletion: the kubelet unprepares (the MIG instance is destroyed), the controller
+deallocates the claim and drops its finalizer."""
+
+
+# -- the claims ------------------------------------------------------------------------------------
+
+# Every MIG profile of the three models, the small ones more often (a node fills over several claims).
+PROFILES: dict[str, int] = {
+    "1g.10gb": 6,  # H100 (1 slice) and A100 40GB (2 slices): one name, two shapes
+    "1g.5gb": 5,
+    "1g.6gb": 4,
+    "1g.20gb": 3,
+    "2g.20gb": 4,
+    "2g.10gb": 4,
+    "2g.12gb": 3,
+    "1g.10gb+me": 2,
+    "1g.5gb+me": 1,
+    "1g.6gb+me": 1,
+    "2g.12gb+me": 1,
+    "3g.40gb": 2,
+    "3g.20gb": 2,
+    "4g.40gb": 1,
+    "4g.20gb": 1,
+    "4g.24gb": 1,
+    "7g.80gb": 1,
+    "7g.40gb": 1,
+}
+# DeviceClasses of deviceclasses/ (and examples/) that select MIG devices.
+CLASSES = [
+    "mig-1g-10gb.migdra.io",
+    "mig-1g-5gb.migdra.io",
+    "mig-2g-20gb.migdra.io",
+    "mig-2g-10gb.migdra.io",
+    "mig-3g-20gb.migdra.io",
+    "mig-20gi-40sm.migdra.io",
+    "mig-hopper.migdra.io",
+    "h100.migdra.io",
+    "driver-580-cc90.migdra.io",
+]
+ATTRIBUTE = f"device.attributes['{DOMAIN}']"
+CAPACITY = f"device.capacity['{DOMAIN}']"
+
+
+def _profile(rng: random.Random) -> str:
+    return rng.choices(list(PROFILES), weights=list(PROFILES.values()))[0]
+
+
+def _selector(rng: random.Random) -> str:
+    """One CEL expression over migdra's attributes and capacities (never a runtime error on its devices)."""
+    kind = rng.choice(["profile", "profile", "profile", "memory", "memory-sm", "product", "placement", "slices"])
+    if kind == "profile":
+        return f"{ATTRIBUTE}.profile == '{_profile(rng)}'"
+    if kind == "memory":
+        return f"{CAPACITY}.memory.compareTo(quantity('{rng.choice([5, 10, 12, 20, 40])}Gi')) >= 0"
+    if kind == "memory-sm":
+        memory, sms = rng.choice([(5, 20), (10, 30), (20, 60), (10, 16)])
+        return (
+            f"{CAPACITY}.memory.compareTo(quantity('{memory}Gi')) >= 0 && "
+            f"{CAPACITY}.multiprocessors.compareTo(quantity('{sms}')) <= 0"
+        )
+    if kind == "product":
+        product = rng.choice(["NVIDIA H100", "NVIDIA A100", "NVIDIA A30"])
+        return f"{ATTRIBUTE}.productName.startsWith('{product}') && {ATTRIBUTE}.computeSlices <= {rng.choice([1, 2, 3])}"
+    if kind == "placement":
+        return f"{ATTRIBUTE}.placementStart >= {rng.choice([1, 2, 4])} && {ATTRIBUTE}.placementSize <= 2"
+    return f"{ATTRIBUTE}.computeSlices == {rng.choice([1, 2, 3, 4])} && {ATTRIBUTE}.architecture == 'Ampere'"
+
+
+def _exactly(rng: random.Random, count: int = 1) -> dict[str, Any]:
+    request: dict[str, Any] = {"deviceClassName": "mig.migdra.io"}
+    if rng.random() < 0.2:
+        request["deviceClassName"] = rng.choice(CLASSES)
+        if rng.random() < 0.5:
+            return request | ({"count": count} if count > 1 else {})
+    request["selectors"] = [{"cel": {"expression": _selector(rng)}}]
+    if rng.random() < 0.15:
+        request["selectors"].append({"cel": {"expression": _selector(rng)}})
+    if count > 1:
+        request["count"] = count
+    return request
+
+
+def build_claim_spec(rng: random.Random) -> dict[str, Any]:
+    """``spec.devices`` of one random claim."""
+    shape = rng.choices(
+        ["one", "count", "pair", "first-available", "first-available-pair", "all"],
+        weights=[38, 10, 16, 20, 10, 6],
+    )[0]
+    constraints: list[dict[str, Any]] = []
+    if shape == "one":
+        requests = [{"name": "mig", "exactly": _exactly(rng)}]
+    elif shape == "count":
+        requests = [{"name": "migs", "exactly": _exactly(rng, rng.choice([2, 2, 3]))}]
+        if rng.random() < 0.6:
+            constraints.append({"matchAttribute": f"{DOMAIN}/parentUUID"})
+    elif shape == "pair":
+        requests = [{"name": "a", "exactly": _exactly(rng)}, {"name": "b", "exactly": _exactly(rng)}]
+        kind = rng.choice(["match-gpu", "match-gpu", "match-product", "distinct-gpu", "none"])
+        if kind == "match-gpu":
+            constraints.append({"requests": ["a", "b"], "matchAttribute": f"{DOMAIN}/parentUUID"})
+        elif kind == "match-product":
+            constraints.append({"matchAttribute": f"{DOMAIN}/productName"})
+        elif kind == "distinct-gpu":
+            constraints.append({"requests": ["a", "b"], "distinctAttribute": f"{DOMAIN}/parentUUID"})
+    elif shape in ("first-available", "first-available-pair"):
+        subrequests = []
+        for number in range(rng.choice([2, 2, 3])):
+            subrequest = _exactly(rng, rng.choice([1, 1, 1, 2]))
+            subrequests.append({"name": f"s{number}", **subrequest})
+        requests = [{"name": "pick", "firstAvailable": subrequests}]
+        if shape == "first-available-pair":
+            requests.append({"name": "other", "exactly": _exactly(rng)})
+            constraints.append({"requests": ["pick", "other"], "matchAttribute": f"{DOMAIN}/parentUUID"})
+        elif rng.random() < 0.3:
+            constraints.append({"requests": ["pick"], "matchAttribute": f"{DOMAIN}/parentUUID"})
+    else:
+        profile = rng.choice(["7g.80gb", "7g.40gb", "4g.40gb", "4g.20gb", "4g.24gb", "3g.40gb"])
+        requests = [
+            {
+                "name": "every",
+                "exactly": {
+                    "deviceClassName": "mig.migdra.io",
+                    "allocationMode": "All",
+                    "selectors": [{"cel": {"expression": f"{ATTRIBUTE}.profile == '{profile}'"}}],
+                },
+            }
+        ]
+    devices: dict[str, Any] = {"requests": requests}
+    if constraints:
+        devices["constraints"] = constraints
+    return devices
+
+
+def claim_body(name: str, devices: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"devices": devices},
+    }
+
+
+def pod_body(name: str, node: str, claims: list[str]) -> dict[str, Any]:
+    """A pod of ``claims`` that only ``node`` may run: a nodeSelector, so kube-scheduler decides."""
+    entries = [f"claim-{number}" for number in range(len(claims))]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.example/app:latest",
+                    "resources": {"claims": [{"name": entry} for entry in entries]},
+                }
+            ],
+            "resourceClaims": [
+                {"name": entry, "resourceClaimName": claim} for entry, claim in zip(entries, claims, strict=True)
+            ],
+        },
+    }
+
+
+# -- what the plugins must publish ------------------------------------------------------------------
+
+POLICY = DynamicPlacementPolicy()
+
+
+def build_node_pools(sim: SimCluster) -> dict[str, NodePool]:
+    """Each node's pool as its plugin builds it, from the node's simulated NVML before any claim.
+
+    Instances migdra creates later are its own, and own instances change no device or counter, so the
+    pool stays this one; only the order of its devices follows the allocations."""
+    config = load_device_model_config(None, driver_name=DRIVER)
+    pools = {}
+    for node in NODE_GPUS:
+        state = sim.workdir / "nodes" / node / "nvml-state.json"
+        with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
+            pools[node] = build_pool(read_inventory(nvml), config)
+    return pools
+
+
+def pool_layout(slices: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Each slice's devices (or counter sets) by name, in order: what decides the allocator's order.
+
+    Names, not whole specs: kube-apiserver returns quantities in canonical form (``25165824000`` as
+    ``25165824k``), so the published spec is not the rendered text, while the devices are the same."""
+    return {
+        item["metadata"]["name"]: [entry["name"] for entry in item["spec"].get("devices") or item["spec"]["sharedCounters"]]
+        for item in slices
+    }
+
+
+def published_layout(slices: list[dict[str, Any]], node: str) -> dict[str, list[str]] | None:
+    """The layout of ``node``'s pool at its latest generation; None while that generation is incomplete."""
+    mine = [s for s in slices if s["spec"]["driver"] == DRIVER and s["spec"]["pool"]["name"] == node]
+    if not mine:
+        return None
+    generation = max(int(s["spec"]["pool"]["generation"]) for s in mine)
+    current = [s for s in mine if int(s["spec"]["pool"]["generation"]) == generation]
+    if len(current) != int(current[0]["spec"]["pool"]["resourceSliceCount"]):
+        return None
+    return pool_layout(current)
+
+
+def unsettled_nodes(sim: SimCluster, pools: dict[str, NodePool]) -> list[str]:
+    """The nodes whose published pool is not yet what the plugin must publish for the claims allocated now."""
+    claims = sim.client.list(CLAIMS)[0]
+    slices = sim.client.list(SLICES)[0]
+    behind = []
+    for node, pool in pools.items():
+        allocated = compute_allocated_devices(claims, DRIVER, node)
+        if published_layout(slices, node) != pool_layout(render_slices(pool, node, 0, None, POLICY, allocated)):
+            behind.append(node)
+    return behind
+
+
+def wait_settled(sim: SimCluster, pools: dict[str, NodePool]) -> None:
+    last: list[str] = []
+
+    def settled() -> bool:
+        last[:] = unsettled_nodes(sim, pools)
+        return not last
+
+    try:
+        wait_for(settled, "the published pools to follow the allocations", SETTLE_TIMEOUT)
+    except pytest.fail.Exception as exc:
+        raise AssertionError(f"{exc}; behind: {', '.join(last)}") from exc
+
+
+# -- one comparison ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Placement:
+    """One pod of the sequence: its claims, the node it is pinned to, the prediction and the outcome."""
+
+    pod: str
+    node: str
+    claims: dict[str, dict[str, Any]]  # name -> spec.devices
+    predicted: dict[str, Any] | None = None  # claim -> allocation, None: does not fit
+    actual: dict[str, Any] | None = None
+    outcome: str = ""  # allocated | unschedulable
+
+
+@dataclass
+class Tally:
+    claims: int = 0
+    pods: int = 0
+    allocated: int = 0
+    unschedulable: int = 0
+    deleted: int = 0
+    mismatches: list[str] = field(default_factory=list)
+    shapes: Counter[str] = field(default_factory=Counter)
+
+
+def comparable(allocation: dict[str, Any]) -> dict[str, Any]:
+    """What both sides decide: the devices (in result order, with their request names), the configs and
+    the node selector."""
+    devices = allocation.get("devices") or {}
+    return {
+        "results": devices.get("results") or [],
+        "config": devices.get("config") or [],
+        "nodeSelector": allocation.get("nodeSelector"),
+    }
+
+
+def predict(kubeconfig: Path, placement: Placement) -> dict[str, Any] | None:
+    """``migdra allocate --from-cluster`` for the pod's claims on its node (in this process: the same
+    command, without an interpreter's start-up per claim)."""
+    args = ["allocate", "--from-cluster", "--kubeconfig", str(kubeconfig), "--node", placement.node, "-o", "json"]
+    for claim in placement.claims:
+        args += ["--claim", f"{NAMESPACE}/{claim}"]
+    done = CliRunner().invoke(cli, args)
+    if done.exit_code == 3:
+        return None
+    assert done.exit_code == 0, f"migdra allocate {' '.join(args)}: exit {done.exit_code}\n{done.output}"
+    answer = json.loads(done.output)
+    return {entry["claim"].split("/", 1)[1]: comparable(entry["allocation"]) for entry in answer["claims"]}
+
+
+def observe(sim: SimCluster, placement: Placement) -> bool:
+    """Whether kube-scheduler has answered: every claim allocated, or the pod Unschedulable with a
+    FailedScheduling Event."""
+    allocations = {}
+    for name in placement.claims:
+        claim = sim.client.get(CLAIMS, NAMESPACE, name)
+        allocation = ((claim or {}).get("status") or {}).get("allocation")
+        if allocation:
+            allocations[name] = comparable(allocation)
+    if len(allocations) == len(placement.claims):
+        placement.outcome, placement.actual = "allocated", allocations
+        return True
+    pod = sim.client.get(PODS, NAMESPACE, placement.pod) or {}
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    unschedulable = any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in conditions
+    )
+    if not unschedulable:
+        return False
+    events = sim.client.list(EVENTS, NAMESPACE, field_selector=f"involvedObject.name={placement.pod}")[0]
+    if not any(event.get("reason") == "FailedScheduling" for event in events):
+        return False
+    placement.outcome, placement.actual = "unschedulable", None
+    return True
+
+
+def describe(placement: Placement) -> str:
+    return json.dumps(
+        {
+            "pod": placement.pod,
+            "node": placement.node,
+            "claims": placement.claims,
+            "predicted": placement.predicted,
+            "actual": placement.actual,
+        },
+        sort_keys=True,
+    )
+
+
+# -- the cluster ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SimCluster]:
+    fast_republish = []
+    for node in NODE_GPUS:
+        # The test waits for the re-publish on its own signal; a shorter debounce only makes it sooner.
+        fast_republish += ["--plugin-env", f"{node}:MIGDRA_PLACEMENT_DEBOUNCE=0.05"]
+        fast_republish += ["--plugin-env", f"{node}:MIGDRA_PLACEMENT_MIN_INTERVAL=0"]
+    mixed = [f"--node-gpus={node}={gpus}" for node, gpus in NODE_GPUS.items() if node != "node-1"]
+    with short_socket_dir() as root:
+        sim = start_cluster(
+            root / "sim",
+            "--nodes",
+            str(len(NODE_GPUS)),
+            "--gpus",
+            NODE_GPUS["node-1"],
+            *mixed,
+            *fast_republish,
+            *kube_args(),
+            ready_timeout=READY_TIMEOUT,
+        )
+        try:
+            yield sim
+        finally:
+            stop_cluster(sim)
+
+
+def _delete(sim: SimCluster, placement: Placement) -> None:
+    sim.client.delete(PODS, NAMESPACE, placement.pod)
+    for name in placement.claims:
+        sim.client.delete(CLAIMS, NAMESPACE, name)
+
+
+def _gone(sim: SimCluster, placements: list[Placement]) -> bool:
+    return all(
+        sim.client.get(PODS, NAMESPACE, p.pod) is None and all(sim.client.get(CLAIMS, NAMESPACE, c) is None for c in p.claims)
+        for p in placements
+    )
+
+
+def test_the_port_allocates_as_kube_scheduler_does(cluster: SimCluster) -> None:
+    sim = cluster
+    sim.namespace(NAMESPACE)
+    pools = build_node_pools(sim)
+    rng = random.Random(SEED)
+    tally = Tally()
+    live: dict[str, list[Placement]] = {node: [] for node in NODE_GPUS}
+    last_fit = dict.fromkeys(NODE_GPUS, True)
+    number = 0
+    while tally.claims < CLAIMS_WANTED:
+        # Deletions: at random, more after a claim that did not fit, so nodes fragment and free up.
+        leaving = []
+        for node, placements in live.items():
+            chance = 0.35 if last_fit[node] else 0.8
+            while placements and rng.random() < chance:
+                leaving.append(placements.pop(rng.randrange(len(placements))))
+                chance /= 2
+        for placement in leaving:
+            _delete(sim, placement)
+        tally.deleted += sum(len(p.claims) for p in leaving)
+        # One pod per node, its claims created first.
+        batch = []
+        for node in NODE_GPUS:
+            number += 1
+            names = [f"c{number}"] + ([f"c{number}b"] if rng.random() < 0.12 else [])
+            placement = Placement(f"p{number}", node, {name: build_claim_spec(rng) for name in names})
+            for name, devices in placement.claims.items():
+                sim.client.create(CLAIMS, claim_body(name, devices))
+                tally.shapes[_shape(devices)] += 1
+            batch.append(placement)
+        wait_for(lambda: _gone(sim, leaving), "deleted pods and claims to go", DELETE_TIMEOUT)
+        wait_settled(sim, pools)
+        for placement in batch:
+            placement.predicted = predict(sim.kubeconfig, placement)
+        for placement in batch:
+            sim.client.create(PODS, pod_body(placement.pod, placement.node, list(placement.claims)))
+        for placement in batch:
+            wait_for(lambda p=placement: observe(sim, p), f"kube-scheduler's answer for pod {placement.pod}", OUTCOME_TIMEOUT)  # type: ignore[misc]
+            tally.claims += len(placement.claims)
+            tally.pods += 1
+            if placement.predicted != placement.actual:
+                tally.mismatches.append(describe(placement))
+            last_fit[placement.node] = placement.outcome == "allocated"
+            if placement.outcome == "allocated":
+                tally.allocated += len(placement.claims)
+                live[placement.node].append(placement)
+            else:
+                tally.unschedulable += len(placement.claims)
+                _delete(sim, placement)  # a pod left pending would be placed later, when claims go
+        wait_for(
+            lambda: _gone(sim, [p for p in batch if p.outcome == "unschedulable"]), "unschedulable pods to go", DELETE_TIMEOUT
+        )
+    agreed = tally.pods - len(tally.mismatches)
+    print(
+        f"\nallocator differential (seed {SEED}): {tally.claims} claims in {tally.pods} pods on "
+        f"{len(NODE_GPUS)} nodes ({', '.join(f'{n} {g}' for n, g in NODE_GPUS.items())}): "
+        f"{agreed}/{tally.pods} pods agree ({100 * agreed / tally.pods:.1f} %); "
+        f"{tally.allocated} claims allocated, {tally.unschedulable} did not fit, {tally.deleted} deleted; "
+        f"shapes {dict(sorted(tally.shapes.items()))}"
+    )
+    assert not tally.mismatches, "\n".join(tally.mismatches)
+
+
+def _shape(devices: dict[str, Any]) -> str:
+    request = devices["requests"][0]
+    if "firstAvailable" in request:
+        return "firstAvailable"
+    if request["exactly"].get("allocationMode") == "All":
+        return "All"
+    if len(devices["requests"]) > 1:
+        return "pair"
+    return "count" if request["exactly"].get("count", 1) > 1 else "one"
