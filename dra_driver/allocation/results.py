@@ -1,8 +1,9 @@
 """Turn a found solution into ``resource.k8s.io/v1`` AllocationResult dicts, as ``Allocate`` does.
 
 Per claim: ``devices.results`` in allocation order; ``devices.config`` with each used class's configs
-once (``FromClass``, listing the requests they apply to) and then the claim's own configs that apply
-to an allocated request (``FromClaim``), where an entry covering every request drops ``requests``;
+once (``FromClass``, listing the requests they apply to) and then the claim's own configs, each once
+per allocated request it applies to (``FromClaim``), where an entry covering every request drops
+``requests`` (1.37's rule; 1.36 keeps them, docs/allocation.md);
 ``nodeSelector``: the node's name when any device is local to it (or binds to it), else the union of
 the slices' selectors, else none.  Everything is copied: the caller may change the result freely.
 """
@@ -100,10 +101,11 @@ def _config(search: Search, claim_index: int, claim: JSON) -> list[dict[str, Any
         if not requests:
             config.append({"source": "FromClaim", **_configuration(entry)})
             continue
+        # Once per request it names (by name or chosen sub-request), not once: kube-scheduler's loop
+        # appends per matching request, so an entry naming two allocated requests is listed twice.
         for request_name, sub_name in selected:
             if request_name in requests or (sub_name is not None and sub_name in requests):
                 config.append({"source": "FromClaim", "requests": list(requests), **_configuration(entry)})
-                break
 
     for entry in config:
         covered = entry.get("requests")

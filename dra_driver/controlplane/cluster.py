@@ -294,9 +294,7 @@ class LocalCluster:
         for node, gpus in self.spec.node_gpus:
             flag = f"--node-gpus {node}={gpus}"
             if node not in self.spec.node_names():
-                raise ConfigurationError(
-                    f"{flag}: there is no node {node!r} (nodes node-1 … node-{self.spec.nodes})"
-                )
+                raise ConfigurationError(f"{flag}: there is no node {node!r} (nodes node-1 … node-{self.spec.nodes})")
             if node in seen:
                 raise ConfigurationError(f"{flag}: {node} is given twice; give each node's GPUs once")
             seen.add(node)

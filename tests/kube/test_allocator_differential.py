@@ -15,7 +15,7 @@ scheduler's answer -- the claim's ``status.allocation``, or the pod ``Unschedula
 ``FailedScheduling`` Event -- and compare.  Claims are seeded random mixes of the vocabulary of demo/
 and deviceclasses/: MIG profiles of every model, CEL selectors on attributes and capacity, counts,
 several requests with ``matchAttribute``/``distinctAttribute``, ``firstAvailable``, ``allocationMode:
-All``, and pods of two claims (allocated together).  Allocated claims stay, so nodes fill up; some are
+All``, admin access, claim configs, and pods of two claims (allocated together).  Allocated claims stay, so nodes fill up; some are
 deleted at random, so they fragment.
 
 Each step places one pod on every node at once: a node's pool holds only that node's GPUs, so claims
@@ -27,6 +27,11 @@ change, so before predicting, the test waits on an explicit signal: every node's
 computed with the plugin's own functions (``build_pool`` on the node's simulated NVML,
 ``compute_allocated_devices``, the ``dynamic`` policy, ``render_slices``).  kube-scheduler's informers
 see those slices before the pod exists (the pod is created after the prediction).
+
+Compared: the results (devices, request names, order), the configs and the node selector, or "does
+not fit".  One difference is accounted for, exactly: the port gives configs 1.37's shape (``requests``
+left out when an entry covers every request), 1.36 keeps the list (docs/allocation.md, "Versions");
+the test applies that rule to 1.36's answer and counts the pods it changed.
 
 ``MIGDRA_DIFFERENTIAL_SEED`` and ``MIGDRA_DIFFERENTIAL_CLAIMS`` change the sequence and its length.
 """
@@ -67,7 +72,7 @@ NODE_GPUS = {
     "node-2": "H100-SXM5-80GB:1,A100-SXM4-40GB:1",
     "node-3": "A100-SXM4-40GB:1,A30:1",
 }
-SEED = int(os.environ.get("MIGDRA_DIFFERENTIAL_SEED", "26"))
+SEED = int(os.environ.get("MIGDRA_DIFFERENTIAL_SEED", "2"))
 CLAIMS_WANTED = int(os.environ.get("MIGDRA_DIFFERENTIAL_CLAIMS", "200"))
 SETTLE_TIMEOUT = 60.0
 """A re-publish takes the plugin's debounce (set to 0.05 s below) and a LIST and a few writes."""
@@ -117,15 +122,49 @@ ATTRIBUTE = f"device.attributes['{DOMAIN}']"
 CAPACITY = f"device.capacity['{DOMAIN}']"
 
 
-def _profile(rng: random.Random) -> str:
-    return rng.choices(list(PROFILES), weights=list(PROFILES.values()))[0]
+@dataclass(frozen=True)
+class ClaimGenerator:
+    """Random claims for one node: mostly of profiles its GPUs have (so the node fills up), some of
+    any model's (which do not fit there)."""
+
+    rng: random.Random
+    local_profiles: frozenset[str]
+
+    def profile(self) -> str:
+        names = list(PROFILES)
+        if self.rng.random() < 0.75:
+            names = [name for name in names if name in self.local_profiles]
+        return self.rng.choices(names, weights=[PROFILES[name] for name in names])[0]
+
+    def selector(self) -> str:
+        """One CEL expression over migdra's attributes and capacities (never a runtime error on its devices)."""
+        return _selector(self.rng, self.profile())
+
+    def exactly(self, count: int = 1) -> dict[str, Any]:
+        rng = self.rng
+        request: dict[str, Any] = {"deviceClassName": "mig.migdra.io"}
+        if rng.random() < 0.2:
+            request["deviceClassName"] = rng.choice(CLASSES)
+            if rng.random() < 0.5:
+                return request | ({"count": count} if count > 1 else {})
+        request["selectors"] = [{"cel": {"expression": self.selector()}}]
+        if rng.random() < 0.15:
+            request["selectors"].append({"cel": {"expression": self.selector()}})
+        if count > 1:
+            request["count"] = count
+        if rng.random() < 0.04:
+            request["adminAccess"] = True
+        return request
+
+    def claim_spec(self) -> dict[str, Any]:
+        """``spec.devices`` of one random claim."""
+        return build_claim_spec(self)
 
 
-def _selector(rng: random.Random) -> str:
-    """One CEL expression over migdra's attributes and capacities (never a runtime error on its devices)."""
+def _selector(rng: random.Random, profile: str) -> str:
     kind = rng.choice(["profile", "profile", "profile", "memory", "memory-sm", "product", "placement", "slices"])
     if kind == "profile":
-        return f"{ATTRIBUTE}.profile == '{_profile(rng)}'"
+        return f"{ATTRIBUTE}.profile == '{profile}'"
     if kind == "memory":
         return f"{CAPACITY}.memory.compareTo(quantity('{rng.choice([5, 10, 12, 20, 40])}Gi')) >= 0"
     if kind == "memory-sm":
@@ -136,41 +175,29 @@ def _selector(rng: random.Random) -> str:
         )
     if kind == "product":
         product = rng.choice(["NVIDIA H100", "NVIDIA A100", "NVIDIA A30"])
-        return f"{ATTRIBUTE}.productName.startsWith('{product}') && {ATTRIBUTE}.computeSlices <= {rng.choice([1, 2, 3])}"
+        return (
+            f"{ATTRIBUTE}.productName.startsWith('{product}') && {ATTRIBUTE}.computeSlices <= {rng.choice([1, 2, 3])}"
+        )
     if kind == "placement":
         return f"{ATTRIBUTE}.placementStart >= {rng.choice([1, 2, 4])} && {ATTRIBUTE}.placementSize <= 2"
     return f"{ATTRIBUTE}.computeSlices == {rng.choice([1, 2, 3, 4])} && {ATTRIBUTE}.architecture == 'Ampere'"
 
 
-def _exactly(rng: random.Random, count: int = 1) -> dict[str, Any]:
-    request: dict[str, Any] = {"deviceClassName": "mig.migdra.io"}
-    if rng.random() < 0.2:
-        request["deviceClassName"] = rng.choice(CLASSES)
-        if rng.random() < 0.5:
-            return request | ({"count": count} if count > 1 else {})
-    request["selectors"] = [{"cel": {"expression": _selector(rng)}}]
-    if rng.random() < 0.15:
-        request["selectors"].append({"cel": {"expression": _selector(rng)}})
-    if count > 1:
-        request["count"] = count
-    return request
-
-
-def build_claim_spec(rng: random.Random) -> dict[str, Any]:
-    """``spec.devices`` of one random claim."""
+def build_claim_spec(generator: ClaimGenerator) -> dict[str, Any]:
+    rng = generator.rng
     shape = rng.choices(
         ["one", "count", "pair", "first-available", "first-available-pair", "all"],
         weights=[38, 10, 16, 20, 10, 6],
     )[0]
     constraints: list[dict[str, Any]] = []
     if shape == "one":
-        requests = [{"name": "mig", "exactly": _exactly(rng)}]
+        requests = [{"name": "mig", "exactly": generator.exactly()}]
     elif shape == "count":
-        requests = [{"name": "migs", "exactly": _exactly(rng, rng.choice([2, 2, 3]))}]
+        requests = [{"name": "migs", "exactly": generator.exactly(rng.choice([2, 2, 3]))}]
         if rng.random() < 0.6:
             constraints.append({"matchAttribute": f"{DOMAIN}/parentUUID"})
     elif shape == "pair":
-        requests = [{"name": "a", "exactly": _exactly(rng)}, {"name": "b", "exactly": _exactly(rng)}]
+        requests = [{"name": "a", "exactly": generator.exactly()}, {"name": "b", "exactly": generator.exactly()}]
         kind = rng.choice(["match-gpu", "match-gpu", "match-product", "distinct-gpu", "none"])
         if kind == "match-gpu":
             constraints.append({"requests": ["a", "b"], "matchAttribute": f"{DOMAIN}/parentUUID"})
@@ -181,11 +208,12 @@ def build_claim_spec(rng: random.Random) -> dict[str, Any]:
     elif shape in ("first-available", "first-available-pair"):
         subrequests = []
         for number in range(rng.choice([2, 2, 3])):
-            subrequest = _exactly(rng, rng.choice([1, 1, 1, 2]))
+            subrequest = generator.exactly(rng.choice([1, 1, 1, 2]))
+            subrequest.pop("adminAccess", None)  # not allowed in a sub-request
             subrequests.append({"name": f"s{number}", **subrequest})
         requests = [{"name": "pick", "firstAvailable": subrequests}]
         if shape == "first-available-pair":
-            requests.append({"name": "other", "exactly": _exactly(rng)})
+            requests.append({"name": "other", "exactly": generator.exactly()})
             constraints.append({"requests": ["pick", "other"], "matchAttribute": f"{DOMAIN}/parentUUID"})
         elif rng.random() < 0.3:
             constraints.append({"requests": ["pick"], "matchAttribute": f"{DOMAIN}/parentUUID"})
@@ -204,7 +232,28 @@ def build_claim_spec(rng: random.Random) -> dict[str, Any]:
     devices: dict[str, Any] = {"requests": requests}
     if constraints:
         devices["constraints"] = constraints
+    if rng.random() < 0.2:
+        devices["config"] = [_config(rng, requests)]
     return devices
+
+
+def _config(rng: random.Random, requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """A claim config for every request, one request or one sub-request (results carry what applies)."""
+    entry: dict[str, Any] = {
+        "opaque": {
+            "driver": DRIVER,
+            "parameters": {"apiVersion": f"{DRIVER}/v1alpha1", "kind": "MigDeviceConfig", "env": {"STAGE": "test"}},
+        }
+    }
+    request = rng.choice(requests)
+    choice = rng.random()
+    if choice < 0.3 and len(requests) > 1:
+        entry["requests"] = [request["name"]]
+    elif choice < 0.5 and len(requests) > 1:
+        entry["requests"] = [r["name"] for r in requests]
+    elif choice < 0.8 and "firstAvailable" in request:
+        entry["requests"] = [f"{request['name']}/{rng.choice(request['firstAvailable'])['name']}"]
+    return entry
 
 
 def claim_body(name: str, devices: dict[str, Any]) -> dict[str, Any]:
@@ -265,7 +314,9 @@ def pool_layout(slices: list[dict[str, Any]]) -> dict[str, list[str]]:
     Names, not whole specs: kube-apiserver returns quantities in canonical form (``25165824000`` as
     ``25165824k``), so the published spec is not the rendered text, while the devices are the same."""
     return {
-        item["metadata"]["name"]: [entry["name"] for entry in item["spec"].get("devices") or item["spec"]["sharedCounters"]]
+        item["metadata"]["name"]: [
+            entry["name"] for entry in item["spec"].get("devices") or item["spec"]["sharedCounters"]
+        ]
         for item in slices
     }
 
@@ -320,6 +371,7 @@ class Placement:
     predicted: dict[str, Any] | None = None  # claim -> allocation, None: does not fit
     actual: dict[str, Any] | None = None
     outcome: str = ""  # allocated | unschedulable
+    config_rule_applied: bool = False  # 1.36's config differs from the port's 1.37 rule (accounted for)
 
 
 @dataclass
@@ -329,6 +381,8 @@ class Tally:
     allocated: int = 0
     unschedulable: int = 0
     deleted: int = 0
+    config_rule_applied: int = 0
+    mismatched_claims: int = 0
     mismatches: list[str] = field(default_factory=list)
     shapes: Counter[str] = field(default_factory=Counter)
 
@@ -342,6 +396,28 @@ def comparable(allocation: dict[str, Any]) -> dict[str, Any]:
         "config": devices.get("config") or [],
         "nodeSelector": allocation.get("nodeSelector"),
     }
+
+
+def with_the_ported_config_rule(allocation: dict[str, Any], devices: dict[str, Any]) -> dict[str, Any]:
+    """kube-scheduler 1.36's allocation with the one rule the port takes from 1.37 applied: a config entry
+    whose ``requests`` cover every request of the claim (by name, or by the sub-request chosen for it)
+    drops them, "empty means all" (kubernetes #139731, corrected by #139814; docs/allocation.md,
+    "Versions").  1.36 keeps them.  Written here from the rule, not with the port's code."""
+    chosen: dict[str, set[str]] = {request["name"]: set() for request in devices["requests"]}
+    for result in allocation["results"]:
+        parent, slash, _ = str(result["request"]).partition("/")
+        if slash:
+            chosen[parent].add(str(result["request"]))
+
+    def covers_every_request(entry: dict[str, Any]) -> bool:
+        named = set(entry.get("requests") or ())
+        return bool(named) and all(request in named or chosen[request] & named for request in chosen)
+
+    config = [
+        {key: value for key, value in entry.items() if key != "requests"} if covers_every_request(entry) else entry
+        for entry in allocation["config"]
+    ]
+    return allocation | {"config": config}
 
 
 def predict(kubeconfig: Path, placement: Placement) -> dict[str, Any] | None:
@@ -368,7 +444,10 @@ def observe(sim: SimCluster, placement: Placement) -> bool:
         if allocation:
             allocations[name] = comparable(allocation)
     if len(allocations) == len(placement.claims):
-        placement.outcome, placement.actual = "allocated", allocations
+        placement.outcome, placement.actual = "allocated", {}
+        for name, allocation in allocations.items():
+            placement.actual[name] = with_the_ported_config_rule(allocation, placement.claims[name])
+            placement.config_rule_applied |= placement.actual[name] != allocation
         return True
     pod = sim.client.get(PODS, NAMESPACE, placement.pod) or {}
     conditions = (pod.get("status") or {}).get("conditions") or []
@@ -427,80 +506,121 @@ def cluster() -> Iterator[SimCluster]:
             stop_cluster(sim)
 
 
-def _delete(sim: SimCluster, placement: Placement) -> None:
+def delete(sim: SimCluster, placement: Placement) -> None:
     sim.client.delete(PODS, NAMESPACE, placement.pod)
     for name in placement.claims:
         sim.client.delete(CLAIMS, NAMESPACE, name)
 
 
-def _gone(sim: SimCluster, placements: list[Placement]) -> bool:
-    return all(
-        sim.client.get(PODS, NAMESPACE, p.pod) is None and all(sim.client.get(CLAIMS, NAMESPACE, c) is None for c in p.claims)
-        for p in placements
-    )
+def wait_gone(sim: SimCluster, placements: list[Placement], what: str) -> None:
+    """Until the pods and claims are gone: a claim being deleted is still allocated, and it must not be
+    released between the prediction and kube-scheduler's attempt."""
+
+    def gone() -> bool:
+        return all(
+            sim.client.get(PODS, NAMESPACE, p.pod) is None
+            and all(sim.client.get(CLAIMS, NAMESPACE, c) is None for c in p.claims)
+            for p in placements
+        )
+
+    wait_for(gone, what, DELETE_TIMEOUT)
+
+
+def wait_answer(sim: SimCluster, placement: Placement) -> None:
+    wait_for(lambda: observe(sim, placement), f"kube-scheduler's answer for pod {placement.pod}", OUTCOME_TIMEOUT)
+
+
+@dataclass
+class DifferentialRun:
+    """The sequence: per step, some allocated pods leave, then every node gets one new pod."""
+
+    sim: SimCluster
+    pools: dict[str, NodePool]
+    rng: random.Random
+    tally: Tally = field(default_factory=Tally)
+    live: dict[str, list[Placement]] = field(default_factory=dict)
+    last_fit: dict[str, bool] = field(default_factory=dict)
+    number: int = 0
+
+    def step(self) -> None:
+        leaving = self.choose_leaving()
+        for placement in leaving:
+            delete(self.sim, placement)
+        batch = [self.create_claims(node) for node in self.pools]
+        wait_gone(self.sim, leaving, "deleted pods and claims to go")
+        wait_settled(self.sim, self.pools)
+        for placement in batch:
+            placement.predicted = predict(self.sim.kubeconfig, placement)
+        for placement in batch:
+            self.sim.client.create(PODS, pod_body(placement.pod, placement.node, list(placement.claims)))
+        for placement in batch:
+            wait_answer(self.sim, placement)
+            self.record(placement)
+        # A pod left pending would be placed later, when claims go: the next prediction would not know.
+        unschedulable = [p for p in batch if p.outcome == "unschedulable"]
+        for placement in unschedulable:
+            delete(self.sim, placement)
+        wait_gone(self.sim, unschedulable, "unschedulable pods to go")
+
+    def choose_leaving(self) -> list[Placement]:
+        """At random, more after a claim that did not fit: nodes fill, fragment and free up."""
+        leaving = []
+        for node in self.pools:
+            placements = self.live.setdefault(node, [])
+            chance = 0.35 if self.last_fit.get(node, True) else 0.8
+            while placements and self.rng.random() < chance:
+                leaving.append(placements.pop(self.rng.randrange(len(placements))))
+                chance /= 2
+        self.tally.deleted += sum(len(p.claims) for p in leaving)
+        return leaving
+
+    def create_claims(self, node: str) -> Placement:
+        self.number += 1
+        names = [f"c{self.number}"] + ([f"c{self.number}b"] if self.rng.random() < 0.12 else [])
+        local = frozenset(d.profile_name for d in self.pools[node].devices if d.profile_name)
+        generator = ClaimGenerator(self.rng, local)
+        placement = Placement(f"p{self.number}", node, {name: generator.claim_spec() for name in names})
+        for name, devices in placement.claims.items():
+            self.sim.client.create(CLAIMS, claim_body(name, devices))
+            self.tally.shapes[_shape(devices)] += 1
+        return placement
+
+    def record(self, placement: Placement) -> None:
+        tally = self.tally
+        tally.claims += len(placement.claims)
+        tally.pods += 1
+        tally.config_rule_applied += placement.config_rule_applied
+        if placement.predicted != placement.actual:
+            tally.mismatches.append(describe(placement))
+            tally.mismatched_claims += len(placement.claims)
+        self.last_fit[placement.node] = placement.outcome == "allocated"
+        if placement.outcome == "allocated":
+            tally.allocated += len(placement.claims)
+            self.live[placement.node].append(placement)
+        else:
+            tally.unschedulable += len(placement.claims)
+
+    def summary(self) -> str:
+        tally = self.tally
+        agreed = tally.claims - tally.mismatched_claims
+        nodes = ", ".join(f"{node} {gpus}" for node, gpus in NODE_GPUS.items())
+        return (
+            f"allocator differential (seed {SEED}): {agreed}/{tally.claims} claims agree "
+            f"({100 * agreed / max(tally.claims, 1):.1f} %), {tally.pods - len(tally.mismatches)}/{tally.pods} pods, "
+            f"on {len(NODE_GPUS)} nodes ({nodes}); {tally.allocated} claims allocated, {tally.unschedulable} did "
+            f"not fit, {tally.deleted} deleted; {tally.config_rule_applied} pods' configs compared under 1.37's "
+            f"rule; shapes {dict(sorted(tally.shapes.items()))}"
+        )
 
 
 def test_the_port_allocates_as_kube_scheduler_does(cluster: SimCluster) -> None:
-    sim = cluster
-    sim.namespace(NAMESPACE)
-    pools = build_node_pools(sim)
-    rng = random.Random(SEED)
-    tally = Tally()
-    live: dict[str, list[Placement]] = {node: [] for node in NODE_GPUS}
-    last_fit = dict.fromkeys(NODE_GPUS, True)
-    number = 0
-    while tally.claims < CLAIMS_WANTED:
-        # Deletions: at random, more after a claim that did not fit, so nodes fragment and free up.
-        leaving = []
-        for node, placements in live.items():
-            chance = 0.35 if last_fit[node] else 0.8
-            while placements and rng.random() < chance:
-                leaving.append(placements.pop(rng.randrange(len(placements))))
-                chance /= 2
-        for placement in leaving:
-            _delete(sim, placement)
-        tally.deleted += sum(len(p.claims) for p in leaving)
-        # One pod per node, its claims created first.
-        batch = []
-        for node in NODE_GPUS:
-            number += 1
-            names = [f"c{number}"] + ([f"c{number}b"] if rng.random() < 0.12 else [])
-            placement = Placement(f"p{number}", node, {name: build_claim_spec(rng) for name in names})
-            for name, devices in placement.claims.items():
-                sim.client.create(CLAIMS, claim_body(name, devices))
-                tally.shapes[_shape(devices)] += 1
-            batch.append(placement)
-        wait_for(lambda: _gone(sim, leaving), "deleted pods and claims to go", DELETE_TIMEOUT)
-        wait_settled(sim, pools)
-        for placement in batch:
-            placement.predicted = predict(sim.kubeconfig, placement)
-        for placement in batch:
-            sim.client.create(PODS, pod_body(placement.pod, placement.node, list(placement.claims)))
-        for placement in batch:
-            wait_for(lambda p=placement: observe(sim, p), f"kube-scheduler's answer for pod {placement.pod}", OUTCOME_TIMEOUT)  # type: ignore[misc]
-            tally.claims += len(placement.claims)
-            tally.pods += 1
-            if placement.predicted != placement.actual:
-                tally.mismatches.append(describe(placement))
-            last_fit[placement.node] = placement.outcome == "allocated"
-            if placement.outcome == "allocated":
-                tally.allocated += len(placement.claims)
-                live[placement.node].append(placement)
-            else:
-                tally.unschedulable += len(placement.claims)
-                _delete(sim, placement)  # a pod left pending would be placed later, when claims go
-        wait_for(
-            lambda: _gone(sim, [p for p in batch if p.outcome == "unschedulable"]), "unschedulable pods to go", DELETE_TIMEOUT
-        )
-    agreed = tally.pods - len(tally.mismatches)
-    print(
-        f"\nallocator differential (seed {SEED}): {tally.claims} claims in {tally.pods} pods on "
-        f"{len(NODE_GPUS)} nodes ({', '.join(f'{n} {g}' for n, g in NODE_GPUS.items())}): "
-        f"{agreed}/{tally.pods} pods agree ({100 * agreed / tally.pods:.1f} %); "
-        f"{tally.allocated} claims allocated, {tally.unschedulable} did not fit, {tally.deleted} deleted; "
-        f"shapes {dict(sorted(tally.shapes.items()))}"
-    )
-    assert not tally.mismatches, "\n".join(tally.mismatches)
+    cluster.namespace(NAMESPACE)
+    cluster.kubectl("label", "namespace", NAMESPACE, "resource.kubernetes.io/admin-access=true")  # adminAccess
+    run = DifferentialRun(cluster, build_node_pools(cluster), random.Random(SEED))
+    while run.tally.claims < CLAIMS_WANTED:
+        run.step()
+    print(f"\n{run.summary()}")
+    assert not run.tally.mismatches, "\n".join([run.summary(), *run.tally.mismatches])
 
 
 def _shape(devices: dict[str, Any]) -> str:
