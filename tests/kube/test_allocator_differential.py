@@ -15,8 +15,8 @@ scheduler's answer -- the claim's ``status.allocation``, or the pod ``Unschedula
 ``FailedScheduling`` Event -- and compare.  Claims are seeded random mixes of the vocabulary of demo/
 and deviceclasses/: MIG profiles of every model, CEL selectors on attributes and capacity, counts,
 several requests with ``matchAttribute``/``distinctAttribute``, ``firstAvailable``, ``allocationMode:
-All``, admin access, claim configs, and pods of two claims (allocated together).  Allocated claims stay, so nodes fill up; some are
-deleted at random, so they fragment.
+All``, admin access, claim configs, and pods of two claims (allocated together).  Allocated claims
+stay, so nodes fill up; some are deleted at random, so they fragment.
 
 Each step places one pod on every node at once: a node's pool holds only that node's GPUs, so claims
 pinned to different nodes never compete and one step gives three independent comparisons.
