@@ -1,5 +1,5 @@
-"""The pure parts of the local cluster: DeviceClass installation, pod claims, binding conditions,
-FailedScheduling messages and the occupancy map."""
+"""The pure parts of the local cluster: node GPUs, DeviceClass installation, pod claims, binding
+conditions, FailedScheduling messages and the occupancy map."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from dra_driver.allocation import DEFAULT_FEATURES, allocate
 from dra_driver.allocation.explain import explain
 from dra_driver.controlplane.claimcontroller import generated_claim_name
-from dra_driver.controlplane.cluster import ClusterSpec, deviceclass_documents, substitute_driver
+from dra_driver.controlplane.cluster import ClusterSpec, PluginProcess, deviceclass_documents, substitute_driver
 from dra_driver.controlplane.scheduler.binding import Binding, binding_state
 from dra_driver.controlplane.scheduler.messages import explanation_clause, failed_scheduling_message
 from dra_driver.controlplane.scheduler.podclaims import pod_claims
@@ -52,6 +52,17 @@ def test_node_names_and_directories() -> None:
     spec = ClusterSpec(Path("/tmp/w"), 3, "A30:1")
     assert spec.node_names() == ["node-1", "node-2", "node-3"]
     assert spec.node_dir("node-2") == Path("/tmp/w/nodes/node-2")
+
+
+def test_a_node_given_its_own_gpus_gets_them_and_the_others_get_the_common_ones() -> None:
+    spec = ClusterSpec(Path("/tmp/w"), 3, "H100-SXM5-80GB:2", node_gpus=(("node-3", "A100-SXM4-40GB:1,A30:1"),))
+    assert [spec.gpus_of(node) for node in spec.node_names()] == [
+        "H100-SXM5-80GB:2",
+        "H100-SXM5-80GB:2",
+        "A100-SXM4-40GB:1,A30:1",
+    ]
+    argv = PluginProcess(spec, "node-3", Path("/tmp/w/kubeconfig"), print).argv()
+    assert argv[argv.index("--sim-gpus") + 1] == "A100-SXM4-40GB:1,A30:1"
 
 
 def _pod(claims: list[dict[str, Any]], statuses: list[dict[str, Any]] | None = None) -> dict[str, Any]:
