@@ -51,6 +51,7 @@ from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
 
+from dra_driver.cel.quantity import Quantity, QuantityError
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.policy import PlacementPolicy
 from dra_driver.devicemodel.pool import NodePool
@@ -338,7 +339,7 @@ class SlicePublisher:
             return False
         for body in desired:
             current = existing[body["metadata"]["name"]]
-            if current.get("spec") != body["spec"]:
+            if _by_value(current.get("spec")) != _by_value(body["spec"]):
                 return False
             if current["metadata"].get("ownerReferences", []) != body["metadata"].get("ownerReferences", []):
                 return False
@@ -553,3 +554,27 @@ class PublishLoop:
                 describe_failure(exc, server),
                 delay,
             )
+
+
+def _by_value(node: Any) -> Any:
+    """``node`` with every quantity (a ``value`` of capacities and counters) as its number.
+
+    Why: kube-apiserver stores a Quantity in its canonical spelling (``25165824000`` comes back as
+    ``25165824k``), so the spec it returns differs in text from the one rendered, though not in value;
+    compared as text, every unchanged pool would be written again as a new generation.
+    """
+    if isinstance(node, dict):
+        return {
+            key: _quantity_or_text(value) if key == "value" and isinstance(value, str) else _by_value(value)
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [_by_value(item) for item in node]
+    return node
+
+
+def _quantity_or_text(text: str) -> Quantity | str:
+    try:
+        return Quantity.parse(text)
+    except QuantityError:
+        return text

@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_driver.cel.quantity import Quantity
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
@@ -82,6 +83,35 @@ def test_unchanged_republish_writes_nothing(api: LocalAPIServer, api_client: cli
     assert result.writes == 0
     assert result.generation == 1
     assert writes == []
+    assert api.store.resource_version == version
+
+
+def _canonical_quantities(node: Any) -> Any:
+    """What kube-apiserver stores: every quantity in its canonical spelling (``25165824000`` -> ``25165824k``)."""
+    if isinstance(node, dict):
+        return {
+            k: Quantity.parse(v).canonical() if k == "value" and isinstance(v, str) else _canonical_quantities(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_canonical_quantities(item) for item in node]
+    return node
+
+
+def test_quantities_the_server_spells_canonically_are_not_a_change(
+    api: LocalAPIServer, api_client: client.ApiClient, node: Any
+) -> None:
+    publisher = SlicePublisher(api_client, NODE, DRIVER)
+    publisher.publish(pool_of("A30", "H100-SXM5-80GB"))
+    respelled = 0
+    for item in stored_slices(api_client):
+        canonical = _canonical_quantities(item["spec"])
+        respelled += canonical != item["spec"]
+        client.ResourceV1Api(api_client).replace_resource_slice(item["metadata"]["name"], {**item, "spec": canonical})
+    assert respelled, "the A30's memory (25165824000) is not in canonical form as rendered"
+    version = api.store.resource_version
+    result = publisher.publish(pool_of("A30", "H100-SXM5-80GB"))
+    assert (result.writes, result.generation) == (0, 1)
     assert api.store.resource_version == version
 
 
