@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dra_driver.controlplane.apiserver import namespaces, pods, secrets
+from dra_driver.controlplane.apiserver import namespaces, pods, quantities, secrets
 from dra_driver.controlplane.apiserver.validation import NameRule
 
 if TYPE_CHECKING:
@@ -355,6 +355,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         namespaced=False,
         model="V1ResourceSlice",
         delete_returns_object=True,
+        defaulter=quantities.canonicalize_resource_slice,
         field_selectors={
             "spec.nodeName": "spec.nodeName",
             "spec.driver": "spec.driver",
@@ -370,6 +371,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         namespaced=True,
         model="ResourceV1ResourceClaim",
         delete_returns_object=True,
+        defaulter=quantities.canonicalize_resource_claim,
         subresources=("status",),
         initial_status={},
     ),
@@ -382,6 +384,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         namespaced=True,
         model="V1ResourceClaimTemplate",
         delete_returns_object=True,
+        defaulter=quantities.canonicalize_resource_claim_template,
     ),
     ResourceType(
         group="resource.k8s.io",
