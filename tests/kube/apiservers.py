@@ -25,8 +25,19 @@ import urllib3
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.controlplane.apiserver.kubeconfig import write_kubeconfig
 from dra_driver.controlplane.upstream.binaries import find_binaries
-from dra_driver.controlplane.upstream.components import KubeFiles, Ports, build_apiserver_argv, build_etcd_argv
-from dra_driver.controlplane.upstream.controlplane import ADMIN_GROUP, ADMIN_USER, UpstreamProcess, free_port
+from dra_driver.controlplane.upstream.components import (
+    KubeFiles,
+    Ports,
+    build_apiserver_argv,
+    build_etcd_argv,
+)
+from dra_driver.controlplane.upstream.controlplane import (
+    ADMIN_GROUP,
+    ADMIN_USER,
+    UpstreamProcess,
+    free_port,
+    write_audit_policy,
+)
 from dra_driver.controlplane.upstream.pki import write_cluster_pki
 from tests.kube.cluster import READY_TIMEOUT, kube_version
 
@@ -101,6 +112,7 @@ def real_apiserver(workdir: Path) -> Iterator[ApiEndpoint]:
     files.directory.mkdir(parents=True)
     ports = Ports(free_port(), free_port(), free_port(), free_port(), free_port())
     pki = write_cluster_pki(files.pki.directory)
+    write_audit_policy(files)
     admin = pki.client_certificate(ADMIN_USER, (ADMIN_GROUP,))
     url = f"https://127.0.0.1:{ports.apiserver}"
     kubeconfig = write_kubeconfig(workdir / "kubeconfig", url, None, pki.ca_pem(), admin)

@@ -66,6 +66,13 @@ class UpstreamProcess(SupervisedProcess):
         return list(self._command)
 
 
+def write_audit_policy(files: KubeFiles) -> None:
+    """The policy file ``--audit-policy-file`` names, and an empty log (a new cluster's requests only)."""
+    files.directory.mkdir(parents=True, exist_ok=True)
+    files.audit_policy.write_text(yaml.safe_dump(dict(AUDIT_POLICY), sort_keys=False))
+    files.audit_log.unlink(missing_ok=True)
+
+
 def free_port() -> int:
     """A loopback port nobody listens on now (the component binds it a moment later)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -102,8 +109,7 @@ class KubeControlPlane:
         # A new cluster starts afresh, as the embedded one does: the node's simulated GPUs are new too.
         shutil.rmtree(self.files.etcd_data, ignore_errors=True)
         pki = write_cluster_pki(self.files.pki.directory)
-        self.files.audit_policy.write_text(yaml.safe_dump(dict(AUDIT_POLICY), sort_keys=False))
-        self.files.audit_log.unlink(missing_ok=True)
+        write_audit_policy(self.files)
         ca = pki.ca_pem()
         write_kubeconfig(self.kubeconfig, self.url, None, ca, pki.client_certificate(ADMIN_USER, (ADMIN_GROUP,)))
         for component, user in (
