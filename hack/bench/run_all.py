@@ -36,6 +36,7 @@ BENCHES: dict[str, list[str]] = {
     "apiserver": [],
     "placement": [],
     "controlplane": [],
+    "scheduler": [],
 }
 # Also run with every CPU taken (``--busy-loops``): the node paths whose latency a loaded node changes most.
 LOADED = ("startup", "plugin", "prepare")
