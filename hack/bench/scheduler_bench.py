@@ -70,7 +70,6 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
-import yaml
 from benchlib import REPO, Report, add_common_arguments, check_runs, ratios, summary
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -81,7 +80,6 @@ from dra_driver.controlplane.cluster import deviceclass_documents
 from dra_driver.controlplane.kubelet.node import node_status
 from dra_driver.controlplane.upstream.binaries import KubeBinaries, built_versions, find_binaries
 from dra_driver.controlplane.upstream.components import (
-    AUDIT_POLICY,
     KubeFiles,
     Ports,
     build_apiserver_argv,
@@ -95,6 +93,7 @@ from dra_driver.controlplane.upstream.controlplane import (
     START_TIMEOUT_SECONDS,
     UpstreamProcess,
     free_port,
+    write_audit_policy,
 )
 from dra_driver.controlplane.upstream.pki import write_cluster_pki
 from dra_driver.devicemodel.config import DeviceModelConfig
@@ -158,8 +157,7 @@ def control_plane(workdir: Path, binaries: KubeBinaries, qps: int, burst: int) -
     """etcd + kube-apiserver + kube-scheduler with ``sim up``'s flags (and the scheduler's client QPS):
     nothing else writes to the cluster, so every write the benchmark sees is its own or the scheduler's."""
     files = KubeFiles(workdir / "kube")
-    files.directory.mkdir(parents=True)
-    files.audit_policy.write_text(yaml.safe_dump(dict(AUDIT_POLICY), sort_keys=False))
+    write_audit_policy(files)
     ports = Ports(free_port(), free_port(), free_port(), free_port(), free_port())
     pki = write_cluster_pki(files.pki.directory)
     url = f"https://127.0.0.1:{ports.apiserver}"
