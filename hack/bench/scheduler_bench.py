@@ -61,8 +61,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -90,9 +88,9 @@ from dra_driver.controlplane.upstream.controlplane import (
     ADMIN_GROUP,
     ADMIN_USER,
     SCHEDULER_USER,
-    START_TIMEOUT_SECONDS,
     UpstreamProcess,
     free_port,
+    wait_healthy,
     write_audit_policy,
 )
 from dra_driver.controlplane.upstream.pki import write_cluster_pki
@@ -134,22 +132,6 @@ class ControlPlane:
     client: Client
     scheduler_metrics_url: str
     metrics_pool: urllib3.PoolManager
-
-
-def _wait_healthy(process: UpstreamProcess, url: str, context: ssl.SSLContext | None) -> None:
-    """Poll the component's health endpoint: on a busy machine kube-apiserver may take a minute."""
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=5, context=context) as answer:
-                if answer.status == 200:
-                    return
-        except (urllib.error.URLError, OSError, TimeoutError):
-            pass
-        if process.exited() is not None and process.restarts >= 2:
-            break
-        time.sleep(0.25)
-    raise SystemExit(f"{process.name} not healthy at {url}; the end of its log:\n{process.log_tail()}")
 
 
 @contextmanager
@@ -204,7 +186,7 @@ def control_plane(workdir: Path, binaries: KubeBinaries, qps: int, burst: int) -
             process = UpstreamProcess(name, command, files, progress)
             process.start()
             processes.append(process)
-            _wait_healthy(process, health, context)
+            wait_healthy(process, health, context)
         client = Client(kubeconfig)
         yield ControlPlane(client, f"https://127.0.0.1:{ports.scheduler}/metrics", pool)
     finally:

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +33,7 @@ from dra_driver.controlplane.upstream.controlplane import (
     ADMIN_USER,
     UpstreamProcess,
     free_port,
+    wait_healthy,
     write_audit_policy,
 )
 from dra_driver.controlplane.upstream.pki import write_cluster_pki
@@ -88,21 +86,6 @@ class ApiEndpoint:
         return [json.loads(line) for line in lines if line.strip()]
 
 
-def _wait_healthy(process: UpstreamProcess, url: str, context: ssl.SSLContext | None) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=5, context=context) as answer:
-                if answer.status == 200:
-                    return
-        except (urllib.error.URLError, OSError, TimeoutError):
-            pass
-        if process.exited() is not None and process.restarts >= 2:
-            break
-        time.sleep(0.25)
-    raise RuntimeError(f"{process.name} not healthy at {url}; the end of its log:\n{process.log_tail()}")
-
-
 @contextmanager
 def real_apiserver(workdir: Path) -> Iterator[ApiEndpoint]:
     """etcd + kube-apiserver of the built version, with the components module's flags; an admin
@@ -137,7 +120,7 @@ def real_apiserver(workdir: Path) -> Iterator[ApiEndpoint]:
             process = UpstreamProcess(name, command, files, lambda line: None)
             process.start()
             processes.append(process)
-            _wait_healthy(process, health, context)
+            wait_healthy(process, health, context, timeout=READY_TIMEOUT)
         pool = urllib3.PoolManager(
             ca_certs=str(pki.ca_cert), cert_file=str(workdir / "admin.crt"), key_file=str(workdir / "admin.key")
         )

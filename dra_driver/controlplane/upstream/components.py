@@ -167,16 +167,25 @@ def build_apiserver_argv(binary: Path, files: KubeFiles, ports: Ports) -> list[s
     ]
 
 
-def build_controller_manager_argv(binary: Path, files: KubeFiles, ports: Ports) -> list[str]:
-    kubeconfig = files.kubeconfig("kube-controller-manager")
+def _client_and_serving_flags(files: KubeFiles, component: str, port: int, certs: str) -> list[str]:
+    """How kube-controller-manager and kube-scheduler reach the API server (their own kubeconfig, also
+    to check who calls their health and metrics endpoints) and serve those on loopback, with the
+    certificate they make themselves in ``<certs>-certs``."""
+    kubeconfig = files.kubeconfig(component)
     return [
-        str(binary),
         f"--kubeconfig={kubeconfig}",
         f"--authentication-kubeconfig={kubeconfig}",
         f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1",
-        f"--secure-port={ports.controller_manager}",
-        f"--cert-dir={files.directory / 'controller-manager-certs'}",
+        f"--secure-port={port}",
+        f"--cert-dir={files.directory / f'{certs}-certs'}",
+    ]
+
+
+def build_controller_manager_argv(binary: Path, files: KubeFiles, ports: Ports) -> list[str]:
+    return [
+        str(binary),
+        *_client_and_serving_flags(files, "kube-controller-manager", ports.controller_manager, "controller-manager"),
         "--controllers=*," + ",".join(f"-{name}" for name in DISABLED_CONTROLLERS),
         "--use-service-account-credentials=true",
         f"--service-account-private-key-file={files.pki.service_account_key}",
@@ -188,15 +197,9 @@ def build_controller_manager_argv(binary: Path, files: KubeFiles, ports: Ports) 
 
 
 def build_scheduler_argv(binary: Path, files: KubeFiles, ports: Ports) -> list[str]:
-    kubeconfig = files.kubeconfig("kube-scheduler")
     return [
         str(binary),
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={ports.scheduler}",
-        f"--cert-dir={files.directory / 'scheduler-certs'}",
+        *_client_and_serving_flags(files, "kube-scheduler", ports.scheduler, "scheduler"),
         "--leader-elect=false",
         "--profiling=false",
         feature_gates_flag(),

@@ -73,6 +73,38 @@ def write_audit_policy(files: KubeFiles) -> None:
     files.audit_log.unlink(missing_ok=True)
 
 
+def wait_healthy(
+    process: UpstreamProcess,
+    url: str,
+    context: ssl.SSLContext | None,
+    interrupt: threading.Event | None = None,
+    timeout: float = START_TIMEOUT_SECONDS,
+) -> bool:
+    """Poll the component's health ``url`` until it answers 200 (False when ``interrupt`` is set); a
+    component that keeps exiting or never gets healthy is one error with the end of its log."""
+    interrupt = interrupt or threading.Event()
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5, context=context) as answer:
+                if answer.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError, TimeoutError):
+            pass
+        if process.exited() is not None and process.restarts >= 2:
+            raise ConfigurationError(
+                f"{process.name} keeps exiting (status {process.exited()}); the end of {process.log_path}:\n"
+                f"{process.log_tail()}"
+            )
+        if time.monotonic() > deadline:
+            raise ConfigurationError(
+                f"{process.name} not healthy at {url} after {timeout:g} s; the end of "
+                f"{process.log_path}:\n{process.log_tail()}"
+            )
+        if interrupt.wait(0.25):
+            return False
+
+
 def free_port() -> int:
     """A loopback port nobody listens on now (the component binds it a moment later)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -134,7 +166,7 @@ class KubeControlPlane:
             ),
         ]
         for name, command, health, context in steps:
-            if not self._wait_healthy(self._spawn(name, command), health, context, interrupt):
+            if not wait_healthy(self._spawn(name, command), health, context, interrupt):
                 return None
         # Both serve with a certificate they made themselves at start-up: nothing to verify it against.
         unverified = ssl._create_unverified_context()
@@ -152,7 +184,7 @@ class KubeControlPlane:
         ]
         started = [self._spawn(name, command) for name, command, _ in parallel]
         for process, (_, _, health) in zip(started, parallel, strict=True):
-            if not self._wait_healthy(process, health, unverified, interrupt):
+            if not wait_healthy(process, health, unverified, interrupt):
                 return None
         client = Client(self.kubeconfig)
         try:
@@ -194,32 +226,6 @@ class KubeControlPlane:
         process.start()
         self.processes.append(process)
         return process
-
-    def _wait_healthy(
-        self, process: UpstreamProcess, url: str, context: ssl.SSLContext | None, interrupt: threading.Event
-    ) -> bool:
-        """Poll ``url`` until it answers 200 (False when ``interrupt`` is set); a component that keeps
-        exiting or never gets healthy is one error with the end of its log."""
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while True:
-            try:
-                with urllib.request.urlopen(url, timeout=5, context=context) as answer:
-                    if answer.status == 200:
-                        return True
-            except (urllib.error.URLError, OSError, TimeoutError):
-                pass
-            if process.exited() is not None and process.restarts >= 2:
-                raise ConfigurationError(
-                    f"{process.name} keeps exiting (status {process.exited()}); the end of {process.log_path}:\n"
-                    f"{process.log_tail()}"
-                )
-            if time.monotonic() > deadline:
-                raise ConfigurationError(
-                    f"{process.name} not healthy at {url} after {START_TIMEOUT_SECONDS:g} s; the end of "
-                    f"{process.log_path}:\n{process.log_tail()}"
-                )
-            if interrupt.wait(0.25):
-                return False
 
     def stop(self) -> None:
         """Stop in reverse order (the scheduler first, etcd last); safe to call twice."""
