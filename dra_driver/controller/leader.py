@@ -108,6 +108,10 @@ class LeaderElector:
                 break
             self._stopping.wait(self.timing.retry_period)
         if self._stopping.is_set():
+            # stop() may have come while an acquire was on its way (written, or even answered with an
+            # error after the server wrote it): hand back a Lease that names us, or it stays held until
+            # it expires.  _release reads it first and leaves anyone else's alone.
+            self._release()
             return
         log.info("became leader: Lease %s/%s held by %s", self.namespace, self.name, self.identity)
         self._leading.set()
