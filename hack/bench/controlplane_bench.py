@@ -163,10 +163,12 @@ class Cluster:
 
 
 @contextmanager
-def sim_cluster(root: Path, control_plane: str, policy: str, nodes: int) -> Iterator[Cluster]:
+def sim_cluster(root: Path, control_plane: str, policy: str, nodes: int, kube_version: str) -> Iterator[Cluster]:
     workdir = root / f"{control_plane[0]}{policy[0]}"
     argv = [str(Path(sys.executable).with_name("migdra")), "sim", "up", "--workdir", str(workdir)]
     argv += ["--nodes", str(nodes), "--gpus", GPUS, "--control-plane", control_plane]
+    if control_plane == "kube":
+        argv += ["--kube-version", kube_version]
     for number in range(1, nodes + 1):
         argv += ["--plugin-env", f"node-{number}:MIGDRA_PLACEMENT_POLICY={policy}"]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -233,16 +235,17 @@ def main() -> int:
     add_common_arguments(parser)
     parser.add_argument("--pods", type=int, default=50, help="pods of one burst (2 nodes x 4 H100 hold 56)")
     parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--kube-version", default=None, help="a built version (default: the oldest, CI's 1.36)")
     args = parser.parse_args()
     check_runs(parser, args)
     planes = ["local", "kube"] if built_versions() else ["local"]
     if planes == ["local"]:
         print("controlplane bench: no `make kube` binaries; measuring the local control plane only", file=sys.stderr)
-    version = built_versions()[-1] if built_versions() else "none"
+    version = args.kube_version or (built_versions()[0] if built_versions() else "none")
     report = Report("controlplane", args, {"pods": args.pods, "nodes": args.nodes, "gpus": GPUS, "kube": version})
     with tempfile.TemporaryDirectory(prefix="migdra-cp-", dir="/tmp") as scratch, ExitStack() as stack:
         clusters = [
-            stack.enter_context(sim_cluster(Path(scratch), plane, policy, args.nodes))
+            stack.enter_context(sim_cluster(Path(scratch), plane, policy, args.nodes, version))
             for plane in planes
             for policy in ("dynamic", "static")
         ]

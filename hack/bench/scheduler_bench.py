@@ -559,12 +559,13 @@ def main() -> int:
     parser.add_argument("--kube-api-qps", type=int, default=QPS_OF_SCHEDULER_PERF, help="kube-scheduler's client QPS")
     parser.add_argument("--kube-api-burst", type=int, default=QPS_OF_SCHEDULER_PERF, help="and its burst")
     parser.add_argument("--seed", type=int, default=0, help="seeds the profile mix of the claims")
+    parser.add_argument("--kube-version", default=None, help="a built version (default: the oldest, CI's 1.36)")
     args = parser.parse_args()
     check_runs(parser, args)
     versions = built_versions()
     if not versions:
         raise SystemExit("scheduler bench: no kube binaries; run `make kube` first")
-    binaries = find_binaries(None, versions[-1])
+    binaries = find_binaries(None, args.kube_version or versions[0])
     profiles = claim_profiles(args.pods, args.seed)
     mix = {profile: profiles.count(profile) for profile, _ in MIX}
     params = {
