@@ -42,6 +42,8 @@ sys.path.insert(0, str(REPO))
 from dra_driver.controlplane.upstream.access import RELEASE_NAMESPACE
 from dra_driver.controlplane.upstream.binaries import built_versions
 from dra_driver.kube.client import CLAIM_TEMPLATES, CLAIMS, EVENTS, PODS, Client
+from dra_driver.nvml.session import open_nvml
+from dra_driver.nvml.settings import build_nvml_settings
 
 NAMESPACE = "default"
 GPUS = "H100-SXM5-80GB:4"
@@ -221,13 +223,28 @@ def measure(cluster: Cluster, pods: int) -> None:
             }
         )
     )
+    # A graceful delete, as kubectl's: the kubelet unprepares (destroys the instance) before the pod goes,
+    # so the next run never meets an instance of this one still on its way out.
     for item in cluster.client.list(PODS, NAMESPACE)[0]:
-        cluster.client.delete(PODS, NAMESPACE, item["metadata"]["name"], grace_period_seconds=0)
+        cluster.client.delete(PODS, NAMESPACE, item["metadata"]["name"])
     deadline = time.monotonic() + WAIT
-    while cluster.client.list(PODS, NAMESPACE)[0] or cluster.client.list(CLAIMS, NAMESPACE)[0]:
+    while (
+        cluster.client.list(PODS, NAMESPACE)[0]
+        or cluster.client.list(CLAIMS, NAMESPACE)[0]
+        or mig_instances(cluster.workdir)
+    ):
         if time.monotonic() > deadline:
-            raise SystemExit(f"{cluster.label}: pods or claims left after {WAIT:g} s")
+            raise SystemExit(f"{cluster.label}: pods, claims or MIG instances left after {WAIT:g} s")
         time.sleep(0.2)
+
+
+def mig_instances(workdir: Path) -> int:
+    """GPU instances on every node's simulated GPUs, read through NVML as the plugins read them."""
+    total = 0
+    for state in sorted(workdir.glob("nodes/*/nvml-state.json")):
+        with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
+            total += sum(len(nvml.gpu_instances(gpu.uuid)) for gpu in nvml.list_gpus())
+    return total
 
 
 def main() -> int:
