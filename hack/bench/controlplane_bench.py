@@ -93,7 +93,8 @@ def pod(name: str) -> dict[str, Any]:
 class RunningWatch:
     """When each pod of the namespace was first seen Running, from a watch (a thread)."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, label: str) -> None:
+        self.label = label
         self.client = client.fork()
         self.running: dict[str, float] = {}
         self.changed = threading.Condition()
@@ -135,7 +136,8 @@ class RunningWatch:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise SystemExit(
-                        f"pods not Running within {timeout:g} s: {sorted(names - self.running.keys())[:5]}"
+                        f"{self.label}: pods not Running within {timeout:g} s: "
+                        f"{sorted(names - self.running.keys())[:5]}"
                     )
                 self.changed.wait(min(left, 1.0))
             return max(self.running[name] for name in names)
@@ -196,7 +198,7 @@ def sim_cluster(root: Path, control_plane: str, policy: str, nodes: int, kube_ve
 
 def measure(cluster: Cluster, pods: int) -> None:
     """One run on one cluster: one pod, then a burst; everything deleted and gone afterwards."""
-    with RunningWatch(cluster.client) as watch:
+    with RunningWatch(cluster.client, cluster.label) as watch:
         cluster.serial += 1
         single = f"one-{cluster.serial}"
         started = time.monotonic()
