@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dra_driver.controlplane.cluster import gpu_instances_per_node
 from dra_driver.kube.client import CLAIMS, EVENTS, PODS, Client
-from dra_driver.nvml.session import open_nvml
-from dra_driver.nvml.settings import build_nvml_settings
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -123,11 +122,7 @@ def claim_of(client: Client, pod: str) -> str:
 
 def instances_left(workdir: Path) -> int:
     """MIG GPU instances on every node's simulated GPUs, read through NVML as the plugins read them."""
-    total = 0
-    for state in sorted(workdir.glob("nodes/*/nvml-state.json")):
-        with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
-            total += sum(len(nvml.gpu_instances(gpu.uuid)) for gpu in nvml.list_gpus())
-    return total
+    return sum(gpu_instances_per_node(workdir).values())
 
 
 def main() -> int:

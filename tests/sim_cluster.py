@@ -16,9 +16,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from dra_driver.controlplane.cluster import gpu_instances_per_node
 from dra_driver.kube.client import CLAIMS, PODS, Client
-from dra_driver.nvml.session import open_nvml
-from dra_driver.nvml.settings import build_nvml_settings
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
@@ -67,11 +66,7 @@ class SimCluster:
 
     def mig_instances(self) -> dict[str, int]:
         """GPU instances per node, read through the simulated NVML as the plugins read them."""
-        counts = {}
-        for state in sorted(self.workdir.glob("nodes/*/nvml-state.json")):
-            with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
-                counts[state.parent.name] = sum(len(nvml.gpu_instances(g.uuid)) for g in nvml.list_gpus())
-        return counts
+        return gpu_instances_per_node(self.workdir)
 
     def pods(self, namespace: str) -> dict[str, dict[str, Any]]:
         return {p["metadata"]["name"]: p for p in self.client.list(PODS, namespace)[0]}

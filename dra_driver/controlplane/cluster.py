@@ -120,6 +120,19 @@ def _socket_problem(spec: ClusterSpec) -> str | None:
     return None
 
 
+def gpu_instances_per_node(workdir: Path) -> dict[str, int]:
+    """MIG GPU instances on each node's simulated GPUs, read through NVML as the plugins read them
+    (what the demo, the tests and the benchmarks check is left after pods are gone)."""
+    from dra_driver.nvml.session import open_nvml  # noqa: PLC0415 -- loads pynvml and the simulator
+    from dra_driver.nvml.settings import build_nvml_settings  # noqa: PLC0415
+
+    counts = {}
+    for state in sorted(workdir.glob("nodes/*/nvml-state.json")):
+        with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
+            counts[state.parent.name] = sum(len(nvml.gpu_instances(gpu.uuid)) for gpu in nvml.list_gpus())
+    return counts
+
+
 def substitute_driver(document: dict[str, Any], driver: str) -> dict[str, Any]:
     """A DeviceClass with ``gpu.migdra.io`` replaced by ``driver`` in its CEL selectors (never in its name)."""
     if driver == DEFAULT_DRIVER:

@@ -39,11 +39,10 @@ from typing import Any
 from benchlib import REPO, Report, add_common_arguments, check_runs, ratios, summary
 
 sys.path.insert(0, str(REPO))
+from dra_driver.controlplane.cluster import gpu_instances_per_node
 from dra_driver.controlplane.upstream.access import RELEASE_NAMESPACE
 from dra_driver.controlplane.upstream.binaries import built_versions
 from dra_driver.kube.client import CLAIM_TEMPLATES, CLAIMS, EVENTS, PODS, Client
-from dra_driver.nvml.session import open_nvml
-from dra_driver.nvml.settings import build_nvml_settings
 
 NAMESPACE = "default"
 GPUS = "H100-SXM5-80GB:4"
@@ -233,20 +232,11 @@ def measure(cluster: Cluster, pods: int) -> None:
     while (
         cluster.client.list(PODS, NAMESPACE)[0]
         or cluster.client.list(CLAIMS, NAMESPACE)[0]
-        or mig_instances(cluster.workdir)
+        or sum(gpu_instances_per_node(cluster.workdir).values())
     ):
         if time.monotonic() > deadline:
             raise SystemExit(f"{cluster.label}: pods, claims or MIG instances left after {WAIT:g} s")
         time.sleep(0.2)
-
-
-def mig_instances(workdir: Path) -> int:
-    """GPU instances on every node's simulated GPUs, read through NVML as the plugins read them."""
-    total = 0
-    for state in sorted(workdir.glob("nodes/*/nvml-state.json")):
-        with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
-            total += sum(len(nvml.gpu_instances(gpu.uuid)) for gpu in nvml.list_gpus())
-    return total
 
 
 def main() -> int:

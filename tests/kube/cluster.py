@@ -4,8 +4,12 @@ runs (``MIGDRA_KUBE_VERSION``, else the newest built)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from dra_driver.controlplane.upstream.binaries import built_versions
+from tests.kubelet_client import short_socket_dir
+from tests.sim_cluster import SimCluster, start_cluster, stop_cluster
 
 READY_TIMEOUT = 400.0
 """kube-apiserver, the controllers and the plugins of every node: a minute on an idle two-core machine,
@@ -20,3 +24,14 @@ def kube_version() -> str:
 def kube_args() -> list[str]:
     """The ``sim up`` flags that select the upstream control plane."""
     return ["--control-plane", "kube", "--kube-version", kube_version()]
+
+
+@contextmanager
+def kube_cluster(*args: str) -> Iterator[SimCluster]:
+    """``migdra sim up ARGS --control-plane kube`` for a module's tests; ``sim down`` afterwards."""
+    with short_socket_dir() as root:
+        sim = start_cluster(root / "sim", *args, *kube_args(), ready_timeout=READY_TIMEOUT)
+        try:
+            yield sim
+        finally:
+            stop_cluster(sim)

@@ -24,9 +24,8 @@ from dra_driver.controlplane.apiserver.kubeconfig import write_kubeconfig
 from dra_driver.controlplane.upstream.access import RELEASE_NAMESPACE, request_token
 from dra_driver.kube.client import SLICES, Client, Kind
 from tests.helm.chart import bound_rules, render
-from tests.kube.cluster import READY_TIMEOUT, kube_args
-from tests.kubelet_client import short_socket_dir
-from tests.sim_cluster import DEMO, SimCluster, start_cluster, stop_cluster, wait_for
+from tests.kube.cluster import kube_cluster
+from tests.sim_cluster import DEMO, SimCluster, wait_for
 
 pytestmark = pytest.mark.xdist_group("kube-access")
 
@@ -54,14 +53,8 @@ NOT_EXERCISED = {
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SimCluster]:
-    with short_socket_dir() as root:
-        sim = start_cluster(
-            root / "sim", "--nodes", "2", "--gpus", "H100-SXM5-80GB:1", *kube_args(), ready_timeout=READY_TIMEOUT
-        )
-        try:
-            yield sim
-        finally:
-            stop_cluster(sim)
+    with kube_cluster("--nodes", "2", "--gpus", "H100-SXM5-80GB:1") as sim:
+        yield sim
 
 
 def audit(cluster: SimCluster) -> list[dict[str, Any]]:

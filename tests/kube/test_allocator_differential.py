@@ -60,9 +60,8 @@ from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from dra_driver.settings import load_device_model_config
 from kubeletplugin.occupancy import compute_allocated_devices
-from tests.kube.cluster import READY_TIMEOUT, kube_args
-from tests.kubelet_client import short_socket_dir
-from tests.sim_cluster import SimCluster, start_cluster, stop_cluster, wait_for
+from tests.kube.cluster import kube_cluster
+from tests.sim_cluster import SimCluster, wait_for
 
 DRIVER = "gpu.migdra.io"
 DOMAIN = DRIVER
@@ -488,22 +487,8 @@ def cluster() -> Iterator[SimCluster]:
         fast_republish += ["--plugin-env", f"{node}:MIGDRA_PLACEMENT_DEBOUNCE=0.05"]
         fast_republish += ["--plugin-env", f"{node}:MIGDRA_PLACEMENT_MIN_INTERVAL=0"]
     mixed = [f"--node-gpus={node}={gpus}" for node, gpus in NODE_GPUS.items() if node != "node-1"]
-    with short_socket_dir() as root:
-        sim = start_cluster(
-            root / "sim",
-            "--nodes",
-            str(len(NODE_GPUS)),
-            "--gpus",
-            NODE_GPUS["node-1"],
-            *mixed,
-            *fast_republish,
-            *kube_args(),
-            ready_timeout=READY_TIMEOUT,
-        )
-        try:
-            yield sim
-        finally:
-            stop_cluster(sim)
+    with kube_cluster("--nodes", str(len(NODE_GPUS)), "--gpus", NODE_GPUS["node-1"], *mixed, *fast_republish) as sim:
+        yield sim
 
 
 def delete(sim: SimCluster, placement: Placement) -> None:

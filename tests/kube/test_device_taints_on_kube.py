@@ -13,9 +13,8 @@ import pytest
 
 from dra_driver.devicemodel.naming import parse_mig_device_name
 from dra_driver.kube.client import EVENTS, SLICES
-from tests.kube.cluster import READY_TIMEOUT, kube_args
-from tests.kubelet_client import short_socket_dir
-from tests.sim_cluster import BIN, DEMO, SimCluster, start_cluster, stop_cluster, wait_for
+from tests.kube.cluster import kube_cluster
+from tests.sim_cluster import BIN, DEMO, SimCluster, wait_for
 
 pytestmark = pytest.mark.xdist_group("kube-taints")
 
@@ -25,14 +24,8 @@ PODS_ON_GPU_0 = 7
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SimCluster]:
-    with short_socket_dir() as root:
-        sim = start_cluster(
-            root / "sim", "--nodes", "1", "--gpus", "H100-SXM5-80GB:2", *kube_args(), ready_timeout=READY_TIMEOUT
-        )
-        try:
-            yield sim
-        finally:
-            stop_cluster(sim)
+    with kube_cluster("--nodes", "1", "--gpus", "H100-SXM5-80GB:2") as sim:
+        yield sim
 
 
 def published(cluster: SimCluster) -> dict[str, dict[str, Any]]:

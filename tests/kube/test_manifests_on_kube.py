@@ -21,9 +21,8 @@ from kubernetes.client.exceptions import ApiException
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.kube.client import CLAIM_TEMPLATES, CLAIMS, DEVICE_CLASSES, PODS, Client, Kind
 from dra_driver.kubeapi import call_json
-from tests.kube.cluster import READY_TIMEOUT, kube_args
-from tests.kubelet_client import short_socket_dir
-from tests.sim_cluster import REPO, SimCluster, start_cluster, stop_cluster
+from tests.kube.cluster import kube_cluster
+from tests.sim_cluster import REPO
 
 pytestmark = pytest.mark.xdist_group("kube-manifests")
 
@@ -40,14 +39,8 @@ def documents(path: Path) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def real() -> Iterator[Client]:
     """The real kube-apiserver, with admin rights."""
-    with short_socket_dir() as root:
-        sim: SimCluster = start_cluster(
-            root / "sim", "--nodes", "1", "--gpus", "H100-SXM5-80GB:1", *kube_args(), ready_timeout=READY_TIMEOUT
-        )
-        try:
-            yield sim.client
-        finally:
-            stop_cluster(sim)
+    with kube_cluster("--nodes", "1", "--gpus", "H100-SXM5-80GB:1") as sim:
+        yield sim.client
 
 
 @pytest.fixture

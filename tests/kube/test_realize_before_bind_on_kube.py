@@ -18,9 +18,8 @@ from tests.e2e.test_realize_before_bind import (
     test_a_failed_realization_sends_the_pod_to_another_placement_and_leaves_no_instance,
     test_the_pod_binds_only_once_realized_and_kubelet_creates_nothing_new,
 )
-from tests.kube.cluster import READY_TIMEOUT, kube_args
-from tests.kubelet_client import short_socket_dir
-from tests.sim_cluster import SimCluster, start_cluster, stop_cluster
+from tests.kube.cluster import kube_cluster
+from tests.sim_cluster import SimCluster
 
 pytestmark = pytest.mark.xdist_group("kube-realize-before-bind")
 
@@ -32,22 +31,15 @@ __all__ = [
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SimCluster]:
-    with short_socket_dir() as root:
-        sim = start_cluster(
-            root / "sim",
-            "--nodes",
-            "2",
-            "--gpus",
-            "H100-SXM5-80GB:1",
-            "--realize-before-bind",
-            "--plugin-env",
-            f"node-1:MIGDRA_SIM_FAULTS={json.dumps(FAIL_FIRST_CREATION)}",
-            "--plugin-env",
-            f"node-2:MIGDRA_SIM_FAULTS={json.dumps(SLOW_CREATION)}",
-            *kube_args(),
-            ready_timeout=READY_TIMEOUT,
-        )
-        try:
-            yield sim
-        finally:
-            stop_cluster(sim)
+    with kube_cluster(
+        "--nodes",
+        "2",
+        "--gpus",
+        "H100-SXM5-80GB:1",
+        "--realize-before-bind",
+        "--plugin-env",
+        f"node-1:MIGDRA_SIM_FAULTS={json.dumps(FAIL_FIRST_CREATION)}",
+        "--plugin-env",
+        f"node-2:MIGDRA_SIM_FAULTS={json.dumps(SLOW_CREATION)}",
+    ) as sim:
+        yield sim

@@ -25,9 +25,8 @@ from typing import Any
 import pytest
 
 from dra_driver.kube.client import PODS
-from tests.kube.cluster import READY_TIMEOUT, kube_args
-from tests.kubelet_client import short_socket_dir
-from tests.sim_cluster import DEMO, SimCluster, start_cluster, stop_cluster, wait_for
+from tests.kube.cluster import kube_cluster
+from tests.sim_cluster import DEMO, SimCluster, wait_for
 
 pytestmark = pytest.mark.xdist_group("kube-reliability")
 
@@ -36,14 +35,8 @@ WAIT = 180.0  # a restarted kube-apiserver on a loaded two-core machine, then ev
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SimCluster]:
-    with short_socket_dir() as root:
-        sim = start_cluster(
-            root / "sim", "--nodes", "2", "--gpus", "H100-SXM5-80GB:1", *kube_args(), ready_timeout=READY_TIMEOUT
-        )
-        try:
-            yield sim
-        finally:
-            stop_cluster(sim)
+    with kube_cluster("--nodes", "2", "--gpus", "H100-SXM5-80GB:1") as sim:
+        yield sim
 
 
 def pid_of(cluster: SimCluster, component: str) -> int:

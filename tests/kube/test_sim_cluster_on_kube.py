@@ -18,9 +18,8 @@ from tests.e2e.test_sim_cluster import (
     test_a_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod,
     test_the_demo_workloads_run_on_mig_devices_and_go_away_without_a_trace,
 )
-from tests.kube.cluster import READY_TIMEOUT, kube_args
-from tests.kubelet_client import short_socket_dir
-from tests.sim_cluster import SimCluster, start_cluster, stop_cluster
+from tests.kube.cluster import kube_cluster
+from tests.sim_cluster import SimCluster
 
 pytestmark = pytest.mark.xdist_group("kube-sim-cluster")
 
@@ -34,11 +33,5 @@ __all__ = [
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SimCluster]:
-    with short_socket_dir() as root:
-        sim = start_cluster(
-            root / "sim", "--nodes", "2", "--gpus", "H100-SXM5-80GB:4", *kube_args(), ready_timeout=READY_TIMEOUT
-        )
-        try:
-            yield sim
-        finally:
-            stop_cluster(sim)
+    with kube_cluster("--nodes", "2", "--gpus", "H100-SXM5-80GB:4") as sim:
+        yield sim
