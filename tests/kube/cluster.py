@@ -1,5 +1,5 @@
 """How tests of this tier start a cluster: ``migdra sim up --control-plane kube`` on the version the tier
-runs (``MIGDRA_KUBE_VERSION``, else the newest built)."""
+runs (``MIGDRA_KUBE_VERSION``, else the oldest built: CI's 1.36, the required one)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ several with both CPUs busy."""
 
 
 def kube_version() -> str:
-    """The version the tier runs: ``MIGDRA_KUBE_VERSION``, else the newest built."""
-    return os.environ.get("MIGDRA_KUBE_VERSION") or (built_versions() or ["v0.0.0"])[-1]
+    """The version the tier runs: ``MIGDRA_KUBE_VERSION``, else the oldest built (CI builds only 1.36)."""
+    return os.environ.get("MIGDRA_KUBE_VERSION") or (built_versions() or ["v0.0.0"])[0]
 
 
 def kube_args() -> list[str]:

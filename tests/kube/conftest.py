@@ -3,7 +3,7 @@ built by ``make kube`` (docs/testing.md).
 
 Without the binaries the tier is skipped, so ``make test`` runs on a machine without Go; CI sets
 ``MIGDRA_REQUIRE_KUBE=1`` after ``make kube``, which turns that skip into a failure: the tier can never
-silently stop running there.  ``MIGDRA_KUBE_VERSION`` picks a built version (default: the newest).
+silently stop running there.  ``MIGDRA_KUBE_VERSION`` picks a built version (default: the oldest, CI's 1.36).
 """
 
 from __future__ import annotations
