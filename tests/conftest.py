@@ -1,14 +1,28 @@
-"""Shared fixtures: a simulated NVML node in a temporary state file, opened through the real backend."""
+"""The tiers of the suite, and the fixtures every tier shares: a simulated NVML node in a temporary state file,
+opened through the real backend.
+
+A test's tier follows from the folder it lives in (docs/testing.md), never from a hand-placed marker: the
+nearest enclosing folder named in ``TIERS``, at any depth (``tests/unit`` and ``tests/devcluster/unit`` are
+both the check tier), gives the test that tier's marker, so ``pytest -m check`` or ``-m "not kube"`` select
+by tier.  A test in no tier folder stops the run: it would belong to no ``-m`` selection.
+
+The check tier is what ``make check`` runs in about a minute, so it is enforced: a test there (or its
+fixtures) that starts a process fails with one line saying where it belongs, instead of silently slowing
+every ``make check`` down.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.process
+import os
+import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pynvml
 import pytest
@@ -19,6 +33,20 @@ from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 
+if TYPE_CHECKING:
+    from dra_driver.controlplane.apiserver import LocalAPIServer
+
+TESTS = Path(__file__).resolve().parent
+
+TIERS = {
+    "unit": ("check", "tests that start no process: pure code, table-driven (make check)"),
+    "integration": ("integration", "one component at a time over real sockets, servers and processes"),
+    "e2e": ("e2e", "whole flows on a simulated cluster (migdra sim up)"),
+    "kube": ("kube", "the upstream control plane built by make kube"),
+    "perf": ("perf", "pinned NVML call counts and file writes"),
+}
+"""Folder name -> (tier marker, what the tier holds).  ``make check`` runs the ``check`` tier."""
+
 OpenSimulatedNode = Callable[..., AbstractContextManager[Nvml]]
 Boot = Callable[..., Any]
 
@@ -26,6 +54,103 @@ Boot = Callable[..., Any]
 # fail properties that hold.  A property is judged by its assertions alone.
 settings.register_profile("migdra", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("migdra")
+
+
+# -- tiers ------------------------------------------------------------------------------------------
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier of a test file: that of the nearest enclosing folder named in ``TIERS``, if any."""
+    for folder in reversed(path.relative_to(TESTS).parts[:-1]):
+        if folder in TIERS:
+            return TIERS[folder][0]
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for tier, holds in TIERS.values():
+        config.addinivalue_line("markers", f"{tier}: the {tier} tier, {holds} (given by the folder)")
+    config.addinivalue_line("markers", "api_server(**settings): how the api_server fixture configures its server")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    untiered: set[str] = set()
+    for item in items:
+        tier = tier_of(item.path) if item.path.is_relative_to(TESTS) else None
+        if tier is None:
+            untiered.add(str(item.path.relative_to(config.rootpath)))
+        else:
+            item.add_marker(tier)
+    if untiered:
+        folders = ", ".join(TIERS)
+        raise pytest.UsageError(f"in no tier folder ({folders}; docs/testing.md): {', '.join(sorted(untiered))}")
+
+
+def _refuse(started: list[str], what: str) -> NoReturn:
+    started.append(what)
+    pytest.fail(
+        f"the check tier starts no process, this test started {what}: move it to tests/integration "
+        "(or the tier it belongs to, docs/testing.md)",
+        pytrace=False,
+    )
+
+
+@contextmanager
+def _no_process_started() -> Iterator[list[str]]:
+    """Every way a test can start a process, refused while the block runs; yields what was refused.
+
+    ``subprocess.Popen`` (so ``subprocess.run``, ``os.popen`` and asyncio's subprocesses), ``os.fork``
+    (so ``os.spawn*`` and ``pty.fork``), ``os.forkpty``, ``os.posix_spawn[p]``, ``os.system`` and
+    ``multiprocessing`` (whose forkserver would otherwise start processes without a fork in this one).
+    """
+    started: list[str] = []
+
+    def popen(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> NoReturn:
+        argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
+        _refuse(started, f"subprocess.Popen({os.fspath(argv[0]) if argv else ''!s})")
+
+    def start(self: multiprocessing.process.BaseProcess) -> NoReturn:
+        _refuse(started, f"multiprocessing.Process({self.name})")
+
+    def call(name: str) -> Callable[..., NoReturn]:
+        return lambda *args, **kwargs: _refuse(started, f"os.{name}")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess.Popen, "_execute_child", popen)
+        patch.setattr(multiprocessing.process.BaseProcess, "start", start)
+        for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
+            patch.setattr(os, name, call(name))
+        yield started
+
+
+def _guarded(item: pytest.Item) -> Generator[None, object, object]:
+    """Run one phase of ``item`` (setup, call, teardown); in the check tier, with processes refused."""
+    if item.get_closest_marker("check") is None:
+        return (yield)
+    with _no_process_started() as started:
+        result = yield
+    if started:  # refused in a thread, or the refusal was caught: the test still fails
+        _refuse([], started[0])
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _guarded(item))
+
+
+# -- fixtures ---------------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -68,6 +193,27 @@ def simulated_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> OpenSimul
             yield nvml
 
     return open_node
+
+
+@pytest.fixture
+def api_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LocalAPIServer]:
+    """A local API server for one test: in this process, on a free port, stopped after the test.
+
+    A test (or its module, ``pytestmark``) that needs other settings says so with the ``api_server``
+    marker, the nearest marker winning: ``@pytest.mark.api_server(history_limit=50, gc_interval=0.1)``
+    takes the fields of ``ApiServerSettings``; ``tokens=[...]`` gives the lines of a static token file
+    (``token,user,uid[,"groups"]``), written into the test's directory, which also turns TLS on.
+    """
+    from dra_driver.controlplane.apiserver import LocalAPIServer  # here: only the tests that serve pay for it
+
+    marker = request.node.get_closest_marker("api_server")
+    settings = dict(marker.kwargs) if marker else {}
+    if "tokens" in settings:
+        token_file = tmp_path / "tokens.csv"
+        token_file.write_text("".join(f"{line}\n" for line in settings.pop("tokens")))
+        settings["token_file"] = token_file
+    with LocalAPIServer(**settings) as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)

@@ -215,19 +215,18 @@ class Node:
 
 @contextlib.contextmanager
 def simulated_node(
-    root: Path, gpus: Sequence[str], *, api: LocalAPIServer | None = None, mig_enabled: bool = True, **install: Any
+    root: Path, gpus: Sequence[str], *, api: LocalAPIServer, mig_enabled: bool = True, **install: Any
 ) -> Iterator[Node]:
-    """A node with ``gpus`` in ``root``; uses ``api`` or starts its own API server."""
+    """A node with ``gpus`` in ``root``, its claims on ``api`` (the ``api_server`` fixture)."""
     root.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
-        server = api or stack.enter_context(LocalAPIServer())
-        api_client = stack.enter_context(client.ApiClient(client.Configuration(host=server.url)))
+        api_client = stack.enter_context(client.ApiClient(client.Configuration(host=api.url)))
         library = sim.install(root / "nvml-sim.json", gpus=list(gpus), mig_enabled=mig_enabled, **install)
         stack.callback(sim.uninstall)
         nvml = Nvml()
         nvml.init()
         stack.callback(_shutdown, nvml)
-        node = Node(root, server, api_client, nvml, library)
+        node = Node(root, api, api_client, nvml, library)
         stack.callback(node.close_services)
         yield node
 

@@ -21,7 +21,7 @@ from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.types import ComputeInstanceInfo, ComputeInstanceProfileInfo, GpuInstanceInfo
-from kubeletplugin.draservice import ClaimRef, PrepareResult, UnprepareResult
+from kubeletplugin.draservice import ClaimRef, PrepareResult
 from kubeletplugin.prepare import PrepareSettings
 from kubeletplugin.prepare import service as service_module
 from kubeletplugin.prepare.cdi import spec_path
@@ -34,14 +34,8 @@ ONE_G_20 = "gpu-0-mig-1g20gb-15-6"  # H100 1g.20gb at 6:2: CI profile 7, 26 SMs
 
 
 @pytest.fixture
-def api() -> Iterator[LocalAPIServer]:
-    with LocalAPIServer() as server:
-        yield server
-
-
-@pytest.fixture
-def node(api: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
-    with simulated_node(tmp_path, [H100, H100], api=api) as simulated:
+def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+    with simulated_node(tmp_path, [H100, H100], api=api_server) as simulated:
         yield simulated
 
 
@@ -103,9 +97,9 @@ class MeetingNvml(Nvml):
         return super().create_gpu_instance(gpu_uuid, profile_id, placement)
 
 
-def test_claims_of_an_idle_gpu_do_not_queue_behind_a_busy_one(api: LocalAPIServer, tmp_path: Path) -> None:
+def test_claims_of_an_idle_gpu_do_not_queue_behind_a_busy_one(api_server: LocalAPIServer, tmp_path: Path) -> None:
     """Seven claims on GPU 0 listed before one on GPU 1: GPU 1's instance is made while GPU 0's first is."""
-    with simulated_node(tmp_path, [H100, H100], api=api) as node:
+    with simulated_node(tmp_path, [H100, H100], api=api_server) as node:
         gpus = [node.gpu_uuid(0), node.gpu_uuid(1)]
         meeting = MeetingNvml(gpus)
         meeting.init()
@@ -121,8 +115,10 @@ def test_claims_of_an_idle_gpu_do_not_queue_behind_a_busy_one(api: LocalAPIServe
 
 
 @pytest.mark.parametrize("calls", ["one-call", "concurrent-calls"])
-def test_claims_on_different_gpus_are_created_in_parallel(api: LocalAPIServer, tmp_path: Path, calls: str) -> None:
-    with simulated_node(tmp_path, [H100, H100], api=api) as node:
+def test_claims_on_different_gpus_are_created_in_parallel(
+    api_server: LocalAPIServer, tmp_path: Path, calls: str
+) -> None:
+    with simulated_node(tmp_path, [H100, H100], api=api_server) as node:
         gpus = [node.gpu_uuid(0), node.gpu_uuid(1)]
         meeting = MeetingNvml(gpus)
         meeting.init()
@@ -219,12 +215,12 @@ def test_a_placement_held_by_a_foreign_instance_is_an_error_and_it_survives(
     assert node.instances() == [(0, foreign_gi, profile_id, start, [(0, 0, foreign_uuid)])]
 
 
-def test_an_occupied_placement_reported_by_nvml_destroys_nothing(api: LocalAPIServer, tmp_path: Path) -> None:
+def test_an_occupied_placement_reported_by_nvml_destroys_nothing(api_server: LocalAPIServer, tmp_path: Path) -> None:
     """The placement was free when checked, but NVML refuses the create (someone was faster)."""
     faults = {
         "rules": [{"symbol": "nvmlDeviceCreateGpuInstanceWithPlacement", "nth": 2, "error": "InsufficientResources"}]
     }
-    with simulated_node(tmp_path, [H100], api=api, faults=faults) as node:
+    with simulated_node(tmp_path, [H100], api=api_server, faults=faults) as node:
         foreign_gi, foreign_uuid = node.foreign_instance(0, 19, 0, 1)  # the first create call
         service = node.service()
         ref = node.claim("raced", [result(ONE_G_20)])
@@ -284,9 +280,9 @@ def test_a_compute_instance_short_of_sms_fails_loudly_and_leaves_nothing(
         nvml.shutdown()
 
 
-def test_a_failed_device_rolls_back_the_claims_other_devices(api: LocalAPIServer, tmp_path: Path) -> None:
+def test_a_failed_device_rolls_back_the_claims_other_devices(api_server: LocalAPIServer, tmp_path: Path) -> None:
     faults = {"rules": [{"symbol": "nvmlDeviceCreateGpuInstanceWithPlacement", "nth": 2, "error": "Unknown"}]}
-    with simulated_node(tmp_path, [H100, H100], api=api, faults=faults) as node:
+    with simulated_node(tmp_path, [H100, H100], api=api_server, faults=faults) as node:
         service = node.service()
         ref = node.claim("half", [result("gpu-1-mig-1g10gb-19-0", request="a"), result(ONE_G_20, request="b")])
         error = service.prepare([ref])[ref.uid].error
@@ -300,7 +296,7 @@ def test_a_failed_device_rolls_back_the_claims_other_devices(api: LocalAPIServer
 
 
 def test_a_rollback_that_fails_is_recorded_and_finished_by_the_next_prepare(
-    api: LocalAPIServer, tmp_path: Path
+    api_server: LocalAPIServer, tmp_path: Path
 ) -> None:
     """NVIDIA #1452: GI created, CI failed, and the GI could not be destroyed -- it must not leak."""
     faults = {
@@ -309,7 +305,7 @@ def test_a_rollback_that_fails_is_recorded_and_finished_by_the_next_prepare(
             {"symbol": "nvmlGpuInstanceDestroy", "nth": 1, "error": "InUse"},
         ]
     }
-    with simulated_node(tmp_path, [H100], api=api, faults=faults) as node:
+    with simulated_node(tmp_path, [H100], api=api_server, faults=faults) as node:
         service = node.service()
         ref = node.claim("leaky", [result(ONE_G_20)])
         error = service.prepare([ref])[ref.uid].error
@@ -409,13 +405,6 @@ def test_an_error_nobody_foresaw_is_still_an_unexpected_per_claim_error(
     assert node.instances() == []
 
 
-def test_unprepare_of_an_unknown_claim_succeeds_without_any_call(node: Node) -> None:
-    service = node.service()
-    calls = node.nvml_calls()
-    assert service.unprepare([ClaimRef("default", "never-prepared", "uid-x")]) == {"uid-x": UnprepareResult()}
-    assert node.nvml_calls() == calls
-
-
 def test_cdi_spec_has_the_devices_nodes_config_env_and_is_deleted_on_unprepare(node: Node) -> None:
     caps = node.proc_root / "driver/nvidia/capabilities/gpu0/mig/gi6"
     (caps / "ci0").mkdir(parents=True)
@@ -473,8 +462,8 @@ def test_cdi_spec_has_the_devices_nodes_config_env_and_is_deleted_on_unprepare(n
     assert list(node.cdi_dir.iterdir()) == []
 
 
-def test_whole_gpu_needs_nothing_created(api: LocalAPIServer, tmp_path: Path) -> None:
-    with simulated_node(tmp_path, [A100], api=api, mig_enabled=False) as node:
+def test_whole_gpu_needs_nothing_created(api_server: LocalAPIServer, tmp_path: Path) -> None:
+    with simulated_node(tmp_path, [A100], api=api_server, mig_enabled=False) as node:
         service = node.service()
         ref = node.claim("whole", [result("gpu-0")])
         prepared = service.prepare([ref])[ref.uid]

@@ -23,9 +23,10 @@ from kubernetes.client.exceptions import ApiException
 from dra_driver.controlplane.apiserver.kubeconfig import write_kubeconfig
 from dra_driver.controlplane.upstream.access import RELEASE_NAMESPACE, request_token
 from dra_driver.kube.client import SLICES, Client, Kind
-from tests.helm.chart import bound_rules, render
+from tests.integration.helm.chart import bound_rules, render
 from tests.kube.cluster import kube_cluster
-from tests.sim_cluster import DEMO, SimCluster, wait_for
+from tests.sim_cluster import DEMO, SimCluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("kube-access")
 
@@ -77,16 +78,16 @@ def requests_of(records: list[dict[str, Any]], user: str) -> list[tuple[str, str
 def test_a_normal_run_is_refused_nothing_and_uses_only_what_the_chart_grants(cluster: SimCluster) -> None:
     namespace = cluster.namespace("access")
     cluster.kubectl("apply", "-n", namespace, "-f", str(DEMO / "01-mig-1g.yaml"))
-    wait_for(lambda: cluster.running(namespace, {"inference-1g"}), "the pod to run")
+    wait_for("the pod to run", lambda: cluster.running(namespace, {"inference-1g"}))
 
     def reserved_and_ready() -> bool:
         devices = (cluster.claims(namespace)[0].get("status") or {}).get("devices") or []
         return {"Reserved", "Ready"} <= {c["type"] for d in devices for c in d.get("conditions") or []}
 
-    wait_for(reserved_and_ready, "Reserved (controller) and Ready (plugin) on the claim")
+    wait_for("Reserved (controller) and Ready (plugin) on the claim", reserved_and_ready)
     cluster.delete_all(namespace)
-    wait_for(lambda: not cluster.claims(namespace), "the claim to go")
-    wait_for(lambda: cluster.mig_instances() == {"node-1": 0, "node-2": 0}, "the instance to go")
+    wait_for("the claim to go", lambda: not cluster.claims(namespace))
+    wait_for("the instance to go", lambda: cluster.mig_instances() == {"node-1": 0, "node-2": 0})
 
     rendered = render(namespace=RELEASE_NAMESPACE)
     records = audit(cluster)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -147,17 +145,3 @@ def test_every_source_reference_resolves() -> None:
 def test_placement_overlap() -> None:
     assert Placement(start=0, size=4).overlaps(Placement(start=3, size=1))
     assert not Placement(start=0, size=4).overlaps(Placement(start=4, size=4))
-
-
-REFERENCE = REPO.parent / "shared" / "reference" / "mig-profiles.yaml"
-
-
-@pytest.mark.skipif(not REFERENCE.exists(), reason=f"the reference table {REFERENCE} is not beside this clone")
-def test_shipped_catalog_is_fresh_against_the_reference() -> None:
-    result = subprocess.run(
-        [sys.executable, str(REPO / "hack" / "gen_mig_catalog.py"), "--check"],
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr

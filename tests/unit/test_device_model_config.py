@@ -2,7 +2,7 @@
 
 Table-driven over :func:`dra_driver.settings.load_device_model_config`, the one loader behind
 ``migdra slices --config`` and ``migdra kubelet-plugin --device-config``; the same mistakes through the
-CLI are in ``tests/badinput/cases/config.yaml``.
+CLI are in ``tests/integration/badinput/cases/config.yaml``.
 """
 
 from __future__ import annotations

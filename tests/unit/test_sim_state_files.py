@@ -3,7 +3,7 @@
 A state file is a text file people edit and mistype; the store must refuse what no real machine can
 be in (naming the file and the problem), wait for its lock only so long, read without being able to
 write, and leave a refused file and its directory exactly as they were.  The command-line side of
-the same mistakes is in ``tests/badinput/cases/simulator.yaml``.
+the same mistakes is in ``tests/integration/badinput/cases/simulator.yaml``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ lists ``resourceNames``.  A RoleBinding grants only in its own namespace.  Membe
 ``system:masters`` are allowed everything, as kube's superuser group.
 
 Why: the Helm chart's least-privilege roles are then exercised by the real plugin and controller
-processes (tests/helm), so a missing permission fails a test instead of a cluster.
+processes (tests/integration/helm), so a missing permission fails a test instead of a cluster.
 
 Deliberately not modelled: aggregated ClusterRoles, non-resource URL rules (discovery, OpenAPI and
 ``/version`` are open to every authenticated user, as kube's ``system:discovery`` grants), 1.36's

@@ -116,10 +116,15 @@ def _check_expect(expect: Mapping[str, Any], where: str) -> None:
         assert isinstance(expect["results"], list), f"{where}: results must be a list"
 
 
+# libyaml's safe loader where PyYAML has it: the same documents, read six times faster, and every worker of
+# every run reads all the cases at collection.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_cases() -> list[Case]:
     cases: list[Case] = []
     for path in sorted(CASES_DIR.glob("*.yaml")):
-        document = yaml.safe_load(path.read_text())
+        document = yaml.load(path.read_text(), Loader=_LOADER)
         assert isinstance(document, dict), f"{path.name}: a mapping with defaults and cases"
         unknown = {key for key in document if key not in ("defaults", "cases") and not key.startswith("x-")}
         assert not unknown, f"{path.name}: unknown top-level keys {sorted(unknown)}"

@@ -10,7 +10,7 @@ from typing import Any
 import celpy
 import pytest
 
-from tests.helm.chart import CHART, NAMESPACE, VALUES_FILES, Rendered, bound_rules, render, rules_of
+from tests.integration.helm.chart import CHART, NAMESPACE, VALUES_FILES, Rendered, bound_rules, render, rules_of
 
 ALL_VALUES = [None, *VALUES_FILES]
 VALUES_IDS = ["default", *(path.stem for path in VALUES_FILES)]

@@ -61,11 +61,10 @@ class Requests:
 
 
 @pytest.fixture
-def api() -> Iterator[LocalAPIServer]:
-    with LocalAPIServer() as server:
-        with client.ApiClient(client.Configuration(host=server.url)) as c:
-            client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
-        yield server
+def api(api_server: LocalAPIServer) -> LocalAPIServer:
+    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
+        client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
+    return api_server
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ from hypothesis import strategies as st
 
 from dra_driver.allocation import DEFAULT_FEATURES as DEFAULT_GATES
 from dra_driver.allocation import AllocationError, InvalidPoolsError, allocate
-from tests.allocation.allocation_oracle import (
+from tests.unit.allocation.allocation_oracle import (
     JSON,
     Candidate,
     Request,

@@ -39,14 +39,13 @@ class StopOnWrite(Client):
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[StopOnWrite]:
-    with LocalAPIServer() as api:
-        api.write_kubeconfig(tmp_path / "kubeconfig")
-        stopping = StopOnWrite(tmp_path / "kubeconfig")
-        try:
-            yield stopping
-        finally:
-            stopping.close()
+def client(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[StopOnWrite]:
+    api_server.write_kubeconfig(tmp_path / "kubeconfig")
+    stopping = StopOnWrite(tmp_path / "kubeconfig")
+    try:
+        yield stopping
+    finally:
+        stopping.close()
 
 
 @pytest.mark.parametrize("existing", [False, True], ids=["create", "take-over-a-released-lease"])

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "helm" / "migdra"
 HELM = REPO / ".tools" / "helm" / "helm"
 VALUES_FILES = sorted((CHART / "ci").glob("*.yaml"))

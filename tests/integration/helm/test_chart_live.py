@@ -30,13 +30,11 @@ from kubernetes.client.exceptions import ApiException
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.kube.client import Kind
 from dra_driver.kubeapi import call_json
-from tests.helm.chart import CHART, NAMESPACE, Rendered, bound_rules, container_env, render
+from tests.integration.helm.chart import CHART, NAMESPACE, Rendered, bound_rules, container_env, render
 from tests.kubelet_client import KubeletClient, short_socket_dir
 from tests.plugin_command import DRIVER, NODE
 from tests.prepare_harness import create_claim, read_claim_json, result
-from tests.sim_objects import wait_for
-
-pytestmark = pytest.mark.slow
+from tests.waiting import wait_for
 
 MIGDRA = str(Path(sys.executable).with_name("migdra"))
 PLUGIN_SA = "migdra-kubelet-plugin"
@@ -46,6 +44,10 @@ TOKENS = {
     "plugin-token": (f"system:serviceaccount:{NAMESPACE}:{PLUGIN_SA}", ""),
     "controller-token": (f"system:serviceaccount:{NAMESPACE}:{CONTROLLER_SA}", ""),
 }
+pytestmark = pytest.mark.api_server(
+    tokens=[f"{token},{user},uid-{i},{groups}" for i, (token, (user, groups)) in enumerate(TOKENS.items())],
+    authorization="RBAC",
+)
 
 
 def _free_port() -> int:
@@ -103,12 +105,8 @@ class Installed:
 
 
 @pytest.fixture
-def installed() -> Iterator[Installed]:
+def installed(api_server: LocalAPIServer) -> Iterator[Installed]:
     with short_socket_dir() as root:
-        tokens = root / "tokens.csv"
-        tokens.write_text(
-            "".join(f"{token},{user},uid-{i},{groups}\n" for i, (token, (user, groups)) in enumerate(TOKENS.items()))
-        )
         healthcheck = _free_port()
         rendered = render(
             CHART / "ci" / "simulated-values.yaml",
@@ -122,15 +120,14 @@ def installed() -> Iterator[Installed]:
             ],
         )
         (root / "k" / "plugins_registry").mkdir(parents=True)  # kubelet's, before any plugin
-        with LocalAPIServer(token_file=tokens, authorization="RBAC") as api:
-            installed = Installed(api, root, rendered, healthcheck)
-            with installed.client("admin-token") as admin:
-                core = client.CoreV1Api(admin)
-                core.create_namespace({"metadata": {"name": NAMESPACE}})
-                core.create_node({"metadata": {"name": NODE}})
-                for obj in rendered.objects:
-                    _create(api, admin, obj)
-            yield installed
+        installed = Installed(api_server, root, rendered, healthcheck)
+        with installed.client("admin-token") as admin:
+            core = client.CoreV1Api(admin)
+            core.create_namespace({"metadata": {"name": NAMESPACE}})
+            core.create_node({"metadata": {"name": NODE}})
+            for obj in rendered.objects:
+                _create(api_server, admin, obj)
+        yield installed
 
 
 def _create(api: LocalAPIServer, api_client: client.ApiClient, obj: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""What a prepare reads from NVML: only the GPU its devices name, and that GPU's MIG mode every time.
+"""What a prepare reads from NVML: only the GPU its devices name, and that GPU's MIG mode every time; an
+unprepare of a claim the node never prepared makes no NVML call at all.
 
 Reading every GPU's profiles for every prepare cost ~440 NVML calls for one device on an 8-GPU node;
 the GPUs are now listed once per session (kubeletplugin.prepare.devices.NodeGpus).  These tests count
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.nvml.backend import Nvml
+from kubeletplugin.draservice import ClaimRef, UnprepareResult
 from tests.prepare_harness import result, simulated_node
 
 # NVML calls that read a GPU's identity (list_gpus) or its GI profiles and placements.
@@ -27,8 +30,8 @@ def _calls(library: object, names: tuple[str, ...]) -> int:
     return sum(faults.calls(name) for name in names)
 
 
-def test_a_prepare_reads_only_the_gpu_its_device_names(tmp_path: Path) -> None:
-    with simulated_node(tmp_path, ["H100-SXM5-80GB"] * 4) as node:
+def test_a_prepare_reads_only_the_gpu_its_device_names(api_server: LocalAPIServer, tmp_path: Path) -> None:
+    with simulated_node(tmp_path, ["H100-SXM5-80GB"] * 4, api=api_server) as node:
         service = node.service()
         first = node.claim("first", [result(_device(0, 0))])
         assert not service.prepare([first])[first.uid].error
@@ -40,13 +43,13 @@ def test_a_prepare_reads_only_the_gpu_its_device_names(tmp_path: Path) -> None:
         assert not service.prepare([second])[second.uid].error
 
         assert _calls(node.library, IDENTITY_CALLS) == identity_before, "the GPUs were listed again"
-        one_gpu = _one_gpu_profile_reads(tmp_path / "reference")
+        one_gpu = _one_gpu_profile_reads(tmp_path / "reference", api_server)
         assert _calls(node.library, PROFILE_CALLS) - profiles_before <= one_gpu
 
 
-def _one_gpu_profile_reads(root: Path) -> int:
+def _one_gpu_profile_reads(root: Path, api: LocalAPIServer) -> int:
     """How many profile calls reading one H100's profiles and placements takes (on a node of its own)."""
-    with simulated_node(root, ["H100-SXM5-80GB"]) as node:
+    with simulated_node(root, ["H100-SXM5-80GB"], api=api) as node:
         before = _calls(node.library, PROFILE_CALLS)
         Nvml().gpu_instance_profiles(node.gpu_uuid(0))
         reads = _calls(node.library, PROFILE_CALLS) - before
@@ -54,8 +57,10 @@ def _one_gpu_profile_reads(root: Path) -> int:
     return reads
 
 
-def test_a_mig_mode_change_behind_migdras_back_is_seen_by_the_next_prepare(tmp_path: Path) -> None:
-    with simulated_node(tmp_path, ["H100-SXM5-80GB"] * 2) as node:
+def test_a_mig_mode_change_behind_migdras_back_is_seen_by_the_next_prepare(
+    api_server: LocalAPIServer, tmp_path: Path
+) -> None:
+    with simulated_node(tmp_path, ["H100-SXM5-80GB"] * 2, api=api_server) as node:
         service = node.service()
         first = node.claim("first", [result(_device(1, 0))])
         assert not service.prepare([first])[first.uid].error
@@ -75,3 +80,11 @@ def test_a_mig_mode_change_behind_migdras_back_is_seen_by_the_next_prepare(tmp_p
         assert node.instances() == []
         # Changing the mode may reset or re-bind the GPU and change its minor number: listed again.
         assert _calls(node.library, IDENTITY_CALLS) > listed_before
+
+
+def test_unprepare_of_an_unknown_claim_succeeds_without_any_call(api_server: LocalAPIServer, tmp_path: Path) -> None:
+    with simulated_node(tmp_path, ["H100-SXM5-80GB"] * 2, api=api_server) as node:
+        service = node.service()
+        calls = node.nvml_calls()
+        assert service.unprepare([ClaimRef("default", "never-prepared", "uid-x")]) == {"uid-x": UnprepareResult()}
+        assert node.nvml_calls() == calls

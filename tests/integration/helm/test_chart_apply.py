@@ -7,14 +7,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
-from tests.helm.chart import NAMESPACE, REPO, VALUES_FILES, render
+from tests.integration.helm.chart import NAMESPACE, REPO, VALUES_FILES, render
 
 # Kinds of CRDs a cluster may not have (prometheus-operator's); nothing else may be left out.
 CRD_KINDS = {"ServiceMonitor"}
@@ -43,14 +42,13 @@ class Kubectl:
         )
 
 
-@pytest.fixture(scope="module")
-def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubectl]:
-    with LocalAPIServer() as api:
-        run = Kubectl(api, tmp_path_factory.mktemp("kubectl"))
-        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-        created = run("apply", "-f", "-", stdin=yaml.safe_dump(namespace))
-        assert created.returncode == 0, created.stderr
-        yield run
+@pytest.fixture
+def kubectl(api_server: LocalAPIServer, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
+    run = Kubectl(api_server, tmp_path_factory.mktemp("kubectl"))
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    created = run("apply", "-f", "-", stdin=yaml.safe_dump(namespace))
+    assert created.returncode == 0, created.stderr
+    return run
 
 
 @pytest.mark.parametrize("values_file", [None, *VALUES_FILES], ids=["default", *(p.stem for p in VALUES_FILES)])

@@ -18,7 +18,7 @@ from dra_driver.nvml.settings import NvmlSettings
 from dra_driver.settings import load_device_model_config
 from kubeletplugin.app import PluginSettings
 from kubeletplugin.prepare import PrepareSettings
-from tests.helm.chart import CHART, NAMESPACE, VALUES_FILES, container_env, helm, render, values_args
+from tests.integration.helm.chart import CHART, NAMESPACE, VALUES_FILES, container_env, helm, render, values_args
 
 ALL_VALUES = [None, *VALUES_FILES]
 VALUES_IDS = ["default", *(path.stem for path in VALUES_FILES)]

@@ -34,8 +34,8 @@ class Writes:
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    with LocalAPIServer() as api, simulated_node(tmp_path, [H100] * GPUS, api=api) as simulated:
+def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+    with simulated_node(tmp_path, [H100] * GPUS, api=api_server) as simulated:
         yield simulated
 
 
