@@ -1,6 +1,6 @@
 """Harness for API-outage tests (no tests here): an API server that can be switched off and on again, and
-waits on explicit signals -- a write to the API server's store, a line of a process's output -- with
-bounded timeouts instead of sleeping and hoping.
+the signals a test waits on (``tests.waiting.wait_for``) instead of polling: a write to the API server's
+store, a line of a process's output.
 
 ``LocalAPIServer`` threads cannot be started twice, so "on again" is a new server on the same port that
 loads the snapshot the stopped one wrote: every object comes back with its UID and resourceVersion, as
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
+from tests.waiting import WAIT, wait_for
 
 
 def free_port() -> int:
@@ -26,28 +26,18 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-class StoreChanges:
-    """Wakes a waiting test on every write to the API servers it watches (:meth:`watch` each one)."""
+class StoreChanges(threading.Event):
+    """Set on every write to the API servers it watches (:meth:`watch` each one): a test waits with
+    ``wait_for(what, probe, changes=...)``, which looks again after each write instead of polling."""
 
     def __init__(self, server: LocalAPIServer | None = None) -> None:
-        self._changed = threading.Event()
+        super().__init__()
         if server is not None:
             self.watch(server)
 
     def watch(self, server: LocalAPIServer) -> None:
-        server.store.add_listener(lambda event: self._changed.set())
-        self._changed.set()
-
-    def wait_until(self, condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-        """Check ``condition`` now and after every write to the store, until it holds (or fail after ``timeout``)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self._changed.clear()  # before the check: a write during the check wakes the wait below
-            if condition():
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._changed.wait(remaining):
-                raise AssertionError(f"not within {timeout:g} s: {what}")
+        server.store.add_listener(lambda event: self.set())
+        self.set()
 
 
 class RestartableApiServer:
@@ -74,10 +64,6 @@ class RestartableApiServer:
             self.server.stop()
             self.server = None
 
-    def wait_until(self, condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-        """Check ``condition`` now and after every write to the store, until it holds (or fail after ``timeout``)."""
-        self.changes.wait_until(condition, what, timeout)
-
 
 @contextmanager
 def restartable_api_server(root: Path) -> Iterator[RestartableApiServer]:
@@ -94,7 +80,8 @@ class OutputLines:
 
     def __init__(self, stream: IO[str]) -> None:
         self.lines: list[str] = []
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._changed = threading.Event()  # set on every line and at the end of the output
         self._closed = False
         self._thread = threading.Thread(target=self._read, args=(stream,), name="output-lines", daemon=True)
         self._thread.start()
@@ -102,32 +89,38 @@ class OutputLines:
     def _read(self, stream: IO[str]) -> None:
         with stream:  # closed at the end of the output: the pipe is this reader's
             for line in stream:
-                with self._cond:
+                with self._lock:
                     self.lines.append(line.rstrip("\n"))
-                    self._cond.notify_all()
-        with self._cond:
+                self._changed.set()
+        with self._lock:
             self._closed = True
-            self._cond.notify_all()
+        self._changed.set()
 
     @property
     def text(self) -> str:
-        with self._cond:
+        with self._lock:
             return "\n".join(self.lines)
 
     def count(self, match: Callable[[str], bool]) -> int:
-        with self._cond:
+        with self._lock:
             return sum(1 for line in self.lines if match(line))
 
-    def wait_for(self, match: Callable[[str], bool], what: str, count: int = 1, timeout: float = 30.0) -> None:
+    def tail(self, lines: int = 40) -> str:
+        with self._lock:
+            return "\n".join(self.lines[-lines:])
+
+    def wait_for_line(self, what: str, match: Callable[[str], bool], count: int = 1, timeout: float = WAIT) -> None:
         """Until ``count`` lines match; fails (with the output) after ``timeout`` or when the output ends."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while sum(1 for line in self.lines if match(line)) < count:
-                remaining = deadline - time.monotonic()
-                if self._closed or remaining <= 0:
-                    why = "the process ended" if self._closed else f"not within {timeout:g} s"
-                    raise AssertionError(f"{why}: {what}; output:\n" + "\n".join(self.lines[-40:]))
-                self._cond.wait(remaining)
+
+        def matched() -> bool:
+            closed = self._closed  # read before the lines: a line written before the end is counted
+            if self.count(match) >= count:
+                return True
+            if closed:  # no line can come any more
+                raise AssertionError(f"the process ended before {what}; output:\n{self.tail()}")
+            return False
+
+        wait_for(what, matched, timeout=timeout, changes=self._changed, detail=lambda: f"output:\n{self.tail()}")
 
     def join(self, timeout: float = 30.0) -> None:
         self._thread.join(timeout)

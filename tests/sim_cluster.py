@@ -8,35 +8,20 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from dra_driver.controlplane.cluster import gpu_instances_per_node
 from dra_driver.kube.client import CLAIMS, PODS, Client
+from tests.waiting import wait_for
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
 READY_TIMEOUT = 120.0
-WAIT = 60.0
-_T = TypeVar("_T")
-
-
-def wait_for(check: Callable[[], _T | None], what: str, timeout: float = WAIT) -> _T:
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.1)
 
 
 @dataclass
@@ -99,7 +84,7 @@ class SimCluster:
     def delete_all(self, namespace: str) -> None:
         """Delete the namespace's pods (graceful, as kubectl does) and wait until they and their claims are gone."""
         self.kubectl("delete", "pods", "--all", "-n", namespace, "--wait=true", "--timeout=60s")
-        wait_for(lambda: not self.pods(namespace), f"the pods of {namespace} to go")
+        wait_for(f"the pods of {namespace} to go", lambda: not self.pods(namespace))
 
 
 def start_cluster(workdir: Path, *args: str, ready_timeout: float = READY_TIMEOUT) -> SimCluster:

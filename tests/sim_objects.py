@@ -1,4 +1,4 @@
-"""Builders for the API objects of component tests of the local control plane, and a polling helper.
+"""Builders for the API objects of component tests of the local control plane.
 
 Every builder returns a plain JSON dict as a client would send it; nothing here talks to the API
 server except :class:`Api`, a thin convenience over :class:`Client` for the reads the tests repeat.
@@ -7,10 +7,9 @@ server except :class:`Api`, a thin convenience over :class:`Client` for the read
 from __future__ import annotations
 
 import copy
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
@@ -31,22 +30,6 @@ NAMESPACE = "default"
 H100 = "H100-SXM5-80GB"
 MIG_CLASS = "mig.migdra.io"
 DEVICECLASS_DIR = Path(__file__).resolve().parents[1] / "deviceclasses"
-WAIT_S = 20.0
-POLL_S = 0.05
-
-_T = TypeVar("_T")
-
-
-def wait_for(what: str, probe: Callable[[], _T | None], timeout: float = WAIT_S) -> _T:
-    """Poll ``probe`` every 50 ms until it returns something truthy; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(POLL_S)
 
 
 # -- cluster-scoped objects ---------------------------------------------------------------------

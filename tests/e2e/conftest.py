@@ -13,13 +13,13 @@ from tests.kubelet_client import short_socket_dir
 
 
 @pytest.fixture
-def plugin() -> Iterator[PluginProcess]:
-    with short_socket_dir() as root, LocalAPIServer() as api:
+def plugin(api_server: LocalAPIServer) -> Iterator[PluginProcess]:
+    with short_socket_dir() as root:
         kubeconfig = root / "kubeconfig"
-        api.write_kubeconfig(kubeconfig)
-        with client.ApiClient(client.Configuration(host=api.url)) as c:
+        api_server.write_kubeconfig(kubeconfig)
+        with client.ApiClient(client.Configuration(host=api_server.url)) as c:
             client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
-        runner = PluginProcess(api, root, kubeconfig)
+        runner = PluginProcess(api_server, root, kubeconfig)
         try:
             yield runner
         finally:

@@ -17,8 +17,8 @@ from tests.api_outage import OutputLines, RestartableApiServer, restartable_api_
 from tests.integration.test_controller_process import NODE, THREE_G_AT_4, allocate
 from tests.plugin_command import MIGDRA
 from tests.sim_objects import DRIVER, H100, node_slices
+from tests.waiting import wait_for
 
-pytestmark = pytest.mark.slow
 ONE_G_AT_0 = "gpu-0-mig-1g10gb-19-0"  # does not overlap THREE_G_AT_4
 
 
@@ -61,9 +61,9 @@ def test_a_leader_that_cannot_renew_its_lease_exits(api: tuple[RestartableApiSer
         kubeconfig, "--identity", "only", "--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5"
     )
     try:
-        output.wait_for(lambda line: "became leader" in line, "the controller to lead")
+        output.wait_for_line("the controller to lead", lambda line: "became leader" in line)
         server.stop()
-        output.wait_for(lambda line: "lost leadership" in line, "the leader to give up", timeout=60)
+        output.wait_for_line("the leader to give up", lambda line: "lost leadership" in line, timeout=60)
         assert process.wait(timeout=60) == 1
     finally:
         if process.poll() is None:
@@ -79,14 +79,23 @@ def test_without_leader_election_an_outage_is_waited_out_and_what_changed_is_con
     client = Client(kubeconfig)
     process, output = _controller(kubeconfig, "--no-leader-elect", "--identity", "single")
     try:
-        output.wait_for(lambda line: "reserving claims of" in line, "the controller to start")
+        output.wait_for_line("the controller to start", lambda line: "reserving claims of" in line)
         allocate(client, "before", THREE_G_AT_4)
-        server.wait_until(lambda: _reserved(client, "before", THREE_G_AT_4), "the claim before the outage reserved")
+        wait_for(
+            "the claim before the outage reserved",
+            lambda: _reserved(client, "before", THREE_G_AT_4),
+            changes=server.changes,
+        )
 
         server.stop()  # the controller's watches break; its informers list again with a backoff
         server.start()  # the same port, every object back from the snapshot
         allocate(client, "after", ONE_G_AT_0)
-        server.wait_until(lambda: _reserved(client, "after", ONE_G_AT_0), "the claim made after the outage", 60)
+        wait_for(
+            "the claim made after the outage",
+            lambda: _reserved(client, "after", ONE_G_AT_0),
+            timeout=60,
+            changes=server.changes,
+        )
         assert _reserved(client, "before", THREE_G_AT_4), "what was written before the outage stays"
         assert process.poll() is None, "the controller without leader election survives the outage"
     finally:

@@ -14,7 +14,8 @@ from dra_driver.allocation import DEFAULT_FEATURES, allocate
 from dra_driver.kube.client import SLICES, Client
 from tests.e2e.test_kubelet_plugin_process import PluginProcess, _stop
 from tests.plugin_command import DRIVER, MIGDRA, NODE
-from tests.sim_objects import claim, mig_request, migdra_device_classes, wait_for
+from tests.sim_objects import claim, mig_request, migdra_device_classes
+from tests.waiting import wait_for
 
 XID_KEY = f"{DRIVER}/xid"
 

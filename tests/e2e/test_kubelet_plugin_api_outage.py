@@ -26,8 +26,7 @@ from tests.api_outage import OutputLines, RestartableApiServer, restartable_api_
 from tests.kubelet_client import KubeletClient, short_socket_dir
 from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env
 from tests.prepare_harness import create_claim, read_claim_json, result
-
-pytestmark = pytest.mark.slow
+from tests.waiting import wait_for
 
 H100 = load_catalog().model("H100-SXM5-80GB")
 # Retries every 20-100 ms instead of 0.5-30 s: an outage of more than the old 10 publish rounds and
@@ -72,7 +71,7 @@ class Plugin:
         output = OutputLines(process.stdout)
         self.processes.append((process, output))
         # The one line the plugin prints once it has published and serves kubelet.
-        output.wait_for(lambda line: line.startswith("migdra kubelet-plugin: serving node"), "the plugin serves")
+        output.wait_for_line("the plugin serves", lambda line: line.startswith("migdra kubelet-plugin: serving node"))
         return process, output
 
     def kubelet(self) -> KubeletClient:
@@ -159,9 +158,14 @@ def test_an_api_outage_stops_neither_the_plugin_nor_unprepare_and_everything_con
     with plugin.kubelet() as kubelet:
         prepared = kubelet.prepare([leaving, staying])
     assert {uid: r.error for uid, r in prepared.items()} == {leaving.uid: "", staying.uid: ""}
-    plugin.api.wait_until(lambda: len(_our_entries(plugin.api, leaving)) == 1, "the prepared claim says Ready")
-    published_before = _published_devices(plugin.api)
-    assert published_before is not None
+    wait_for(
+        "the prepared claim says Ready", lambda: len(_our_entries(plugin.api, leaving)) == 1, changes=plugin.api.changes
+    )
+    # The claims allocated here change the placement order (the default dynamic policy): the plugin may be
+    # writing a new generation of the pool, slice by slice, so wait until one generation is complete.
+    published_before = wait_for(
+        "a complete generation of the pool", lambda: _published_devices(plugin.api), changes=plugin.api.changes
+    )
 
     plugin.api.stop()
     with plugin.kubelet() as kubelet:
@@ -172,24 +176,29 @@ def test_an_api_outage_stops_neither_the_plugin_nor_unprepare_and_everything_con
     assert "reading it failed: cannot reach the API server http" in refused.error  # a new claim needs the API
     assert "MaxRetryError" not in refused.error  # one line naming the server, not urllib3's dump
     _create_foreign_instance(plugin.state)  # the pool changes while the API server is away
-    output.wait_for(
-        _publish_failure(11), "more failed publish rounds than the plugin used to allow", timeout=OUTAGE_WAIT
+    output.wait_for_line(
+        "more failed publish rounds than the plugin used to allow", _publish_failure(11), timeout=OUTAGE_WAIT
     )
-    output.wait_for(
-        _status_write_failure(leaving), "more failed status writes than used to be tried", count=10, timeout=OUTAGE_WAIT
+    output.wait_for_line(
+        "more failed status writes than used to be tried", _status_write_failure(leaving), count=10, timeout=OUTAGE_WAIT
     )
     assert process.poll() is None, output.text
 
     plugin.api.start()
-    plugin.api.wait_until(
-        lambda: (devices := _published_devices(plugin.api)) is not None and devices != published_before,
+    wait_for(
         "the slices are republished with the operator's instance withheld",
+        lambda: (devices := _published_devices(plugin.api)) is not None and devices != published_before,
+        changes=plugin.api.changes,
     )
     published = _published_devices(plugin.api)
     assert published is not None
     assert "gpu-1-mig-1g10gb-19-0" not in published
     assert "gpu-1-mig-1g10gb-19-1" in published
-    plugin.api.wait_until(lambda: _our_entries(plugin.api, leaving) == [], "the unprepared claim's status is cleared")
+    wait_for(
+        "the unprepared claim's status is cleared",
+        lambda: _our_entries(plugin.api, leaving) == [],
+        changes=plugin.api.changes,
+    )
     (entry,) = _our_entries(plugin.api, staying)
     assert entry["conditions"][0]["status"] == "True"
     assert entry["data"]["placement"] == {"start": 6, "size": 2}
@@ -205,16 +214,22 @@ def test_claim_status_lost_at_shutdown_during_an_outage_is_reconciled_at_the_nex
         claim = create_claim(api_client, "interrupted", [result("gpu-0-mig-3g40gb-9-4")])
     with plugin.kubelet() as kubelet:
         assert kubelet.prepare([claim])[claim.uid].error == ""
-    plugin.api.wait_until(lambda: len(_our_entries(plugin.api, claim)) == 1, "the prepared claim says Ready")
+    wait_for(
+        "the prepared claim says Ready", lambda: len(_our_entries(plugin.api, claim)) == 1, changes=plugin.api.changes
+    )
 
     plugin.api.stop()
     with plugin.kubelet() as kubelet:
         assert kubelet.unprepare([claim])[claim.uid].error == ""
-    output.wait_for(_status_write_failure(claim), "the status write is being retried")
+    output.wait_for_line("the status write is being retried", _status_write_failure(claim))
     plugin.stop(process, output)  # the status write is dropped at exit
     plugin.api.start()
     assert len(_our_entries(plugin.api, claim)) == 1  # still Ready=True, for an instance that is gone
 
     process, output = plugin.start(hour)  # no kubelet call from here on
-    plugin.api.wait_until(lambda: _our_entries(plugin.api, claim) == [], "the restarted plugin clears the status")
+    wait_for(
+        "the restarted plugin clears the status",
+        lambda: _our_entries(plugin.api, claim) == [],
+        changes=plugin.api.changes,
+    )
     assert "Traceback" not in plugin.stop(process, output)

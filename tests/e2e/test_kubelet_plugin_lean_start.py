@@ -22,8 +22,6 @@ from tests.kubelet_client import KubeletClient, short_socket_dir
 from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env
 from tests.prepare_harness import create_claim, result
 
-pytestmark = pytest.mark.slow
-
 FAST_RETRIES = {"MIGDRA_API_BACKOFF_INITIAL": "0.02", "MIGDRA_API_BACKOFF_MAX": "0.1"}
 # Modules whose import the plugin must not pay for: every API class and model of the client (the
 # package imports some of its generated code eagerly; these it imports only when asked).
@@ -68,7 +66,7 @@ def test_registers_and_answers_kubelet_before_any_publish_and_imports_no_client_
     assert process.stdout is not None
     output = OutputLines(process.stdout)
     try:
-        output.wait_for(lambda line: "publishing ResourceSlices failed (1 in a row)" in line, "a failed publish")
+        output.wait_for_line("a failed publish", lambda line: "publishing ResourceSlices failed (1 in a row)" in line)
         registration = root / "registry" / f"{DRIVER}-reg.sock"
         with KubeletClient(registration) as kubelet:
             assert kubelet.register() == "v1.DRAPlugin"  # registered although nothing is published
@@ -79,7 +77,7 @@ def test_registers_and_answers_kubelet_before_any_publish_and_imports_no_client_
         assert output.count(lambda line: line.startswith("migdra kubelet-plugin: serving node")) == 0
 
         api.start()
-        output.wait_for(lambda line: line.startswith("migdra kubelet-plugin: serving node"), "the first publish")
+        output.wait_for_line("the first publish", lambda line: line.startswith("migdra kubelet-plugin: serving node"))
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
         output.join()

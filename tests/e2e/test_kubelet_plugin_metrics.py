@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 import urllib.request
 from contextlib import closing
 from typing import Any
 
 import grpc
-import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
@@ -31,8 +29,7 @@ from kubeletplugin.draservice import ClaimRef
 from tests.e2e.test_kubelet_plugin_process import PluginProcess, _stop
 from tests.plugin_command import NODE
 from tests.prepare_harness import create_claim, read_claim_json, result
-
-pytestmark = pytest.mark.slow
+from tests.waiting import wait_for
 
 
 def _free_port() -> int:
@@ -60,13 +57,14 @@ def _health(port: int) -> int:
 
 def _ready_entry(api_client: client.ApiClient, claim: ClaimRef, timeout: float = 30) -> dict[str, Any]:
     """The claim's status.devices[0] once the plugin's (asynchronous) status write says Ready."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def ready() -> dict[str, Any] | None:
         entries = (read_claim_json(api_client, claim).get("status") or {}).get("devices") or []
         if entries and any(c["type"] == "Ready" and c["status"] == "True" for c in entries[0].get("conditions", [])):
             return dict(entries[0])
-        assert time.monotonic() < deadline, f"no Ready status for {claim.name}: {entries}"
-        time.sleep(0.05)
+        return None
+
+    return wait_for(f"a Ready status for {claim.name}", ready, timeout=timeout)
 
 
 def _assert_instance_info(

@@ -22,8 +22,7 @@ from dra_driver.nvml import sim
 from tests.kubelet_client import KubeletClient
 from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env
 from tests.prepare_harness import create_claim, read_claim_json, result
-
-pytestmark = pytest.mark.slow
+from tests.waiting import wait_for
 
 H100 = load_catalog().model("H100-SXM5-80GB")
 
@@ -54,12 +53,14 @@ class PluginProcess:
             text=True,
         )
         self.processes.append(process)
-        deadline = time.monotonic() + 30
-        while process.poll() is None and time.monotonic() < deadline:  # a killed process's stale socket may be there
-            if self._answers():
-                return process
-            time.sleep(0.05)
-        raise AssertionError(process.communicate(timeout=5)[0] if process.poll() is not None else "plugin too slow")
+
+        def serving() -> bool:  # a killed process's stale socket may be there: it must answer
+            if process.poll() is not None:
+                raise AssertionError(f"the plugin exited:\n{process.communicate(timeout=5)[0]}")
+            return self._answers()
+
+        wait_for("the plugin to serve", serving, timeout=30)
+        return process
 
     def _answers(self) -> bool:
         if not self.registration_socket.exists():

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +21,8 @@ from dra_driver.kube.client import CLAIMS, EVENTS, PODS
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from tests.kubelet_client import short_socket_dir
-from tests.sim_cluster import DEMO, WAIT, SimCluster, start_cluster, stop_cluster, wait_for
+from tests.sim_cluster import DEMO, SimCluster, start_cluster, stop_cluster
+from tests.waiting import WAIT, wait_for
 
 DRIVER = "gpu.migdra.io"
 REALIZED = f"{DRIVER}/realized"
@@ -106,7 +106,7 @@ def test_a_failed_realization_sends_the_pod_to_another_placement_and_leaves_no_i
         events = cluster.client.list(EVENTS, namespace, field_selector=selector)[0]
         return [e for e in events if "device binding failed" in e.get("message", "")]
 
-    event = wait_for(failed_binding, "the binding on node-1 to fail on realization-failed")[0]
+    event = wait_for("the binding on node-1 to fail on realization-failed", failed_binding)[0]
     # kube-scheduler's words with the plugin's condition: reason RealizationFailed, the plugin's message
     assert "reason=RealizationFailed" in event["message"], event["message"]
     failed = re.search(r"device (gpu-[\w-]+): ", event["message"])
@@ -117,7 +117,7 @@ def test_a_failed_realization_sends_the_pod_to_another_placement_and_leaves_no_i
     # Re-placing takes the scheduler's retry, a second allocation, a realization and kubelet's prepare:
     # with both CPUs busy beside the suite that chain once took over 60 s, so it gets longer (bounded).
     pod = wait_for(
-        lambda: cluster.running(namespace, {"inference-1g"}), "the pod to run on another placement", timeout=3 * WAIT
+        "the pod to run on another placement", lambda: cluster.running(namespace, {"inference-1g"}), timeout=3 * WAIT
     )["inference-1g"]
     assert pod["spec"]["nodeName"] == "node-1"
     claim = cluster.claims(namespace)[0]
@@ -132,7 +132,7 @@ def test_a_failed_realization_sends_the_pod_to_another_placement_and_leaves_no_i
     assert instances(cluster, "node-2") == []
 
     cluster.delete_all(namespace)
-    wait_for(lambda: instances(cluster, "node-1") == [], "the instance to go with the pod")
+    wait_for("the instance to go with the pod", lambda: instances(cluster, "node-1") == [])
 
 
 def test_the_pod_binds_only_once_realized_and_kubelet_creates_nothing_new(cluster: SimCluster) -> None:
@@ -140,8 +140,9 @@ def test_the_pod_binds_only_once_realized_and_kubelet_creates_nothing_new(cluste
     cluster.apply(namespace, pinned_pod("node-2"))
     waited = False
     realized_uuids: list[str] | None = None
-    deadline = time.monotonic() + WAIT
-    while True:  # until Running: every look at a bound pod must find its claim realized already
+
+    def running() -> bool:  # every look at a bound pod must find its claim realized already
+        nonlocal waited, realized_uuids
         pod = cluster.client.get(PODS, namespace, "inference-1g") or {}
         claim = the_claim(cluster, namespace)  # read after the pod: realized is written before the bind
         if claim is not None and allocated_device(claim) is not None:
@@ -152,13 +153,11 @@ def test_the_pod_binds_only_once_realized_and_kubelet_creates_nothing_new(cluste
                 waited = True  # allocated, not realized, not bound: the scheduler waits for the condition
             if realized and realized_uuids is None:
                 realized_uuids = [u for *_, uuids in instances(cluster, "node-2") for u in uuids]
-        if pod.get("status", {}).get("phase") == "Running":
-            break
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {WAIT:g} s waiting for the pod to run")
-        time.sleep(0.05)
+        return bool(pod.get("status", {}).get("phase") == "Running")
+
+    wait_for("the pod to run", running)
     assert waited, "the pod was never seen waiting for its binding condition"
-    pod = wait_for(lambda: cluster.running(namespace, {"inference-1g"}), "the pod to run")["inference-1g"]
+    pod = wait_for("the pod to run", lambda: cluster.running(namespace, {"inference-1g"}))["inference-1g"]
     assert pod["spec"]["nodeName"] == "node-2"
     claim = cluster.client.get(CLAIMS, namespace, cluster.claims(namespace)[0]["metadata"]["name"])
     assert claim is not None
@@ -167,6 +166,7 @@ def test_the_pod_binds_only_once_realized_and_kubelet_creates_nothing_new(cluste
     assert realized_uuids is not None
     assert on_node[0][3] == realized_uuids, "the same MIG device as realized"
     identity = wait_for(
+        "the claim's MIG identity",
         lambda: next(
             (
                 e.get("data")
@@ -175,7 +175,6 @@ def test_the_pod_binds_only_once_realized_and_kubelet_creates_nothing_new(cluste
             ),
             None,
         ),
-        "the claim's MIG identity",
     )
     assert [identity["migUUID"]] == realized_uuids
     cdi = json.loads(pod["metadata"]["annotations"]["sim.migdra.io/cdi-devices"])
@@ -183,4 +182,4 @@ def test_the_pod_binds_only_once_realized_and_kubelet_creates_nothing_new(cluste
     assert all(cdi.values())
 
     cluster.delete_all(namespace)
-    wait_for(lambda: instances(cluster, "node-2") == [], "the instance to go with the pod")
+    wait_for("the instance to go with the pod", lambda: instances(cluster, "node-2") == [])

@@ -14,7 +14,6 @@ import contextlib
 import json
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,8 +31,7 @@ from kubeletplugin.prepare.locks import LOCKS_DIR, lock_file_name, release_flock
 from tests.kubelet_client import KubeletClient, short_socket_dir
 from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env
 from tests.prepare_harness import create_claim, result
-
-pytestmark = pytest.mark.slow
+from tests.waiting import wait_for
 
 WAIT_S = 30.0
 
@@ -75,14 +73,16 @@ class Plugins:
                 text=True,
             )
         self.processes[pod_uid] = process
-        deadline = time.monotonic() + WAIT_S
-        while process.poll() is None and time.monotonic() < deadline:
-            if self._answers(pod_uid):
-                return process
-            time.sleep(0.05)
-        process.kill()
-        process.wait(timeout=10)
-        raise AssertionError(f"plugin {pod_uid} did not start serving:\n{self.log(pod_uid).read_text()[-4000:]}")
+
+        def serving() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"plugin {pod_uid} exited:\n{self.log(pod_uid).read_text()[-4000:]}")
+            return self._answers(pod_uid)
+
+        wait_for(
+            f"plugin {pod_uid} to serve", serving, timeout=WAIT_S, detail=lambda: self.log(pod_uid).read_text()[-4000:]
+        )
+        return process
 
     def _answers(self, pod_uid: str) -> bool:
         if not self.registration_socket(pod_uid).exists():
@@ -129,13 +129,13 @@ class Plugins:
 
 
 @pytest.fixture
-def plugins() -> Iterator[Plugins]:
-    with short_socket_dir() as root, LocalAPIServer() as api:
+def plugins(api_server: LocalAPIServer) -> Iterator[Plugins]:
+    with short_socket_dir() as root:
         kubeconfig = root / "kubeconfig"
-        api.write_kubeconfig(kubeconfig)
-        with client.ApiClient(client.Configuration(host=api.url)) as c:
+        api_server.write_kubeconfig(kubeconfig)
+        with client.ApiClient(client.Configuration(host=api_server.url)) as c:
             client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
-        runner = Plugins(api, root, kubeconfig)
+        runner = Plugins(api_server, root, kubeconfig)
         try:
             yield runner
         finally:
@@ -147,12 +147,12 @@ def plugins() -> Iterator[Plugins]:
 
 def wait_for_record(plugins: Plugins, claim: ClaimRef, state: str) -> None:
     """Until the checkpoint holds the claim's record in ``state`` (bounded)."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if plugins.checkpoint().get(claim.uid, {}).get("state") == state:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"claim {claim.name} never reached {state}: {plugins.checkpoint()}")
+    wait_for(
+        f"claim {claim.name} to reach {state}",
+        lambda: plugins.checkpoint().get(claim.uid, {}).get("state") == state,
+        timeout=WAIT_S,
+        detail=lambda: f"checkpoint: {plugins.checkpoint()}",
+    )
 
 
 def ok(result: PrepareResult) -> bool:

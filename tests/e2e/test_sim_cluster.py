@@ -24,7 +24,8 @@ from dra_driver.kube.client import CLAIMS, EVENTS, SLICES
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from tests.kubelet_client import short_socket_dir
-from tests.sim_cluster import BIN, DEMO, SimCluster, sim_down, start_cluster, stop_cluster, wait_for
+from tests.sim_cluster import BIN, DEMO, SimCluster, sim_down, start_cluster, stop_cluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("e2e-sim-cluster")
 
@@ -58,7 +59,7 @@ def test_the_demo_workloads_run_on_mig_devices_and_go_away_without_a_trace(clust
         "batch-3g-or-2g",
         "legacy-device-plugin-pod",
     }
-    pods = wait_for(lambda: cluster.running(namespace, expected), "the demo pods to run")
+    pods = wait_for("the demo pods to run", lambda: cluster.running(namespace, expected))
     claims = cluster.claims(namespace)
     published = cluster.client.list(SLICES)[0]
     slices = {d["name"]: d for s in published for d in s["spec"].get("devices", [])}
@@ -95,7 +96,7 @@ def test_the_demo_workloads_run_on_mig_devices_and_go_away_without_a_trace(clust
         events = cluster.client.list(EVENTS, namespace, field_selector=selector)[0]
         return [e for e in events if "cannot allocate all claims" in e["message"]]
 
-    event = wait_for(failed, "the FailedScheduling Event of too-big")[0]
+    event = wait_for("the FailedScheduling Event of too-big", failed)[0]
     assert event["type"] == "Warning"
     assert event["message"].startswith("0/2 nodes are available: 2 cannot allocate all claims.")
     if cluster.control_plane == "local":  # kube-scheduler stops at the summary (docs/local-cluster.md)
@@ -113,14 +114,14 @@ def test_the_demo_workloads_run_on_mig_devices_and_go_away_without_a_trace(clust
     assert re.search(r"Placement:\s+Size:\s+4\s+Start:\s+[04]", described.stdout), described.stdout
 
     cluster.delete_all(namespace)
-    wait_for(lambda: not cluster.claims(namespace), "the generated claims to be deleted")
+    wait_for("the generated claims to be deleted", lambda: not cluster.claims(namespace))
     assert cluster.mig_instances() == {"node-1": 0, "node-2": 0}
 
 
 def test_a_pods_claim_is_reserved_then_ready_with_the_instance_the_simulated_nvml_holds(cluster: SimCluster) -> None:
     namespace = cluster.namespace("reserved")
     cluster.kubectl("apply", "-n", namespace, "-f", str(DEMO / "02-mig-3g.yaml"))
-    wait_for(lambda: cluster.running(namespace, {"training-3g"}), "training-3g to run")
+    wait_for("training-3g to run", lambda: cluster.running(namespace, {"training-3g"}))
 
     def entry() -> dict[str, Any] | None:
         (claim,) = cluster.claims(namespace)
@@ -130,7 +131,7 @@ def test_a_pods_claim_is_reserved_then_ready_with_the_instance_the_simulated_nvm
         types = {c["type"]: c for c in device.get("conditions", [])}
         return device if "Reserved" in types and "Ready" in types else None
 
-    device = wait_for(entry, "Reserved and Ready on the claim")
+    device = wait_for("Reserved and Ready on the claim", entry)
     conditions = {c["type"]: c for c in device["conditions"]}
     assert (conditions["Reserved"]["status"], conditions["Reserved"]["reason"]) == ("True", "Allocated")
     assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("True", "MigInstanceReady")
@@ -162,17 +163,17 @@ def test_a_pods_claim_is_reserved_then_ready_with_the_instance_the_simulated_nvm
 def test_a_restarted_plugin_leaves_running_pods_alone_and_serves_later_ones(cluster: SimCluster) -> None:
     namespace = cluster.namespace("restart")
     cluster.kubectl("apply", "-n", namespace, "-f", str(DEMO / "01-mig-1g.yaml"))
-    first = wait_for(lambda: cluster.running(namespace, {"inference-1g"}), "the first pod to run")["inference-1g"]
+    first = wait_for("the first pod to run", lambda: cluster.running(namespace, {"inference-1g"}))["inference-1g"]
     node = first["spec"]["nodeName"]
     old = cluster.plugin_pid(node)
     os.kill(old, signal.SIGKILL)
-    wait_for(lambda: not process_alive(old), "the killed plugin to exit")
-    new = wait_for(lambda: (pid := cluster.plugin_pid(node)) != old and process_alive(pid) and pid, "a new plugin")
+    wait_for("the killed plugin to exit", lambda: not process_alive(old))
+    new = wait_for("a new plugin", lambda: (pid := cluster.plugin_pid(node)) != old and process_alive(pid) and pid)
     assert new != old
     # Every placement of the second pod's profile is on the same nodes; pin it to the restarted one.
     pinned = f"spec:\n  nodeSelector:\n    kubernetes.io/hostname: {node}\n  containers:"
     cluster.apply(namespace, (DEMO / "02-mig-3g.yaml").read_text().replace("spec:\n  containers:", pinned))
-    pods = wait_for(lambda: cluster.running(namespace, {"inference-1g", "training-3g"}), "the second pod to run")
+    pods = wait_for("the second pod to run", lambda: cluster.running(namespace, {"inference-1g", "training-3g"}))
     assert pods["training-3g"]["spec"]["nodeName"] == node
     assert pods["inference-1g"]["metadata"]["uid"] == first["metadata"]["uid"]
     assert pods["inference-1g"]["metadata"]["annotations"] == first["metadata"]["annotations"]
@@ -219,7 +220,7 @@ spec:
 def test_a_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod(cluster: SimCluster) -> None:
     namespace = cluster.namespace("shared")
     cluster.apply(namespace, SHARED + POD.format(name="reader-a") + POD.format(name="reader-b"))
-    pods = wait_for(lambda: cluster.running(namespace, {"reader-a", "reader-b"}), "both pods to run")
+    pods = wait_for("both pods to run", lambda: cluster.running(namespace, {"reader-a", "reader-b"}))
     assert pods["reader-a"]["spec"]["nodeName"] == pods["reader-b"]["spec"]["nodeName"]
     claim = cluster.client.get(CLAIMS, namespace, "shared-1g")
     assert claim is not None
@@ -234,7 +235,7 @@ def test_a_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod(clust
         current = cluster.client.get(CLAIMS, namespace, "shared-1g") or {}
         return [r["name"] for r in current.get("status", {}).get("reservedFor", [])] == ["reader-b"]
 
-    wait_for(reserved_for_b_only, "the reservation of reader-a to end")
+    wait_for("the reservation of reader-a to end", reserved_for_b_only)
     assert sum(cluster.mig_instances().values()) == 1, "still used by reader-b: not unprepared"
     cluster.delete_all(namespace)
 
@@ -242,7 +243,7 @@ def test_a_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod(clust
         current = cluster.client.get(CLAIMS, namespace, "shared-1g") or {}
         return not current.get("status", {}).get("allocation")
 
-    wait_for(deallocated, "the shared claim to be deallocated")
+    wait_for("the shared claim to be deallocated", deallocated)
     assert sum(cluster.mig_instances().values()) == 0
 
 
@@ -261,7 +262,7 @@ def test_another_driver_name_runs_end_to_end_and_sim_down_stops_every_process() 
                 (DEMO / "01-mig-1g.yaml").read_text().replace("gpu.migdra.io", driver).replace("1g.10gb", "1g.5gb")
             )
             sim.apply("default", manifest)
-            pod = wait_for(lambda: sim.running("default", {"inference-1g"}), "the pod to run")["inference-1g"]
+            pod = wait_for("the pod to run", lambda: sim.running("default", {"inference-1g"}))["inference-1g"]
             claim = _owned(sim.claims("default"), "inference-1g")
             assert [r["driver"] for r in _results(claim)] == [driver]
             assert json.loads(pod["metadata"]["annotations"]["sim.migdra.io/cdi-devices"])
@@ -320,7 +321,7 @@ def test_a_killed_supervisor_is_found_stopped_by_sim_down_and_a_new_run_starts_a
         workdir = root / "sim"
         first = start_cluster(workdir, "--gpus", "H100-SXM5-80GB:1")
         first.apply("default", (DEMO / "01-mig-1g.yaml").read_text())
-        wait_for(lambda: first.running("default", {"inference-1g"}), "the pod to run")
+        wait_for("the pod to run", lambda: first.running("default", {"inference-1g"}))
         assert first.mig_instances() == {"node-1": 1}
         orphan = first.plugin_pid("node-1")
         controller = int((workdir / "controller.pid").read_text().split()[0])
@@ -350,15 +351,15 @@ def test_a_killed_supervisor_is_found_stopped_by_sim_down_and_a_new_run_starts_a
         assert down.returncode == 0, down.stderr
         assert str(orphan) in down.stderr
         assert str(controller) in down.stderr
-        wait_for(lambda: not process_alive(orphan), "the orphaned plugin to stop")
-        wait_for(lambda: not process_alive(controller), "the orphaned controller to stop")
+        wait_for("the orphaned plugin to stop", lambda: not process_alive(orphan))
+        wait_for("the orphaned controller to stop", lambda: not process_alive(controller))
 
         second = start_cluster(workdir, "--gpus", "H100-SXM5-80GB:1")
         try:
             # The API server kept nothing, so neither do the nodes: no instance of the old claim is left.
             assert second.mig_instances() == {"node-1": 0}
             second.apply("default", (DEMO / "01-mig-1g.yaml").read_text())
-            wait_for(lambda: second.running("default", {"inference-1g"}), "the pod of the new run to run")
+            wait_for("the pod of the new run to run", lambda: second.running("default", {"inference-1g"}))
         finally:
             second.client.close()
             assert sim_down(workdir).returncode == 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -208,40 +207,38 @@ def test_feature_gates_change_the_answer(files: dict[str, str], tmp_path: Path) 
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Path]:
+def cluster(api_server: LocalAPIServer, tmp_path: Path) -> Path:
     """A local API server with node-a, its slices, the DeviceClasses, an allocated claim and a pending pod."""
-    with LocalAPIServer() as api:
-        kubeconfig = tmp_path / "kubeconfig"
-        api.write_kubeconfig(kubeconfig)
-        with client.ApiClient(client.Configuration(host=api.url)) as api_client:
-            core = client.CoreV1Api(api_client)
-            resource = client.ResourceV1Api(api_client)
-            core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-            for body in node_slices():
-                resource.create_resource_slice(body)
-            for body in classes():
-                resource.create_device_class(body)
-            taken = allocated("other", ["gpu-0-mig-7g80gb-0-0"])
-            status = taken.pop("status")
-            resource.create_namespaced_resource_claim("default", taken)
-            resource.patch_namespaced_resource_claim_status("other", "default", {"status": status})
-            resource.create_namespaced_resource_claim("default", claim("train", "7g.80gb"))
-            core.create_namespaced_pod(
-                "default",
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": "trainer"},
-                    "spec": {
-                        "containers": [{"name": "main", "image": "busybox"}],
-                        "resourceClaims": [{"name": "gpu", "resourceClaimName": "train"}],
-                    },
+    kubeconfig = tmp_path / "kubeconfig"
+    api_server.write_kubeconfig(kubeconfig)
+    with client.ApiClient(client.Configuration(host=api_server.url)) as api_client:
+        core = client.CoreV1Api(api_client)
+        resource = client.ResourceV1Api(api_client)
+        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+        for body in node_slices():
+            resource.create_resource_slice(body)
+        for body in classes():
+            resource.create_device_class(body)
+        taken = allocated("other", ["gpu-0-mig-7g80gb-0-0"])
+        status = taken.pop("status")
+        resource.create_namespaced_resource_claim("default", taken)
+        resource.patch_namespaced_resource_claim_status("other", "default", {"status": status})
+        resource.create_namespaced_resource_claim("default", claim("train", "7g.80gb"))
+        core.create_namespaced_pod(
+            "default",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "trainer"},
+                "spec": {
+                    "containers": [{"name": "main", "image": "busybox"}],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": "train"}],
                 },
-            )
-        yield kubeconfig
+            },
+        )
+    return kubeconfig
 
 
-@pytest.mark.slow
 def test_from_cluster_allocates_a_pods_claims_around_allocated_ones(cluster: Path) -> None:
     args = ["--from-cluster", "--kubeconfig", str(cluster), "--node", NODE]
     result = migdra(*args, "--pod", "default/trainer", "-o", "json")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,19 +19,16 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.api_server(history_limit=50, gc_interval=0.1)
 
 DRIVER = "gpu.migdra.dev"
 
 
 @pytest.fixture
-def api() -> Iterator[LocalAPIServer]:
-    with LocalAPIServer(history_limit=50, gc_interval=0.1) as server:
-        yield server
-
-
-@pytest.fixture
-def api_client(api: LocalAPIServer) -> Iterator[client.ApiClient]:
-    with client.ApiClient(client.Configuration(host=api.url)) as c:
+def api_client(api_server: LocalAPIServer) -> Iterator[client.ApiClient]:
+    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
         yield c
 
 
@@ -54,13 +50,6 @@ def status_of(exc: ApiException) -> dict[str, Any]:
     assert body["status"] == "Failure"
     assert body["code"] == exc.status
     return body
-
-
-def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def gone(read: Callable[[], Any]) -> bool:
@@ -270,7 +259,7 @@ def test_crud_of_every_resource(api_client: client.ApiClient, plural: str) -> No
     assert int(replaced.metadata.resource_version) > int(created.metadata.resource_version)
 
     getattr(typed, f"delete_{scope}")("crud-1", *ns)
-    eventually(lambda: gone(lambda: getattr(typed, f"read_{scope}")("crud-1", *ns)))
+    wait_for("the deleted object to go", lambda: gone(lambda: getattr(typed, f"read_{scope}")("crud-1", *ns)))
 
 
 def test_create_existing_name_is_already_exists(core: client.CoreV1Api) -> None:
@@ -420,7 +409,9 @@ def wait_for_a_collection_pass(resource: client.ResourceV1Api, canary: str) -> N
     owner = {"apiVersion": "v1", "kind": "Pod", "name": "never-existed", "uid": "00000000-0000-0000-0000-000000000000"}
     body = {"metadata": {"name": canary, "ownerReferences": [owner]}, "spec": claim_spec()}
     resource.create_namespaced_resource_claim("default", body)
-    eventually(lambda: gone(lambda: resource.read_namespaced_resource_claim(canary, "default")))
+    wait_for(
+        "the canary to be collected", lambda: gone(lambda: resource.read_namespaced_resource_claim(canary, "default"))
+    )
 
 
 def test_claim_owned_by_pod_is_collected_after_the_pod_is_deleted(
@@ -431,7 +422,10 @@ def test_claim_owned_by_pod_is_collected_after_the_pod_is_deleted(
     wait_for_a_collection_pass(resource, "canary")
     assert not gone(lambda: resource.read_namespaced_resource_claim("owned", "default")), "owner alive: kept"
     core.delete_namespaced_pod("owner", "default")
-    eventually(lambda: gone(lambda: resource.read_namespaced_resource_claim("owned", "default")))
+    wait_for(
+        "the owned claim to be collected",
+        lambda: gone(lambda: resource.read_namespaced_resource_claim("owned", "default")),
+    )
 
 
 def test_orphan_propagation_keeps_dependents_and_drops_the_reference(
@@ -457,13 +451,16 @@ def test_foreground_propagation_deletes_dependents_first(
         },
     )
     core.delete_namespaced_pod("owner-f", "default", propagation_policy="Foreground")
-    eventually(lambda: resource.read_namespaced_resource_claim("fg", "default").metadata.deletion_timestamp is not None)
+    wait_for(
+        "the claim to be marked for deletion",
+        lambda: resource.read_namespaced_resource_claim("fg", "default").metadata.deletion_timestamp is not None,
+    )
     owner = core.read_namespaced_pod("owner-f", "default")
     assert "foregroundDeletion" in owner.metadata.finalizers, "the owner waits for its dependents"
     resource.patch_namespaced_resource_claim(
         "fg", "default", {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json"
     )
-    eventually(lambda: gone(lambda: core.read_namespaced_pod("owner-f", "default")))
+    wait_for("the owner to go", lambda: gone(lambda: core.read_namespaced_pod("owner-f", "default")))
 
 
 def test_merge_patch_adds_and_removes_labels(core: client.CoreV1Api) -> None:
@@ -537,7 +534,7 @@ def test_namespace_deletion_removes_its_objects(core: client.CoreV1Api) -> None:
     with pytest.raises(ApiException) as info:
         core.create_namespaced_config_map("doomed", {"metadata": {"name": "late"}})
     assert info.value.status in (403, 404)
-    eventually(lambda: gone(lambda: core.read_namespace("doomed")))
+    wait_for("the namespace to go", lambda: gone(lambda: core.read_namespace("doomed")))
     assert gone(lambda: core.read_namespaced_config_map("inside", "doomed"))
 
 
@@ -737,7 +734,7 @@ def test_timestamps_are_rendered_like_kube(core: client.CoreV1Api) -> None:
     assert info.value.status == 400
 
 
-def test_limit_and_continue_page_through_a_list(api: LocalAPIServer, core: client.CoreV1Api) -> None:
+def test_limit_and_continue_page_through_a_list(api_server: LocalAPIServer, core: client.CoreV1Api) -> None:
     for index in range(7):
         core.create_namespaced_config_map("default", {"metadata": {"name": f"page-{index}"}})
     seen: list[str] = []
@@ -788,43 +785,41 @@ def test_pod_binding_sets_node_once(core: client.CoreV1Api) -> None:
     assert info.value.status == 409
 
 
-def test_kubeconfig_loads_with_the_official_loader(api: LocalAPIServer, tmp_path: Path) -> None:
-    path = api.write_kubeconfig(tmp_path / "kubeconfig")
+def test_kubeconfig_loads_with_the_official_loader(api_server: LocalAPIServer, tmp_path: Path) -> None:
+    path = api_server.write_kubeconfig(tmp_path / "kubeconfig")
     configuration = client.Configuration()
     config.load_kube_config(config_file=str(path), client_configuration=configuration)
     with client.ApiClient(configuration) as c:
         assert "default" in [n.metadata.name for n in client.CoreV1Api(c).list_namespace().items]
 
 
-def test_token_authentication(tmp_path: Path) -> None:
-    tokens = tmp_path / "tokens.csv"
-    tokens.write_text('secret-token,alice,uid-1,"dev,ops"\n')
-    with LocalAPIServer(token_file=tokens) as server:
-        assert server.url.startswith("https://"), "client-go sends tokens only over TLS"
-        configuration = client.Configuration(host=server.url)
-        configuration.ssl_ca_cert = str(server.ca_cert_path)
-        with client.ApiClient(configuration) as anonymous:
-            with pytest.raises(ApiException) as info:
-                client.CoreV1Api(anonymous).list_namespace()
-            assert (info.value.status, status_of(info.value)["reason"]) == (401, "Unauthorized")
-        wrong = client.Configuration(
-            host=server.url, api_key={"BearerToken": "nope"}, api_key_prefix={"BearerToken": "Bearer"}
-        )
-        wrong.ssl_ca_cert = str(server.ca_cert_path)
-        with client.ApiClient(wrong) as c, pytest.raises(ApiException) as info:
-            client.CoreV1Api(c).list_namespace()
-        assert info.value.status == 401
-        path = server.write_kubeconfig(tmp_path / "kubeconfig")
-        loaded = client.Configuration()
-        config.load_kube_config(config_file=str(path), client_configuration=loaded)
-        with client.ApiClient(loaded) as c:
-            assert client.CoreV1Api(c).list_namespace().items
-            watched = watch.Watch().stream(client.CoreV1Api(c).list_namespace, timeout_seconds=1)
-            assert "default" in [event["object"].metadata.name for event in watched], "watches work over TLS"
+@pytest.mark.api_server(tokens=['secret-token,alice,uid-1,"dev,ops"'])
+def test_token_authentication(api_server: LocalAPIServer, tmp_path: Path) -> None:
+    assert api_server.url.startswith("https://"), "client-go sends tokens only over TLS"
+    configuration = client.Configuration(host=api_server.url)
+    configuration.ssl_ca_cert = str(api_server.ca_cert_path)
+    with client.ApiClient(configuration) as anonymous:
+        with pytest.raises(ApiException) as info:
+            client.CoreV1Api(anonymous).list_namespace()
+        assert (info.value.status, status_of(info.value)["reason"]) == (401, "Unauthorized")
+    wrong = client.Configuration(
+        host=api_server.url, api_key={"BearerToken": "nope"}, api_key_prefix={"BearerToken": "Bearer"}
+    )
+    wrong.ssl_ca_cert = str(api_server.ca_cert_path)
+    with client.ApiClient(wrong) as c, pytest.raises(ApiException) as info:
+        client.CoreV1Api(c).list_namespace()
+    assert info.value.status == 401
+    path = api_server.write_kubeconfig(tmp_path / "kubeconfig")
+    loaded = client.Configuration()
+    config.load_kube_config(config_file=str(path), client_configuration=loaded)
+    with client.ApiClient(loaded) as c:
+        assert client.CoreV1Api(c).list_namespace().items
+        watched = watch.Watch().stream(client.CoreV1Api(c).list_namespace, timeout_seconds=1)
+        assert "default" in [event["object"].metadata.name for event in watched], "watches work over TLS"
 
 
-def test_every_registered_resource_has_a_crud_test(api: LocalAPIServer) -> None:
-    assert {r.key for r in api.registry.resources} == set(RESOURCES)
+def test_every_registered_resource_has_a_crud_test(api_server: LocalAPIServer) -> None:
+    assert {r.key for r in api_server.registry.resources} == set(RESOURCES)
 
 
 def test_stop_ends_watches_and_connections_and_joins_its_threads() -> None:
@@ -840,11 +835,13 @@ def test_stop_ends_watches_and_connections_and_joins_its_threads() -> None:
     assert set(threading.enumerate()) - before == set()
 
 
-def test_single_object_watch_path(api: LocalAPIServer, core: client.CoreV1Api) -> None:
+def test_single_object_watch_path(api_server: LocalAPIServer, core: client.CoreV1Api) -> None:
     core.create_namespaced_config_map("default", {"metadata": {"name": "one"}})
     core.create_namespaced_config_map("default", {"metadata": {"name": "two"}})
-    with client.ApiClient(client.Configuration(host=api.url)) as c:
-        response = c.call_api("GET", f"{api.url}/api/v1/namespaces/default/configmaps/two?watch=1&timeoutSeconds=1")
+    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
+        response = c.call_api(
+            "GET", f"{api_server.url}/api/v1/namespaces/default/configmaps/two?watch=1&timeoutSeconds=1"
+        )
         events = [json.loads(line) for line in response.read().splitlines() if line.strip()]
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "two")]
 
@@ -854,7 +851,7 @@ def test_snapshot_is_written_while_running_and_restored(tmp_path: Path) -> None:
     with LocalAPIServer(snapshot=snapshot, snapshot_interval=0.1) as server:
         with client.ApiClient(client.Configuration(host=server.url)) as c:
             created = client.CoreV1Api(c).create_namespaced_config_map("default", {"metadata": {"name": "kept"}})
-        eventually(lambda: snapshot.exists() and "kept" in snapshot.read_text())
+        wait_for("the snapshot to hold the object", lambda: snapshot.exists() and "kept" in snapshot.read_text())
     with LocalAPIServer(snapshot=snapshot) as server, client.ApiClient(client.Configuration(host=server.url)) as c:
         restored = client.CoreV1Api(c).read_namespaced_config_map("kept", "default")
         assert (restored.metadata.uid, restored.metadata.resource_version) == (

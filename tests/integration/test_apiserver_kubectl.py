@@ -110,14 +110,8 @@ def kubectl_binary() -> str:
 
 
 @pytest.fixture
-def api() -> Iterator[LocalAPIServer]:
-    with LocalAPIServer() as server:
-        yield server
-
-
-@pytest.fixture
-def kubectl(api: LocalAPIServer, tmp_path: Path) -> Kubectl:
-    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+def kubectl(api_server: LocalAPIServer, tmp_path: Path) -> Kubectl:
+    kubeconfig = api_server.write_kubeconfig(tmp_path / "kubeconfig")
     binary = kubectl_binary()
 
     def run(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -137,8 +131,8 @@ def kubectl(api: LocalAPIServer, tmp_path: Path) -> Kubectl:
 
 
 @pytest.fixture
-def resource_api(api: LocalAPIServer) -> Iterator[client.ResourceV1Api]:
-    with client.ApiClient(client.Configuration(host=api.url)) as c:
+def resource_api(api_server: LocalAPIServer) -> Iterator[client.ResourceV1Api]:
+    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
         yield client.ResourceV1Api(c)
 
 
@@ -169,7 +163,7 @@ def test_create_from_yaml_and_get_yaml(kubectl: Kubectl) -> None:
 
 
 def test_describe_resource_claim_shows_status_and_events(
-    kubectl: Kubectl, api: LocalAPIServer, resource_api: client.ResourceV1Api
+    kubectl: Kubectl, api_server: LocalAPIServer, resource_api: client.ResourceV1Api
 ) -> None:
     kubectl("create", "-f", "-", stdin=MANIFESTS)
     claim = resource_api.read_namespaced_resource_claim("claim-1", "default")
@@ -194,7 +188,7 @@ def test_describe_resource_claim_shows_status_and_events(
             }
         },
     )
-    with client.ApiClient(client.Configuration(host=api.url)) as c:
+    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
         client.CoreV1Api(c).create_namespaced_event(
             "default",
             {
@@ -262,13 +256,13 @@ def test_label_annotate_and_merge_patch(kubectl: Kubectl) -> None:
 
 
 def test_wait_for_jsonpath_sees_a_status_update(
-    kubectl: Kubectl, api: LocalAPIServer, resource_api: client.ResourceV1Api, monkeypatch: pytest.MonkeyPatch
+    kubectl: Kubectl, api_server: LocalAPIServer, resource_api: client.ResourceV1Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kubectl("create", "-f", "-", stdin=MANIFESTS)
     # The status is written only once kubectl watches the claim, so the condition is met through the watch
     # (not by kubectl's first read), however long kubectl takes to get there.
     watching = threading.Event()
-    start_watch = api.store.start_watch
+    start_watch = api_server.store.start_watch
 
     def start_watch_and_tell(watcher: Watcher, since: int | None) -> tuple[int, int]:
         started = start_watch(watcher, since)
@@ -276,7 +270,7 @@ def test_wait_for_jsonpath_sees_a_status_update(
             watching.set()
         return started
 
-    monkeypatch.setattr(api.store, "start_watch", start_watch_and_tell)
+    monkeypatch.setattr(api_server.store, "start_watch", start_watch_and_tell)
 
     def reserve_once_watched() -> None:
         if not watching.wait(WAIT_SECONDS):
@@ -544,9 +538,9 @@ def test_a_list_item_with_an_unknown_field_fails_client_side_validation_like_kub
     ],
 )
 def test_openapi_v2_is_negotiated_like_kube_openapi(
-    api: LocalAPIServer, accept: str, status: int, content_type: str
+    api_server: LocalAPIServer, accept: str, status: int, content_type: str
 ) -> None:
-    request = urllib.request.Request(f"{api.url}/openapi/v2", headers={"Accept": accept})
+    request = urllib.request.Request(f"{api_server.url}/openapi/v2", headers={"Accept": accept})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             code, headers, body = response.status, response.headers, response.read()

@@ -23,25 +23,21 @@ from kubernetes.client.rest import ApiException
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from tests.integration.test_apiserver_kubectl import kubectl_binary
 
+pytestmark = pytest.mark.api_server(gc_interval=0.1)
+
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 MIG = "nvidia.com/mig-1g.10gb"
 
 
 @pytest.fixture
-def api() -> Iterator[LocalAPIServer]:
-    with LocalAPIServer(gc_interval=0.1) as server:
-        yield server
-
-
-@pytest.fixture
-def core(api: LocalAPIServer) -> Iterator[client.CoreV1Api]:
-    with client.ApiClient(client.Configuration(host=api.url)) as c:
+def core(api_server: LocalAPIServer) -> Iterator[client.CoreV1Api]:
+    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
         yield client.CoreV1Api(c)
 
 
 @pytest.fixture
-def kubectl(api: LocalAPIServer, tmp_path: Path) -> Kubectl:
-    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+def kubectl(api_server: LocalAPIServer, tmp_path: Path) -> Kubectl:
+    kubeconfig = api_server.write_kubeconfig(tmp_path / "kubeconfig")
     binary = kubectl_binary()
 
     def run(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -104,14 +100,14 @@ def test_kubectl_delete_of_an_unbound_pod_finishes_at_once(core: client.CoreV1Ap
 
 
 def test_kubectl_delete_waits_until_a_kubelet_finishes_the_deletion(
-    api: LocalAPIServer, core: client.CoreV1Api, kubectl: Kubectl
+    api_server: LocalAPIServer, core: client.CoreV1Api, kubectl: Kubectl
 ) -> None:
     core.create_namespaced_pod("default", pod_body("served"))
     marked_seen = threading.Event()
 
     def kubelet() -> None:
         # What a kubelet does: see the deletionTimestamp, stop the containers, delete with grace 0.
-        with client.ApiClient(client.Configuration(host=api.url)) as c:
+        with client.ApiClient(client.Configuration(host=api_server.url)) as c:
             pods = client.CoreV1Api(c)
             stream = watch.Watch()
             for event in stream.stream(pods.list_namespaced_pod, "default", timeout_seconds=30):

@@ -7,15 +7,14 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.integration.test_apiserver_kubectl import kubectl_binary
+from tests.waiting import wait_for
 
 
 @contextmanager
@@ -39,11 +38,12 @@ def apiserver_process(kubeconfig: Path, *extra: str) -> Iterator[subprocess.Pope
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        while not kubeconfig.exists():
+
+        def written() -> bool:
             assert process.poll() is None, f"the API server exited: {process.communicate()[1]}"
-            assert time.monotonic() < deadline, "no kubeconfig written within 20 s"
-            time.sleep(0.05)
+            return kubeconfig.exists()
+
+        wait_for("the kubeconfig to be written", written, timeout=20)
         yield process
     finally:
         if process.poll() is None:
@@ -67,7 +67,6 @@ def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> subproces
     )
 
 
-@pytest.mark.slow
 def test_sim_apiserver_serves_kubectl_and_keeps_its_snapshot(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     snapshot = tmp_path / "state.json"
@@ -94,7 +93,6 @@ def test_sim_apiserver_serves_kubectl_and_keeps_its_snapshot(tmp_path: Path) -> 
         assert int(newer_obj["metadata"]["resourceVersion"]) > int(version), "versions continue after a restart"
 
 
-@pytest.mark.slow
 def test_sim_apiserver_with_a_token_file(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.csv"
     tokens.write_text("s3cret,admin,uid-admin,system:masters\n")

@@ -4,9 +4,7 @@ subresources, watch versus list, and kube's 403 wording."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +15,15 @@ from pydantic import ValidationError
 from dra_driver.controlplane.apiserver import LocalAPIServer
 
 SA = "system:serviceaccount:team-a:reader"
+pytestmark = pytest.mark.api_server(
+    tokens=[
+        "admin-token,admin,uid-0,system:masters",
+        f"sa-token,{SA},uid-1",
+        'dev-token,dave,uid-2,"developers"',
+        "nobody-token,nobody,uid-3",
+    ],
+    authorization="RBAC",
+)
 
 
 @dataclass
@@ -32,58 +39,50 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    tokens = tmp_path / "tokens.csv"
-    tokens.write_text(
-        "admin-token,admin,uid-0,system:masters\n"
-        f"sa-token,{SA},uid-1\n"
-        'dev-token,dave,uid-2,"developers"\n'
-        "nobody-token,nobody,uid-3\n"
-    )
-    with LocalAPIServer(token_file=tokens, authorization="RBAC") as server:
-        cluster = Cluster(server)
-        with cluster.api("admin-token") as admin:
-            core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
-            for namespace in ("team-a", "team-b"):
-                core.create_namespace({"metadata": {"name": namespace}})
-                core.create_namespaced_config_map(namespace, {"metadata": {"name": "one"}, "data": {"k": "v"}})
-                core.create_namespaced_config_map(namespace, {"metadata": {"name": "two"}, "data": {"k": "v"}})
-            rbac.create_cluster_role(
-                {
-                    "metadata": {"name": "config-reader"},
-                    "rules": [
-                        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
-                        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["one"]},
-                    ],
-                }
-            )
-            rbac.create_namespaced_role_binding(
-                "team-a",
-                {
-                    "metadata": {"name": "reader"},
-                    "roleRef": {
-                        "apiGroup": "rbac.authorization.k8s.io",
-                        "kind": "ClusterRole",
-                        "name": "config-reader",
-                    },
-                    "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "team-a"}],
+def cluster(api_server: LocalAPIServer) -> Cluster:
+    cluster = Cluster(api_server)
+    with cluster.api("admin-token") as admin:
+        core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
+        for namespace in ("team-a", "team-b"):
+            core.create_namespace({"metadata": {"name": namespace}})
+            core.create_namespaced_config_map(namespace, {"metadata": {"name": "one"}, "data": {"k": "v"}})
+            core.create_namespaced_config_map(namespace, {"metadata": {"name": "two"}, "data": {"k": "v"}})
+        rbac.create_cluster_role(
+            {
+                "metadata": {"name": "config-reader"},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
+                    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["one"]},
+                ],
+            }
+        )
+        rbac.create_namespaced_role_binding(
+            "team-a",
+            {
+                "metadata": {"name": "reader"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "config-reader",
                 },
-            )
-            rbac.create_cluster_role(
-                {
-                    "metadata": {"name": "node-status"},
-                    "rules": [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["update", "get"]}],
-                }
-            )
-            rbac.create_cluster_role_binding(
-                {
-                    "metadata": {"name": "developers"},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-status"},
-                    "subjects": [{"kind": "Group", "name": "developers"}],
-                }
-            )
-            core.create_node({"metadata": {"name": "node-1"}})
-        yield cluster
+                "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "team-a"}],
+            },
+        )
+        rbac.create_cluster_role(
+            {
+                "metadata": {"name": "node-status"},
+                "rules": [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["update", "get"]}],
+            }
+        )
+        rbac.create_cluster_role_binding(
+            {
+                "metadata": {"name": "developers"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-status"},
+                "subjects": [{"kind": "Group", "name": "developers"}],
+            }
+        )
+        core.create_node({"metadata": {"name": "node-1"}})
+    return cluster
 
 
 def _refusal(call: Any, *args: Any) -> str:

@@ -25,8 +25,8 @@ _names = itertools.count()
 
 
 @pytest.fixture  # per test: a server per test keeps every thread inside its test
-def resource() -> Iterator[client.ResourceV1Api]:
-    with LocalAPIServer() as server, client.ApiClient(client.Configuration(host=server.url)) as api_client:
+def resource(api_server: LocalAPIServer) -> Iterator[client.ResourceV1Api]:
+    with client.ApiClient(client.Configuration(host=api_server.url)) as api_client:
         yield client.ResourceV1Api(api_client)
 
 

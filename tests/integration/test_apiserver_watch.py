@@ -19,16 +19,12 @@ from kubernetes.client.rest import ApiException
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
 
-
-@pytest.fixture
-def api() -> Iterator[LocalAPIServer]:
-    with LocalAPIServer(history_limit=20, bookmark_interval=0.2) as server:
-        yield server
+pytestmark = pytest.mark.api_server(history_limit=20, bookmark_interval=0.2)
 
 
 @pytest.fixture
-def core(api: LocalAPIServer) -> Iterator[client.CoreV1Api]:
-    with client.ApiClient(client.Configuration(host=api.url)) as c:
+def core(api_server: LocalAPIServer) -> Iterator[client.CoreV1Api]:
+    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
         yield client.CoreV1Api(c)
 
 
@@ -141,8 +137,8 @@ def test_concurrent_watchers_all_see_every_event(core: client.CoreV1Api) -> None
     assert results == [expected] * 5
 
 
-def test_watch_list_ends_initial_events_with_a_bookmark(api: LocalAPIServer) -> None:
-    with client.ApiClient(client.Configuration(host=api.url)) as c:
+def test_watch_list_ends_initial_events_with_a_bookmark(api_server: LocalAPIServer) -> None:
+    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
         core = client.CoreV1Api(c)
         core.create_namespaced_config_map("default", {"metadata": {"name": "wl"}})
         response = core.list_namespaced_config_map(

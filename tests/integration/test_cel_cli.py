@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -177,19 +176,17 @@ def test_lint_of_the_shipped_device_classes_is_clean() -> None:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Path]:
+def cluster(api_server: LocalAPIServer, tmp_path: Path) -> Path:
     """A local API server holding the H100 slices and NVIDIA's slice; yields its kubeconfig."""
-    with LocalAPIServer() as api:
-        kubeconfig = tmp_path / "kubeconfig"
-        api.write_kubeconfig(kubeconfig)
-        with client.ApiClient(client.Configuration(host=api.url)) as api_client:
-            resource = client.ResourceV1Api(api_client)
-            for body in [*example_slices(["H100-SXM5-80GB"], mig_enabled=True), foreign_slice()]:
-                resource.create_resource_slice(body)
-        yield kubeconfig
+    kubeconfig = tmp_path / "kubeconfig"
+    api_server.write_kubeconfig(kubeconfig)
+    with client.ApiClient(client.Configuration(host=api_server.url)) as api_client:
+        resource = client.ResourceV1Api(api_client)
+        for body in [*example_slices(["H100-SXM5-80GB"], mig_enabled=True), foreign_slice()]:
+            resource.create_resource_slice(body)
+    return kubeconfig
 
 
-@pytest.mark.slow
 def test_eval_from_cluster(cluster: Path) -> None:
     result = migdra("eval", f"{MIG_CLASS} && {D}.profile == '7g.80gb'", "--from-cluster", "--kubeconfig", str(cluster))
     assert result.returncode == 0, result.stderr

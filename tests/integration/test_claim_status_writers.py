@@ -52,17 +52,16 @@ PLUGIN_IDENTITY = {
 }
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
-    with LocalAPIServer() as server:
-        assert server.kubeconfig_path is not None
-        api = Client(server.kubeconfig_path)
-        for resource_slice in SLICE_OBJECTS:
-            api.create(SLICES, copy.deepcopy(resource_slice))
-        try:
-            yield api
-        finally:
-            api.close()
+@pytest.fixture
+def client(api_server: LocalAPIServer) -> Iterator[Client]:
+    assert api_server.kubeconfig_path is not None
+    api = Client(api_server.kubeconfig_path)
+    for resource_slice in SLICE_OBJECTS:
+        api.create(SLICES, copy.deepcopy(resource_slice))
+    try:
+        yield api
+    finally:
+        api.close()
 
 
 def _plugin_change(operation: str, devices: list[dict[str, Any]], gpu_uuid: str) -> list[dict[str, Any]]:

@@ -21,9 +21,8 @@ from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.kube.client import CLAIMS, EVENTS, LEASES, SLICES, Client
 from tests.api_outage import free_port
 from tests.plugin_command import MIGDRA
-from tests.sim_objects import DRIVER, H100, node_slices, wait_for
-
-pytestmark = pytest.mark.slow
+from tests.sim_objects import DRIVER, H100, node_slices
+from tests.waiting import wait_for
 
 NODE = "node-1"
 THREE_G_AT_4 = "gpu-0-mig-3g40gb-9-4"
@@ -32,16 +31,15 @@ LEASE_DURATION = 3.0
 
 
 @pytest.fixture
-def api() -> Iterator[tuple[Client, Path]]:
-    with LocalAPIServer() as server:
-        assert server.kubeconfig_path is not None
-        client = Client(server.kubeconfig_path)
-        for resource_slice in node_slices(NODE, [H100, H100]):
-            client.create(SLICES, resource_slice)
-        try:
-            yield client, server.kubeconfig_path
-        finally:
-            client.close()
+def api(api_server: LocalAPIServer) -> Iterator[tuple[Client, Path]]:
+    assert api_server.kubeconfig_path is not None
+    client = Client(api_server.kubeconfig_path)
+    for resource_slice in node_slices(NODE, [H100, H100]):
+        client.create(SLICES, resource_slice)
+    try:
+        yield client, api_server.kubeconfig_path
+    finally:
+        client.close()
 
 
 class ControllerProcess:

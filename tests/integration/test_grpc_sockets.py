@@ -6,7 +6,6 @@ import os
 import socket
 import stat
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,6 +19,7 @@ from kubeletplugin.draservice import ClaimRef, PrepareResult
 from kubeletplugin.grpc import NotASocketError, PluginServers, SocketInUseError, SocketPathError
 from kubeletplugin.grpc.sockets import SocketFile
 from tests.kubelet_client import KubeletClient, RecordingDraService, short_socket_dir
+from tests.waiting import wait_for
 
 DRIVER = "gpu.migdra.example.com"
 CLAIM = ClaimRef(namespace="ns", name="claim", uid="uid-1")
@@ -128,13 +128,15 @@ def _until_refused(kubelet: KubeletClient, claims: Sequence[ClaimRef], timeout: 
     be served; one made once the DRA server stops is refused.  Bounded, so a server that keeps accepting
     work fails the test.
     """
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def refused() -> bool:
         try:
             kubelet.unprepare(claims)
         except grpc.RpcError:
-            return
-        assert time.monotonic() < deadline, f"new calls were still served {timeout} s into shutdown"
+            return True
+        return False
+
+    wait_for("new calls to be refused once shutdown began", refused, timeout=timeout)
 
 
 def test_shutdown_deregisters_first_and_waits_for_the_call_in_flight(base_dir: Path) -> None:

@@ -7,26 +7,24 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
+from tests.waiting import wait_for
 
 MIGDRA = str(Path(sys.executable).with_name("migdra"))
 
 
 @pytest.fixture
-def api(tmp_path: Path) -> Iterator[LocalAPIServer]:
-    with LocalAPIServer() as server:
-        server.write_kubeconfig(tmp_path / "kubeconfig")
-        with client.ApiClient(client.Configuration(host=server.url)) as c:
-            client.CoreV1Api(c).create_node({"metadata": {"name": "node-p"}})
-        yield server
+def api(api_server: LocalAPIServer, tmp_path: Path) -> LocalAPIServer:
+    api_server.write_kubeconfig(tmp_path / "kubeconfig")
+    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
+        client.CoreV1Api(c).create_node({"metadata": {"name": "node-p"}})
+    return api_server
 
 
 def _slices(api: LocalAPIServer) -> list[client.V1ResourceSlice]:
@@ -62,12 +60,13 @@ def _start(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
 
 def _wait_for_slices(api: LocalAPIServer, process: subprocess.Popen[str]) -> None:
     """Until the whole pool is there: the publisher writes its slices one request at a time."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and process.poll() is None:
+
+    def whole_pool() -> bool:
+        assert process.poll() is None, "the plugin exited before publishing its pool"
         slices = _slices(api)
-        if slices and len(slices) == slices[0].spec.pool.resource_slice_count:
-            return
-        time.sleep(0.1)
+        return bool(slices) and len(slices) == slices[0].spec.pool.resource_slice_count
+
+    wait_for("the whole pool to be published", whole_pool, timeout=30)
 
 
 def _free_port() -> int:
@@ -76,7 +75,6 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.mark.slow
 def test_publishes_and_keeps_the_slices_after_sigterm(api: LocalAPIServer, tmp_path: Path) -> None:
     port = _free_port()
     process = _start(tmp_path, "--metrics-address", f"127.0.0.1:{port}")
@@ -85,10 +83,12 @@ def test_publishes_and_keeps_the_slices_after_sigterm(api: LocalAPIServer, tmp_p
         slices = _slices(api)
         assert len(slices) == 2
         assert sum(len(s.spec.devices or []) for s in slices) == 50
-        deadline, metrics = time.monotonic() + 10, ""
-        while 'migdra_published_devices{type="mig"} 50.0' not in metrics and time.monotonic() < deadline:
-            time.sleep(0.05)  # the metrics are set right after the publish round that made the slices
-            metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+
+        def metrics_text() -> str | None:  # the metrics are set right after the publish round that made the slices
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            return text if 'migdra_published_devices{type="mig"} 50.0' in text else None
+
+        metrics = wait_for("the published devices in the metrics", metrics_text, timeout=10)
         assert 'migdra_published_devices{type="mig"} 50.0' in metrics
         assert "migdra_pool_generation 1.0" in metrics
     finally:
@@ -98,7 +98,6 @@ def test_publishes_and_keeps_the_slices_after_sigterm(api: LocalAPIServer, tmp_p
     assert len(_slices(api)) == 2  # kubelet removes them if the plugin stays away; we do not
 
 
-@pytest.mark.slow
 def test_cleanup_on_exit_removes_the_slices(api: LocalAPIServer, tmp_path: Path) -> None:
     process = _start(tmp_path, "--cleanup-on-exit")
     try:

@@ -30,12 +30,11 @@ def root() -> Iterator[Path]:
 
 
 @pytest.fixture
-def api(root: Path) -> Iterator[LocalAPIServer]:
-    with LocalAPIServer() as server:
-        server.write_kubeconfig(root / "kubeconfig")
-        with client.ApiClient(client.Configuration(host=server.url)) as c:
-            client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
-        yield server
+def api(api_server: LocalAPIServer, root: Path) -> LocalAPIServer:
+    api_server.write_kubeconfig(root / "kubeconfig")
+    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
+        client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
+    return api_server
 
 
 def _slices(api: LocalAPIServer) -> list[client.V1ResourceSlice]:
@@ -110,7 +109,6 @@ def test_a_bad_flag_stops_the_plugin_before_the_api_or_the_hardware(
     assert not (root / "registry").exists() or not any((root / "registry").iterdir())  # nothing served
 
 
-@pytest.mark.slow
 def test_a_good_start_says_so_in_one_line_and_nothing_else(api: LocalAPIServer, root: Path) -> None:
     process = subprocess.Popen(
         _command(root), env=_environment(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -40,6 +40,7 @@ from kubeletplugin.app import PluginSettings, run_publish_only
 from kubeletplugin.publisher import SlicePublisher
 from tests.api_outage import StoreChanges
 from tests.prepare_harness import DRIVER, NODE, create_claim, read_claim_json, result
+from tests.waiting import wait_for
 
 SLICES_KEY = "resourceslices.resource.k8s.io"
 FEATURES = Features.from_names(DEFAULT_FEATURES)
@@ -49,12 +50,11 @@ Layout = tuple[tuple[str, int, tuple[str, ...]], ...]
 
 
 @pytest.fixture
-def api(tmp_path: Path) -> Iterator[LocalAPIServer]:
-    with LocalAPIServer() as server:
-        server.write_kubeconfig(tmp_path / "kubeconfig")
-        with client.ApiClient(client.Configuration(host=server.url)) as c:
-            client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
-        yield server
+def api(api_server: LocalAPIServer, tmp_path: Path) -> LocalAPIServer:
+    api_server.write_kubeconfig(tmp_path / "kubeconfig")
+    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
+        client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
+    return api_server
 
 
 @pytest.fixture
@@ -264,13 +264,13 @@ def test_the_plugin_republishes_the_dynamic_order_for_a_claim_allocated_here_and
             placement_min_interval=0.1,
         )
     )
-    changes.wait_until(lambda: names(complete_layout(api)) == empty_order, "the first publish", timeout=20)
+    wait_for("the first publish", lambda: names(complete_layout(api)) == empty_order, timeout=20, changes=changes)
     assert {s["spec"]["pool"]["generation"] for s in published(api)} == {1}
 
     claim = create_claim(api_client, "one-g", [result("gpu-1-mig-1g10gb-19-6")])
-    changes.wait_until(lambda: names(complete_layout(api)) == held_order, "the order for the claim", timeout=10)
+    wait_for("the order for the claim", lambda: names(complete_layout(api)) == held_order, timeout=10, changes=changes)
     assert {s["spec"]["pool"]["generation"] for s in published(api)} == {2}  # one re-publish, no churn
 
     deallocate(api_client, claim)
-    changes.wait_until(lambda: names(complete_layout(api)) == empty_order, "the order without it", timeout=10)
+    wait_for("the order without it", lambda: names(complete_layout(api)) == empty_order, timeout=10, changes=changes)
     assert {s["spec"]["pool"]["generation"] for s in published(api)} == {3}

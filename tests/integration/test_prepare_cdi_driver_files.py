@@ -40,8 +40,8 @@ HOOK_NAMES = ("prestart", "createRuntime", "createContainer", "startContainer", 
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    with LocalAPIServer() as api, simulated_node(tmp_path / "node", [H100], api=api) as simulated:
+def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+    with simulated_node(tmp_path / "node", [H100], api=api_server) as simulated:
         yield simulated
 
 

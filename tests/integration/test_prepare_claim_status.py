@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.kubeapi import BackoffPolicy
 from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare.cdi import spec_path
@@ -35,8 +36,8 @@ NETWORK_ENTRY = {
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    with simulated_node(tmp_path, ["H100-SXM5-80GB"]) as simulated:
+def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+    with simulated_node(tmp_path, ["H100-SXM5-80GB"], api=api_server) as simulated:
         yield simulated
 
 

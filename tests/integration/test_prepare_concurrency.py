@@ -27,8 +27,8 @@ H100 = "H100-SXM5-80GB"
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    with LocalAPIServer() as api, simulated_node(tmp_path, [H100, H100], api=api) as simulated:
+def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+    with simulated_node(tmp_path, [H100, H100], api=api_server) as simulated:
         yield simulated
 
 

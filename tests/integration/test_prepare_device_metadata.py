@@ -39,8 +39,8 @@ CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    with LocalAPIServer() as api, simulated_node(tmp_path, [H100], api=api) as simulated:
+def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+    with simulated_node(tmp_path, [H100], api=api_server) as simulated:
         yield simulated
 
 

@@ -34,8 +34,8 @@ write_file_atomically(Path(sys.argv[1]), b"{}", before_replace=lambda tmp: os.ki
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    with LocalAPIServer() as api, simulated_node(tmp_path, [H100], api=api) as simulated:
+def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+    with simulated_node(tmp_path, [H100], api=api_server) as simulated:
         yield simulated
 
 

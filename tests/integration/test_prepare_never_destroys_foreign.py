@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.errors import NvmlInUse
 from kubeletplugin.prepare import cdi as cdi_module
@@ -26,8 +27,8 @@ DEVICE = "gpu-0-mig-3g40gb-9-0"  # 3g.40gb at memory slices 0-3 -> GI ID 1
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    with simulated_node(tmp_path, [H100]) as simulated:
+def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+    with simulated_node(tmp_path, [H100], api=api_server) as simulated:
         yield simulated
 
 

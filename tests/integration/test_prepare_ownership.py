@@ -9,7 +9,7 @@ bumped twice and ``migdra_foreign_gpu_instances`` reports a false foreign instan
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -31,20 +31,14 @@ DEVICE = "gpu-0-mig-1g20gb-15-4"  # GPU 0, 1g.20gb at 4:2 -> GI 5
 PLACEMENT = Placement(start=4, size=2)
 
 
-@pytest.fixture
-def api() -> Iterator[LocalAPIServer]:
-    with LocalAPIServer() as server:
-        yield server
-
-
 def gi_at(node: Node, gpu: str, placement: Placement) -> GpuInstanceInfo | None:
     return next((gi for gi in node.nvml.gpu_instances(gpu) if gi.placement == placement), None)
 
 
 def test_a_gpu_instance_is_migdras_while_its_compute_instance_is_being_created(
-    api: LocalAPIServer, tmp_path: Path
+    api_server: LocalAPIServer, tmp_path: Path
 ) -> None:
-    with simulated_node(tmp_path, [H100, H100], api=api) as node:
+    with simulated_node(tmp_path, [H100, H100], api=api_server) as node:
         service = node.service()
         gpu = node.gpu_uuid(0)
         ref = node.claim("slow-ci", [result(DEVICE)])
@@ -69,9 +63,9 @@ def test_a_gpu_instance_is_migdras_while_its_compute_instance_is_being_created(
 
 
 def test_a_gpu_instance_being_created_is_migdras_by_placement_until_its_id_is_recorded(
-    api: LocalAPIServer, tmp_path: Path
+    api_server: LocalAPIServer, tmp_path: Path
 ) -> None:
-    with simulated_node(tmp_path, [H100, H100], api=api) as node:
+    with simulated_node(tmp_path, [H100, H100], api=api_server) as node:
         service = node.service()
         gpu = node.gpu_uuid(0)
         ref = node.claim("slow-gi", [result(DEVICE)])
@@ -92,9 +86,11 @@ def test_a_gpu_instance_being_created_is_migdras_by_placement_until_its_id_is_re
     assert after == (set(), {(gpu, 5)})
 
 
-def test_a_claim_that_collides_with_one_being_prepared_is_told_whose_it_is(api: LocalAPIServer, tmp_path: Path) -> None:
+def test_a_claim_that_collides_with_one_being_prepared_is_told_whose_it_is(
+    api_server: LocalAPIServer, tmp_path: Path
+) -> None:
     """A double allocation during the CI creation of the first claim names that claim, not a stranger."""
-    with simulated_node(tmp_path, [H100, H100], api=api) as node:
+    with simulated_node(tmp_path, [H100, H100], api=api_server) as node:
         service = node.service()
         first = node.claim("first", [result(DEVICE)])
         second = node.claim("second", [result(DEVICE)])
@@ -126,9 +122,9 @@ class _FailingJournal:
 
 
 def test_a_gpu_instance_whose_id_cannot_be_recorded_is_destroyed_before_anything_else(
-    api: LocalAPIServer, tmp_path: Path
+    api_server: LocalAPIServer, tmp_path: Path
 ) -> None:
-    with simulated_node(tmp_path, [H100], api=api) as node:
+    with simulated_node(tmp_path, [H100], api=api_server) as node:
         gpus = NodeGpus(node.nvml).topology([DEVICE])
         target = compute_device_target(DEVICE, gpus, admin_access=False)
         journal = _FailingJournal()
@@ -140,9 +136,11 @@ def test_a_gpu_instance_whose_id_cannot_be_recorded_is_destroyed_before_anything
         assert journal.standing == [[]]
 
 
-def test_an_occupied_placement_is_refused_before_the_request_is_recorded(api: LocalAPIServer, tmp_path: Path) -> None:
+def test_an_occupied_placement_is_refused_before_the_request_is_recorded(
+    api_server: LocalAPIServer, tmp_path: Path
+) -> None:
     """The placement is checked again under the GPU's lock: a GI that appeared since is never in a request."""
-    with simulated_node(tmp_path, [H100], api=api) as node:
+    with simulated_node(tmp_path, [H100], api=api_server) as node:
         gpus = NodeGpus(node.nvml).topology([DEVICE])
         target = compute_device_target(DEVICE, gpus, admin_access=False)
         stranger, _ = node.foreign_instance(0, 15, 4, 2)

@@ -8,7 +8,6 @@ NVML empty.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,19 +30,13 @@ def every_placement() -> list[object]:
     ]
 
 
-@pytest.fixture(scope="module")
-def api() -> Iterator[LocalAPIServer]:
-    with LocalAPIServer() as server:
-        yield server
-
-
 @pytest.mark.parametrize(("model", "profile_id", "start"), every_placement())
 def test_prepare_creates_exactly_the_allocated_placement(
-    api: LocalAPIServer, tmp_path: Path, model: str, profile_id: int, start: int
+    api_server: LocalAPIServer, tmp_path: Path, model: str, profile_id: int, start: int
 ) -> None:
     profile = load_catalog().model(model).profile_by_id(profile_id)
     device = mig_device_name(0, profile.name, profile_id, start)
-    with simulated_node(tmp_path, [model], api=api) as node:
+    with simulated_node(tmp_path, [model], api=api_server) as node:
         service = node.service()
         ref = node.claim(f"{model.lower()}-{profile_id}-{start}", [result(device)])
 

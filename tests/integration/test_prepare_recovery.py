@@ -35,8 +35,8 @@ EXPECTED = {(0, 5, 15, 4, 7), (1, 2, 9, 4, 2)}  # (GPU, GI, profile, start, CI p
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    with LocalAPIServer() as api, simulated_node(tmp_path, [H100, H100], api=api) as simulated:
+def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+    with simulated_node(tmp_path, [H100, H100], api=api_server) as simulated:
         yield simulated
 
 

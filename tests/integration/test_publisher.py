@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +21,7 @@ from dra_driver.mig import load_catalog
 from dra_driver.nvml.inventory import read_inventory
 from kubeletplugin.publisher import PublishLoop, SlicePublisher
 from tests.conftest import OpenSimulatedNode
+from tests.waiting import wait_for
 
 NODE = "node-a"
 DRIVER = "gpu.migdra.io"
@@ -29,14 +29,8 @@ FAST = BackoffPolicy(initial=0.001, maximum=0.01)  # retries of failed rounds, i
 
 
 @pytest.fixture
-def api() -> Iterator[LocalAPIServer]:
-    with LocalAPIServer() as server:
-        yield server
-
-
-@pytest.fixture
-def api_client(api: LocalAPIServer) -> Iterator[client.ApiClient]:
-    with client.ApiClient(client.Configuration(host=api.url)) as c:
+def api_client(api_server: LocalAPIServer) -> Iterator[client.ApiClient]:
+    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
         yield c
 
 
@@ -72,21 +66,23 @@ def test_first_publish_creates_exactly_the_rendered_slices_owned_by_the_node(
         ]
 
 
-def test_unchanged_republish_writes_nothing(api: LocalAPIServer, api_client: client.ApiClient, node: Any) -> None:
+def test_unchanged_republish_writes_nothing(
+    api_server: LocalAPIServer, api_client: client.ApiClient, node: Any
+) -> None:
     publisher = SlicePublisher(api_client, NODE, DRIVER)
     publisher.publish(pool_of("H100-SXM5-80GB", "B200"))
     writes: list[Any] = []
-    api.store.add_listener(writes.append)
-    version = api.store.resource_version
+    api_server.store.add_listener(writes.append)
+    version = api_server.store.resource_version
     result = publisher.publish(pool_of("H100-SXM5-80GB", "B200"))
     assert result.writes == 0
     assert result.generation == 1
     assert writes == []
-    assert api.store.resource_version == version
+    assert api_server.store.resource_version == version
 
 
 def test_quantities_the_server_spells_canonically_are_not_a_change(
-    api: LocalAPIServer, api_client: client.ApiClient, node: Any
+    api_server: LocalAPIServer, api_client: client.ApiClient, node: Any
 ) -> None:
     """The server (like kube-apiserver) stores quantities canonically: the A30's memory, rendered as
     ``25165824000``, reads back as ``25165824k``; the same pool published again is no change."""
@@ -97,10 +93,10 @@ def test_quantities_the_server_spells_canonically_are_not_a_change(
     assert stored != rendered, "the server spells some quantity otherwise than rendered"
     assert "25165824k" in str(stored)
     assert "25165824k" not in str(rendered)
-    version = api.store.resource_version
+    version = api_server.store.resource_version
     result = publisher.publish(pool_of("A30", "H100-SXM5-80GB"))
     assert (result.writes, result.generation) == (0, 1)
-    assert api.store.resource_version == version
+    assert api_server.store.resource_version == version
 
 
 def test_a_change_bumps_the_generation_in_every_slice_and_removes_surplus_slices(
@@ -182,10 +178,7 @@ def test_node_deletion_garbage_collects_the_slices(api_client: client.ApiClient,
     SlicePublisher(api_client, NODE, DRIVER).publish(pool_of("A30"))
     assert stored_slices(api_client)
     client.CoreV1Api(api_client).delete_node(NODE)
-    deadline = time.monotonic() + 10
-    while stored_slices(api_client) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert stored_slices(api_client) == []
+    wait_for("the node's slices to be collected", lambda: stored_slices(api_client) == [], timeout=10)
 
 
 def test_cleanup_on_exit_deletes_the_pool_and_only_it(api_client: client.ApiClient, node: Any) -> None:
@@ -228,9 +221,7 @@ def test_publish_loop_rescans_when_triggered(
         )
         loop.start()
         try:
-            deadline = time.monotonic() + 10
-            while loop.rounds < 1 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_for("the first round", lambda: loop.rounds >= 1, timeout=10)
             assert loop.last_result is not None
             assert loop.last_result.generation == 1
             placement = pynvml.c_nvmlGpuInstancePlacement_t()
@@ -238,8 +229,7 @@ def test_publish_loop_rescans_when_triggered(
             handle = pynvml.nvmlDeviceGetHandleByIndex(0)
             pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, three_g.profile_id, pynvml.byref(placement))
             loop.trigger()
-            while loop.rounds < 2 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_for("the triggered round", lambda: loop.rounds >= 2, timeout=10)
         finally:
             loop.stop()
     assert loop.last_result is not None

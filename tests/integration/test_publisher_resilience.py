@@ -23,6 +23,7 @@ from dra_driver.nvml.settings import build_nvml_settings
 from kubeletplugin.app import PluginSettings, run_publish_only
 from kubeletplugin.publisher import PublishLoop, PublishResult, RoundFailure, SlicePublisher
 from tests.api_outage import RestartableApiServer, restartable_api_server
+from tests.waiting import wait_for
 
 NODE = "node-r"
 DRIVER = "gpu.migdra.io"
@@ -159,7 +160,9 @@ def test_gpu_instances_destroyed_while_they_are_listed_are_read_again_in_the_sam
     with caplog.at_level(logging.DEBUG):
         publish_only(_instance_listing_fails(1))
         # The first round must publish: the next rescan is an hour away.
-        api.wait_until(lambda: device_count(published(api)) == 50, "the first round publishes", timeout=20)
+        wait_for(
+            "the first round publishes", lambda: device_count(published(api)) == 50, timeout=20, changes=api.changes
+        )
     records = _plugin_records(caplog)
     assert [r for r in records if r.levelno >= logging.WARNING] == []
     assert any("changed while they were read" in r.getMessage() for r in records)  # the fault did fire
@@ -171,7 +174,9 @@ def test_gpu_instances_that_keep_changing_skip_a_round_in_one_line_without_a_tra
 ) -> None:
     with caplog.at_level(logging.DEBUG):
         publish_only(_instance_listing_fails(4))  # the first read and all three re-reads of the first round
-        api.wait_until(lambda: device_count(published(api)) == 50, "the next round publishes", timeout=20)
+        wait_for(
+            "the next round publishes", lambda: device_count(published(api)) == 50, timeout=20, changes=api.changes
+        )
     records = _plugin_records(caplog)
     assert [r for r in records if r.levelno >= logging.WARNING] == []
     assert all(r.exc_info is None for r in records)

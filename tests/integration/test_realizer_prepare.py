@@ -5,39 +5,28 @@ allocation is released, also after a restart, and never on a failed read of the 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.kube.client import Client
 from dra_driver.kubeapi import retry_conflicts
 from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare import PrepareService
 from kubeletplugin.realizer import Realizer
 from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, result, simulated_node
+from tests.waiting import wait_for
 
 ONE_G = "gpu-0-mig-1g10gb-19-0"
 THREE_G = "gpu-0-mig-3g40gb-9-4"
 REALIZED = f"{DRIVER}/realized"
 FAILED = f"{DRIVER}/realization-failed"
 WAIT = 30.0
-_T = TypeVar("_T")
-
-
-def wait_for(check: Callable[[], _T | None], what: str, timeout: float = WAIT) -> _T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def waiting_result(device: str) -> dict[str, Any]:
@@ -46,8 +35,8 @@ def waiting_result(device: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    with simulated_node(tmp_path, ["H100-SXM5-80GB"]) as simulated:
+def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+    with simulated_node(tmp_path, ["H100-SXM5-80GB"], api=api_server) as simulated:
         yield simulated
 
 
@@ -105,9 +94,9 @@ def deallocate(node: Node, ref: ClaimRef) -> None:
 
 def a_pass_after(realizer: Realizer, seen: Callable[[Realizer], bool]) -> None:
     """Wait until the realizer's cache shows what ``seen`` looks for, and then a whole pass more."""
-    wait_for(lambda: seen(realizer), "the realizer's cache to see the change")
+    wait_for("the realizer's cache to see the change", lambda: seen(realizer))
     after = realizer.passes
-    wait_for(lambda: realizer.passes >= after + 2, "a whole pass of the realizer after the change")
+    wait_for("a whole pass of the realizer after the change", lambda: realizer.passes >= after + 2)
 
 
 def mig_uuids(node: Node) -> list[str]:
@@ -120,7 +109,7 @@ def test_a_claim_allocated_here_is_realized_before_binding_and_kubelet_finds_it_
     service = node.service()
     realizer = realizers.start(service)
     ref = node.claim("early", [waiting_result(ONE_G)])
-    realized = wait_for(lambda: condition(node, ref, ONE_G, REALIZED), "the realized condition")
+    realized = wait_for("the realized condition", lambda: condition(node, ref, ONE_G, REALIZED))
     assert realized["reason"] == "MigInstanceRealized"
     assert node.instances() == [(0, 7, 19, 0, [(0, 0, mig_uuids(node)[0])])]
     record = service.realized_ahead()
@@ -153,15 +142,17 @@ def test_a_claim_without_binding_conditions_is_left_to_kubelet(node: Node, reali
     assert condition(node, ref, ONE_G, REALIZED) is None
 
 
-def test_a_failed_realization_says_why_on_the_claim_and_leaves_nothing(tmp_path: Path) -> None:
+def test_a_failed_realization_says_why_on_the_claim_and_leaves_nothing(
+    api_server: LocalAPIServer, tmp_path: Path
+) -> None:
     plan = {"rules": [{"symbol": "nvmlDeviceCreateGpuInstanceWithPlacement", "error": "InsufficientResources"}]}
-    with simulated_node(tmp_path, ["H100-SXM5-80GB"], faults=plan) as node:
+    with simulated_node(tmp_path, ["H100-SXM5-80GB"], api=api_server, faults=plan) as node:
         started = Realizers(node)
         try:
             service = node.service()
             started.start(service)
             ref = node.claim("unlucky", [waiting_result(THREE_G)])
-            failed = wait_for(lambda: condition(node, ref, THREE_G, FAILED), "the realization-failed condition")
+            failed = wait_for("the realization-failed condition", lambda: condition(node, ref, THREE_G, FAILED))
             assert failed["reason"] == "RealizationFailed"
             assert THREE_G in failed["message"]
             assert "default/unlucky" in failed["message"]
@@ -181,8 +172,8 @@ def test_a_claim_realized_ahead_that_loses_its_allocation_is_released(
     realizers.start(service)
     ref = node.claim("orphan", [waiting_result(ONE_G)])
     keep = node.claim("keep", [waiting_result(THREE_G)])
-    wait_for(lambda: condition(node, ref, ONE_G, REALIZED), "the realized condition")
-    wait_for(lambda: condition(node, keep, THREE_G, REALIZED), "the realized condition of the other claim")
+    wait_for("the realized condition", lambda: condition(node, ref, ONE_G, REALIZED))
+    wait_for("the realized condition of the other claim", lambda: condition(node, keep, THREE_G, REALIZED))
     assert len(node.instances()) == 2
     if lost == "deallocated":
         deallocate(node, ref)
@@ -191,8 +182,8 @@ def test_a_claim_realized_ahead_that_loses_its_allocation_is_released(
 
     # A release destroys the instance first and drops the record after it: wait for both.
     wait_for(
-        lambda: len(node.instances()) == 1 and not node.record_path(ref.uid).exists(),
         "the released claim's instance to be destroyed and its record dropped",
+        lambda: len(node.instances()) == 1 and not node.record_path(ref.uid).exists(),
     )
     assert [gi[3] for gi in node.instances()] == [4], "the other claim's 3g at placement 4 stays"
     assert [r.claim_uid for r in service.realized_ahead()] == [keep.uid]
@@ -207,8 +198,8 @@ def test_a_restarted_plugin_releases_what_it_realized_ahead_for_a_claim_that_wen
     realizers.start(service)
     gone = node.claim("gone", [waiting_result(ONE_G)])
     kept = node.claim("kept", [waiting_result(THREE_G)])
-    wait_for(lambda: condition(node, gone, ONE_G, REALIZED), "the first claim realized")
-    wait_for(lambda: condition(node, kept, THREE_G, REALIZED), "the second claim realized")
+    wait_for("the first claim realized", lambda: condition(node, gone, ONE_G, REALIZED))
+    wait_for("the second claim realized", lambda: condition(node, kept, THREE_G, REALIZED))
     realizers.stop_all()
     service.close()
     client.ResourceV1Api(node.api_client).delete_namespaced_resource_claim(gone.name, gone.namespace)
@@ -217,7 +208,7 @@ def test_a_restarted_plugin_releases_what_it_realized_ahead_for_a_claim_that_wen
     assert sorted(r.name for r in restarted.realized_ahead()) == ["gone", "kept"]
     realizers.start(restarted)
 
-    wait_for(lambda: len(node.instances()) == 1, "the instance of the deleted claim to be destroyed")
+    wait_for("the instance of the deleted claim to be destroyed", lambda: len(node.instances()) == 1)
     assert [r.name for r in restarted.realized_ahead()] == ["kept"]
     assert condition(node, kept, THREE_G, REALIZED) is not None
 
@@ -228,7 +219,7 @@ def test_nothing_is_released_while_the_claim_cannot_be_read(
     service = node.service()
     realizer = realizers.start(service)
     ref = node.claim("unread", [waiting_result(ONE_G)])
-    wait_for(lambda: condition(node, ref, ONE_G, REALIZED), "the realized condition")
+    wait_for("the realized condition", lambda: condition(node, ref, ONE_G, REALIZED))
     original = realizer._client.get
     reads: list[str] = []
 
@@ -239,12 +230,12 @@ def test_nothing_is_released_while_the_claim_cannot_be_read(
     monkeypatch.setattr(realizer._client, "get", unavailable)
     deallocate(node, ref)
     a_pass_after(realizer, lambda r: not (r.claims.get("default", "unread") or {}).get("status", {}).get("allocation"))
-    wait_for(lambda: len(reads) >= 2, "the realizer to try reading the claim again")
+    wait_for("the realizer to try reading the claim again", lambda: len(reads) >= 2)
     assert len(node.instances()) == 1, "a failed read destroys nothing"
     assert [r.claim_uid for r in service.realized_ahead()] == [ref.uid]
 
     monkeypatch.setattr(realizer._client, "get", original)
-    wait_for(lambda: not node.instances(), "the release once the claim can be read")
+    wait_for("the release once the claim can be read", lambda: not node.instances())
     assert service.realized_ahead() == ()
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,23 +28,21 @@ from tests.sim_objects import (
     pod,
     reserved_names,
     template,
-    wait_for,
 )
+from tests.waiting import stays, wait_for
 
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
-QUIET_S = 0.5
 
 
 @pytest.fixture
-def cluster() -> Iterator[Api]:
-    with LocalAPIServer() as server:
-        assert server.kubeconfig_path is not None
-        client = Client(server.kubeconfig_path)
-        try:
-            yield Api(client)
-        finally:
-            client.close()
+def cluster(api_server: LocalAPIServer) -> Iterator[Api]:
+    assert api_server.kubeconfig_path is not None
+    client = Client(api_server.kubeconfig_path)
+    try:
+        yield Api(client)
+    finally:
+        client.close()
 
 
 @contextlib.contextmanager
@@ -57,13 +54,6 @@ def controller(api: Api) -> Iterator[ClaimController]:
         yield component
     finally:
         component.stop()
-
-
-def stays(what: str, probe: Any, seconds: float = QUIET_S) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert probe(), f"expected {what} to hold"
-        time.sleep(0.05)
 
 
 def allocate(api: Api, name: str, *pods: dict[str, Any], device: str = "gpu-0-mig-1g10gb-19-6") -> dict[str, Any]:

@@ -13,6 +13,7 @@ import pytest
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.kube.client import PODS, Client
 from dra_driver.kube.informer import Changes, Informer
+from tests.waiting import wait_for
 
 
 def _pod(name: str) -> dict[str, Any]:
@@ -24,20 +25,11 @@ def _pod(name: str) -> dict[str, Any]:
     }
 
 
-def _until(check: Any, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 @pytest.fixture
-def client() -> Iterator[Client]:
-    with LocalAPIServer() as api:
-        c = Client(api.kubeconfig_path)
-        yield c
-        c.close()
+def client(api_server: LocalAPIServer) -> Iterator[Client]:
+    c = Client(api_server.kubeconfig_path)
+    yield c
+    c.close()
 
 
 @pytest.fixture
@@ -51,7 +43,7 @@ def pods(client: Client) -> Iterator[Informer]:
 
 def test_a_list_older_than_an_assumed_write_does_not_undo_it(client: Client, pods: Informer) -> None:
     created = client.create(PODS, _pod("a"))
-    _until(lambda: pods.get("default", "a") is not None, "the pod in the cache")
+    wait_for("the pod in the cache", lambda: pods.get("default", "a") is not None)
     stale_items, stale_version = client.list(PODS)
     labelled = copy.deepcopy(created)
     labelled["metadata"]["labels"] = {"written": "by-us"}
@@ -67,7 +59,7 @@ def test_a_late_answer_to_our_own_write_does_not_revive_a_deleted_object(client:
     created = client.create(PODS, _pod("b"))
     answer = client.update(PODS, {**created, "metadata": {**created["metadata"], "labels": {"x": "y"}}})
     client.delete(PODS, "default", "b")
-    _until(lambda: pods.get("default", "b") is None and pods.items() == [], "the deletion in the cache")
+    wait_for("the deletion in the cache", lambda: pods.get("default", "b") is None and pods.items() == [])
     pods.assume(answer)  # the write's answer handled after the watch delivered the deletion
     assert pods.get("default", "b") is None
     again = client.create(PODS, _pod("b"))  # a new object of the same name is not a ghost

@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -27,24 +26,9 @@ from dra_driver.kubeapi import BackoffPolicy
 from dra_driver.nvml import sim
 from tests.kubelet_client import short_socket_dir
 from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env
+from tests.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
-WAIT_S = 45.0  # generous: the plugin process starts in a few seconds, slower with busy CPUs
 NAMESPACE = "default"
-_T = TypeVar("_T")
-
-
-def wait_for(what: str, probe: Callable[[], _T | None], timeout: float = WAIT_S) -> _T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @dataclass
@@ -182,12 +166,12 @@ class SimNode:
 
 
 @pytest.fixture
-def make_node() -> Iterator[Callable[..., SimNode]]:
+def make_node(api_server: LocalAPIServer) -> Iterator[Callable[..., SimNode]]:
     """Build the node (kubelet started, no plugin yet); everything is stopped and killed afterwards."""
     nodes: list[SimNode] = []
-    with short_socket_dir() as root, LocalAPIServer() as api:
+    with short_socket_dir() as root:
         kubeconfig = root / "kubeconfig"
-        api.write_kubeconfig(kubeconfig)
+        api_server.write_kubeconfig(kubeconfig)
         client = Client(kubeconfig)
 
         def make(
@@ -204,7 +188,7 @@ def make_node() -> Iterator[Callable[..., SimNode]]:
                 backoff=backoff,
                 call_timeout=call_timeout,
             )
-            node = SimNode(api, client, root, kubeconfig, kubelet)
+            node = SimNode(api_server, client, root, kubeconfig, kubelet)
             nodes.append(node)
             kubelet.start()
             return node

@@ -27,7 +27,6 @@ from dra_driver.nvml import sim
 from dra_driver.nvml.sim.state import SimState, StateStore
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -35,24 +34,22 @@ from tests.sim_objects import (
     profile_class,
     reserved_names,
     template,
-    wait_for,
 )
+from tests.waiting import stays, wait_for
 
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 REALIZED = f"{DRIVER}/realized"
 REALIZATION_FAILED = f"{DRIVER}/realization-failed"
-QUIET_S = 0.5  # how long a "nothing happens" check watches the API
 
 
 @pytest.fixture
-def cluster() -> Iterator[Api]:
-    with LocalAPIServer() as server:
-        assert server.kubeconfig_path is not None
-        client = Client(server.kubeconfig_path)
-        try:
-            yield Api(client)
-        finally:
-            client.close()
+def cluster(api_server: LocalAPIServer) -> Iterator[Api]:
+    assert api_server.kubeconfig_path is not None
+    client = Client(api_server.kubeconfig_path)
+    try:
+        yield Api(client)
+    finally:
+        client.close()
 
 
 @contextlib.contextmanager
@@ -84,14 +81,6 @@ def one_pass(client: Client, seed: int) -> Scheduler:
     finally:
         scheduler.stop()
     return scheduler
-
-
-def stays(what: str, probe: Any, seconds: float = QUIET_S) -> None:
-    """``probe()`` stays truthy for ``seconds`` (a bounded check that something does not happen)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert probe(), f"expected {what} to hold"
-        time.sleep(0.05)
 
 
 def allocated(api: Api, name: str) -> list[tuple[str, str, str]]:

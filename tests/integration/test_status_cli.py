@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,35 +49,33 @@ def ready_entry(device: str, mig_uuid: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Path]:
+def cluster(api_server: LocalAPIServer, tmp_path: Path) -> Path:
     """Two H100s on node-a and one MIG-disabled GPU on node-b; a realized 3g at 4 and a reserved 1g at 6."""
-    with LocalAPIServer() as api:
-        kubeconfig = tmp_path / "kubeconfig"
-        api.write_kubeconfig(kubeconfig)
-        with client.ApiClient(client.Configuration(host=api.url)) as api_client:
-            core = client.CoreV1Api(api_client)
-            resource = client.ResourceV1Api(api_client)
-            for node in ("node-a", "node-b", "node-c"):
-                core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
-            slices = [
-                *example_slices(["H100-SXM5-80GB"] * 2, node_name="node-a"),
-                *example_slices(["H100-SXM5-80GB"], mig_enabled=False, node_name="node-b"),
-            ]
-            for body in slices:
-                resource.create_resource_slice(body)
-            for name, device, entries in [
-                ("train", THREE_G_AT_4, [ready_entry(THREE_G_AT_4, "MIG-5a1b")]),
-                ("notebook", ONE_G_AT_6, None),
-            ]:
-                body, status = allocated_claim(name, device)
-                if entries is not None:
-                    status["devices"] = entries
-                resource.create_namespaced_resource_claim("default", body)
-                resource.patch_namespaced_resource_claim_status(name, "default", {"status": status})
-        yield kubeconfig
+    kubeconfig = tmp_path / "kubeconfig"
+    api_server.write_kubeconfig(kubeconfig)
+    with client.ApiClient(client.Configuration(host=api_server.url)) as api_client:
+        core = client.CoreV1Api(api_client)
+        resource = client.ResourceV1Api(api_client)
+        for node in ("node-a", "node-b", "node-c"):
+            core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+        slices = [
+            *example_slices(["H100-SXM5-80GB"] * 2, node_name="node-a"),
+            *example_slices(["H100-SXM5-80GB"], mig_enabled=False, node_name="node-b"),
+        ]
+        for body in slices:
+            resource.create_resource_slice(body)
+        for name, device, entries in [
+            ("train", THREE_G_AT_4, [ready_entry(THREE_G_AT_4, "MIG-5a1b")]),
+            ("notebook", ONE_G_AT_6, None),
+        ]:
+            body, status = allocated_claim(name, device)
+            if entries is not None:
+                status["devices"] = entries
+            resource.create_namespaced_resource_claim("default", body)
+            resource.patch_namespaced_resource_claim_status(name, "default", {"status": status})
+    return kubeconfig
 
 
-@pytest.mark.slow
 def test_status_table_and_json_from_the_cluster(cluster: Path) -> None:
     table = migdra("--kubeconfig", str(cluster))
     assert table.returncode == 0, table.stderr
@@ -115,7 +112,6 @@ def test_status_table_and_json_from_the_cluster(cluster: Path) -> None:
     assert gpu1["fragmentation"] == round(1 - 4 / 7, 4)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [

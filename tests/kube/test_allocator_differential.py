@@ -61,7 +61,8 @@ from dra_driver.nvml.settings import build_nvml_settings
 from dra_driver.settings import load_device_model_config
 from kubeletplugin.occupancy import compute_allocated_devices
 from tests.kube.cluster import kube_cluster
-from tests.sim_cluster import SimCluster, wait_for
+from tests.sim_cluster import SimCluster
+from tests.waiting import wait_for
 
 DRIVER = "gpu.migdra.io"
 DOMAIN = DRIVER
@@ -352,8 +353,8 @@ def wait_settled(sim: SimCluster, pools: dict[str, NodePool]) -> None:
         return not last
 
     try:
-        wait_for(settled, "the published pools to follow the allocations", SETTLE_TIMEOUT)
-    except pytest.fail.Exception as exc:
+        wait_for("the published pools to follow the allocations", settled, timeout=SETTLE_TIMEOUT)
+    except AssertionError as exc:
         raise AssertionError(f"{exc}; behind: {', '.join(last)}") from exc
 
 
@@ -508,11 +509,13 @@ def wait_gone(sim: SimCluster, placements: list[Placement], what: str) -> None:
             for p in placements
         )
 
-    wait_for(gone, what, DELETE_TIMEOUT)
+    wait_for(what, gone, timeout=DELETE_TIMEOUT)
 
 
 def wait_answer(sim: SimCluster, placement: Placement) -> None:
-    wait_for(lambda: observe(sim, placement), f"kube-scheduler's answer for pod {placement.pod}", OUTCOME_TIMEOUT)
+    wait_for(
+        f"kube-scheduler's answer for pod {placement.pod}", lambda: observe(sim, placement), timeout=OUTCOME_TIMEOUT
+    )
 
 
 @dataclass

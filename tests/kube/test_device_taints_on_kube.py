@@ -14,7 +14,8 @@ import pytest
 from dra_driver.devicemodel.naming import parse_mig_device_name
 from dra_driver.kube.client import EVENTS, SLICES
 from tests.kube.cluster import kube_cluster
-from tests.sim_cluster import BIN, DEMO, SimCluster, wait_for
+from tests.sim_cluster import BIN, DEMO, SimCluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("kube-taints")
 
@@ -60,20 +61,20 @@ def test_an_xid_taints_the_gpu_and_kube_scheduler_places_nothing_on_it(cluster: 
         check=False,
     )
     assert injected.returncode == 0, injected.stderr
-    wait_for(lambda: gpu_1_tainted(cluster), "every device of GPU 1 to be published with the xid taint")
+    wait_for("every device of GPU 1 to be published with the xid taint", lambda: gpu_1_tainted(cluster))
 
     namespace = cluster.namespace("taints")
     template = (DEMO / "01-mig-1g.yaml").read_text().split("---", 1)[0]
     names = [f"inference-{n}" for n in range(PODS_ON_GPU_0 + 1)]
     cluster.apply(namespace, template + "---" + "---".join(pod(name) for name in names))
-    running = wait_for(lambda: cluster.running(namespace, set(names[:PODS_ON_GPU_0])) or None, "seven pods to run")
+    running = wait_for("seven pods to run", lambda: cluster.running(namespace, set(names[:PODS_ON_GPU_0])) or None)
     assert sum(1 for p in running.values() if p["status"].get("phase") == "Running") == PODS_ON_GPU_0
 
     def unschedulable() -> list[dict[str, Any]]:
         selector = f"involvedObject.name={names[-1]},reason=FailedScheduling"
         return cluster.client.list(EVENTS, namespace, field_selector=selector)[0]
 
-    event = wait_for(unschedulable, "the eighth pod's FailedScheduling")[0]
+    event = wait_for("the eighth pod's FailedScheduling", unschedulable)[0]
     assert "cannot allocate all claims" in event["message"], event["message"]
     devices = [
         result["device"]
@@ -85,4 +86,4 @@ def test_an_xid_taints_the_gpu_and_kube_scheduler_places_nothing_on_it(cluster: 
     assert cluster.mig_instances() == {"node-1": PODS_ON_GPU_0}
 
     cluster.delete_all(namespace)
-    wait_for(lambda: cluster.mig_instances() == {"node-1": 0}, "every instance to go")
+    wait_for("every instance to go", lambda: cluster.mig_instances() == {"node-1": 0})

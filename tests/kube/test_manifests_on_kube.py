@@ -44,15 +44,14 @@ def real() -> Iterator[Client]:
 
 
 @pytest.fixture
-def local(tmp_path: Path) -> Iterator[Client]:
+def local(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Client]:
     """migdra's local API server (one per test: its request threads end with it)."""
-    with LocalAPIServer() as api:
-        api.write_kubeconfig(tmp_path / "kubeconfig")
-        client = Client(tmp_path / "kubeconfig")
-        try:
-            yield client
-        finally:
-            client.close()
+    api_server.write_kubeconfig(tmp_path / "kubeconfig")
+    client = Client(tmp_path / "kubeconfig")
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 def dry_run_create(client: Client, document: dict[str, Any]) -> dict[str, Any]:

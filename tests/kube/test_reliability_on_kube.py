@@ -26,7 +26,8 @@ import pytest
 
 from dra_driver.kube.client import PODS
 from tests.kube.cluster import kube_cluster
-from tests.sim_cluster import DEMO, SimCluster, wait_for
+from tests.sim_cluster import DEMO, SimCluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("kube-reliability")
 
@@ -47,8 +48,8 @@ def kill_and_wait_restarted(cluster: SimCluster, component: str) -> None:
     """SIGKILL ``component``; return once ``sim up`` started a new one and the API answers again."""
     old = pid_of(cluster, component)
     os.kill(old, signal.SIGKILL)
-    wait_for(lambda: pid_of(cluster, component) != old, f"{component} to be started again", timeout=WAIT)
-    wait_for(lambda: healthy(cluster), "kube-apiserver to answer again", timeout=WAIT)
+    wait_for(f"{component} to be started again", lambda: pid_of(cluster, component) != old, timeout=WAIT)
+    wait_for("kube-apiserver to answer again", lambda: healthy(cluster), timeout=WAIT)
 
 
 def healthy(cluster: SimCluster) -> bool:
@@ -123,9 +124,9 @@ def test_the_components_ride_out_restarts_of_kube_apiserver_and_etcd(cluster: Si
     churner = threading.Thread(target=churn, name="churn")
     churner.start()
     try:
-        wait_for(lambda: len(created) >= 4, "the churn to start")
+        wait_for("the churn to start", lambda: len(created) >= 4)
         kill_and_wait_restarted(cluster, "kube-apiserver")
-        wait_for(lambda: len(created) >= 8, "the churn to go on after the restart", timeout=WAIT)
+        wait_for("the churn to go on after the restart", lambda: len(created) >= 8, timeout=WAIT)
         compact_etcd(cluster)
         kill_and_wait_restarted(cluster, "etcd")
         kill_and_wait_restarted(cluster, "kube-apiserver")  # its watch cache starts after the compaction
@@ -138,7 +139,7 @@ def test_the_components_ride_out_restarts_of_kube_apiserver_and_etcd(cluster: Si
     remaining = set(created)
     assert remaining, "the churn created pods"
     survivors = remaining if len(remaining) <= 14 else set(sorted(remaining)[:14])
-    wait_for(lambda: cluster.running(namespace, survivors), "every remaining pod to run", timeout=WAIT)
+    wait_for("every remaining pod to run", lambda: cluster.running(namespace, survivors), timeout=WAIT)
 
     def converged() -> bool:
         claims = [c for c in cluster.claims(namespace) if (c.get("status") or {}).get("reservedFor")]
@@ -149,9 +150,9 @@ def test_the_components_ride_out_restarts_of_kube_apiserver_and_etcd(cluster: Si
             and sum(cluster.mig_instances().values()) == len(running)
         )
 
-    wait_for(converged, "claims Reserved and Ready, one MIG instance per running pod", timeout=WAIT)
+    wait_for("claims Reserved and Ready, one MIG instance per running pod", converged, timeout=WAIT)
     assert {node: cluster.plugin_pid(node) for node in plugin_pids} == plugin_pids, "no plugin was restarted"
 
     cluster.delete_all(namespace)
-    wait_for(lambda: not cluster.claims(namespace), "every claim to go", timeout=WAIT)
-    wait_for(lambda: cluster.mig_instances() == {"node-1": 0, "node-2": 0}, "every instance to go", timeout=WAIT)
+    wait_for("every claim to go", lambda: not cluster.claims(namespace), timeout=WAIT)
+    wait_for("every instance to go", lambda: cluster.mig_instances() == {"node-1": 0, "node-2": 0}, timeout=WAIT)

@@ -11,7 +11,8 @@ from dra_driver.controlplane.supervision import process_alive
 from tests.e2e.test_sim_cluster import _processes_under
 from tests.kube.cluster import READY_TIMEOUT, kube_args
 from tests.kubelet_client import short_socket_dir
-from tests.sim_cluster import DEMO, sim_down, start_cluster, stop_cluster, wait_for
+from tests.sim_cluster import DEMO, sim_down, start_cluster, stop_cluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("kube-lifecycle")
 
@@ -24,7 +25,7 @@ def test_a_killed_supervisor_leaves_nothing_after_sim_down_and_a_new_run_starts_
         args = ("--gpus", "H100-SXM5-80GB:1", *kube_args())
         first = start_cluster(workdir, *args, ready_timeout=READY_TIMEOUT)
         first.apply("default", (DEMO / "01-mig-1g.yaml").read_text())
-        wait_for(lambda: first.running("default", {"inference-1g"}), "the pod to run")
+        wait_for("the pod to run", lambda: first.running("default", {"inference-1g"}))
         upstream = {c: int((workdir / "kube" / f"{c}.pid").read_text().split()[0]) for c in COMPONENTS}
         first.client.close()
         first.process.kill()
@@ -37,7 +38,7 @@ def test_a_killed_supervisor_leaves_nothing_after_sim_down_and_a_new_run_starts_
         assert down.returncode == 0, down.stderr
         for component, pid in upstream.items():
             assert str(pid) in down.stderr, component
-        wait_for(lambda: not _processes_under(workdir), "every process of the cluster to stop")
+        wait_for("every process of the cluster to stop", lambda: not _processes_under(workdir))
 
         second = start_cluster(workdir, *args, ready_timeout=READY_TIMEOUT)
         try:
