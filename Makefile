@@ -1,11 +1,16 @@
-# The two set-up commands of the README: `make demo` and `make test`.  Both build .venv on first use.
+# The two set-up commands of the README, `make demo` and `make test`, and the fast loop beside them, `make check`.
+# Each builds .venv on first use.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_STATE ?= .state/demo
+# Bytecode caches (and pytest's rewritten test modules) are what makes a warm venv fast: each pytest worker
+# would otherwise compile every module again (about 5 CPU-seconds per process), so they are written even
+# where the environment says PYTHONDONTWRITEBYTECODE.  They are git-ignored.
+unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test lint unit install tools kube clean catalog bench bench-docs image
+.PHONY: demo check test lint install tools kube clean catalog bench bench-docs image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,11 +42,17 @@ demo: $(STAMP)
 	rm -rf $(DEMO_STATE) && mkdir -p $(DEMO_STATE)
 	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE) --control-plane $(CONTROL_PLANE)
 
-## test: lint (ruff, mypy --strict, import layers, generated files) then the whole pytest suite, on
+## check: the fast loop, about a minute: lint, then the check tier -- every folder named unit under tests/, the
+## tests that start no process (docs/testing.md) -- on PYTEST_WORKERS processes.
+PYTEST_WORKERS ?= 2
+CHECK_DIRS = $(shell find tests -type d -name unit -not -path '*/__pycache__/*')
+check: lint
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) -m check $(CHECK_DIRS)
+
+## test: lint (ruff, mypy --strict, import layers, generated files) then the whole pytest suite, every tier, on
 ## PYTEST_WORKERS processes (pytest-xdist; every test has its own ports, sockets and directories; the tests
 ## of one cluster share a worker: --dist loadgroup).  tests/kube runs when `make kube` has built the
 ## upstream binaries (MIGDRA_REQUIRE_KUBE=1 makes their absence a failure, as in CI).
-PYTEST_WORKERS ?= 2
 test: lint tools
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
