@@ -2,7 +2,7 @@
 opened through the real backend.
 
 A test's tier follows from the folder it lives in (docs/testing.md), never from a hand-placed marker: the
-nearest enclosing folder named in ``TIERS``, at any depth (``tests/unit`` and ``tests/devcluster/unit`` are
+nearest enclosing folder named in ``TIERS``, at any depth (``tests/unit`` and ``tests/<area>/unit`` are
 both the check tier), gives the test that tier's marker, so ``pytest -m check`` or ``-m "not kube"`` select
 by tier.  A test in no tier folder stops the run: it would belong to no ``-m`` selection.
 
