@@ -63,7 +63,8 @@ bench: $(STAMP)
 bench-docs: $(STAMP)
 	$(BIN)/python hack/bench/render.py
 
-## catalog: regenerate the shipped MIG catalog from ../shared/reference/mig-profiles.yaml
+## catalog: regenerate the shipped MIG catalog (dra_driver/mig/data/mig-catalog.yaml) from the researched table
+## hack/data/mig-profiles.yaml (every value with its sources); `make lint` fails while the two disagree
 catalog: $(STAMP)
 	$(BIN)/python hack/gen_mig_catalog.py
 
