@@ -37,10 +37,10 @@ demo: $(STAMP)
 	rm -rf $(DEMO_STATE) && mkdir -p $(DEMO_STATE)
 	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE) --control-plane $(CONTROL_PLANE)
 
-## test: lint (ruff, mypy --strict, import layers, generated files) then the whole pytest suite, on
-## PYTEST_WORKERS processes (pytest-xdist; every test has its own ports, sockets and directories; the tests
-## of one cluster share a worker: --dist loadgroup).  tests/kube runs when `make kube` has built the
-## upstream binaries (MIGDRA_REQUIRE_KUBE=1 makes their absence a failure, as in CI).
+## test: lint (ruff, mypy --strict, import layers, generated files, no path outside the repository) then the
+## whole pytest suite, on PYTEST_WORKERS processes (pytest-xdist; every test has its own ports, sockets and
+## directories; the tests of one cluster share a worker: --dist loadgroup).  tests/kube runs when `make kube`
+## has built the upstream binaries (MIGDRA_REQUIRE_KUBE=1 makes their absence a failure, as in CI).
 PYTEST_WORKERS ?= 2
 test: lint tools
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
@@ -52,6 +52,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/python hack/gen_mig_catalog.py --check
 	$(BIN)/python hack/bench/render.py --check
+	$(BIN)/python hack/check_self_contained.py
 
 ## bench: run every benchmark (medians of 5 runs, quiet, then with both CPUs busy), write docs/benchmarks.json and
 ## the tables of docs/benchmarks.md.  BENCH_ARGS="--only prepare" re-runs one (keeping the other reports).
@@ -63,7 +64,8 @@ bench: $(STAMP)
 bench-docs: $(STAMP)
 	$(BIN)/python hack/bench/render.py
 
-## catalog: regenerate the shipped MIG catalog from ../shared/reference/mig-profiles.yaml
+## catalog: regenerate the shipped MIG catalog (dra_driver/mig/data/mig-catalog.yaml) from the researched table
+## hack/data/mig-profiles.yaml (every value with its sources); `make lint` fails while the two disagree
 catalog: $(STAMP)
 	$(BIN)/python hack/gen_mig_catalog.py
 

@@ -5,7 +5,7 @@ these types (defined in :mod:`dra_driver.kubeletcalls`, shared with the local cl
 calls a :class:`DraService`; the prepare logic (``kubeletplugin.prepare``) implements
 it.  Neither side knows the other's details, and one implementation serves every API version.
 
-Contract (from kubelet's side, see ../shared/reference/kubelet-grpc.md §3):
+Contract (from kubelet's side: docs/kubelet-grpc.md, "DRAPlugin messages"):
 
 - every claim in a request gets a result keyed by its UID, and a failure of one claim is reported in
   that claim's ``error`` -- never by failing the call, which would make kubelet discard every result;

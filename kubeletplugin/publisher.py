@@ -171,7 +171,8 @@ class InventoryReader:
 
     def _mig_mode_changed(self, nvml: Nvml) -> bool:
         """Whether a GPU's MIG mode is no longer the listed one: then every GPU is listed again, since
-        changing the mode may reset or re-bind a GPU and change its minor number (nvml-mig.md section 5).
+        changing the mode may reset or re-bind a GPU and change its minor number (docs/nvml-mig.md, "MIG mode,
+        resets and privileges").
         A GPU without MIG support never gains it."""
         return any(nvml.mig_mode(gpu.uuid) != gpu.mig_mode for gpu in self._gpus if gpu.mig_capable)
 

@@ -1,6 +1,6 @@
 """A test kubelet: talks to a plugin the way kubelet does, with the generated stubs over real unix sockets.
 
-Reusable by any test that needs kubelet's side of the node-local contract (kubelet-grpc.md):
+Reusable by any test that needs kubelet's side of the node-local contract (docs/kubelet-grpc.md):
 
     with KubeletClient(paths.registration) as kubelet:
         kubelet.register()                      # GetInfo, version choice, NotifyRegistrationStatus

@@ -66,7 +66,7 @@ _M = TypeVar("_M", bound=_Message)
 
 
 def _transcode(message: _Message, target: type[_M]) -> _M:
-    """The same bytes read as another version's message (kubelet-grpc.md §3: same field numbers)."""
+    """The same bytes read as another version's message (same field numbers: docs/kubelet-grpc.md)."""
     converted = target()
     converted.ParseFromString(message.SerializeToString())
     return converted

@@ -1,7 +1,7 @@
 """The DRAPlugin service kubelet calls to prepare and unprepare claims, in both API versions.
 
-Owns the call contract of kubelet-grpc.md §3 on our side of the socket: every claim UID of a request
-gets exactly one entry in the response, and nothing short of a bug in this module makes the call
+Owns kubelet's call contract (docs/kubelet-grpc.md) on our side of the socket: every claim UID of a
+request gets exactly one entry in the response, and nothing short of a bug in this module makes the call
 itself fail -- kubelet discards the whole response on a gRPC error, so failures are reported per
 claim.  The work is delegated to a :class:`~kubeletplugin.draservice.DraService`; this module never
 looks at devices.
@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 
 _Result = TypeVar("_Result", PrepareResult, UnprepareResult)
 
-# The supported_versions strings kubelet matches (kubelet-grpc.md §2), in our order of preference:
-# a 1.34+ kubelet takes the first one it knows.
+# The supported_versions strings kubelet matches (docs/kubelet-grpc.md, "Version choice"), in our order
+# of preference: a 1.34+ kubelet takes the first one it knows.
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 
 

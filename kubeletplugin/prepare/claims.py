@@ -5,7 +5,8 @@ fields migdra reads (``metadata``, ``status.allocation.devices.{results,config}`
 the official client, and the pure extraction :func:`compute_claim_allocation`.  It never writes to
 the API server (``reporter.py`` does) and never interprets opaque parameters (``config.py`` does).
 
-Rules (kubelet-grpc.md §3, resource-api.md §5):
+Rules (docs/kubelet-grpc.md, "DRAPlugin messages"; docs/resource-api.md, "ResourceClaim and
+ResourceClaimTemplate"):
 
 - kubelet names the claim by namespace, name *and* UID; a claim of that name with another UID is a
   different (re-created) claim and is refused;
@@ -135,7 +136,7 @@ _CLAIM_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 def compute_claim_ref_problem(ref: ClaimRef) -> str | None:
     """What is wrong with a claim as kubelet sent it (one line naming the field), or None; pure.
 
-    kubelet always sends namespace, name and UID (kubelet-grpc.md §3); an empty one would otherwise
+    kubelet always sends namespace, name and UID (docs/kubelet-grpc.md); an empty one would otherwise
     turn into a read of the claim *list* and a pydantic dump as the claim's error.
     """
     for field_name, value in (("namespace", ref.namespace), ("name", ref.name), ("uid", ref.uid)):

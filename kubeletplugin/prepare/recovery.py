@@ -1,6 +1,6 @@
 """Start-up recovery: reconcile the checkpoint with what NVML reports, before serving kubelet.
 
-Rules (prior-art.md §6.5, §7.5, and the safety list at its end):
+Rules (docs/prepare.md §7, which also says where they come from):
 
 - a ``PrepareCompleted`` record is **adopted** only after NVML confirms every instance it names: the
   GI with the recorded ID exists at the recorded placement with the recorded profile, and holds the

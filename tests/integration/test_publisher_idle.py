@@ -157,7 +157,8 @@ def test_the_reader_reads_what_a_full_read_reads(nvml: Nvml) -> None:
 
 
 def test_a_mig_mode_change_makes_the_reader_list_the_gpus_again(nvml: Nvml, nvml_calls: list[str]) -> None:
-    """Changing the mode may reset or re-bind a GPU and change its minor number (nvml-mig.md section 5)."""
+    """Changing the mode may reset or re-bind a GPU and change its minor number (docs/nvml-mig.md, "MIG
+    mode, resets and privileges")."""
     reader = InventoryReader()
     reader.read(nvml)
     nvml_calls.clear()

@@ -244,7 +244,7 @@ def test_example_inventory_equals_what_the_simulated_nvml_reports(
 @pytest.mark.parametrize("libyaml", [True, False], ids=["libyaml", "pure-python-yaml"])
 @pytest.mark.parametrize("model_key", ["H100-SXM5-80GB", "A100-SXM4-40GB"])
 def test_golden_slices(model_key: str, libyaml: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Reviewed by hand against mig-profiles.yaml; regenerate with UPDATE_GOLDEN=1 and review the diff.
+    """Reviewed by hand against hack/data/mig-profiles.yaml; regenerate with UPDATE_GOLDEN=1, review the diff.
 
     Rendered as ``migdra slices -o yaml`` prints them, which must not depend on PyYAML having libyaml.
     """

@@ -1,8 +1,8 @@
 """Placement policies: each one's order on small cases checked by hand, and what kube-scheduler's
 allocator (ported) then picks from the published slices.
 
-H100-SXM5-80GB placements (mig-profiles.yaml): 1g.10gb at 0..6, 1g.20gb and 2g.20gb at even starts
-(1g.20gb also at 6), 3g.40gb at 0 and 4, 4g.40gb and 7g.80gb at 0.
+H100-SXM5-80GB placements (hack/data/mig-profiles.yaml): 1g.10gb at 0..6, 1g.20gb and 2g.20gb at even
+starts (1g.20gb also at 6), 3g.40gb at 0 and 4, 4g.40gb and 7g.80gb at 0.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Validation of ``resource.k8s.io/v1`` objects for the local API server: dicts in, field errors out.
 
 It mirrors kube-apiserver's ``pkg/apis/resource/validation`` for the rules stated in
-``../shared/reference/resource-api.md`` (relative to the repository), with kube's field paths and
-messages, because kubectl and the Python client show them to people.  Pure code: no I/O, no HTTP, no
-Kubernetes client.  CEL selectors are compiled with migdra's own CEL environment (``dra_driver.cel``,
-loaded on first use).
+``docs/resource-api.md``, with kube's field paths and messages, because kubectl and the Python client
+show them to people.  Pure code: no I/O, no HTTP, no Kubernetes client.  CEL selectors are compiled
+with migdra's own CEL environment (``dra_driver.cel``, loaded on first use).
 
 Public API::
 

@@ -1,15 +1,15 @@
 """Every number the validation enforces, in one place.
 
-Source of the ``resource.k8s.io`` limits: ``../shared/reference/resource-api.md`` (section given per
-group; the values are those of the 1.35+ ``v1`` API).  The Kubernetes-wide limits at the end (names,
-labels, annotations, conditions) are apimachinery's, which the reference takes as given.
+Source of the ``resource.k8s.io`` limits: ``docs/resource-api.md`` (section given per group; the
+values are those of the 1.35+ ``v1`` API).  The Kubernetes-wide limits at the end (names, labels,
+annotations, conditions) are apimachinery's (that page's last section).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-# --- ResourceSlice (resource-api.md §3 "ResourceSlice spec", "devices[]", "Limits and name rules") ---
+# --- ResourceSlice (section "ResourceSlice") ---
 SLICE_MAX_DEVICES: Final = 128
 SLICE_MAX_DEVICES_WITH_TAINTS_OR_COUNTERS: Final = 64  # when any device has taints or consumes counters
 SLICE_MAX_COUNTER_SETS: Final = 8
@@ -25,7 +25,7 @@ POOL_NAME_MAX_BYTES: Final = 253
 QUALIFIED_NAME_MAX_DOMAIN_BYTES: Final = 63  # <domain>/<C identifier>
 QUALIFIED_NAME_MAX_ID_BYTES: Final = 32
 
-# --- ResourceClaim spec.devices (§4) and ResourceClaimTemplate spec.spec (§6) ---
+# --- ResourceClaim spec.devices, template spec.spec (section "ResourceClaim and ResourceClaimTemplate") ---
 CLAIM_MAX_REQUESTS: Final = 32  # also bounds the request lists of constraints and config entries
 REQUEST_MAX_SUBREQUESTS: Final = 8  # firstAvailable
 REQUEST_MAX_SELECTORS: Final = 32
@@ -35,7 +35,7 @@ CLAIM_MAX_CONFIG: Final = 32
 CEL_EXPRESSION_MAX_BYTES: Final = 10 * 1024
 OPAQUE_PARAMETERS_MAX_BYTES: Final = 10 * 1024
 
-# --- ResourceClaim status (§5) ---
+# --- ResourceClaim status (same section) ---
 ALLOCATION_MAX_RESULTS: Final = 32
 ALLOCATION_MAX_CONFIG: Final = 64  # class config + claim config
 CLAIM_MAX_RESERVED_FOR: Final = 256
@@ -45,7 +45,7 @@ NETWORK_INTERFACE_NAME_MAX_BYTES: Final = 256
 NETWORK_MAX_IPS: Final = 16
 NETWORK_HARDWARE_ADDRESS_MAX_BYTES: Final = 128
 
-# --- DeviceClass (§6) ---
+# --- DeviceClass (section "DeviceClass and DeviceTaintRule") ---
 CLASS_MAX_SELECTORS: Final = 32
 CLASS_MAX_CONFIG: Final = 32
 

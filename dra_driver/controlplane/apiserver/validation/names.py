@@ -166,8 +166,8 @@ def validate_dns_subdomain(value: str, path: FieldPath) -> list[FieldError]:
 def validate_driver_name(value: str, path: FieldPath) -> list[FieldError]:
     """A driver name (also the domain of a qualified name): a lower-case DNS subdomain of at most 63 bytes.
 
-    kube's ``ValidateCSIDriverName`` lower-cases before matching; resource-api.md requires lower case,
-    so upper case is rejected here with the lower-case subdomain message.
+    kube's ``ValidateCSIDriverName`` lower-cases before matching; the API requires lower case
+    (docs/resource-api.md), so upper case is rejected here with the lower-case subdomain message.
     """
     if not value:
         return [required(path)]
