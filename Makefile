@@ -7,10 +7,12 @@ DEMO_STATE ?= .state/demo
 
 .PHONY: demo test lint unit install tools kube clean catalog bench bench-docs image
 
-$(STAMP): pyproject.toml
+# migdra and its development cluster (devcluster/, which `migdra sim` runs) in one pip command, both editable:
+# the `dev` extra's pin on migdra-devcluster is met by ./devcluster, whose pin on migdra is met by `.`.
+$(STAMP): pyproject.toml devcluster/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e ./devcluster -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

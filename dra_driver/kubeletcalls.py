@@ -3,8 +3,8 @@
 What kubelet sends about a claim (:class:`ClaimRef`) and what a plugin answers per claim
 (:class:`PrepareResult` with :class:`PreparedDevice` entries, :class:`UnprepareResult`).  Two sides use
 them: the node plugin's seam between its gRPC layer and its prepare logic
-(``kubeletplugin.draservice``), and the local cluster's kubelet, which calls plugins
-(``dra_driver.controlplane.kubelet``).  One definition, so both ends of the protocol agree.
+(``kubeletplugin.draservice``), and the development cluster's kubelet, which calls plugins
+(package ``migdra-devcluster``).  One definition, so both ends of the protocol agree.
 """
 
 from __future__ import annotations

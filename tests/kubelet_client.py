@@ -33,11 +33,11 @@ from typing import Any
 
 import grpc
 
-from dra_driver.controlplane.kubelet.pluginclient import KNOWN_VERSIONS, RegistrationRejected, prepare_result, register
 from dra_driver.kubeletapi import dra_health_v1alpha1_pb2 as health_pb2
 from dra_driver.kubeletapi import dra_health_v1alpha1_pb2_grpc as health_grpc
 from dra_driver.kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from kubeletplugin.draservice import ClaimRef, PrepareResult, UnprepareResult
+from migdra_devcluster.kubelet.pluginclient import KNOWN_VERSIONS, RegistrationRejected, prepare_result, register
 
 DRA_PLUGIN_VERSIONS = KNOWN_VERSIONS  # what kubelet 1.34/1.35 knows
 HEALTH_VERSION = "v1alpha1.DRAResourceHealth"
@@ -87,7 +87,7 @@ class KubeletClient:
         """GetInfo, choose a version, NotifyRegistrationStatus; returns the chosen version string.
 
         The handshake and the version choice are the simulated kubelet's
-        (:func:`dra_driver.controlplane.kubelet.pluginclient.register`), so both kubelets agree.
+        (:func:`migdra_devcluster.kubelet.pluginclient.register`), so both kubelets agree.
         Raises :class:`RegistrationRejected` after notifying the plugin of the rejection.
         """
         channel = self._channel(str(self.registration_socket))

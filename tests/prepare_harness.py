@@ -24,7 +24,6 @@ import pynvml
 import pytest
 from kubernetes import client
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
@@ -33,6 +32,7 @@ from dra_driver.nvml.sim import SimulatedNvmlLibrary
 from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare import PrepareService, PrepareSettings
 from kubeletplugin.prepare.checkpoint import CheckpointStore
+from migdra_devcluster.apiserver import LocalAPIServer
 
 NODE = "node-a"
 DRIVER = "gpu.migdra.io"

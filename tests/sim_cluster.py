@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from dra_driver.controlplane.cluster import gpu_instances_per_node
 from dra_driver.kube.client import CLAIMS, PODS, Client
+from migdra_devcluster.cluster import gpu_instances_per_node
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]

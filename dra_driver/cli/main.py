@@ -26,7 +26,7 @@ SettingsT = TypeVar("SettingsT")
 
 
 # Subcommand groups whose modules load only when used, so `migdra --help` and the commands defined here
-# do not pay for the CEL environment, the local control plane or the recorder.
+# do not pay for the CEL environment or the recorder.
 _LAZY_GROUPS = {
     "allocate": (
         "dra_driver.cli.allocate_command",
@@ -46,7 +46,6 @@ _LAZY_GROUPS = {
         "plan_command",
         "Will this workload mix fit these nodes? How many, which fails first and why (before deploying).",
     ),
-    "sim": ("dra_driver.cli.sim_commands", "sim", "Local stand-ins for cluster components (never for production)."),
     "status": (
         "dra_driver.cli.status_command",
         "status_command",
@@ -55,7 +54,23 @@ _LAZY_GROUPS = {
 }
 
 
-@click.group(cls=LazyGroup, lazy_commands=_LAZY_GROUPS, context_settings={"help_option_names": ["-h", "--help"]})
+# Commands of other distributions, found by entry point (dra_driver.cli.lazy.ENTRY_POINT_GROUP) when used: the
+# development cluster is not part of the product, which never imports it (docs/local-cluster.md).
+_ENTRY_POINT_GROUPS = {
+    "sim": (
+        "Local stand-ins for cluster components (never for production).",
+        "the development cluster (package migdra-devcluster) is not installed; "
+        "pip install 'migdra[dev]' installs it (in a source checkout: make install)",
+    ),
+}
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=_LAZY_GROUPS,
+    entry_point_commands=_ENTRY_POINT_GROUPS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="migdra")
 @click.option("-v", "--verbose", count=True, help="more log output (-vv for debug)")
 @click.option(

@@ -39,10 +39,10 @@ from typing import Any
 from benchlib import REPO, Report, add_common_arguments, check_runs, ratios, summary
 
 sys.path.insert(0, str(REPO))
-from dra_driver.controlplane.cluster import gpu_instances_per_node
-from dra_driver.controlplane.upstream.access import RELEASE_NAMESPACE
-from dra_driver.controlplane.upstream.binaries import built_versions
 from dra_driver.kube.client import CLAIM_TEMPLATES, CLAIMS, EVENTS, PODS, Client
+from migdra_devcluster.cluster import gpu_instances_per_node
+from migdra_devcluster.upstream.access import RELEASE_NAMESPACE
+from migdra_devcluster.upstream.binaries import built_versions
 
 NAMESPACE = "default"
 GPUS = "H100-SXM5-80GB:4"

@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings
 
 import dra_driver.cli.main  # noqa: F401  (imports every settings group the commands read)
 from dra_driver.controller.settings import ControllerSettings
-from dra_driver.controlplane.cluster import DEVICECLASS_DIR, deviceclass_documents
+from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.nvml.settings import NvmlSettings
 from dra_driver.settings import load_device_model_config
 from kubeletplugin.app import PluginSettings

@@ -27,8 +27,6 @@ from kubernetes import client
 
 from dra_driver.allocation.features import DEFAULT_FEATURES, Features
 from dra_driver.allocation.pools import gather_pools
-from dra_driver.controlplane.apiserver import LocalAPIServer
-from dra_driver.controlplane.apiserver.watch import Event
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
@@ -38,6 +36,8 @@ from dra_driver.kubeapi import retry_conflicts
 from dra_driver.nvml.settings import build_nvml_settings
 from kubeletplugin.app import PluginSettings, run_publish_only
 from kubeletplugin.publisher import SlicePublisher
+from migdra_devcluster.apiserver import LocalAPIServer
+from migdra_devcluster.apiserver.watch import Event
 from tests.api_outage import StoreChanges
 from tests.prepare_harness import DRIVER, NODE, create_claim, read_claim_json, result
 

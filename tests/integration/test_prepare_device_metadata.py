@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.pool import build_pool
 from dra_driver.nvml.inventory import read_inventory
@@ -31,6 +30,7 @@ from kubeletplugin.prepare.metadata import (
     write_claim_metadata,
 )
 from kubeletplugin.prepare.records import ClaimRecord
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import DRIVER, NODE, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.pool import build_pool
 from dra_driver.mig.catalog import Placement
@@ -24,6 +23,7 @@ from kubeletplugin.prepare.crashpoints import CrashHook
 from kubeletplugin.prepare.devices import NodeGpus, compute_device_target
 from kubeletplugin.prepare.errors import RealizeError
 from kubeletplugin.prepare.realize import RealizeFailed, realize_mig_instance
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import Background, HeldCall, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"

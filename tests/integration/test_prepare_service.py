@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
@@ -26,6 +25,7 @@ from kubeletplugin.prepare import PrepareSettings
 from kubeletplugin.prepare import service as service_module
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.metadata import METADATA_DIR
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import DRIVER, Node, mig_config, opaque, read_only_directory, result, simulated_node
 
 H100 = "H100-SXM5-80GB"

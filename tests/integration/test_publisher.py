@@ -12,7 +12,6 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
@@ -21,6 +20,7 @@ from dra_driver.kubeapi import BackoffPolicy
 from dra_driver.mig import load_catalog
 from dra_driver.nvml.inventory import read_inventory
 from kubeletplugin.publisher import PublishLoop, SlicePublisher
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.conftest import OpenSimulatedNode
 
 NODE = "node-a"

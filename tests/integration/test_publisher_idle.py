@@ -18,7 +18,6 @@ import pytest
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.mig import load_catalog
 from dra_driver.nvml.backend import Nvml
@@ -27,6 +26,7 @@ from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from kubeletplugin.app import PluginSettings, _Publishing
 from kubeletplugin.publisher import InventoryReader, PublishLoop, PublishResult, SlicePublisher
+from migdra_devcluster.apiserver import LocalAPIServer
 
 NODE = "node-i"
 DRIVER = "gpu.migdra.io"

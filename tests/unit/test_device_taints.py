@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.faults import GpuFault, overlaps, taint_pool, tainted_devices
 from dra_driver.devicemodel.layout import render_slices
@@ -24,6 +23,7 @@ from kubeletplugin.device_health import NvmlDeviceHealth
 from kubeletplugin.gpu_faults import DEFAULT_IGNORED_XIDS, GpuFaultWatcher, fault_of_event
 from kubeletplugin.metrics import FaultMetrics
 from kubeletplugin.taint_store import StoredFault, TaintStore, TaintStoreError
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.conftest import OpenSimulatedNode
 
 DRIVER = "gpu.migdra.io"

@@ -15,7 +15,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dra_driver.cli import slices_view
-from dra_driver.controlplane.apiserver.validation import validate
 from dra_driver.devicemodel import example_inventory, example_slices
 from dra_driver.devicemodel.config import DeviceModelConfig, ProfileFilter
 from dra_driver.devicemodel.layout import render_slices
@@ -26,6 +25,7 @@ from dra_driver.mig import Placement, load_catalog
 from dra_driver.nvml import sim
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import GpuInstanceInfo
+from dra_driver.validation import validate
 from tests.conftest import OpenSimulatedNode
 
 CATALOG = load_catalog()

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from dra_driver.allocation import DEFAULT_FEATURES
 from dra_driver.allocation.features import Features
 from dra_driver.allocation.pools import gather_pools
-from dra_driver.controlplane.cluster import DEVICECLASS_DIR, deviceclass_documents
+from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.examples import example_inventory
 from dra_driver.devicemodel.fragmentation import capability, gpu_profiles, most_instances, placement_loss
