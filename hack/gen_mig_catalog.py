@@ -17,6 +17,7 @@ stale.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -374,6 +375,15 @@ HEADER = """\
 """
 
 
+_COMMIT_PIN = re.compile(r" ?@[0-9a-f]{7,40}\b")
+
+
+def _without_commit_pins(source: str) -> str:
+    """A source as the shipped catalog names it: repository and file, without the commit the research
+    read it at (that pin stays in hack/data/mig-profiles.yaml; the product cites no commits)."""
+    return _COMMIT_PIN.sub("", source)
+
+
 def generate(reference: Path) -> str:
     ref = yaml.safe_load(reference.read_text())
     catalog: dict[str, Any] = {
@@ -383,7 +393,7 @@ def generate(reference: Path) -> str:
         "gpus": {
             key: build_gpu(key, ref_key, aliases, ref["gpus"][ref_key]) for key, (ref_key, aliases) in MODELS.items()
         },
-        "sources": ref["sources"],
+        "sources": {key: _without_commit_pins(text) for key, text in ref["sources"].items()},
     }
     body = yaml.dump(
         catalog, Dumper=_NoAliasDumper, sort_keys=False, width=160, default_flow_style=None, allow_unicode=True
