@@ -217,7 +217,11 @@ def test_a_restarted_plugin_releases_what_it_realized_ahead_for_a_claim_that_wen
     assert sorted(r.name for r in restarted.realized_ahead()) == ["gone", "kept"]
     realizers.start(restarted)
 
-    wait_for(lambda: len(node.instances()) == 1, "the instance of the deleted claim to be destroyed")
+    # The instance goes first, then its record: wait for both (between them a loaded machine can stop).
+    wait_for(
+        lambda: len(node.instances()) == 1 and [r.name for r in restarted.realized_ahead()] == ["kept"],
+        "the instance and the record of the deleted claim to go",
+    )
     assert [r.name for r in restarted.realized_ahead()] == ["kept"]
     assert condition(node, kept, THREE_G, REALIZED) is not None
 
