@@ -140,16 +140,23 @@ def test_the_components_ride_out_restarts_of_kube_apiserver_and_etcd(cluster: Si
     survivors = remaining if len(remaining) <= 14 else set(sorted(remaining)[:14])
     wait_for(lambda: cluster.running(namespace, survivors), "every remaining pod to run", timeout=WAIT)
 
+    last_seen = ["nothing yet"]
+
     def converged() -> bool:
         claims = [c for c in cluster.claims(namespace) if (c.get("status") or {}).get("reservedFor")]
         running = [p for p in cluster.pods(namespace).values() if (p.get("status") or {}).get("phase") == "Running"]
-        return (
-            len(claims) == len(running)
-            and all(reserved_and_ready(c) for c in claims)
-            and sum(cluster.mig_instances().values()) == len(running)
+        instances = cluster.mig_instances()
+        not_ready = sorted(c["metadata"]["name"] for c in claims if not reserved_and_ready(c))
+        last_seen[0] = (
+            f"{len(claims)} reserved claims (not Reserved+Ready: {not_ready}), {len(running)} running pods "
+            f"of {len(cluster.pods(namespace))}, MIG instances {instances}"
         )
+        return len(claims) == len(running) and not not_ready and sum(instances.values()) == len(running)
 
-    wait_for(converged, "claims Reserved and Ready, one MIG instance per running pod", timeout=WAIT)
+    try:
+        wait_for(converged, "claims Reserved and Ready, one MIG instance per running pod", timeout=WAIT)
+    except pytest.fail.Exception as exc:
+        raise AssertionError(f"{exc}; last seen: {last_seen[0]}") from None
     assert {node: cluster.plugin_pid(node) for node in plugin_pids} == plugin_pids, "no plugin was restarted"
 
     cluster.delete_all(namespace)
