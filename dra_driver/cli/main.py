@@ -147,18 +147,6 @@ def slices(
     click.echo(text, nl=False)
 
 
-@cli.command("checkpoint-downgrade")
-@click.argument("state_dir", type=click.Path(file_okay=False, path_type=Path))
-def checkpoint_downgrade(state_dir: Path) -> None:
-    """Write the node's checkpoint back as one file, before downgrading to a migdra older than one file
-    per claim.  Stop the plugin on the node first (docs/operations.md, "Downgrades")."""
-    from kubeletplugin.prepare.checkpoint import CHECKPOINT_FILE  # noqa: PLC0415 -- keep `migdra --help` light
-    from kubeletplugin.prepare.checkpoint_downgrade import downgrade_checkpoint  # noqa: PLC0415
-
-    count = downgrade_checkpoint(state_dir)
-    click.echo(f"wrote {count} claim(s) to {state_dir / CHECKPOINT_FILE} (schema version 1), removed claims/")
-
-
 @cli.command("kubelet-plugin")
 @nvml_options
 @click.option("--node-name", default=None, help="this node's name [env MIGDRA_NODE_NAME]")
