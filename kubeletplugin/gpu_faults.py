@@ -26,12 +26,10 @@ from dra_driver.devicemodel.faults import ECC_TAINT, GPU_LOST_TAINT, XID_TAINT, 
 from dra_driver.nvml.backend import Nvml, NvmlEventWatch
 from dra_driver.nvml.errors import NvmlError
 from dra_driver.nvml.types import NvmlEvent, NvmlEventType
+from kubeletplugin.settings import DEFAULT_IGNORED_XIDS
 from kubeletplugin.taint_store import StoredFault, TaintStore, TaintStoreError
 
 log = logging.getLogger(__name__)
-
-DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-"""Application errors, not hardware faults (as NVIDIA's device plugin and DRA driver skip them)."""
 
 _TAINT_OF_EVENT = {
     NvmlEventType.XID: XID_TAINT,

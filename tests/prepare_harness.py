@@ -25,14 +25,15 @@ import pytest
 from kubernetes import client
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.kubeletcalls import ClaimRef
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from dra_driver.nvml.sim import SimulatedNvmlLibrary
-from kubeletplugin.draservice import ClaimRef
-from kubeletplugin.prepare import PrepareService, PrepareSettings
 from kubeletplugin.prepare.checkpoint import CheckpointStore
+from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.settings import PrepareSettings
 
 NODE = "node-a"
 DRIVER = "gpu.migdra.io"

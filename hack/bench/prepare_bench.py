@@ -61,10 +61,11 @@ from benchlib import (
 from kubernetes import client
 
 from dra_driver.kubeapi import call_json
+from dra_driver.kubeletcalls import ClaimRef
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
-from kubeletplugin.draservice import ClaimRef
-from kubeletplugin.prepare import PrepareService, PrepareSettings
+from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.settings import PrepareSettings
 
 sys.path.insert(0, str(REPO))  # tests/kubelet_client.py: kubelet's side of the socket, as the e2e tests use it
 from tests.kubelet_client import KubeletClient, short_socket_dir

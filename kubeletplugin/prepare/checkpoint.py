@@ -57,10 +57,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.durable import WriteCost, write_file_atomically
+from dra_driver.durable import WriteCost, remove_leftover_temporary_files, write_file_atomically
 from dra_driver.mig.catalog import Placement
 from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError, LockTimeoutError
-from kubeletplugin.prepare.leftovers import remove_leftover_temporary_files
 from kubeletplugin.prepare.locks import describe_lock_timeout, release_flock, try_flock
 from kubeletplugin.prepare.records import (
     CLAIMS_DIRECTORY,

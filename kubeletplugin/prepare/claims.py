@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from urllib3.exceptions import HTTPError
 
 from dra_driver.kubeapi import call_json, describe_failure
-from kubeletplugin.draservice import ClaimRef
+from dra_driver.kubeletcalls import ClaimRef
 from kubeletplugin.prepare.errors import ClaimMismatchError, ClaimReadError
 
 log = logging.getLogger(__name__)

@@ -36,8 +36,9 @@ from dra_driver.devicemodel.policy import DynamicPlacementPolicy
 from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.kubeapi import retry_conflicts
 from dra_driver.nvml.settings import build_nvml_settings
-from kubeletplugin.app import PluginSettings, run_publish_only
+from kubeletplugin.app import run_publish_only
 from kubeletplugin.publisher import SlicePublisher
+from kubeletplugin.settings import PluginSettings
 from tests.api_outage import StoreChanges
 from tests.prepare_harness import DRIVER, NODE, create_claim, read_claim_json, result
 

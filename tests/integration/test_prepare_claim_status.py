@@ -15,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.kubeapi import BackoffPolicy
-from kubeletplugin.draservice import ClaimRef
+from dra_driver.kubeletcalls import ClaimRef
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.claims import ClaimApi
 from kubeletplugin.prepare.reporter import ClaimReporter

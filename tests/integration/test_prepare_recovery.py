@@ -22,8 +22,8 @@ import pytest
 
 import tests.prepare_harness as support
 from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.kubeletcalls import ClaimRef
 from dra_driver.mig.catalog import Placement
-from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.errors import CheckpointError
 from tests.prepare_harness import DRIVER, Node, result, simulated_node

@@ -25,8 +25,9 @@ from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
-from kubeletplugin.app import PluginSettings, _Publishing
+from kubeletplugin.app import _Publishing
 from kubeletplugin.publisher import InventoryReader, PublishLoop, PublishResult, SlicePublisher
+from kubeletplugin.settings import PluginSettings
 
 NODE = "node-i"
 DRIVER = "gpu.migdra.io"

@@ -20,8 +20,9 @@ from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.kubeapi import BackoffPolicy
 from dra_driver.nvml.settings import build_nvml_settings
-from kubeletplugin.app import PluginSettings, run_publish_only
+from kubeletplugin.app import run_publish_only
 from kubeletplugin.publisher import PublishLoop, PublishResult, RoundFailure, SlicePublisher
+from kubeletplugin.settings import PluginSettings
 from tests.api_outage import RestartableApiServer, restartable_api_server
 
 NODE = "node-r"

@@ -16,9 +16,9 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.kube.client import Client
 from dra_driver.kubeapi import retry_conflicts
-from kubeletplugin.draservice import ClaimRef
-from kubeletplugin.prepare import PrepareService
-from kubeletplugin.realizer import Realizer
+from dra_driver.kubeletcalls import ClaimRef
+from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.realize_before_bind import Realizer
 from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, result, simulated_node
 
 ONE_G = "gpu-0-mig-1g10gb-19-0"

@@ -51,6 +51,7 @@ import pytest
 from click.testing import CliRunner
 
 from dra_driver.cli.main import cli
+from dra_driver.device_config import load_device_model_config
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.policy import DynamicPlacementPolicy
 from dra_driver.devicemodel.pool import NodePool, build_pool
@@ -58,7 +59,6 @@ from dra_driver.kube.client import CLAIMS, EVENTS, PODS, SLICES
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
-from dra_driver.settings import load_device_model_config
 from kubeletplugin.occupancy import compute_allocated_devices
 from tests.kube.cluster import kube_cluster
 from tests.sim_cluster import SimCluster, wait_for

@@ -20,10 +20,11 @@ from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.policy import DEFAULT_POLICY, PLACEMENT_POLICIES
 from dra_driver.devicemodel.pool import build_pool
 from dra_driver.kube.client import Client
-from kubeletplugin.app import PluginSettings, _Publishing
+from kubeletplugin.app import _Publishing
 from kubeletplugin.metrics import PublishMetrics
 from kubeletplugin.occupancy import ClaimOccupancy, RepublishGate, compute_allocated_devices
 from kubeletplugin.publisher import PublishResult
+from kubeletplugin.settings import PluginSettings
 
 DRIVER = "gpu.migdra.io"
 NODE = "node-a"

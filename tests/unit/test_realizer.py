@@ -9,10 +9,10 @@ import pytest
 
 from dra_driver import claimstatus
 from dra_driver.claimstatus import PLUGIN, EntryUpdate, realizer_writer
-from kubeletplugin.draservice import ClaimRef
+from dra_driver.kubeletcalls import ClaimRef
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
-from kubeletplugin.prepare.status import compute_cleared_devices, compute_converged_devices
-from kubeletplugin.realizer import (
+from kubeletplugin.prepare.reporter import compute_cleared_devices, compute_converged_devices
+from kubeletplugin.realize_before_bind import (
     build_binding_condition,
     compute_binding_devices,
     compute_claims_to_realize,

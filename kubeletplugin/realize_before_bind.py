@@ -44,17 +44,17 @@ from dra_driver.claimstatus import (
     condition_of,
     find_entry,
     realizer_writer,
+    rfc3339,
 )
 from dra_driver.devicemodel.vocabulary import realize_before_bind_conditions
 from dra_driver.kube.client import CLAIMS, Client
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubeapi import describe_failure, retry_conflicts
+from dra_driver.kubeletcalls import ClaimRef, PrepareResult
 from dra_driver.logs import log_context
-from kubeletplugin.draservice import ClaimRef, PrepareResult
 from kubeletplugin.metrics import RealizeMetrics
 from kubeletplugin.prepare.records import ClaimRecord
-from kubeletplugin.prepare.status import rfc3339
 
 log = logging.getLogger(__name__)
 
