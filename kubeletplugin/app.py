@@ -25,18 +25,26 @@ no API call; publishing and claim status writes wait with one backoff policy (``
 status is reconciled with the checkpoint at start and periodically.  Only a refusal (the API server
 rejecting the slices), NVML failing or a bug, ``fatal_after`` publish rounds in a row, stops it.
 
-Concurrency model (threads, no asyncio): the publish loop on its own thread (periodic NVML rescan +
-triggers); with an occupancy-aware placement policy (``dynamic``), the occupancy's thread and its
-claim informer (:mod:`kubeletplugin.occupancy`), which trigger the publish loop as claims come and
-go; the gRPC servers' thread pools calling the thread-safe :class:`PrepareService` (which runs
-claims on its own worker pool under per-GPU locks, and writes and reconciles claim status on one
-background thread); with realize before bind, the realizer's thread and its claim informer
-(:mod:`kubeletplugin.realize_before_bind`, calling the same service); with device taints, the GPU fault
-watcher's thread on its NVML event set (:mod:`kubeletplugin.gpu_faults`), which triggers the publish
-loop when a fault comes or goes; with ``--healthcheck-address``, the liveness check's own two gRPC
-threads (:mod:`kubeletplugin.grpc.liveness`); the main thread waits for SIGTERM/SIGINT and then shuts
-down in order: deregister from kubelet, let in-flight calls finish, stop publishing, stop the
-realizer, stop the fault watcher, close prepare (instances are kept).
+One of each per process: one API client (:func:`api_connection`: a
+:class:`~dra_driver.kube.client.Client` every part calls the API server through), one model of a
+ResourceClaim (:class:`~kubeletplugin.prepare.claims.ResourceClaimView`), one background-loop design
+(:class:`~dra_driver.kube.loop.ControlLoop`) and one informer per kind (:func:`claim_informer`: the one
+list-then-watch cache of ResourceClaims, shared by every loop that reads claims).
+
+Concurrency model (threads, no asyncio), each background job a ControlLoop on its own thread: the
+publish loop (periodic NVML rescan + triggers; it knows no informer); the claim status reporter (a set
+of claims to converge and Events to write, plus its periodic reconciliation over the claim informer:
+:mod:`kubeletplugin.prepare.reporter`); with an occupancy-aware placement policy (``dynamic``), the
+occupancy (:mod:`kubeletplugin.occupancy`), which triggers the publish loop as claims come and go;
+with realize before bind, the realizer (:mod:`kubeletplugin.realize_before_bind`, calling the same
+prepare service); with device taints, the GPU fault watcher on its NVML event set
+(:mod:`kubeletplugin.gpu_faults`), which triggers the publish loop when a fault comes or goes.  Beside
+them: the claim informer's thread; the gRPC servers' thread pools calling the thread-safe
+:class:`PrepareService` (which runs claims on its own worker pool under per-GPU locks); with
+``--healthcheck-address``, the liveness check's own two gRPC threads
+(:mod:`kubeletplugin.grpc.liveness`); the main thread waits for SIGTERM/SIGINT and then shuts down in
+order: deregister from kubelet, let in-flight calls finish, stop publishing, stop the realizer, stop
+the fault watcher, close prepare (instances are kept), stop the claim informer.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -61,7 +69,8 @@ from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import realize_before_bind_conditions
 from dra_driver.durable import writable_directory_problem
 from dra_driver.errors import ConfigurationError, MigdraError
-from dra_driver.kube.client import Client
+from dra_driver.kube.client import CLAIMS, Client
+from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kubeapi import (
     ApiRequestError,
     describe_failure,
@@ -99,7 +108,6 @@ from kubeletplugin.settings import PluginSettings, PrepareSettings
 from kubeletplugin.taint_store import TaintStore
 
 if TYPE_CHECKING:
-    from kubernetes.client.api_client import ApiClient
     from kubernetes.client.configuration import Configuration
 
 log = logging.getLogger(__name__)
@@ -274,34 +282,37 @@ class _Publishing:
     @contextmanager
     def running(
         self,
-        api_client: ApiClient,
+        client: Client,
         nvml: Nvml,
         ownership: Ownership | None,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        claims: Informer | None,
     ) -> Iterator[SlicePublisher]:
+        """Publish until the block ends; ``claims``: the process's claim informer (needed by an
+        occupancy-aware policy, which re-publishes as claims come and go)."""
+
         def republish() -> None:  # the loop below: it needs the publisher, which needs the occupancy
             loop.trigger()
 
-        # An occupancy-aware policy re-publishes as claims come and go: a claim informer triggers the loop.
+        if self.policy.uses_occupancy and claims is None:
+            raise ValueError(f"placement policy {self.policy.name} reads the claims: give the claim informer")
         occupancy = (
             ClaimOccupancy(
-                Client(configuration=api_client.configuration, timeout=request_timeout),
+                claims,
                 self.device_config.driver_name,
                 self.plugin.node_name,
                 republish,
                 debounce=self.plugin.placement_debounce,
                 min_interval=self.plugin.placement_min_interval,
             )
-            if self.policy.uses_occupancy
+            if claims is not None and self.policy.uses_occupancy
             else None
         )
         publisher = SlicePublisher(
-            api_client,
+            client,
             self.plugin.node_name,
             self.device_config.driver_name,
             self.policy,
             allocated=occupancy.allocated if occupancy is not None else None,
-            request_timeout=request_timeout,
         )
         reader = InventoryReader()  # one per NVML session: it keeps the GPUs' listing
         loop = PublishLoop(
@@ -391,12 +402,33 @@ def run_publish_only(
     with (
         serving_metrics(plugin.metrics_address, registry),
         serving_liveness(plugin.healthcheck_address, lambda: _publish_problem(plugin, publishing)),
-        new_api_client(configuration) as api_client,
+        api_connection(configuration, DEFAULT_REQUEST_TIMEOUT) as client,
         open_nvml(nvml_settings) as nvml,
-        publishing.running(api_client, nvml, ownership=None),
+        claim_informer(client) if publishing.policy.uses_occupancy else nullcontext() as claims,
+        publishing.running(client, nvml, ownership=None, claims=claims),
     ):
         stop.wait()
     return publishing.exit_code()
+
+
+@contextmanager
+def api_connection(configuration: Configuration, timeout: float) -> Iterator[Client]:
+    """The process's one API client: every part of the node process calls the API server through it."""
+    with new_api_client(configuration) as api_client:
+        yield Client(api_client=api_client, timeout=timeout)
+
+
+@contextmanager
+def claim_informer(client: Client) -> Iterator[Informer]:
+    """The process's one cache of ResourceClaims (list, then watch), shared by every loop that reads
+    claims -- the claim status reconciliation, the placement occupancy, realize before bind -- and
+    stopped after them.  Not made when nothing reads claims (publishing alone with a static policy)."""
+    claims = Informer(client, CLAIMS, Changes())
+    claims.start()
+    try:
+        yield claims
+    finally:
+        claims.stop()
 
 
 def run_plugin(
@@ -426,17 +458,18 @@ def run_plugin(
     with (
         serving_metrics(plugin.metrics_address, registry),
         serving_liveness(plugin.healthcheck_address, lambda: _liveness_problem(plugin, publishing, served)),
-        new_api_client(configuration) as api_client,
+        api_connection(configuration, prepare.api_timeout) as client,
         open_nvml(nvml_settings, observe_call=metrics.observe_nvml_call) as nvml,
+        claim_informer(client) as claims,
     ):
         if driver_files is not None and not simulated:
             check_driver_version(driver_files[0], nvml.driver_version(), prepare.driver_root)
         reporter = ClaimReporter(
-            api_client,
+            client,
             driver_name,
             plugin.node_name,
+            claims=claims,
             backoff=plugin.api_backoff,
-            request_timeout=prepare.api_timeout,
             reconcile_interval=plugin.status_reconcile_interval,
             on_failure=metrics.observe_status_failure,
         )
@@ -444,7 +477,7 @@ def run_plugin(
         service = PrepareService.from_settings(
             prepare,
             nvml=nvml,
-            api_client=api_client,
+            client=client,
             node_name=plugin.node_name,
             driver_name=driver_name,
             reporter=reporter,
@@ -482,7 +515,8 @@ def run_plugin(
         realizer = (
             Realizer(
                 service,
-                Client(configuration=configuration, timeout=prepare.api_timeout),
+                client,
+                claims,
                 driver_name,
                 plugin.node_name,
                 metrics=RealizeMetrics(registry),
@@ -499,7 +533,7 @@ def run_plugin(
                 realizer.start()
             if faults is not None:
                 faults.start((gpu.uuid, gpu.index) for gpu in nvml.list_gpus())
-            with publishing.running(api_client, nvml, ownership=service, request_timeout=prepare.api_timeout):
+            with publishing.running(client, nvml, ownership=service, claims=claims):
                 publishing.announce_when_published(
                     announce,
                     lambda: (

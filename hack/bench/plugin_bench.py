@@ -220,17 +220,17 @@ def rescan_worker(kubeconfig: Path, runs: int, rescans: int, state: Path) -> Non
         settings_module = app if hasattr(app, "PluginSettings") else importlib.import_module("kubeletplugin.settings")
         plugin_settings = settings_module.PluginSettings(node_name=NODE)
         publishing = app._Publishing(plugin_settings, CollectorRegistry(), worker_threading.Event())
+        # The publisher talks through the one JSON client; a baseline tree from before it took the API client.
+        if next(iter(inspect.signature(publisher.SlicePublisher).parameters)) == "client":
+            kube = importlib.import_module("dra_driver.kube.client")
+            slices = publisher.SlicePublisher(kube.Client(api_client=api_client), NODE, DRIVER)
+        else:
+            slices = publisher.SlicePublisher(api_client, NODE, DRIVER)
         if "reader" in inspect.signature(publishing.compute_pool).parameters:  # this tree reads NVML incrementally
             reader = publisher.InventoryReader()
-            loop = publisher.PublishLoop(
-                publisher.SlicePublisher(api_client, NODE, DRIVER),
-                lambda: publishing.compute_pool(nvml, None, reader),
-                60,
-            )
+            loop = publisher.PublishLoop(slices, lambda: publishing.compute_pool(nvml, None, reader), 60)
         else:
-            loop = publisher.PublishLoop(
-                publisher.SlicePublisher(api_client, NODE, DRIVER), lambda: publishing.compute_pool(nvml, None), 60
-            )
+            loop = publisher.PublishLoop(slices, lambda: publishing.compute_pool(nvml, None), 60)
         loop.publish_now()
         pool = api_client.rest_client.pool_manager
         selector = f"fieldSelector=spec.nodeName%3D{NODE}%2Cspec.driver%3D{DRIVER}"

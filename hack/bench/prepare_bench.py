@@ -60,6 +60,7 @@ from benchlib import (
 )
 from kubernetes import client
 
+from dra_driver.kube.client import Client
 from dra_driver.kubeapi import call_json
 from dra_driver.kubeletcalls import ClaimRef
 from dra_driver.nvml import sim
@@ -228,7 +229,7 @@ def simulated_node(gpus: int, latency: dict[str, float]) -> Iterator[Node]:
         api_client = stack.enter_context(client.ApiClient(client.Configuration(host=api.url)))
         service = PrepareService(
             nvml=nvml,
-            api_client=api_client,
+            client=Client(api_client=api_client),
             node_name=NODE,
             driver_name=DRIVER,
             cdi_dir=root / "cdi",

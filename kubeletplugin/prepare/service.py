@@ -52,8 +52,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from kubernetes import client
-
+from dra_driver.kube.client import Client
 from dra_driver.kubeletcalls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 from dra_driver.logs import log_context
 from dra_driver.mig.catalog import Placement
@@ -71,7 +70,6 @@ from kubeletplugin.prepare.checkpoint import CheckpointStore, CheckpointWriteSta
 from kubeletplugin.prepare.claim_files import ClaimFiles
 from kubeletplugin.prepare.claims import (
     AllocatedDevice,
-    ClaimApi,
     claim_namespaced_name,
     compute_claim_allocation,
     compute_claim_ref_problem,
@@ -132,7 +130,7 @@ class PrepareService:
         self,
         *,
         nvml: Nvml,
-        api_client: client.ApiClient,
+        client: Client,
         node_name: str,
         driver_name: str,
         cdi_dir: Path,
@@ -142,7 +140,6 @@ class PrepareService:
         workers: int = 64,
         crash_at: CrashPoint | None = None,
         state_lock_timeout: float = 30.0,
-        api_timeout: float = 10.0,
         reporter: ClaimReporter | None = None,
         metrics: PrepareMetrics | None = None,
         device_metadata: bool = True,
@@ -169,12 +166,12 @@ class PrepareService:
             attributes=DeviceAttributeReader(nvml, self._gpus, driver_name),
             state_dir=state_dir,
         )
-        self._claims = ClaimApi(api_client, api_timeout)
+        self._client = client
         self._read_boot_id = read_boot_id
         self._workers = workers
         self._crash_at = crash_at
         self._lock_timeout = state_lock_timeout
-        self._reporter = reporter or ClaimReporter(api_client, driver_name, node_name, request_timeout=api_timeout)
+        self._reporter = reporter or ClaimReporter(client, driver_name, node_name)
         locks = state_dir / LOCKS_DIR
         self._claim_locks = KeyedLocks(
             locks, prefix="claim-", kind="claim", timeout=state_lock_timeout, remove_files=True
@@ -191,7 +188,7 @@ class PrepareService:
         settings: PrepareSettings,
         *,
         nvml: Nvml,
-        api_client: client.ApiClient,
+        client: Client,
         node_name: str,
         driver_name: str,
         read_boot_id: Callable[[], str] = read_node_boot_id,
@@ -203,7 +200,7 @@ class PrepareService:
         and the driver files found at start-up (``driver_edits``; None: the specs carry none)."""
         return cls(
             nvml=nvml,
-            api_client=api_client,
+            client=client,
             node_name=node_name,
             driver_name=driver_name,
             cdi_dir=settings.cdi_dir,
@@ -213,7 +210,6 @@ class PrepareService:
             workers=settings.prepare_workers,
             crash_at=settings.test_crash_at,
             state_lock_timeout=settings.state_lock_timeout,
-            api_timeout=settings.api_timeout,
             reporter=reporter,
             metrics=metrics,
             device_metadata=settings.device_metadata,
@@ -406,7 +402,7 @@ class PrepareService:
                 log.warning("claim %s (UID %s): rolling back an unfinished prepare first", record.label, ref.uid)
                 self._release(record)
 
-            claim = read_claim(self._claims, ref)
+            claim = read_claim(self._client, ref)
             allocation = compute_claim_allocation(claim, ref, self.driver_name, self.pool_name)
             configs = parse_driver_configs(allocation.configs, self.driver_name)
             grouped = _group_by_device(allocation.devices)

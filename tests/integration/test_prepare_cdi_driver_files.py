@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.kube.client import Client
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.driver_files import load_driver_edits
 from kubeletplugin.prepare.service import PrepareService
@@ -71,7 +72,7 @@ def start_service(node: Node, driver_root: Path, **settings: Any) -> PrepareServ
     service = PrepareService.from_settings(
         prepare,
         nvml=node.nvml,
-        api_client=node.api_client,
+        client=Client(api_client=node.api_client),
         node_name=NODE,
         driver_name=DRIVER,
         read_boot_id=lambda: BOOT_ID,

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel.layout import render_slices
+from dra_driver.kube.client import Client
 from dra_driver.mig import load_catalog
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.inventory import read_inventory
@@ -89,7 +90,9 @@ def _loop(api: LocalAPIServer, api_client: client.ApiClient, nvml: Nvml) -> Publ
     publishing = _Publishing(PluginSettings(node_name=NODE), CollectorRegistry(), threading.Event())
     reader = InventoryReader()
     return PublishLoop(
-        SlicePublisher(api_client, NODE, DRIVER), lambda: publishing.compute_pool(nvml, None, reader), interval=60
+        SlicePublisher(Client(api_client=api_client), NODE, DRIVER),
+        lambda: publishing.compute_pool(nvml, None, reader),
+        interval=60,
     )
 
 
