@@ -137,13 +137,13 @@ def slices(
 ) -> None:
     """Print the ResourceSlices this node would publish, without a cluster."""
     from dra_driver.cli import slices_view  # noqa: PLC0415 -- keep `migdra --help` free of NVML
+    from dra_driver.device_config import check_excluded_gpus_exist, load_device_model_config  # noqa: PLC0415
     from dra_driver.devicemodel.layout import render_slices  # noqa: PLC0415
     from dra_driver.devicemodel.naming import node_name_problem  # noqa: PLC0415
     from dra_driver.devicemodel.pool import build_pool  # noqa: PLC0415
     from dra_driver.nvml.inventory import read_inventory  # noqa: PLC0415
     from dra_driver.nvml.session import open_nvml  # noqa: PLC0415
     from dra_driver.nvml.settings import build_nvml_settings  # noqa: PLC0415
-    from dra_driver.settings import check_excluded_gpus_exist, load_device_model_config  # noqa: PLC0415
 
     settings = build_nvml_settings(nvml=nvml, sim_state=sim_state, sim_gpus=sim_gpus, sim_mig_enabled=sim_mig_enabled)
     config = load_device_model_config(config_file, driver_name=driver_name, exclude_gpus=exclude_gpu)
@@ -160,18 +160,6 @@ def slices(
         pool = build_pool(inventory, config)
         text = slices_view.render(render_slices(pool, node, generation=1), pool, output)
     click.echo(text, nl=False)
-
-
-@cli.command("checkpoint-downgrade")
-@click.argument("state_dir", type=click.Path(file_okay=False, path_type=Path))
-def checkpoint_downgrade(state_dir: Path) -> None:
-    """Write the node's checkpoint back as one file, before downgrading to a migdra older than one file
-    per claim.  Stop the plugin on the node first (docs/operations.md, "Downgrades")."""
-    from kubeletplugin.prepare.checkpoint import CHECKPOINT_FILE  # noqa: PLC0415 -- keep `migdra --help` light
-    from kubeletplugin.prepare.checkpoint_downgrade import downgrade_checkpoint  # noqa: PLC0415
-
-    count = downgrade_checkpoint(state_dir)
-    click.echo(f"wrote {count} claim(s) to {state_dir / CHECKPOINT_FILE} (schema version 1), removed claims/")
 
 
 @cli.command("kubelet-plugin")
@@ -292,13 +280,13 @@ def kubelet_plugin(
     from dra_driver.nvml.settings import build_nvml_settings  # noqa: PLC0415
     from dra_driver.serving import stop_on_signals  # noqa: PLC0415
     from kubeletplugin import app  # noqa: PLC0415 -- the node process is loaded only here
-    from kubeletplugin.prepare import PrepareSettings  # noqa: PLC0415
+    from kubeletplugin.settings import PluginSettings, PrepareSettings  # noqa: PLC0415
 
     nvml_settings = build_nvml_settings(
         nvml=nvml, sim_state=sim_state, sim_gpus=sim_gpus, sim_mig_enabled=sim_mig_enabled
     )
     plugin = _settings(
-        app.PluginSettings,
+        PluginSettings,
         "kubelet plugin",
         node_name=node_name,
         driver_name=driver_name,

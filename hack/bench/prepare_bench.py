@@ -60,11 +60,13 @@ from benchlib import (
 )
 from kubernetes import client
 
+from dra_driver.kube.client import Client
 from dra_driver.kubeapi import call_json
+from dra_driver.kubeletcalls import ClaimRef
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
-from kubeletplugin.draservice import ClaimRef
-from kubeletplugin.prepare import PrepareService, PrepareSettings
+from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.settings import PrepareSettings
 
 sys.path.insert(0, str(REPO))  # tests/kubelet_client.py: kubelet's side of the socket, as the e2e tests use it
 from tests.kubelet_client import KubeletClient, short_socket_dir
@@ -225,7 +227,7 @@ def simulated_node(gpus: int, latency: dict[str, float]) -> Iterator[Node]:
         api_client = stack.enter_context(client.ApiClient(client.Configuration(host=api.url)))
         service = PrepareService(
             nvml=nvml,
-            api_client=api_client,
+            client=Client(api_client=api_client),
             node_name=NODE,
             driver_name=DRIVER,
             cdi_dir=root / "cdi",

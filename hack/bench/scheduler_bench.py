@@ -279,7 +279,7 @@ def publish_cluster(plane: ControlPlane, node_count: int, policy_name: str) -> C
             inventory = read_inventory(session)
         pool = build_pool(inventory, DeviceModelConfig())
         devices = len(pool.devices)
-        SlicePublisher(client.api_client, name, DRIVER, policy).publish(pool)  # nothing allocated yet
+        SlicePublisher(client, name, DRIVER, policy).publish(pool)  # nothing allocated yet
     nodes = sorted(client.list(NODES)[0], key=lambda node: int(node["metadata"]["name"].split("-")[1]))
     slices = client.list(SLICES)[0]
     classes = client.list(DEVICE_CLASSES)[0]

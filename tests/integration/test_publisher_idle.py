@@ -19,13 +19,15 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from dra_driver.devicemodel.layout import render_slices
+from dra_driver.kube.client import Client
 from dra_driver.mig import load_catalog
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
-from kubeletplugin.app import PluginSettings, _Publishing
+from kubeletplugin.app import _Publishing
 from kubeletplugin.publisher import InventoryReader, PublishLoop, PublishResult, SlicePublisher
+from kubeletplugin.settings import PluginSettings
 from migdra_devcluster.apiserver import LocalAPIServer
 
 NODE = "node-i"
@@ -88,7 +90,9 @@ def _loop(api: LocalAPIServer, api_client: client.ApiClient, nvml: Nvml) -> Publ
     publishing = _Publishing(PluginSettings(node_name=NODE), CollectorRegistry(), threading.Event())
     reader = InventoryReader()
     return PublishLoop(
-        SlicePublisher(api_client, NODE, DRIVER), lambda: publishing.compute_pool(nvml, None, reader), interval=60
+        SlicePublisher(Client(api_client=api_client), NODE, DRIVER),
+        lambda: publishing.compute_pool(nvml, None, reader),
+        interval=60,
     )
 
 

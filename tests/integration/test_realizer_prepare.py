@@ -14,11 +14,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.kube.client import Client
+from dra_driver.kube.client import CLAIMS, Client
+from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kubeapi import retry_conflicts
-from kubeletplugin.draservice import ClaimRef
-from kubeletplugin.prepare import PrepareService
-from kubeletplugin.realizer import Realizer
+from dra_driver.kubeletcalls import ClaimRef
+from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.realize_before_bind import Realizer
 from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, result, simulated_node
 
 ONE_G = "gpu-0-mig-1g10gb-19-0"
@@ -57,10 +58,14 @@ class Realizers:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.started: list[Realizer] = []
+        self.informers: list[Informer] = []
 
     def start(self, service: PrepareService) -> Realizer:
         kube = Client(configuration=self.node.api_client.configuration)
-        realizer = Realizer(service, kube, DRIVER, NODE, resync=0.2)
+        claims = Informer(kube, CLAIMS, Changes())  # the process's claim informer, which app.py starts
+        claims.start()
+        self.informers.append(claims)
+        realizer = Realizer(service, kube, claims, DRIVER, NODE, resync=0.2)
         realizer.start()
         self.started.append(realizer)
         assert realizer.wait_synced(WAIT)
@@ -69,6 +74,8 @@ class Realizers:
     def stop_all(self) -> None:
         while self.started:
             self.started.pop().stop()
+        while self.informers:
+            self.informers.pop().stop()
 
 
 @pytest.fixture

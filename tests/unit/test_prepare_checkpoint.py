@@ -1,13 +1,10 @@
-"""The checkpoint: round trip, checksum refusal, other boot discarded, double-allocation guard, one file
-per claim (disk work per change independent of the claims held), conversion of the single-file checkpoint."""
+"""The checkpoint: round trip, checksum and schema-version refusal, other boot discarded,
+double-allocation guard, one file per claim (disk work per change independent of the claims held)."""
 
 from __future__ import annotations
 
 import json
 import re
-import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,16 +14,13 @@ import pytest
 import kubeletplugin.prepare.checkpoint as checkpoint_module
 from dra_driver.mig.catalog import Placement
 from kubeletplugin.prepare.checkpoint import CheckpointStore, CheckpointWriteStats
-from kubeletplugin.prepare.checkpoint_downgrade import downgrade_checkpoint
 from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError
 from kubeletplugin.prepare.records import (
-    Checkpoint,
     ClaimFile,
     ClaimRecord,
     ClaimState,
     DeviceIntent,
     DeviceRecord,
-    build_checkpoint_file,
     build_claim_file,
     compute_checksum,
     parse_claim_file,
@@ -125,6 +119,11 @@ def test_checksum_mismatch_refuses_to_load_names_the_file_and_keeps_it(tmp_path:
             json.dumps({"checksum": compute_checksum({"schemaVersion": 9}), "data": {"schemaVersion": 9}}).encode(),
             "schema version 9",
             id="future-schema",
+        ),
+        pytest.param(
+            json.dumps({"checksum": compute_checksum({"schemaVersion": 1}), "data": {"schemaVersion": 1}}).encode(),
+            "schema version 1; this migdra reads 2",
+            id="unreleased-schema",
         ),
     ],
 )
@@ -349,6 +348,15 @@ def test_a_change_of_one_claim_never_rewrites_another_claims_file(tmp_path: Path
     assert store.write_stats().removals == 1
 
 
+def test_a_fresh_state_directory_gets_the_marker_naming_layout_and_version(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, BOOT)
+    store.load()
+    marker = json.loads(store.path.read_text())
+    assert marker["data"] == {"schemaVersion": 2, "claimsDirectory": "claims"}
+    assert marker["checksum"] == compute_checksum(marker["data"])  # a reader of another version verifies, then refuses
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.json", "claims", "prepare.lock"]
+
+
 def test_write_statistics_count_what_is_written_and_the_metric_sees_every_change(tmp_path: Path) -> None:
     seconds: list[float] = []
     store = CheckpointStore(tmp_path, BOOT, observe_write=seconds.append)
@@ -401,104 +409,3 @@ def test_two_stores_see_each_others_changes_through_get(tmp_path: Path) -> None:
     assert one.records() == ()
     one.close()
     two.close()
-
-
-# -- upgrade: the single-file checkpoint (schema version 1) -----------------------------------------
-
-
-def single_file(tmp_path: Path, boot: str, *records: ClaimRecord) -> bytes:
-    """``checkpoint.json`` as a migdra before one file per claim wrote it."""
-    content = build_checkpoint_file(Checkpoint(node_boot_id=boot, claims={r.claim_uid: r for r in records}))
-    (tmp_path / "checkpoint.json").write_bytes(content)
-    return content
-
-
-A = completed("uid-a", realized("gpu-0-mig-1g10gb-19-6", 6, 13))
-B = started("uid-b", DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-5", 5), gpu_instances_before=(13,)))
-
-
-def test_a_single_file_checkpoint_of_this_boot_is_converted_into_one_file_per_claim(tmp_path: Path) -> None:
-    single_file(tmp_path, BOOT, A, B)
-    store = CheckpointStore(tmp_path, BOOT)
-    outcome = store.load()
-    assert (outcome.records, outcome.discarded) == ((A, B), ())
-    assert sorted(p.name for p in store.directory.iterdir()) == ["uid-a.json", "uid-b.json"]
-    marker = json.loads(store.path.read_text())
-    assert marker["data"] == {"schemaVersion": 2, "claimsDirectory": "claims"}
-    assert marker["checksum"] == compute_checksum(marker["data"])  # a migdra of version 1 verifies it, then refuses 2
-    assert CheckpointStore(tmp_path, BOOT).load().records == (A, B)
-
-
-def test_a_single_file_checkpoint_of_another_boot_is_discarded(tmp_path: Path) -> None:
-    single_file(tmp_path, "boot-before-reboot", A)
-    store = CheckpointStore(tmp_path, BOOT)
-    outcome = store.load()
-    assert (outcome.records, outcome.discarded, outcome.previous_boot_id) == ((), (A,), "boot-before-reboot")
-    assert json.loads(store.path.read_text())["data"]["schemaVersion"] == 2
-
-
-KILLED_MID_CONVERSION = """
-import os, signal, sys
-from pathlib import Path
-import kubeletplugin.prepare.checkpoint as checkpoint
-
-real, calls = checkpoint.write_file_atomically, []
-
-def write(path, data, mode=0o644, before_replace=None, *, sync=True):
-    calls.append(path)
-    if len(calls) == int(sys.argv[2]):
-        before_replace = lambda tmp: os.kill(os.getpid(), signal.SIGKILL)
-    return real(path, data, mode, before_replace, sync=sync)
-
-checkpoint.write_file_atomically = write
-checkpoint.CheckpointStore(Path(sys.argv[1]), sys.argv[3]).load()
-"""
-
-
-@pytest.mark.parametrize("killed_at", [1, 2, 3], ids=["first-claim", "second-claim", "marker"])
-def test_a_conversion_killed_midway_loses_and_duplicates_nothing(tmp_path: Path, killed_at: int) -> None:
-    """``kill -9`` in the middle of the conversion (before the rename of the first claim's file, of the
-    second's, of the marker): the single file stays, and the next load converts it from the start."""
-    stale = completed("uid-stale", realized("gpu-0-mig-1g10gb-19-0", 0, 9))
-    store = CheckpointStore(tmp_path, BOOT)
-    store.directory.mkdir(parents=True)
-    store.claim_path("uid-stale").write_bytes(build_claim_file(BOOT, stale))  # an earlier conversion's leftover
-    single = single_file(tmp_path, BOOT, A, B)
-
-    child = subprocess.run(
-        [sys.executable, "-c", KILLED_MID_CONVERSION, str(tmp_path), str(killed_at), BOOT], check=False, timeout=60
-    )
-    assert child.returncode == -signal.SIGKILL
-    assert store.path.read_bytes() == single  # the single file is the truth until the marker replaces it
-    assert [p.name for p in store.directory.iterdir() if p.name.endswith(".tmp")] != [] or killed_at == 3
-
-    outcome = store.load()
-    assert (outcome.records, outcome.discarded) == ((A, B), ())
-    assert sorted(p.name for p in store.directory.iterdir()) == ["uid-a.json", "uid-b.json"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.json", "claims", "prepare.lock"]
-    assert json.loads(store.path.read_text())["data"]["schemaVersion"] == 2
-
-
-def test_a_downgrade_writes_the_single_file_back_and_an_upgrade_converts_it_again(tmp_path: Path) -> None:
-    store = CheckpointStore(tmp_path, BOOT)
-    store.load()
-    store.put(A)
-    store.put(B)
-    store.close()
-    assert downgrade_checkpoint(tmp_path, read_boot_id=lambda: BOOT) == 2
-    document = json.loads(store.path.read_text())
-    assert document["checksum"] == compute_checksum(document["data"])
-    assert Checkpoint.model_validate(document["data"]) == Checkpoint(node_boot_id=BOOT, claims={"uid-a": A, "uid-b": B})
-    assert not store.claims_root.exists()  # what an older migdra would never read is gone
-
-    assert CheckpointStore(tmp_path, BOOT).load().records == (A, B)  # and the upgrade converts it again
-
-
-def test_a_downgrade_refuses_a_directory_without_the_marker(tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError):
-        downgrade_checkpoint(tmp_path / "absent", read_boot_id=lambda: BOOT)
-    assert not (tmp_path / "absent").exists()
-    single = single_file(tmp_path, BOOT, A)
-    with pytest.raises(CheckpointError):  # already one file
-        downgrade_checkpoint(tmp_path, read_boot_id=lambda: BOOT)
-    assert (tmp_path / "checkpoint.json").read_bytes() == single

@@ -3,9 +3,10 @@ bound, and say so through the devices' binding conditions (docs/prepare.md, "Rea
 
 With the setting on, every published device carries ``bindingConditions: [<driver>/realized]`` and
 ``bindingFailureConditions: [<driver>/realization-failed]`` (:mod:`dra_driver.devicemodel.vocabulary`),
-so kube-scheduler allocates, then waits in PreBind.  The :class:`Realizer` watches ResourceClaims
-(list, then watch; 410 Gone lists again: :class:`~dra_driver.kube.informer.Informer`) and for every
-claim whose allocation holds such devices of this driver in this node's pool and whose conditions are
+so kube-scheduler allocates, then waits in PreBind.  The :class:`Realizer` reads the node process's
+ResourceClaim informer (list, then watch; 410 Gone lists again: :class:`~dra_driver.kube.informer.Informer`,
+shared with the placement occupancy and the claim status reporter) and for every claim whose allocation
+holds such devices of this driver in this node's pool and whose conditions are
 not set yet:
 
 1. runs the prepare service's own prepare path (:meth:`PrepareService.realize_ahead`: GI + CI at
@@ -25,7 +26,8 @@ claims (never before the first one) and confirmed by a fresh read of the claim u
 failed read releases nothing (fail closed).  The mark is in the checkpoint, so a restarted plugin
 checks its records realized ahead against the claims it lists.
 
-The ``compute_`` functions are pure (which claims need realizing, which records releasing); the
+The ``compute_`` functions are pure (which claims need realizing, which records releasing), over
+:class:`~kubeletplugin.prepare.claims.ResourceClaimView`, the node plugin's one model of a claim; the
 :class:`Realizer` does the API reads and writes around them.  One thread (a
 :class:`~dra_driver.kube.loop.ControlLoop`); the claims of one pass are realized in parallel on the
 prepare service's worker pool.  This module imports no typed model of the Kubernetes client.
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from dra_driver.claimstatus import (
@@ -44,21 +46,21 @@ from dra_driver.claimstatus import (
     condition_of,
     find_entry,
     realizer_writer,
+    rfc3339,
 )
 from dra_driver.devicemodel.vocabulary import realize_before_bind_conditions
 from dra_driver.kube.client import CLAIMS, Client
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubeapi import describe_failure, retry_conflicts
+from dra_driver.kubeletcalls import ClaimRef, PrepareResult
 from dra_driver.logs import log_context
-from kubeletplugin.draservice import ClaimRef, PrepareResult
 from kubeletplugin.metrics import RealizeMetrics
+from kubeletplugin.prepare.claims import ResourceClaimView, parse_claims
 from kubeletplugin.prepare.records import ClaimRecord
-from kubeletplugin.prepare.status import rfc3339
 
 log = logging.getLogger(__name__)
 
-JSON = Mapping[str, Any]
 RESYNC_SECONDS = 10.0
 """A pass at least this often without a change: a failed condition write or release is retried."""
 REASON_REALIZED = "MigInstanceRealized"
@@ -79,39 +81,26 @@ class AheadService(Protocol):
 # -- pure ------------------------------------------------------------------------------------------
 
 
-def _ref_of(claim: JSON) -> ClaimRef:
-    meta = claim.get("metadata") or {}
-    return ClaimRef(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""))
-
-
-def _our_results(claim: JSON, driver_name: str, pool_name: str) -> list[JSON]:
-    status = claim.get("status") or {}
-    results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-    return [
-        r for r in results if isinstance(r, Mapping) and r.get("driver") == driver_name and r.get("pool") == pool_name
-    ]
-
-
-def compute_allocated_devices(claim: JSON, driver_name: str, pool_name: str) -> frozenset[str]:
+def compute_allocated_devices(claim: ResourceClaimView, driver_name: str, pool_name: str) -> frozenset[str]:
     """Names of the devices of this driver in this pool that the claim's allocation holds; pure."""
-    return frozenset(str(r.get("device")) for r in _our_results(claim, driver_name, pool_name))
+    return frozenset(result.device for result in claim.results_of(driver_name, pool_name))
 
 
-def compute_binding_devices(claim: JSON, driver_name: str, pool_name: str) -> tuple[str, ...]:
+def compute_binding_devices(claim: ResourceClaimView, driver_name: str, pool_name: str) -> tuple[str, ...]:
     """The claim's allocated devices of this driver in this pool that wait for ``<driver>/realized``
     (the allocation copied the binding conditions from the slice), in allocation order; pure."""
     realized = realize_before_bind_conditions(driver_name).conditions[0]
     names: dict[str, None] = {}
-    for result in _our_results(claim, driver_name, pool_name):
-        if realized in (result.get("bindingConditions") or []):
-            names[str(result.get("device"))] = None
+    for result in claim.results_of(driver_name, pool_name):
+        if realized in result.binding_conditions:
+            names[result.device] = None
     return tuple(names)
 
 
-def compute_unsettled_devices(claim: JSON, driver_name: str, pool_name: str) -> tuple[str, ...]:
+def compute_unsettled_devices(claim: ResourceClaimView, driver_name: str, pool_name: str) -> tuple[str, ...]:
     """Of :func:`compute_binding_devices`, those whose entry has neither condition True yet; pure."""
     binding = realize_before_bind_conditions(driver_name)
-    entries = [e for e in ((claim.get("status") or {}).get("devices") or []) if isinstance(e, Mapping)]
+    entries = claim.status_devices
     unsettled = []
     for device in compute_binding_devices(claim, driver_name, pool_name):
         index = find_entry(entries, driver_name, pool_name, device)
@@ -125,30 +114,32 @@ def compute_unsettled_devices(claim: JSON, driver_name: str, pool_name: str) -> 
     return tuple(unsettled)
 
 
-def compute_claims_to_realize(claims: Iterable[JSON], driver_name: str, pool_name: str) -> list[ClaimRef]:
+def compute_claims_to_realize(claims: Iterable[ResourceClaimView], driver_name: str, pool_name: str) -> list[ClaimRef]:
     """Claims allocated here whose devices wait for ``<driver>/realized`` and carry neither of the two
     conditions yet, in a stable order; pure."""
-    wanted = [_ref_of(c) for c in claims if compute_unsettled_devices(c, driver_name, pool_name)]
+    wanted = [c.ref for c in claims if compute_unsettled_devices(c, driver_name, pool_name)]
     return sorted(wanted, key=lambda ref: (ref.namespace, ref.name, ref.uid))
 
 
-def compute_still_allocated(record: ClaimRecord, claim: JSON | None, driver_name: str, pool_name: str) -> bool:
+def compute_still_allocated(
+    record: ClaimRecord, claim: ResourceClaimView | None, driver_name: str, pool_name: str
+) -> bool:
     """Whether ``claim`` (as read; None: gone) still holds exactly the devices ``record`` realized; pure.
 
     Not so when the claim is gone, was re-created (another UID), or its allocation of this driver in
     this pool names other devices or none (deallocated: the binding failed or timed out, its pod went).
     """
-    if claim is None or _ref_of(claim).uid != record.claim_uid:
+    if claim is None or claim.metadata.uid != record.claim_uid:
         return False
     recorded = frozenset(device.intent.device_name for device in record.devices)
     return compute_allocated_devices(claim, driver_name, pool_name) == recorded
 
 
 def compute_records_to_release(
-    records: Iterable[ClaimRecord], claims: Iterable[JSON], driver_name: str, pool_name: str
+    records: Iterable[ClaimRecord], claims: Iterable[ResourceClaimView], driver_name: str, pool_name: str
 ) -> list[ClaimRecord]:
     """Records realized ahead whose claim, in a *complete* listing, no longer holds their devices; pure."""
-    by_uid = {_ref_of(claim).uid: claim for claim in claims}
+    by_uid = {claim.metadata.uid: claim for claim in claims}
     return [
         record
         for record in records
@@ -181,13 +172,14 @@ class Realizer(ControlLoop):
     """Realizes this node's claims before their pods are bound; see the module docstring.
 
     :meth:`start` runs it (after the prepare service started), :meth:`stop` joins it (before the
-    service closes).
+    service closes); ``claims`` is started and stopped by whoever made it.
     """
 
     def __init__(
         self,
         service: AheadService,
         client: Client,
+        claims: Informer,
         driver_name: str,
         node_name: str,
         *,
@@ -200,19 +192,14 @@ class Realizer(ControlLoop):
         self.pool_name = node_name  # one pool per node, named after it
         self._writer = realizer_writer(driver_name)
         self._metrics = metrics
-        changes = Changes()
-        self.claims = Informer(client, CLAIMS, changes)
+        self.claims = claims
         self.passes = 0  # completed passes (tests wait on it)
-        super().__init__("migdra-realizer", changes, (self.claims,), resync)
-
-    def stop(self) -> None:
-        super().stop()
-        self._client.close()
+        super().__init__("migdra-realizer", Changes(), (), resync, shared=(claims,))
 
     def sync(self) -> None:
         if not self.claims.wait_synced(0):
             return  # no complete list yet: nothing is decided on a partial view
-        claims = self.claims.items()
+        claims = parse_claims(self.claims.items())
         # Read after the listing: a record realized ahead is written only by this thread, after the
         # claim was in an earlier listing, so a record missing its claim here means the claim went.
         releasing = compute_records_to_release(self._service.realized_ahead(), claims, self.driver_name, self.pool_name)
@@ -237,9 +224,9 @@ class Realizer(ControlLoop):
         ref = ClaimRef(record.namespace, record.name, record.claim_uid)
 
         def confirm(current: ClaimRecord) -> bool:  # under the claim's lock; a failed read raises: nothing released
-            return not compute_still_allocated(
-                current, self._client.get(CLAIMS, ref.namespace, ref.name), self.driver_name, self.pool_name
-            )
+            raw = self._client.get(CLAIMS, ref.namespace, ref.name)
+            claim = ResourceClaimView.model_validate(raw) if raw is not None else None
+            return not compute_still_allocated(current, claim, self.driver_name, self.pool_name)
 
         try:
             released = self._service.release_realized_ahead(ref, confirm)
@@ -297,8 +284,11 @@ class Realizer(ControlLoop):
         ``realized``: the devices the realization created (None: it failed).  ``realized`` is written
         only while the allocation holds exactly those devices -- never for an allocation made since.
         """
-        claim = self._client.get(CLAIMS, ref.namespace, ref.name)
-        if claim is None or _ref_of(claim).uid != ref.uid:
+        raw = self._client.get(CLAIMS, ref.namespace, ref.name)
+        if raw is None:
+            return
+        claim = ResourceClaimView.model_validate(raw)
+        if claim.metadata.uid != ref.uid:
             return
         ok = realized is not None
         if realized is not None and compute_allocated_devices(claim, self.driver_name, self.pool_name) != realized:
@@ -307,12 +297,13 @@ class Realizer(ControlLoop):
         devices = compute_unsettled_devices(claim, self.driver_name, self.pool_name)
         if not devices:
             return
-        meta = claim.get("metadata") or {}
-        generation = meta.get("generation") if isinstance(meta.get("generation"), int) else None
+        generation = claim.metadata.generation
         condition = build_binding_condition(self.driver_name, ok, message, generation, rfc3339(dt.datetime.now(dt.UTC)))
-        status = claim.setdefault("status", {})
-        existing = [d for d in status.get("devices") or [] if isinstance(d, Mapping)]
-        status["devices"] = compute_merged_devices(
-            existing, self.driver_name, self.pool_name, self._writer, [EntryUpdate(d, {}, [condition]) for d in devices]
+        raw.setdefault("status", {})["devices"] = compute_merged_devices(
+            claim.status_devices,
+            self.driver_name,
+            self.pool_name,
+            self._writer,
+            [EntryUpdate(d, {}, [condition]) for d in devices],
         )
-        self.claims.assume(self._client.update(CLAIMS, claim, "status"))
+        self.claims.assume(self._client.update(CLAIMS, raw, "status"))

@@ -1,11 +1,11 @@
-"""Settings, grouped by concern, built once at start-up and passed explicitly.
+"""The device model configuration file (``--device-config``): read, checked and merged with its flags.
 
-Each group is a pydantic-settings model: a field can come from its environment variable
-(``MIGDRA_<FIELD>``) or from a CLI flag (init arguments win over the environment).  Nothing else in
-migdra reads ``os.environ`` for configuration.  A group lives beside the layer that reads it
-(:mod:`dra_driver.nvml.settings`, ``kubeletplugin.app.PluginSettings``,
-``kubeletplugin.prepare.settings``); this module holds the device model configuration file's loader, and
-:func:`dra_driver.errors.describe_settings_error` words any group's errors.
+Owns turning a YAML file and the ``--driver-name`` / ``--exclude-gpu`` flags into one
+:class:`~dra_driver.devicemodel.config.DeviceModelConfig` (the model itself is the device model's),
+with every problem one :class:`~dra_driver.errors.ConfigurationError` naming the file or flag and the
+key.  Used by ``migdra kubelet-plugin`` and ``migdra slices``.  The processes' settings (flags and
+``MIGDRA_*`` variables) are not here: each process's groups are in its ``settings`` module
+(``kubeletplugin.settings``, :mod:`dra_driver.controller.settings`, :mod:`dra_driver.nvml.settings`).
 """
 
 from __future__ import annotations

@@ -1,48 +1,54 @@
-"""Create exactly the allocated MIG instance, and destroy only what a record says migdra created.
+"""The MIG instances of a claim on NVML: created at exactly the allocated placement, destroyed only
+when a checkpoint record proves they are migdra's, checked against what NVML shows.
 
-Owns the NVML mutations of the prepare path:
+Owns the NVML mutations of prepare and unprepare, each one step the service calls in order (the
+service records each step in the checkpoint between them, docs/prepare.md §4):
 
+- :func:`read_standing_instances` reads the GPU's instances right before creating and refuses an
+  occupied placement; :func:`create_gpu_instance` creates the GPU instance of the allocated profile at
+  **exactly** the allocated placement (never another: an occupied placement is an error, not a reason
+  to move); :func:`create_compute_instance` creates the compute instance that covers the whole GI --
+  the CI profile whose SM count equals the GI profile's (CI profile 7, not 0, in Hopper's 1g.20gb-type
+  GIs; NVIDIA #1454/#1480) -- and :func:`check_delivered_sms` checks the created CI delivers those SMs.
+  On a failure after the GI exists the service destroys what it created with
+  :func:`destroy_created_instance`, CI first (NVIDIA #1452 left the GI behind).
+- :func:`release_record` destroys every instance a checkpoint record names, device by device
+  (:func:`release_device`), checking identity (GI ID, profile, placement, MIG UUID) first; an instance
+  that does not match is someone else's and is left alone.  Without a recorded GI ID, only a GI the
+  record *proves* migdra created is destroyed (:func:`find_unrecorded_gpu_instance`).  An instance
+  already gone counts as released (idempotence).
+- :func:`read_verification_problems` says whether NVML still shows a completed record's instances
+  (start-up recovery adopts on it; a prepare of a completed claim checks it).
 - :func:`compute_placement_conflict` (pure) decides whether a device's placement is taken, and by
   whose instance: another claim's (named by its checkpoint record) or one migdra did not create.
-- :func:`realize_mig_instance` creates the GPU instance of the allocated profile at **exactly** the
-  allocated placement (never another: an occupied placement is an error, not a reason to move), then
-  the compute instance that covers the whole GI -- the CI profile whose SM count equals the GI
-  profile's (CI profile 7, not 0, in Hopper's 1g.20gb-type GIs; NVIDIA #1454/#1480) -- and checks
-  the created CI delivers those SMs.  Its :class:`CreationJournal` records, before going on, the
-  GIs standing on the GPU just before NVML is asked for the GI, and the GI's ID as soon as NVML
-  returns it (before any compute instance exists).  On any failure it destroys what *this call*
-  created, CI first (NVIDIA #1452 left the GI behind), and reports what it could not destroy.
-- :func:`release_device` destroys the instance a checkpoint record names, checking its identity
-  (GI ID, profile, placement, MIG UUID) first; an instance that does not match is someone else's and
-  is left alone.  Without a recorded GI ID, only a GI the record *proves* migdra created is
-  destroyed (:func:`find_unrecorded_gpu_instance`).  An instance already gone counts as released
-  (idempotence).
 
 It never decides *which* device a claim gets, never destroys an instance no record names, and never
-falls back to another placement or CI profile.  Callers hold the GPU's lock.
+falls back to another placement or CI profile.  Callers hold the GPU's lock around every mutation.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
+from dra_driver.logs import log_context
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError, NvmlInsufficientResources, NvmlInUse, NvmlNotFound
-from dra_driver.nvml.types import ComputeInstanceProfileInfo, GpuInstanceInfo
-from kubeletplugin.prepare.crashpoints import CrashPoint
+from dra_driver.nvml.types import ComputeInstanceInfo, ComputeInstanceProfileInfo, GpuInstanceInfo
+from kubeletplugin.prepare.checkpoint import CheckpointStore
 from kubeletplugin.prepare.devices import DeviceTarget
 from kubeletplugin.prepare.errors import (
     CapacityMismatchError,
     DeviceConflictError,
+    LockTimeoutError,
     RealizeError,
     ReleaseError,
 )
-from kubeletplugin.prepare.records import ClaimRecord, DeviceIntent, DeviceRecord
+from kubeletplugin.prepare.locks import KeyedLocks
+from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
 
 log = logging.getLogger(__name__)
 
@@ -57,29 +63,6 @@ class RealizedInstance:
     compute_instance_profile_id: int
     mig_uuid: str
     multiprocessor_count: int
-
-
-class RealizeFailed(RealizeError):
-    """:class:`RealizeError` plus the GI this call created and could not destroy (None: clean)."""
-
-    def __init__(self, cause: RealizeError | DeviceConflictError, leftover_gpu_instance_id: int | None) -> None:
-        super().__init__(cause.message)
-        self.cause = cause
-        self.leftover_gpu_instance_id = leftover_gpu_instance_id
-
-
-class CreationJournal(Protocol):
-    """Where :func:`realize_mig_instance` records its steps before going on (the checkpoint).
-
-    Either method raises :class:`RealizeError` when the step could not be recorded: prepare stops
-    (and destroys the GI it created, when there is one).
-    """
-
-    def requesting(self, standing: Sequence[GpuInstanceInfo]) -> None:
-        """NVML is about to be asked for the GI; ``standing``: every GI on the GPU now (placement free)."""
-
-    def created(self, gpu_instance_id: int) -> None:
-        """NVML created the GI with this ID; no compute instance exists in it yet."""
 
 
 def compute_full_ci_profile(
@@ -163,104 +146,108 @@ def records_gpu_instance(device: DeviceRecord, gi: GpuInstanceInfo) -> bool:
     )
 
 
-def realize_mig_instance(
-    nvml: Nvml, target: DeviceTarget, journal: CreationJournal, crash: Callable[[CrashPoint], None]
-) -> RealizedInstance:
-    """Create the GI at ``target.placement`` and its full CI.  Raises :class:`RealizeFailed`.
+def _where(target: DeviceTarget) -> str:
+    return f"device {target.device_name}: GPU {target.gpu_uuid}"
 
-    The caller holds the GPU's lock, so nothing of migdra's changes the GPU between the read of its
-    instances, the recorded request and the creation.
+
+def read_standing_instances(nvml: Nvml, target: DeviceTarget) -> list[GpuInstanceInfo]:
+    """The GPU's instances now, right before creating ``target``'s; raises :class:`DeviceConflictError`
+    when one of them occupies the placement, :class:`RealizeError` when NVML cannot say.
+
+    Under the GPU's lock, so nothing of migdra's changes the GPU between this read, the recorded
+    request and the creation.
     """
-    profile, placement = target.profile, target.placement
-    assert profile is not None, "realize_mig_instance needs a MIG target"
-    assert placement is not None, "realize_mig_instance needs a MIG target"
-    profile_name = target.profile_name or profile.name
-    where = f"device {target.device_name}: GPU {target.gpu_uuid}"
+    profile_name, placement = _mig_target(target)
     try:
         standing = nvml.gpu_instances(target.gpu_uuid)
     except NvmlError as e:
-        raise RealizeFailed(
-            RealizeError(f"{where}: reading its GPU instances before creating failed: {e}"), None
-        ) from e
+        raise RealizeError(f"{_where(target)}: reading its GPU instances before creating failed: {e}") from e
     in_the_way = find_overlapping_instance(standing, placement)
     if in_the_way is not None:
-        raise RealizeFailed(
-            DeviceConflictError(
-                f"{where} placement {placement} of {profile_name} is occupied by GPU instance "
-                f"{in_the_way.gpu_instance_id} (profile {in_the_way.profile_id} at {in_the_way.placement}); "
-                "migdra never falls back to another placement"
-            ),
-            None,
+        raise DeviceConflictError(
+            f"{_where(target)} placement {placement} of {profile_name} is occupied by GPU instance "
+            f"{in_the_way.gpu_instance_id} (profile {in_the_way.profile_id} at {in_the_way.placement}); "
+            "migdra never falls back to another placement"
         )
+    return standing
+
+
+def create_gpu_instance(nvml: Nvml, target: DeviceTarget) -> GpuInstanceInfo:
+    """The GPU instance of ``target``'s profile at exactly its placement; raises
+    :class:`DeviceConflictError` (occupied) or :class:`RealizeError` (NVML failed)."""
+    profile_name, placement = _mig_target(target)
+    assert target.profile is not None
     try:
-        journal.requesting(standing)
-    except RealizeError as e:
-        raise RealizeFailed(e, None) from e
-    crash(CrashPoint.AFTER_CHECKPOINT_REQUESTED)
-    try:
-        gi = nvml.create_gpu_instance(target.gpu_uuid, profile.profile_id, placement)
+        gi = nvml.create_gpu_instance(target.gpu_uuid, target.profile.profile_id, placement)
     except NvmlInsufficientResources as e:
         occupant = _describe_occupant(nvml, target.gpu_uuid, placement)
-        raise RealizeFailed(
-            DeviceConflictError(
-                f"{where} placement {placement} of {profile_name} is occupied{occupant}; migdra never falls back to "
-                f"another placement (NVML: {e.nvml_message})"
-            ),
-            None,
+        raise DeviceConflictError(
+            f"{_where(target)} placement {placement} of {profile_name} is occupied{occupant}; migdra never falls "
+            f"back to another placement (NVML: {e.nvml_message})"
         ) from e
     except NvmlError as e:
-        raise RealizeFailed(RealizeError(f"{where}: creating the GPU instance failed: {e}"), None) from e
+        raise RealizeError(f"{_where(target)}: creating the GPU instance failed: {e}") from e
     log.info(
         "created GI %d (%s, profile %d) at %s on GPU %s for device %s",
         gi.gpu_instance_id,
         profile_name,
-        profile.profile_id,
+        target.profile.profile_id,
         placement,
         target.gpu_uuid,
         target.device_name,
     )
-    crash(CrashPoint.AFTER_GPU_INSTANCE)
-    created_ci: int | None = None
+    return gi
+
+
+def create_compute_instance(
+    nvml: Nvml, target: DeviceTarget, gpu_instance_id: int
+) -> tuple[ComputeInstanceProfileInfo, ComputeInstanceInfo]:
+    """The compute instance covering all of the GI's SMs, and its profile; raises
+    :class:`CapacityMismatchError` (no CI profile delivers them) or :class:`RealizeError`."""
+    profile_name, _ = _mig_target(target)
+    assert target.profile is not None
+    sms = target.profile.multiprocessor_count
     try:
-        journal.created(gi.gpu_instance_id)  # before the CI: a crash from here on leaves the GI ID recorded
-        crash(CrashPoint.AFTER_CHECKPOINT_GPU_INSTANCE)
-        ci_profiles = nvml.compute_instance_profiles(target.gpu_uuid, gi.gpu_instance_id)
-        ci_profile = compute_full_ci_profile(ci_profiles, profile.multiprocessor_count)
+        ci_profiles = nvml.compute_instance_profiles(target.gpu_uuid, gpu_instance_id)
+        ci_profile = compute_full_ci_profile(ci_profiles, sms)
         if ci_profile is None:
             offered = ", ".join(f"{p.ci_profile_index} ({p.multiprocessor_count} SMs)" for p in ci_profiles)
             raise CapacityMismatchError(
-                f"{where} {profile_name} advertises {profile.multiprocessor_count} SMs, but no compute-instance "
-                f"profile of GI {gi.gpu_instance_id} delivers {profile.multiprocessor_count} (offered: {offered})"
+                f"{_where(target)} {profile_name} advertises {sms} SMs, but no compute-instance "
+                f"profile of GI {gpu_instance_id} delivers {sms} (offered: {offered})"
             )
-        ci = nvml.create_compute_instance(target.gpu_uuid, gi.gpu_instance_id, ci_profile.ci_profile_index)
-        created_ci = ci.compute_instance_id
-        crash(CrashPoint.AFTER_COMPUTE_INSTANCE)
-        if ci.multiprocessor_count < profile.multiprocessor_count:
-            raise CapacityMismatchError(
-                f"{where} {profile_name} advertises {profile.multiprocessor_count} SMs, but compute instance "
-                f"{ci.compute_instance_id} (CI profile {ci_profile.ci_profile_index}) of GI {gi.gpu_instance_id} "
-                f"delivers {ci.multiprocessor_count}"
-            )
-    except (RealizeError, NvmlError) as e:
-        cause: RealizeError = (
-            e if isinstance(e, RealizeError) else RealizeError(f"{where}: creating the compute instance failed: {e}")
+        ci = nvml.create_compute_instance(target.gpu_uuid, gpu_instance_id, ci_profile.ci_profile_index)
+    except NvmlError as e:
+        raise RealizeError(f"{_where(target)}: creating the compute instance failed: {e}") from e
+    return ci_profile, ci
+
+
+def check_delivered_sms(
+    target: DeviceTarget, gpu_instance_id: int, ci_profile: ComputeInstanceProfileInfo, ci: ComputeInstanceInfo
+) -> RealizedInstance:
+    """The created instance, once its CI delivers the SMs the device advertises; else
+    :class:`CapacityMismatchError` (the caller destroys what it created)."""
+    profile_name, _ = _mig_target(target)
+    assert target.profile is not None
+    sms = target.profile.multiprocessor_count
+    if ci.multiprocessor_count < sms:
+        raise CapacityMismatchError(
+            f"{_where(target)} {profile_name} advertises {sms} SMs, but compute instance "
+            f"{ci.compute_instance_id} (CI profile {ci_profile.ci_profile_index}) of GI {gpu_instance_id} "
+            f"delivers {ci.multiprocessor_count}"
         )
-        leftover = _roll_back(nvml, target.gpu_uuid, gi.gpu_instance_id, created_ci)
-        if leftover is not None:
-            cause = RealizeError(f"{cause.message}; rolling back GI {gi.gpu_instance_id} failed ({leftover})")
-        raise RealizeFailed(cause, gi.gpu_instance_id if leftover is not None else None) from e
     log.info(
         "created CI %d (CI profile %d, %d SMs, %s) in GI %d on GPU %s",
         ci.compute_instance_id,
         ci_profile.ci_profile_index,
         ci.multiprocessor_count,
         ci.mig_uuid,
-        gi.gpu_instance_id,
+        gpu_instance_id,
         target.gpu_uuid,
     )
     return RealizedInstance(
         target.gpu_uuid,
-        gi.gpu_instance_id,
+        gpu_instance_id,
         ci.compute_instance_id,
         ci_profile.ci_profile_index,
         ci.mig_uuid,
@@ -268,12 +255,17 @@ def realize_mig_instance(
     )
 
 
-def roll_back_realized(nvml: Nvml, realized: RealizedInstance) -> str | None:
+def _mig_target(target: DeviceTarget) -> tuple[str, Placement]:
+    """``target``'s profile name and placement; only MIG targets are created."""
+    assert target.profile is not None, "only a MIG target has an instance to create"
+    assert target.placement is not None, "only a MIG target has an instance to create"
+    return target.profile_name or target.profile.name, target.placement
+
+
+def destroy_created_instance(
+    nvml: Nvml, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int | None
+) -> str | None:
     """Destroy an instance this prepare call created (CI, then GI); the failure text, or None."""
-    return _roll_back(nvml, realized.gpu_uuid, realized.gpu_instance_id, realized.compute_instance_id)
-
-
-def _roll_back(nvml: Nvml, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int | None) -> str | None:
     try:
         if compute_instance_id is not None:
             _destroy_compute_instance(nvml, gpu_uuid, gpu_instance_id, compute_instance_id)
@@ -452,3 +444,105 @@ def _destroy_compute_instance(nvml: Nvml, gpu_uuid: str, gpu_instance_id: int, c
 def _destroy_gpu_instance(nvml: Nvml, gpu_uuid: str, gpu_instance_id: int) -> None:
     with contextlib.suppress(NvmlNotFound):
         nvml.destroy_gpu_instance(gpu_uuid, gpu_instance_id)
+
+
+# -- a record's instances, as NVML shows them now, and their release -------------------------------
+
+
+def compute_verification_problems(record: ClaimRecord, instances: Mapping[str, Sequence[GpuInstanceInfo]]) -> list[str]:
+    """Why ``record``'s instances do not match NVML's ``instances`` (per GPU UUID); [] = verified.  Pure."""
+    problems: list[str] = []
+    for device in record.devices:
+        intent = device.intent
+        if intent.admin_access or not intent.is_mig:
+            continue
+        name = intent.device_name
+        if device.gpu_instance_id is None or device.compute_instance_id is None or device.mig_uuid is None:
+            problems.append(f"{name}: the record lacks the realized GI/CI identity")
+            continue
+        gi = next((g for g in instances.get(intent.gpu_uuid, ()) if g.gpu_instance_id == device.gpu_instance_id), None)
+        if gi is None:
+            problems.append(f"{name}: GI {device.gpu_instance_id} no longer exists on GPU {intent.gpu_uuid}")
+            continue
+        if gi.placement != intent.placement or gi.profile_id != intent.profile_id:
+            problems.append(
+                f"{name}: GI {gi.gpu_instance_id} is profile {gi.profile_id} at {gi.placement}, the record says "
+                f"profile {intent.profile_id} at {intent.placement}"
+            )
+            continue
+        ci = next((c for c in gi.compute_instances if c.compute_instance_id == device.compute_instance_id), None)
+        if ci is None:
+            problems.append(f"{name}: CI {device.compute_instance_id} of GI {gi.gpu_instance_id} no longer exists")
+        elif ci.mig_uuid != device.mig_uuid:
+            problems.append(f"{name}: CI {ci.compute_instance_id} is {ci.mig_uuid}, the record says {device.mig_uuid}")
+    return problems
+
+
+def read_instances(
+    nvml: Nvml, gpu_locks: KeyedLocks, gpu_uuids: set[str]
+) -> tuple[dict[str, list[GpuInstanceInfo]], set[str]]:
+    """GPU instances per GPU, and the GPUs that could not be read (to be left alone).
+
+    Each GPU is read under its lock: a GI that another plugin process destroys in the middle of a
+    read would make NVML fail the read (a stale handle), and a GPU that cannot be read is not acted on.
+    """
+    found: dict[str, list[GpuInstanceInfo]] = {}
+    unreadable: set[str] = set()
+    for gpu_uuid in sorted(gpu_uuids):
+        try:
+            with gpu_locks.hold(gpu_uuid):
+                found[gpu_uuid] = nvml.gpu_instances(gpu_uuid)
+        except (NvmlError, LockTimeoutError) as e:
+            log.error("cannot read the instances of GPU %s (%s); its records are left untouched", gpu_uuid, e)
+            unreadable.add(gpu_uuid)
+    return found, unreadable
+
+
+def record_gpus(record: ClaimRecord) -> set[str]:
+    """The GPUs on which ``record`` may have created instances (admin access and whole GPUs create none)."""
+    return {d.intent.gpu_uuid for d in record.devices if d.intent.is_mig and not d.intent.admin_access}
+
+
+def read_verification_problems(nvml: Nvml, gpu_locks: KeyedLocks, record: ClaimRecord) -> list[str] | None:
+    """Why a completed ``record`` does not match NVML now ([] = verified); None when a GPU is unreadable."""
+    instances, unreadable = read_instances(nvml, gpu_locks, record_gpus(record))
+    if unreadable:
+        return None
+    return compute_verification_problems(record, instances)
+
+
+def release_record(
+    nvml: Nvml, gpu_locks: KeyedLocks, record: ClaimRecord, store: CheckpointStore
+) -> tuple[tuple[DeviceRecord, ...], ReleaseError | None]:
+    """Destroy every instance ``record`` names (last device first); the devices not released, and why.
+
+    The record is marked ``PrepareStarted`` (being released) before anything is destroyed, and each
+    device's record follows every step (compute instance gone, then the GI), so a failure or a crash
+    between two steps never leaves a record naming an instance that no longer exists.  The caller
+    holds the claim's lock.
+    """
+    if record.state is not ClaimState.PREPARE_STARTED:
+        store.put(record.model_copy(update={"state": ClaimState.PREPARE_STARTED}))
+    remaining: list[DeviceRecord] = []
+    first_error: ReleaseError | None = None
+    for index in reversed(range(len(record.devices))):
+        current = [record.devices[index]]
+
+        def progress(device: DeviceRecord, index: int = index, current: list[DeviceRecord] = current) -> None:
+            store.update_device(record.claim_uid, index, device)
+            current[0] = device
+
+        gpu_uuid = record.devices[index].intent.gpu_uuid
+        try:
+            with (
+                log_context(claim_uid=record.claim_uid, claim=record.label, gpu_uuid=gpu_uuid),
+                gpu_locks.hold(gpu_uuid),
+            ):
+                release_device(nvml, record.devices[index], progress)
+        except (ReleaseError, LockTimeoutError) as e:
+            log.error("claim %s (UID %s): %s", record.label, record.claim_uid, e.message)
+            remaining.insert(0, current[0])
+            first_error = first_error or (
+                e if isinstance(e, ReleaseError) else ReleaseError(e.message, names_claim=e.names_claim)
+            )
+    return tuple(remaining), first_error
