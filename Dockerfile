@@ -1,6 +1,8 @@
 # syntax=docker/dockerfile:1
 # One image for the node plugin (`migdra kubelet-plugin`) and the reservation controller (`migdra
-# controller`): the helm chart chooses the command.  `make image` builds it.
+# controller`): the helm chart chooses the command.  `make image` builds it.  It holds the product
+# packages only: the development cluster (devcluster/, `migdra sim`) is neither in the build context
+# (.dockerignore) nor installed (no extras), so the root-run plugin's image carries no API server.
 #
 # The base is pinned to an exact Python patch release on Debian 12; pin it by digest in your own
 # pipeline (--build-arg PYTHON_IMAGE=python:3.11.13-slim-bookworm@sha256:...).  Nothing of the NVIDIA

@@ -12,10 +12,12 @@ unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo check test lint install tools kube clean catalog bench bench-docs image
 
-$(STAMP): pyproject.toml
+# migdra and its development cluster (devcluster/, which `migdra sim` runs) in one pip command, both editable:
+# the `dev` extra's pin on migdra-devcluster is met by ./devcluster, whose pin on migdra is met by `.`.
+$(STAMP): pyproject.toml devcluster/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e ./devcluster -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -49,10 +51,10 @@ CHECK_DIRS = $(shell find tests -type d -name unit -not -path '*/__pycache__/*')
 check: lint
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) -m check $(CHECK_DIRS)
 
-## test: lint (ruff, mypy --strict, import layers, generated files) then the whole pytest suite, every tier, on
-## PYTEST_WORKERS processes (pytest-xdist; every test has its own ports, sockets and directories; the tests
-## of one cluster share a worker: --dist loadgroup).  tests/kube runs when `make kube` has built the
-## upstream binaries (MIGDRA_REQUIRE_KUBE=1 makes their absence a failure, as in CI).
+## test: lint (ruff, mypy --strict, import layers, generated files, no path outside the repository) then the
+## whole pytest suite, every tier, on PYTEST_WORKERS processes (pytest-xdist; every test has its own ports,
+## sockets and directories; the tests of one cluster share a worker: --dist loadgroup).  tests/kube runs when
+## `make kube` has built the upstream binaries (MIGDRA_REQUIRE_KUBE=1 makes their absence a failure, as in CI).
 test: lint tools
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
@@ -63,6 +65,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/python hack/gen_mig_catalog.py --check
 	$(BIN)/python hack/bench/render.py --check
+	$(BIN)/python hack/check_self_contained.py
 
 ## bench: run every benchmark (medians of 5 runs, quiet, then with both CPUs busy), write docs/benchmarks.json and
 ## the tables of docs/benchmarks.md.  BENCH_ARGS="--only prepare" re-runs one (keeping the other reports).
@@ -74,7 +77,8 @@ bench: $(STAMP)
 bench-docs: $(STAMP)
 	$(BIN)/python hack/bench/render.py
 
-## catalog: regenerate the shipped MIG catalog from ../shared/reference/mig-profiles.yaml
+## catalog: regenerate the shipped MIG catalog (dra_driver/mig/data/mig-catalog.yaml) from the researched table
+## hack/data/mig-profiles.yaml (every value with its sources); `make lint` fails while the two disagree
 catalog: $(STAMP)
 	$(BIN)/python hack/gen_mig_catalog.py
 

@@ -5,7 +5,7 @@ roles:
 
 - the **reservation controller** (:mod:`dra_driver.controller`) writes *where* the device is -- the
   reservation keys below and the ``Reserved`` condition -- as soon as the claim is allocated;
-- the **node plugin** (:mod:`kubeletplugin.prepare.status`) writes *what it became* -- the identity
+- the **node plugin** (``kubeletplugin.prepare.reporter``) writes *what it became* -- the identity
   keys and the ``Ready`` condition -- once the MIG instance exists, and also the reservation keys it
   knows (the same values: both read them off the same device), so a cluster without the controller
   still shows the placement;
@@ -44,6 +44,7 @@ Everything here is pure: it computes the new ``status.devices`` from the one rea
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -88,6 +89,11 @@ class Writer:
 
 PLUGIN: Final = Writer("kubeletplugin", IDENTITY_KEYS, SHARED_KEYS, (READY,), co_writer_marker=RESERVED)
 CONTROLLER: Final = Writer("controller", CONTROLLER_KEYS, SHARED_KEYS, (RESERVED,), co_writer_marker=READY)
+
+
+def rfc3339(moment: dt.datetime) -> str:
+    """A condition's ``lastTransitionTime`` (and an Event's timestamps): UTC, whole seconds."""
+    return moment.astimezone(dt.UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def realizer_writer(driver_name: str) -> Writer:

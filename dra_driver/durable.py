@@ -18,18 +18,40 @@ Every write reports what it cost (:class:`WriteCost`) so that callers can count 
 This module never decides *what* to write or where; callers own their paths.  They can ask first
 whether a directory will take files (:func:`writable_directory_problem`), so that a process checks its
 paths at start-up instead of failing at its first write.
+
+**Leftovers.**  A writer killed between creating its temporary file and renaming it (``kill -9``, a
+node crash) leaves the temporary file for ever.  None is ever read (the names start with ``.``), but
+they accumulate, so their owners sweep them (:func:`find_leftover_temporary_files`,
+:func:`remove_temporary_files`): the node plugin's checkpoint (``.checkpoint.json.*.tmp`` in the state
+directory, ``.<claim UID>.json.*.tmp`` in its records' directory) and CDI specs
+(``.<driver>-claim_<UID>.json.*.tmp`` in the CDI directory).  A temporary file is removed only when
+all of these hold:
+
+- its name is exactly of that form, for a target the caller names (never another vendor's file);
+- the caller holds the lock every writer of that target holds (the checkpoint's lock, or the claim's
+  lock), so no writer -- of this process or of the other plugin pod of a rolling update -- is
+  between creating and renaming it;
+- its writer is not a live process: its PID is unused here, or is this very process (whose writers
+  of the target hold the same lock).  The second case matters in containers, where every plugin
+  runs as PID 1 of its own namespace.
+
+Which targets are the caller's, and which lock guards them, the caller decides; this module takes no
+lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import secrets
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,3 +152,48 @@ def writable_directory_problem(directory: Path) -> str | None:
         where = "in it" if existing == directory else f"in {existing}, so {directory} cannot be created"
         return f"cannot create files {where}: {exc.strerror or exc}"
     return None
+
+
+def process_is_gone(pid: int) -> bool:
+    """Whether no process with ``pid`` exists (as this process sees PIDs)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # it exists, under another user
+    return False
+
+
+def find_leftover_temporary_files(directory: Path, is_target: Callable[[str], bool]) -> list[tuple[Path, str]]:
+    """(temporary file, its target's name) in ``directory``, for targets ``is_target`` accepts, whose
+    writer is not alive.  The caller must hold the lock of those targets' writers (module docstring)."""
+    try:
+        names = sorted(entry.name for entry in os.scandir(directory) if entry.is_file(follow_symlinks=False))
+    except FileNotFoundError:
+        return []
+    leftovers: list[tuple[Path, str]] = []
+    for name in names:
+        parsed = parse_temporary_name(name)
+        if parsed is None or not is_target(parsed[0]):
+            continue
+        target, pid = parsed
+        if pid == os.getpid() or process_is_gone(pid):
+            leftovers.append((directory / name, target))
+    return leftovers
+
+
+def remove_temporary_files(paths: Iterable[Path]) -> list[Path]:
+    """Remove leftovers found by :func:`find_leftover_temporary_files` (caller holds their writers' lock)."""
+    removed: list[Path] = []
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path)
+            log.info("removed %s: a temporary file of an interrupted write whose writer is gone", path)
+    return removed
+
+
+def remove_leftover_temporary_files(directory: Path, is_target: Callable[[str], bool]) -> list[Path]:
+    """Find and remove leftovers of the targets ``is_target`` accepts; the paths removed (logged)."""
+    return remove_temporary_files(path for path, _ in find_leftover_temporary_files(directory, is_target))

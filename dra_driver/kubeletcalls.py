@@ -1,15 +1,25 @@
 """The DRAPlugin calls in plain Python types, the same for every API version (v1, v1beta1).
 
 What kubelet sends about a claim (:class:`ClaimRef`) and what a plugin answers per claim
-(:class:`PrepareResult` with :class:`PreparedDevice` entries, :class:`UnprepareResult`).  Two sides use
-them: the node plugin's seam between its gRPC layer and its prepare logic
-(``kubeletplugin.draservice``), and the local cluster's kubelet, which calls plugins
-(``dra_driver.controlplane.kubelet``).  One definition, so both ends of the protocol agree.
+(:class:`PrepareResult` with :class:`PreparedDevice` entries, :class:`UnprepareResult`), and the
+:class:`DraService` a plugin implements.  Two sides use them: the node plugin, whose gRPC layer
+(``kubeletplugin.grpc``) converts both DRAPlugin versions to and from these types and calls its prepare
+service (``kubeletplugin.prepare``) through :class:`DraService` -- neither knows the other's details --
+and the development cluster's kubelet, which calls plugins (package ``migdra-devcluster``).  One
+definition, so both ends of the protocol agree.
+
+The contract, from kubelet's side (docs/prepare.md):
+
+- every claim in a request gets a result keyed by its UID, and a failure of one claim is reported in
+  that claim's ``error`` -- never by failing the call, which would make kubelet discard every result;
+- ``prepare`` and ``unprepare`` are idempotent: kubelet retries after timeouts and restarts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,3 +56,15 @@ class UnprepareResult:
     """Outcome of NodeUnprepareResources for one claim; a non-empty ``error`` means it failed."""
 
     error: str = ""
+
+
+class DraService(Protocol):
+    """What the gRPC servers call.  Implementations must be thread-safe (calls arrive concurrently)."""
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        """Prepare every claim; the result has exactly one entry per claim UID."""
+        ...
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
+        """Unprepare every claim; unknown claims succeed (idempotence)."""
+        ...

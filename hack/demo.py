@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dra_driver.controlplane.cluster import gpu_instances_per_node
 from dra_driver.kube.client import CLAIMS, EVENTS, PODS, Client
+from migdra_devcluster.cluster import gpu_instances_per_node
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -21,8 +21,7 @@ from dra_driver.cli.main import cli
 from dra_driver.controller.settings import ControllerSettings
 from dra_driver.logs import LogSettings
 from dra_driver.nvml.settings import NvmlSettings
-from kubeletplugin.app import PluginSettings
-from kubeletplugin.prepare import PrepareSettings
+from kubeletplugin.settings import PluginSettings, PrepareSettings
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 # settings group -> (model, the CLI command whose flags set it; "" for the `migdra` group itself)

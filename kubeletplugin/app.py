@@ -25,18 +25,26 @@ no API call; publishing and claim status writes wait with one backoff policy (``
 status is reconciled with the checkpoint at start and periodically.  Only a refusal (the API server
 rejecting the slices), NVML failing or a bug, ``fatal_after`` publish rounds in a row, stops it.
 
-Concurrency model (threads, no asyncio): the publish loop on its own thread (periodic NVML rescan +
-triggers); with an occupancy-aware placement policy (``dynamic``), the occupancy's thread and its
-claim informer (:mod:`kubeletplugin.occupancy`), which trigger the publish loop as claims come and
-go; the gRPC servers' thread pools calling the thread-safe :class:`PrepareService` (which runs
-claims on its own worker pool under per-GPU locks, and writes and reconciles claim status on one
-background thread); with realize before bind, the realizer's thread and its claim informer
-(:mod:`kubeletplugin.realizer`, calling the same service); with device taints, the GPU fault
-watcher's thread on its NVML event set (:mod:`kubeletplugin.gpu_faults`), which triggers the publish
-loop when a fault comes or goes; with ``--healthcheck-address``, the liveness check's own two gRPC
-threads (:mod:`kubeletplugin.grpc.liveness`); the main thread waits for SIGTERM/SIGINT and then shuts
-down in order: deregister from kubelet, let in-flight calls finish, stop publishing, stop the
-realizer, stop the fault watcher, close prepare (instances are kept).
+One of each per process: one API client (:func:`api_connection`: a
+:class:`~dra_driver.kube.client.Client` every part calls the API server through), one model of a
+ResourceClaim (:class:`~kubeletplugin.prepare.claims.ResourceClaimView`), one background-loop design
+(:class:`~dra_driver.kube.loop.ControlLoop`) and one informer per kind (:func:`claim_informer`: the one
+list-then-watch cache of ResourceClaims, shared by every loop that reads claims).
+
+Concurrency model (threads, no asyncio), each background job a ControlLoop on its own thread: the
+publish loop (periodic NVML rescan + triggers; it knows no informer); the claim status reporter (a set
+of claims to converge and Events to write, plus its periodic reconciliation over the claim informer:
+:mod:`kubeletplugin.prepare.reporter`); with an occupancy-aware placement policy (``dynamic``), the
+occupancy (:mod:`kubeletplugin.occupancy`), which triggers the publish loop as claims come and go;
+with realize before bind, the realizer (:mod:`kubeletplugin.realize_before_bind`, calling the same
+prepare service); with device taints, the GPU fault watcher on its NVML event set
+(:mod:`kubeletplugin.gpu_faults`), which triggers the publish loop when a fault comes or goes.  Beside
+them: the claim informer's thread; the gRPC servers' thread pools calling the thread-safe
+:class:`PrepareService` (which runs claims on its own worker pool under per-GPU locks); with
+``--healthcheck-address``, the liveness check's own two gRPC threads
+(:mod:`kubeletplugin.grpc.liveness`); the main thread waits for SIGTERM/SIGINT and then shuts down in
+order: deregister from kubelet, let in-flight calls finish, stop publishing, stop the realizer, stop
+the fault watcher, close prepare (instances are kept), stop the claim informer.
 """
 
 from __future__ import annotations
@@ -46,27 +54,25 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
-from pydantic import Field, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from dra_driver.device_config import load_device_model_config
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.faults import GpuFault, taint_pool, tainted_devices
-from dra_driver.devicemodel.naming import check_driver_name, node_name_problem
-from dra_driver.devicemodel.policy import DEFAULT_POLICY, PRODUCTION_POLICIES
+from dra_driver.devicemodel.policy import PRODUCTION_POLICIES
 from dra_driver.devicemodel.policy import placement_policy as policy_named
 from dra_driver.devicemodel.pool import NodePool, build_pool
-from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME, realize_before_bind_conditions
+from dra_driver.devicemodel.vocabulary import realize_before_bind_conditions
 from dra_driver.durable import writable_directory_problem
 from dra_driver.errors import ConfigurationError, MigdraError
-from dra_driver.kube.client import Client
+from dra_driver.kube.client import CLAIMS, Client
+from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kubeapi import (
     ApiRequestError,
-    BackoffPolicy,
     describe_failure,
     load_client_configuration,
     new_api_client,
@@ -76,19 +82,18 @@ from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import NvmlSettings
-from dra_driver.serving import parse_metrics_address, serving_metrics
-from dra_driver.settings import load_device_model_config
+from dra_driver.serving import serving_metrics
 from kubeletplugin.device_health import NvmlDeviceHealth
-from kubeletplugin.gpu_faults import DEFAULT_IGNORED_XIDS, GpuFaultWatcher
+from kubeletplugin.gpu_faults import GpuFaultWatcher
 from kubeletplugin.grpc import PluginServers
 from kubeletplugin.grpc.liveness import probe_sockets, serving_liveness
 from kubeletplugin.grpc.sockets import MAX_SOCKET_PATH_BYTES, SocketFile, plugin_socket_paths
 from kubeletplugin.metrics import FaultMetrics, PrepareMetrics, PublishMetrics, RealizeMetrics, register_mig_instances
 from kubeletplugin.occupancy import FIRST_LIST_WAIT_SECONDS, ClaimOccupancy
 from kubeletplugin.pool_report import PoolReporter
-from kubeletplugin.prepare import PrepareService, PrepareSettings
 from kubeletplugin.prepare.driver_files import check_driver_version, load_driver_edits
 from kubeletplugin.prepare.reporter import ClaimReporter
+from kubeletplugin.prepare.service import PrepareService
 from kubeletplugin.publisher import (
     DEFAULT_REQUEST_TIMEOUT,
     InventoryReader,
@@ -98,20 +103,17 @@ from kubeletplugin.publisher import (
     SlicePublisher,
     read_settled_inventory,
 )
-from kubeletplugin.realizer import Realizer
+from kubeletplugin.realize_before_bind import Realizer
+from kubeletplugin.settings import PluginSettings, PrepareSettings
 from kubeletplugin.taint_store import TaintStore
 
 if TYPE_CHECKING:
-    from kubernetes.client.api_client import ApiClient
     from kubernetes.client.configuration import Configuration
 
 log = logging.getLogger(__name__)
 
-KUBELET_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
-KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 KUBECONFIG_FLAG = "--kubeconfig (MIGDRA_KUBECONFIG)"
 _REGISTRY_FLAG = "--registry-dir (MIGDRA_REGISTRY_DIR)"
-PUBLISH_ROUNDS_BEFORE_STUCK = 3
 
 
 class PublishingError(MigdraError):
@@ -127,167 +129,6 @@ class Ownership(Protocol):
     def owned_instances(self) -> set[tuple[str, int]]: ...
 
     def owned_placements(self) -> set[tuple[str, int, Placement]]: ...
-
-
-class PluginSettings(BaseSettings):
-    """Settings of the node process (flags of ``migdra kubelet-plugin`` or ``MIGDRA_*`` variables)."""
-
-    model_config = SettingsConfigDict(env_prefix="MIGDRA_", extra="forbid", frozen=True)
-
-    node_name: str = Field(description="this node's name: the pool name and the slices' owner")
-    driver_name: str = Field(default=DEFAULT_DRIVER_NAME, description="DRA driver name and attribute domain")
-    kubeconfig: Path | None = Field(default=None, description="kubeconfig file; in-cluster config when unset")
-    device_config: Path | None = Field(default=None, description="device model configuration (YAML)")
-    rescan_interval: float = Field(default=60.0, gt=0, description="seconds between NVML rescans")
-    cleanup_on_exit: bool = Field(default=False, description="delete this node's ResourceSlices on exit")
-    metrics_address: str | None = Field(
-        default=None, description="serve Prometheus metrics on HOST:PORT (e.g. 0.0.0.0:9400); off when unset"
-    )
-    healthcheck_address: str | None = Field(
-        default=None,
-        description="serve the liveness check (gRPC grpc.health.v1.Health, for a livenessProbe: grpc) on HOST:PORT "
-        "(e.g. :51515): SERVING while kubelet's sockets answer and the publish loop finishes rounds; off when unset",
-    )
-    registry_dir: Path = Field(default=KUBELET_REGISTRY_DIR, description="kubelet's plugin registration directory")
-    plugin_dir: Path | None = Field(
-        default=None, description="directory of dra.sock; default /var/lib/kubelet/plugins/<driver name>"
-    )
-    pod_uid: str | None = Field(
-        default=None, description="rolling-update mode: socket names carry this pod UID (from the downward API)"
-    )
-    shutdown_grace: float = Field(default=30.0, ge=0, description="seconds in-flight kubelet calls get at shutdown")
-    health: bool = Field(
-        default=False,
-        description="serve kubelet's DRA resource-health stream (v1alpha1.DRAResourceHealth; kubelet feature "
-        "gate ResourceHealthStatus): a device is unhealthy while its GPU does not answer NVML or while it "
-        "carries a GPU fault's taint",
-    )
-    health_interval: float = Field(default=10.0, gt=0, description="seconds between health reports to kubelet")
-    device_taints: bool = Field(
-        default=True,
-        description="watch NVML for GPU faults (XIDs, double-bit ECC, GPU lost) and publish the devices they "
-        "concern with NoSchedule taints <driver>/xid, <driver>/double-bit-ecc, <driver>/gpu-lost, kept in "
-        "the state directory across restarts (docs/operations.md); needs the whole plugin, not --publish-only",
-    )
-    health_clear_after: float = Field(
-        default=0.0,
-        ge=0,
-        description="seconds without a new fault event after which a fault's taint is dropped by itself; 0: "
-        "never (only `migdra health clear` drops it)",
-    )
-    health_ignored_xids: Annotated[frozenset[int], NoDecode] = Field(
-        default=DEFAULT_IGNORED_XIDS,
-        description="XIDs that taint nothing, comma-separated (default the application errors 13,31,43,45,68,109); "
-        "an empty value ignores none",
-    )
-    api_backoff_initial: float = Field(
-        default=0.5,
-        gt=0,
-        description="seconds before the first retry of an API request the server did not answer, throttled or "
-        "failed (publishing slices, writing claim status); doubled per failure up to MIGDRA_API_BACKOFF_MAX, "
-        "with jitter. An API outage is retried for as long as it lasts",
-    )
-    api_backoff_max: float = Field(
-        default=30.0, gt=0, description="the longest wait, in seconds, between retries of a failing API request"
-    )
-    status_reconcile_interval: float = Field(
-        default=60.0,
-        gt=0,
-        description="seconds between reconciliations of the claims' status.devices with the checkpoint (one "
-        "also runs at start): a claim says Ready with its MIG identity exactly while its instance exists",
-    )
-    realize_before_bind: bool = Field(
-        default=False,
-        description="realize before bind: devices are published with the binding condition <driver>/realized "
-        "and the failure condition <driver>/realization-failed; the plugin creates a claim's MIG instance as "
-        "soon as it is allocated here, before the pod is bound, and a failed creation sends the pod to another "
-        "placement. Needs kube-scheduler's DRADeviceBindingConditions and DRAResourceClaimDeviceStatus; such "
-        "pools are tried after all others (docs/prepare.md)",
-    )
-    placement_policy: str = Field(
-        default=DEFAULT_POLICY,
-        description="how the devices are grouped into slices and ordered, which steers kube-scheduler's choice: "
-        "static (a fixed order, never re-published for claims) or dynamic (best fit from the claims allocated "
-        "here: watches ResourceClaims and re-publishes the order as they come and go); name-order and hami are "
-        "comparison baselines for benchmarks, not for production",
-    )
-    placement_debounce: float = Field(
-        default=0.2,
-        ge=0,
-        description="dynamic placement: seconds from a change of the claims allocated here to the re-publish "
-        "(changes meanwhile go with it)",
-    )
-    placement_min_interval: float = Field(
-        default=1.0,
-        ge=0,
-        description="dynamic placement: the fewest seconds between two re-publishes for claim changes; a change "
-        "in between is published at the end of that time",
-    )
-
-    @field_validator("node_name")
-    @classmethod
-    def _node_name(cls, value: str) -> str:
-        problem = node_name_problem(value)
-        if problem is not None:
-            raise ValueError(
-                f"not a Kubernetes node name: it {problem}; give the node's name as `kubectl get nodes` shows it"
-            )
-        return value
-
-    @field_validator("driver_name")
-    @classmethod
-    def _driver_name(cls, value: str) -> str:
-        return check_driver_name(value)
-
-    @field_validator("placement_policy")
-    @classmethod
-    def _placement_policy(cls, value: str) -> str:
-        policy_named(value)  # a ValueError naming the known ones
-        return value
-
-    @field_validator("health_ignored_xids", mode="before")
-    @classmethod
-    def _health_ignored_xids(cls, value: object) -> object:
-        if not isinstance(value, str):
-            return value
-        xids = set()
-        for item in (part.strip() for part in value.split(",")):
-            if not item:
-                continue
-            if not item.isdigit():
-                raise ValueError(f"{item!r} is not an XID; give XID numbers separated by commas, e.g. 13,31,43")
-            xids.add(int(item))
-        return frozenset(xids)
-
-    @field_validator("metrics_address", "healthcheck_address")
-    @classmethod
-    def _metrics_address(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_metrics_address(value)
-        return value
-
-    @field_validator("api_backoff_max")
-    @classmethod
-    def _api_backoff_max(cls, value: float, info: ValidationInfo) -> float:
-        initial = info.data.get("api_backoff_initial")
-        if isinstance(initial, float) and value < initial:
-            raise ValueError(f"must be at least MIGDRA_API_BACKOFF_INITIAL ({initial:g} s)")
-        return value
-
-    @property
-    def publish_stuck_after(self) -> float:
-        """Seconds without a finished publish round after which the liveness check fails: a few rescan
-        intervals, each with the longest retry wait (a round failing through an API outage still finishes)."""
-        return PUBLISH_ROUNDS_BEFORE_STUCK * (self.rescan_interval + self.api_backoff_max)
-
-    @property
-    def plugin_directory(self) -> Path:
-        return self.plugin_dir or KUBELET_PLUGINS_DIR / self.driver_name
-
-    @property
-    def api_backoff(self) -> BackoffPolicy:
-        """How every writer of this process (slices, claim status) waits between retries."""
-        return BackoffPolicy(self.api_backoff_initial, self.api_backoff_max)
 
 
 def check_start_up(plugin: PluginSettings, prepare: PrepareSettings | None) -> Configuration:
@@ -441,34 +282,37 @@ class _Publishing:
     @contextmanager
     def running(
         self,
-        api_client: ApiClient,
+        client: Client,
         nvml: Nvml,
         ownership: Ownership | None,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        claims: Informer | None,
     ) -> Iterator[SlicePublisher]:
+        """Publish until the block ends; ``claims``: the process's claim informer (needed by an
+        occupancy-aware policy, which re-publishes as claims come and go)."""
+
         def republish() -> None:  # the loop below: it needs the publisher, which needs the occupancy
             loop.trigger()
 
-        # An occupancy-aware policy re-publishes as claims come and go: a claim informer triggers the loop.
+        if self.policy.uses_occupancy and claims is None:
+            raise ValueError(f"placement policy {self.policy.name} reads the claims: give the claim informer")
         occupancy = (
             ClaimOccupancy(
-                Client(configuration=api_client.configuration, timeout=request_timeout),
+                claims,
                 self.device_config.driver_name,
                 self.plugin.node_name,
                 republish,
                 debounce=self.plugin.placement_debounce,
                 min_interval=self.plugin.placement_min_interval,
             )
-            if self.policy.uses_occupancy
+            if claims is not None and self.policy.uses_occupancy
             else None
         )
         publisher = SlicePublisher(
-            api_client,
+            client,
             self.plugin.node_name,
             self.device_config.driver_name,
             self.policy,
             allocated=occupancy.allocated if occupancy is not None else None,
-            request_timeout=request_timeout,
         )
         reader = InventoryReader()  # one per NVML session: it keeps the GPUs' listing
         loop = PublishLoop(
@@ -558,12 +402,33 @@ def run_publish_only(
     with (
         serving_metrics(plugin.metrics_address, registry),
         serving_liveness(plugin.healthcheck_address, lambda: _publish_problem(plugin, publishing)),
-        new_api_client(configuration) as api_client,
+        api_connection(configuration, DEFAULT_REQUEST_TIMEOUT) as client,
         open_nvml(nvml_settings) as nvml,
-        publishing.running(api_client, nvml, ownership=None),
+        claim_informer(client) if publishing.policy.uses_occupancy else nullcontext() as claims,
+        publishing.running(client, nvml, ownership=None, claims=claims),
     ):
         stop.wait()
     return publishing.exit_code()
+
+
+@contextmanager
+def api_connection(configuration: Configuration, timeout: float) -> Iterator[Client]:
+    """The process's one API client: every part of the node process calls the API server through it."""
+    with new_api_client(configuration) as api_client:
+        yield Client(api_client=api_client, timeout=timeout)
+
+
+@contextmanager
+def claim_informer(client: Client) -> Iterator[Informer]:
+    """The process's one cache of ResourceClaims (list, then watch), shared by every loop that reads
+    claims -- the claim status reconciliation, the placement occupancy, realize before bind -- and
+    stopped after them.  Not made when nothing reads claims (publishing alone with a static policy)."""
+    claims = Informer(client, CLAIMS, Changes())
+    claims.start()
+    try:
+        yield claims
+    finally:
+        claims.stop()
 
 
 def run_plugin(
@@ -593,17 +458,18 @@ def run_plugin(
     with (
         serving_metrics(plugin.metrics_address, registry),
         serving_liveness(plugin.healthcheck_address, lambda: _liveness_problem(plugin, publishing, served)),
-        new_api_client(configuration) as api_client,
+        api_connection(configuration, prepare.api_timeout) as client,
         open_nvml(nvml_settings, observe_call=metrics.observe_nvml_call) as nvml,
+        claim_informer(client) as claims,
     ):
         if driver_files is not None and not simulated:
             check_driver_version(driver_files[0], nvml.driver_version(), prepare.driver_root)
         reporter = ClaimReporter(
-            api_client,
+            client,
             driver_name,
             plugin.node_name,
+            claims=claims,
             backoff=plugin.api_backoff,
-            request_timeout=prepare.api_timeout,
             reconcile_interval=plugin.status_reconcile_interval,
             on_failure=metrics.observe_status_failure,
         )
@@ -611,7 +477,7 @@ def run_plugin(
         service = PrepareService.from_settings(
             prepare,
             nvml=nvml,
-            api_client=api_client,
+            client=client,
             node_name=plugin.node_name,
             driver_name=driver_name,
             reporter=reporter,
@@ -649,7 +515,8 @@ def run_plugin(
         realizer = (
             Realizer(
                 service,
-                Client(configuration=configuration, timeout=prepare.api_timeout),
+                client,
+                claims,
                 driver_name,
                 plugin.node_name,
                 metrics=RealizeMetrics(registry),
@@ -666,7 +533,7 @@ def run_plugin(
                 realizer.start()
             if faults is not None:
                 faults.start((gpu.uuid, gpu.index) for gpu in nvml.list_gpus())
-            with publishing.running(api_client, nvml, ownership=service, request_timeout=prepare.api_timeout):
+            with publishing.running(client, nvml, ownership=service, claims=claims):
                 publishing.announce_when_published(
                     announce,
                     lambda: (

@@ -10,8 +10,10 @@ clear``) and, with a healthy period (``MIGDRA_HEALTH_CLEAR_AFTER``), drops fault
 for that long; either triggers a publish too.  XIDs in ``ignored_xids`` (application errors such as
 13, 31, 43, 45, 68, 109: a CUDA program's fault, not the hardware's) are counted and dropped.
 
-Thread safety: :meth:`faults` is called from the publish loop's thread and the health stream's; it
-returns an immutable tuple swapped under a lock.  The watcher never publishes itself (app.py wires it).
+The watcher is a :class:`~dra_driver.kube.loop.ControlLoop` without informers: each pass is one round
+(it waits in NVML's event set, not on a change counter, so it is due again at once).  Thread safety:
+:meth:`faults` is called from the publish loop's thread and the health stream's; it returns an
+immutable tuple swapped under a lock.  The watcher never publishes itself (app.py wires it).
 """
 
 from __future__ import annotations
@@ -23,15 +25,15 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from dra_driver.devicemodel.faults import ECC_TAINT, GPU_LOST_TAINT, XID_TAINT, GpuFault
+from dra_driver.kube.informer import Changes
+from dra_driver.kube.loop import ControlLoop
 from dra_driver.nvml.backend import Nvml, NvmlEventWatch
 from dra_driver.nvml.errors import NvmlError
 from dra_driver.nvml.types import NvmlEvent, NvmlEventType
+from kubeletplugin.settings import DEFAULT_IGNORED_XIDS
 from kubeletplugin.taint_store import StoredFault, TaintStore, TaintStoreError
 
 log = logging.getLogger(__name__)
-
-DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-"""Application errors, not hardware faults (as NVIDIA's device plugin and DRA driver skip them)."""
 
 _TAINT_OF_EVENT = {
     NvmlEventType.XID: XID_TAINT,
@@ -76,7 +78,7 @@ def fault_of_event(
     )
 
 
-class GpuFaultWatcher:
+class GpuFaultWatcher(ControlLoop):
     """NVML health events -> the taint store -> ``on_change`` (a publish trigger)."""
 
     def __init__(
@@ -104,8 +106,9 @@ class GpuFaultWatcher:
         self._store_key: object = None
         self._indices: dict[str, int] = {}
         self._watch: NvmlEventWatch | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._next_round = 0.0  # when the store is looked at again while events keep coming
+        self._failed = False  # the last round failed: wait a round before the next
+        super().__init__("gpu-faults", Changes(), (), resync=round_interval)
 
     def load(self) -> None:
         """Read the store (before the first publish).  Raises :class:`TaintStoreError` when corrupt."""
@@ -123,7 +126,7 @@ class GpuFaultWatcher:
         with self._lock:
             return self._faults
 
-    def start(self, gpus: Iterable[tuple[str, int]]) -> None:
+    def start(self, gpus: Iterable[tuple[str, int]] = ()) -> None:
         """Register ``(GPU UUID, NVML index)`` of every GPU on a new event set and start waiting."""
         watch = self._nvml.watch_events()
         for gpu_uuid, index in gpus:
@@ -136,13 +139,10 @@ class GpuFaultWatcher:
             if NvmlEventType.XID not in kinds:
                 log.warning("GPU %s does not report XID events; its faults are not watched", gpu_uuid)
         self._watch = watch
-        self._thread = threading.Thread(target=self._run, name="gpu-faults", daemon=True)
-        self._thread.start()
+        super().start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+    def stop(self) -> None:
+        super().stop()  # the pass in NVML's wait ends within a round
         if self._watch is not None:
             try:
                 self._watch.close()
@@ -203,24 +203,27 @@ class GpuFaultWatcher:
             return None
         return placement.start, placement.size
 
-    def _run(self) -> None:
+    def next_wake(self) -> float:
+        return self._round_interval if self._failed else 0.0
+
+    def sync(self) -> None:
+        """One round: wait up to ``round_interval`` for an event; between events, look at the store."""
         watch = self._watch
         assert watch is not None
-        next_round = 0.0
-        while not self._stop.is_set():
-            changed = False
-            try:
-                event = watch.wait(self._round_interval)
-                if event is not None:
-                    changed = self.handle(event)
-                if event is None or time.monotonic() >= next_round:
-                    next_round = time.monotonic() + self._round_interval
-                    changed = self.check_store() or changed
-            except TaintStoreError as exc:
-                log.error("%s", exc)  # the faults last read stay; an admin must repair the file
-                self._stop.wait(self._round_interval)
-            except NvmlError as exc:
-                log.error("waiting for NVML events failed: %s", exc)
-                self._stop.wait(self._round_interval)
-            if changed:
-                self._on_change()
+        changed = False
+        self._failed = False
+        try:
+            event = watch.wait(self._round_interval)
+            if event is not None:
+                changed = self.handle(event)
+            if event is None or time.monotonic() >= self._next_round:
+                self._next_round = time.monotonic() + self._round_interval
+                changed = self.check_store() or changed
+        except TaintStoreError as exc:
+            log.error("%s", exc)  # the faults last read stay; an admin must repair the file
+            self._failed = True
+        except NvmlError as exc:
+            log.error("waiting for NVML events failed: %s", exc)
+            self._failed = True
+        if changed:
+            self._on_change()

@@ -133,7 +133,7 @@ class PrepareMetrics:
 
 
 class RealizeMetrics:
-    """What realize before bind reports (:mod:`kubeletplugin.realizer`), per claim.
+    """What realize before bind reports (:mod:`kubeletplugin.realize_before_bind`), per claim.
 
     ``result`` of a realization: ``success`` (the ``realized`` condition is set), ``failed`` (the
     ``realization-failed`` condition is set: the scheduler places the pod anew); of a release of a

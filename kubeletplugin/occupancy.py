@@ -2,9 +2,10 @@
 
 The ``dynamic`` policy (:mod:`dra_driver.devicemodel.policy`) orders the published devices by best fit
 from what allocated claims hold, so the order must be re-published as claims come and go.
-:class:`ClaimOccupancy` keeps a list-then-watch cache of the cluster's ResourceClaims
-(:class:`~dra_driver.kube.informer.Informer`: relists after 410 Gone and after the server went away),
-computes the names of the devices of this driver in this node's pool that their allocations hold
+:class:`ClaimOccupancy` reads the process's list-then-watch cache of the cluster's ResourceClaims
+(:class:`~dra_driver.kube.informer.Informer`: relists after 410 Gone and after the server went away;
+the node process's one claim informer, which app.py makes and shares), computes the names of the
+devices of this driver in this node's pool that their allocations hold
 (:func:`compute_allocated_devices`), and when that set changes calls ``on_change`` -- the publish
 loop's ``trigger`` -- at most as often as :class:`RepublishGate` lets it:
 
@@ -17,10 +18,12 @@ The publisher asks :meth:`ClaimOccupancy.allocated` for the set once per round (
 writes only when the policy's order for it differs from what the API holds.  Nothing is decided on a
 partial view: before the first complete list the set is empty and no change is signalled.
 
-Only an occupancy-aware policy starts one (``static`` watches no claims at all).  One thread (a
-:class:`~dra_driver.kube.loop.ControlLoop`) plus the informer's; :meth:`ClaimOccupancy.stop` wakes and
-joins both, bounded.  ``compute_allocated_devices`` and :class:`RepublishGate` are pure (explicit
-``now``), for tests.  This module imports no typed model of the Kubernetes client.
+Only an occupancy-aware policy starts one (``static`` publishes no order for claims).  One thread (a
+:class:`~dra_driver.kube.loop.ControlLoop` listening to the shared informer);
+:meth:`ClaimOccupancy.stop` wakes and joins it, bounded.  ``compute_allocated_devices`` and
+:class:`RepublishGate` are pure (explicit ``now``), for tests.  This module imports no typed model of
+the Kubernetes client: claims are read as :class:`~kubeletplugin.prepare.claims.ResourceClaimView`, the
+node plugin's one model of a claim.
 """
 
 from __future__ import annotations
@@ -28,16 +31,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
 
-from dra_driver.kube.client import CLAIMS, Client
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
+from kubeletplugin.prepare.claims import ResourceClaimView, parse_claims
 
 log = logging.getLogger(__name__)
 
-JSON = Mapping[str, Any]
 RESYNC_SECONDS = 30.0
 """A pass at least this often without a change (the set is recomputed from the cache)."""
 FIRST_LIST_WAIT_SECONDS = 5.0
@@ -47,26 +48,19 @@ FIRST_LIST_WAIT_SECONDS = 5.0
 # -- pure ------------------------------------------------------------------------------------------
 
 
-def compute_allocated_devices(claims: Iterable[JSON], driver_name: str, pool_name: str) -> frozenset[str]:
+def compute_allocated_devices(claims: Iterable[ResourceClaimView], driver_name: str, pool_name: str) -> frozenset[str]:
     """Names of the devices of ``driver_name`` in pool ``pool_name`` that the claims' allocations hold.
 
     Every ``status.allocation.devices.results[]`` entry of that driver and pool counts, except those
     with ``adminAccess: true``: admin access (monitoring, diagnostics) holds nothing, the device stays
-    allocatable to others.  Malformed entries are skipped; pure.
+    allocatable to others.  A claim migdra cannot read was skipped by :func:`parse_claims`; pure.
     """
-    held: set[str] = set()
-    for claim in claims:
-        status = claim.get("status") if isinstance(claim, Mapping) else None
-        allocation = status.get("allocation") if isinstance(status, Mapping) else None
-        devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
-        results = devices.get("results") if isinstance(devices, Mapping) else None
-        for result in results if isinstance(results, list) else ():
-            if not isinstance(result, Mapping) or result.get("adminAccess") is True:
-                continue
-            device = result.get("device")
-            if result.get("driver") == driver_name and result.get("pool") == pool_name and isinstance(device, str):
-                held.add(device)
-    return frozenset(held)
+    return frozenset(
+        result.device
+        for claim in claims
+        for result in claim.results_of(driver_name, pool_name)
+        if result.admin_access is not True
+    )
 
 
 class RepublishGate:
@@ -114,12 +108,12 @@ class RepublishGate:
 class ClaimOccupancy(ControlLoop):
     """The devices of this node's pool that allocated claims hold, kept current; see the module docstring.
 
-    :meth:`start` runs it, :meth:`stop` joins it and closes ``client`` (which it owns from then on).
+    :meth:`start` runs it, :meth:`stop` joins it; ``claims`` is started and stopped by whoever made it.
     """
 
     def __init__(
         self,
-        client: Client,
+        claims: Informer,
         driver_name: str,
         node_name: str,
         on_change: Callable[[], None],
@@ -129,7 +123,6 @@ class ClaimOccupancy(ControlLoop):
         resync: float = RESYNC_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._client = client
         self.driver_name = driver_name
         self.pool_name = node_name  # one pool per node, named after it
         self._on_change = on_change
@@ -138,35 +131,19 @@ class ClaimOccupancy(ControlLoop):
         self._lock = threading.Lock()
         self._allocated: frozenset[str] = frozenset()
         self.signals = 0  # calls of ``on_change`` (tests and logs)
-        changes = Changes()
-        self.claims = Informer(client, CLAIMS, changes)
-        super().__init__("migdra-placement-occupancy", changes, (self.claims,), resync)
+        self.claims = claims
+        super().__init__("migdra-placement-occupancy", Changes(), (), resync, shared=(claims,))
 
     def allocated(self) -> frozenset[str]:
         """The devices allocated claims hold, as of the last complete view (empty before the first list)."""
         with self._lock:
             return self._allocated
 
-    def wait_synced(self, timeout: float) -> bool:
-        """Whether the first list arrived within ``timeout`` seconds; :meth:`stop` ends the wait at once
-        (the loop's thread waits here before its first pass: an API outage must not hold up a stop)."""
-        deadline = time.monotonic() + timeout
-        seen = self.changes.count
-        while not self.claims.wait_synced(0):  # the informer bumps ``changes`` once listed, stop() too
-            remaining = deadline - time.monotonic()
-            if self.stopping or remaining <= 0:
-                return False
-            seen = self.changes.wait_past(seen, remaining)
-        return True
-
-    def stop(self) -> None:
-        super().stop()
-        self._client.close()
-
     def sync(self) -> None:
         if not self.claims.wait_synced(0):
             return  # no complete list yet: nothing is decided on a partial view
-        self.observe(compute_allocated_devices(self.claims.items(), self.driver_name, self.pool_name), self._clock())
+        claims = parse_claims(self.claims.items())
+        self.observe(compute_allocated_devices(claims, self.driver_name, self.pool_name), self._clock())
 
     def observe(self, allocated: frozenset[str], now: float) -> None:
         """Take the set computed at ``now``; call ``on_change`` when the gate lets a change through."""

@@ -7,7 +7,9 @@ exactly that -- and makes **no write at all** when nothing changed.  On any chan
 conflict (someone wrote in between) re-runs the whole list-render-write at once.
 
 :class:`PublishLoop` republishes when the inventory changes: a periodic NVML rescan plus explicit
-``trigger()`` calls.  What a failed round means comes from :func:`dra_driver.kubeapi.classify_failure`:
+``trigger()`` calls -- a :class:`~dra_driver.kube.loop.ControlLoop` without informers (it knows what is
+allocated only through ``allocated``).  What a failed round means comes from
+:func:`dra_driver.kubeapi.classify_failure`:
 
 - the API server unreachable, throttling or failing (an outage): retried after a capped, jittered
   backoff (:class:`~dra_driver.kubeapi.BackoffPolicy`) **for as long as it takes** -- an outage must
@@ -23,10 +25,11 @@ The loop never destroys anything on a failed read: a round either publishes a wh
 An unchanged rescan is cheap, because a node plugin rescans for as long as it lives and almost every
 rescan changes nothing: :class:`InventoryReader` asks NVML again only for what can change (each GPU's
 MIG mode and GPU instances; the profiles come from :meth:`Nvml.gpu_instance_profiles`' per-mode cache),
-and :class:`SlicePublisher` talks to the API in raw JSON (no client models: building them for an 8-GPU
-pool cost ~100 ms of CPU per LIST, and importing the client's API classes seconds of start-up) and,
-when the pool and every slice's ``resourceVersion`` are what it last wrote or checked, does not even
-render the slices: one LIST, no write.
+and :class:`SlicePublisher` talks to the API through the process's one JSON client
+(:class:`~dra_driver.kube.client.Client`; no client models: building them for an 8-GPU pool cost
+~100 ms of CPU per LIST, and importing the client's API classes seconds of start-up) and, when the
+pool and every slice's ``resourceVersion`` are what it last wrote or checked, does not even render the
+slices: one LIST, no write.
 
 The slices' grouping and order come from the placement policy, which may look at the pool's occupancy
 (the devices allocated claims hold): ``allocated``, a callable the publisher asks once per round
@@ -42,12 +45,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
@@ -57,12 +59,15 @@ from dra_driver.devicemodel.policy import PlacementPolicy
 from dra_driver.devicemodel.pool import NodePool
 from dra_driver.errors import MigdraError
 from dra_driver.host.pci import normalise_pci_bus_id, pcie_root
+from dra_driver.kube.client import NODES, SLICES, Client
+from dra_driver.kube.informer import Changes
+from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubeapi import (
     DEFAULT_CONFLICT_RETRIES,
     ApiFailure,
     ApiRequestError,
+    Backoff,
     BackoffPolicy,
-    call_json,
     call_with_retries,
     classify_failure,
     describe_failure,
@@ -72,9 +77,6 @@ from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError, NvmlInvalidArgument, NvmlNotFound
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import GpuInfo, GpuInventory, NodeInventory
-
-if TYPE_CHECKING:
-    from kubernetes.client.api_client import ApiClient
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +173,8 @@ class InventoryReader:
 
     def _mig_mode_changed(self, nvml: Nvml) -> bool:
         """Whether a GPU's MIG mode is no longer the listed one: then every GPU is listed again, since
-        changing the mode may reset or re-bind a GPU and change its minor number (nvml-mig.md section 5).
+        changing the mode may reset or re-bind a GPU and change its minor number (docs/nvml-mig.md, "MIG mode,
+        resets and privileges").
         A GPU without MIG support never gains it."""
         return any(nvml.mig_mode(gpu.uuid) != gpu.mig_mode for gpu in self._gpus if gpu.mig_capable)
 
@@ -193,9 +196,6 @@ class PublishResult:
         return self.created + self.updated + self.deleted
 
 
-SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
-
-
 @dataclass(frozen=True, slots=True)
 class _Settled:
     """What the API held the last time it held exactly the pool, rendered for ``allocated``: every
@@ -208,9 +208,9 @@ class _Settled:
 
 
 class SlicePublisher:
-    """Publishes one node's pool of one driver, in raw JSON through the client's transport.
+    """Publishes one node's pool of one driver, as JSON through ``client``.
 
-    Why raw JSON: the client's models cost ~100 ms of CPU to build from one LIST of an 8-GPU pool and
+    Why JSON: the client's models cost ~100 ms of CPU to build from one LIST of an 8-GPU pool and
     back, on every rescan, and importing the API classes (``CoreV1Api`` alone imports every core model)
     seconds of the plugin's start-up; the publisher needs neither, only the JSON it compares and writes.
 
@@ -220,21 +220,19 @@ class SlicePublisher:
 
     def __init__(
         self,
-        api_client: ApiClient,
+        client: Client,
         node_name: str,
         driver_name: str,
         policy: PlacementPolicy | None = None,
         *,
         allocated: Callable[[], frozenset[str]] | None = None,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
     ) -> None:
-        self._api_client = api_client
+        self._client = client
         self.node_name = node_name
         self.driver_name = driver_name
         self._policy = policy
         self._allocated = allocated
-        self._timeout = request_timeout
         self._conflict_retries = conflict_retries
         self._node_owner: dict[str, Any] | None = None
         self._settled: _Settled | None = None
@@ -242,7 +240,7 @@ class SlicePublisher:
     @property
     def server(self) -> str:
         """The API server's URL, for messages."""
-        return str(self._api_client.configuration.host)
+        return self._client.server
 
     def publish(self, pool: NodePool) -> PublishResult:
         """Make the API hold exactly ``pool``'s slices.
@@ -310,7 +308,7 @@ class SlicePublisher:
                 written.append(self._replace(name, body))
                 updated += 1
             else:  # 409 AlreadyExists if someone created it since the list: a conflict, listed again
-                written.append(call_json(self._api_client, "POST", SLICES_PATH, body=body, timeout=self._timeout))
+                written.append(self._client.create(SLICES, body))
                 created += 1
         wanted = {body["metadata"]["name"] for body in desired}
         deleted = 0
@@ -347,26 +345,16 @@ class SlicePublisher:
 
     def _existing(self) -> list[dict[str, Any]]:
         """This pool's slices as the API holds them: one LIST, JSON dicts."""
-        listed = call_json(
-            self._api_client,
-            "GET",
-            SLICES_PATH,
-            query={"fieldSelector": f"spec.nodeName={self.node_name},spec.driver={self.driver_name}"},
-            timeout=self._timeout,
+        items, _ = self._client.list(
+            SLICES, field_selector=f"spec.nodeName={self.node_name},spec.driver={self.driver_name}"
         )
-        items = listed.get("items") or []
         return [i for i in items if (i.get("spec") or {}).get("pool", {}).get("name") == self.node_name]
 
     def _owner(self) -> dict[str, Any] | None:
         """An ownerReference to this node's Node object, so the slices go when the node goes."""
         if self._node_owner is None:
-            try:
-                node = call_json(
-                    self._api_client, "GET", f"/api/v1/nodes/{quote(self.node_name, safe='')}", timeout=self._timeout
-                )
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            node = self._client.get(NODES, None, self.node_name)
+            if node is None:
                 log.warning("Node %s not found: publishing its ResourceSlices without an owner", self.node_name)
                 return None
             self._node_owner = {
@@ -380,7 +368,7 @@ class SlicePublisher:
 
     def _replace(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            return call_json(self._api_client, "PUT", _slice_path(name), body=body, timeout=self._timeout)
+            return self._client.update(SLICES, body)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -391,15 +379,7 @@ class SlicePublisher:
             ) from exc
 
     def _delete(self, name: str) -> None:
-        try:
-            call_json(self._api_client, "DELETE", _slice_path(name), timeout=self._timeout)
-        except ApiException as exc:
-            if exc.status != 404:  # already gone is what we wanted
-                raise
-
-
-def _slice_path(name: str) -> str:
-    return f"{SLICES_PATH}/{quote(name, safe='')}"
+        self._client.delete(SLICES, None, name)  # already gone (False) is what we wanted
 
 
 def _versions(items: Iterable[Mapping[str, Any]]) -> frozenset[tuple[str, str]]:
@@ -435,7 +415,7 @@ def classify_round_failure(exc: BaseException) -> RoundFailure:
     return RoundFailure.BUG
 
 
-class PublishLoop:
+class PublishLoop(ControlLoop):
     """Republish periodically (an NVML rescan) and whenever :meth:`trigger` is called.
 
     ``compute_pool`` reads the hardware and builds the pool; it runs on the loop's thread, and
@@ -444,7 +424,9 @@ class PublishLoop:
     triggers or not; see the module docstring for which failures may become fatal.  ``on_fatal`` is
     called (and the loop stops) after ``fatal_after`` rounds in a row that failed for a reason an
     outage does not explain, so the process can exit loudly.  ``on_failure(kind, exc, in_a_row)``
-    sees every failed round.
+    sees every failed round.  A :class:`~dra_driver.kube.loop.ControlLoop` with no informer: each
+    pass is one round, due at once after a trigger, ``interval`` after a good round, the backoff's
+    delay after a failed one.
     """
 
     def __init__(
@@ -460,31 +442,18 @@ class PublishLoop:
     ) -> None:
         self._publisher = publisher
         self._compute_pool = compute_pool
-        self._interval = interval
         self._on_fatal = on_fatal
         self._fatal_after = fatal_after
         self._on_round = on_round
-        self._backoff = backoff or BackoffPolicy()
+        self._backoff: Backoff = (backoff or BackoffPolicy()).start()
         self._on_failure = on_failure
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._not_before = 0.0  # a failed round's backoff: a trigger does not cut it short
+        self._in_a_row = 0  # failed rounds of any kind since the last success
+        self._counted = 0  # of them, those that count toward ``fatal_after``
+        self._reported = 0  # of them, those an operator was warned about (not a read that came too early)
         self.rounds = 0
         self.last_result: PublishResult | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="slice-publisher", daemon=True)
-        self._thread.start()
-
-    def trigger(self) -> None:
-        """Republish now (e.g. after a MIG mode change or a prepare that created an instance)."""
-        self._wake.set()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        super().__init__("slice-publisher", Changes(), (), resync=interval)
 
     def publish_now(self) -> PublishResult:
         """One synchronous round on the caller's thread (start-up, tests)."""
@@ -495,36 +464,35 @@ class PublishLoop:
             self._on_round(pool, self.last_result)
         return self.last_result
 
-    def _run(self) -> None:
-        backoff = self._backoff.start()
-        in_a_row = 0  # failed rounds of any kind since the last success
-        counted = 0  # of them, those that count toward ``fatal_after``
-        reported = 0  # of them, those an operator was warned about (not a read that came too early)
-        while not self._stop.is_set():
-            try:
-                self.publish_now()
-            except Exception as exc:
-                in_a_row += 1
-                kind = classify_round_failure(exc)
-                counted += kind.counts_toward_fatal
-                reported += kind is not RoundFailure.INVENTORY_CHANGED
-                delay = backoff.next_delay(exc)
-                self._log_failure(kind, exc, in_a_row, counted, delay)
-                if self._on_failure is not None:
-                    self._on_failure(kind, exc, in_a_row)
-                if kind.counts_toward_fatal and counted >= self._fatal_after and self._on_fatal is not None:
-                    self._on_fatal(exc)
-                    return
-                # A trigger does not cut a backoff short (the next round reads everything anew anyway).
-                self._stop.wait(delay)
-                self._wake.clear()
-                continue
-            if reported:
-                log.warning("publishing ResourceSlices works again after %d failed round(s)", in_a_row)
-            in_a_row = counted = reported = 0
-            backoff.reset()
-            self._wake.wait(self._interval)
-            self._wake.clear()
+    def next_wake(self) -> float:
+        waiting = self._not_before - time.monotonic()
+        return waiting if waiting > 0 else self.resync
+
+    def sync(self) -> None:
+        if time.monotonic() < self._not_before:
+            return  # the next round reads everything anew anyway: the backoff stands
+        try:
+            self.publish_now()
+        except Exception as exc:
+            self._in_a_row += 1
+            kind = classify_round_failure(exc)
+            self._counted += kind.counts_toward_fatal
+            self._reported += kind is not RoundFailure.INVENTORY_CHANGED
+            delay = self._backoff.next_delay(exc)
+            self._log_failure(kind, exc, self._in_a_row, self._counted, delay)
+            if self._on_failure is not None:
+                self._on_failure(kind, exc, self._in_a_row)
+            if kind.counts_toward_fatal and self._counted >= self._fatal_after and self._on_fatal is not None:
+                self._on_fatal(exc)
+                self.finish()
+                return
+            self._not_before = time.monotonic() + delay
+            return
+        if self._reported:
+            log.warning("publishing ResourceSlices works again after %d failed round(s)", self._in_a_row)
+        self._in_a_row = self._counted = self._reported = 0
+        self._not_before = 0.0
+        self._backoff.reset()
 
     def _log_failure(self, kind: RoundFailure, exc: BaseException, in_a_row: int, counted: int, delay: float) -> None:
         server = self._publisher.server

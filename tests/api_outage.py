@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.waiting import WAIT, wait_for
 
 

@@ -34,7 +34,7 @@ from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 
 if TYPE_CHECKING:
-    from dra_driver.controlplane.apiserver import LocalAPIServer
+    from migdra_devcluster.apiserver import LocalAPIServer
 
 TESTS = Path(__file__).resolve().parent
 
@@ -204,7 +204,7 @@ def api_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Local
     takes the fields of ``ApiServerSettings``; ``tokens=[...]`` gives the lines of a static token file
     (``token,user,uid[,"groups"]``), written into the test's directory, which also turns TLS on.
     """
-    from dra_driver.controlplane.apiserver import LocalAPIServer  # here: only the tests that serve pay for it
+    from migdra_devcluster.apiserver import LocalAPIServer  # here: only the tests that serve pay for it
 
     marker = request.node.get_closest_marker("api_server")
     settings = dict(marker.kwargs) if marker else {}

@@ -1,6 +1,6 @@
 """A test kubelet: talks to a plugin the way kubelet does, with the generated stubs over real unix sockets.
 
-Reusable by any test that needs kubelet's side of the node-local contract (kubelet-grpc.md):
+Reusable by any test that needs kubelet's side of the node-local contract (docs/kubelet-grpc.md):
 
     with KubeletClient(paths.registration) as kubelet:
         kubelet.register()                      # GetInfo, version choice, NotifyRegistrationStatus
@@ -11,7 +11,7 @@ Reusable by any test that needs kubelet's side of the node-local contract (kubel
 Version choice is that of kubelet 1.34+: the first entry of the plugin's ``supported_versions`` that
 this kubelet knows; none known means the registration fails with kubelet's message.  Build a
 v1beta1-only (1.33-like) kubelet with ``KubeletClient(path, versions=("v1beta1.DRAPlugin",))``.
-Results come back as the plain types of :mod:`kubeletplugin.draservice`, so answers of both versions
+Results come back as the plain types of :mod:`dra_driver.kubeletcalls`, so answers of both versions
 compare directly.
 
 Also here, for the plugin side of such tests: :class:`RecordingDraService` (canned results, records
@@ -33,11 +33,11 @@ from typing import Any
 
 import grpc
 
-from dra_driver.controlplane.kubelet.pluginclient import KNOWN_VERSIONS, RegistrationRejected, prepare_result, register
 from dra_driver.kubeletapi import dra_health_v1alpha1_pb2 as health_pb2
 from dra_driver.kubeletapi import dra_health_v1alpha1_pb2_grpc as health_grpc
 from dra_driver.kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
-from kubeletplugin.draservice import ClaimRef, PrepareResult, UnprepareResult
+from dra_driver.kubeletcalls import ClaimRef, PrepareResult, UnprepareResult
+from migdra_devcluster.kubelet.pluginclient import KNOWN_VERSIONS, RegistrationRejected, prepare_result, register
 
 DRA_PLUGIN_VERSIONS = KNOWN_VERSIONS  # what kubelet 1.34/1.35 knows
 HEALTH_VERSION = "v1alpha1.DRAResourceHealth"
@@ -87,7 +87,7 @@ class KubeletClient:
         """GetInfo, choose a version, NotifyRegistrationStatus; returns the chosen version string.
 
         The handshake and the version choice are the simulated kubelet's
-        (:func:`dra_driver.controlplane.kubelet.pluginclient.register`), so both kubelets agree.
+        (:func:`migdra_devcluster.kubelet.pluginclient.register`), so both kubelets agree.
         Raises :class:`RegistrationRejected` after notifying the plugin of the rejection.
         """
         channel = self._channel(str(self.registration_socket))
@@ -180,7 +180,7 @@ def short_socket_dir() -> Iterator[Path]:
 
 @dataclass
 class RecordingDraService:
-    """A :class:`~kubeletplugin.draservice.DraService` for tests of the gRPC boundary.
+    """A :class:`~dra_driver.kubeletcalls.DraService` for tests of the gRPC boundary.
 
     Returns ``prepare_results`` / ``unprepare_results`` for the UIDs it has (claims it has none
     for are left out of the result); raises ``error`` for any call containing a UID of

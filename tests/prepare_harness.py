@@ -24,15 +24,17 @@ import pynvml
 import pytest
 from kubernetes import client
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.kube.client import Client
+from dra_driver.kubeletcalls import ClaimRef
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from dra_driver.nvml.sim import SimulatedNvmlLibrary
-from kubeletplugin.draservice import ClaimRef
-from kubeletplugin.prepare import PrepareService, PrepareSettings
 from kubeletplugin.prepare.checkpoint import CheckpointStore
+from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.settings import PrepareSettings
+from migdra_devcluster.apiserver import LocalAPIServer
 
 NODE = "node-a"
 DRIVER = "gpu.migdra.io"
@@ -149,7 +151,7 @@ class Node:
         """A PrepareService of this node (started unless ``start=False``); closed at the end of the test."""
         options: dict[str, Any] = {
             "nvml": nvml or self.nvml,
-            "api_client": self.api_client,
+            "client": Client(api_client=self.api_client),
             "node_name": NODE,
             "driver_name": DRIVER,
             "cdi_dir": self.cdi_dir,
@@ -353,7 +355,12 @@ def _child(arguments: dict[str, Any]) -> None:
     )
     with client.ApiClient(client.Configuration(host=arguments["api_url"])) as api_client:
         service = PrepareService.from_settings(
-            settings, nvml=nvml, api_client=api_client, node_name=NODE, driver_name=DRIVER, read_boot_id=lambda: BOOT_ID
+            settings,
+            nvml=nvml,
+            client=Client(api_client=api_client),
+            node_name=NODE,
+            driver_name=DRIVER,
+            read_boot_id=lambda: BOOT_ID,
         )
         with service:
             refs = [ClaimRef(**ref) for ref in arguments["claims"]]

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.controlplane.cluster import gpu_instances_per_node
 from dra_driver.kube.client import CLAIMS, PODS, Client
+from migdra_devcluster.cluster import gpu_instances_per_node
 from tests.waiting import wait_for
 
 BIN = Path(sys.executable).parent

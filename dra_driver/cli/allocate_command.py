@@ -153,9 +153,9 @@ def load_objects(paths: tuple[Path, ...], flag: str, kinds: tuple[str, ...]) -> 
 
 
 def _check_object(body: Any, where: str) -> None:
-    """Refuse what kube-apiserver would refuse (its validation, as the local API server runs it), so a
-    hand-written file fails with the field named instead of confusing the allocator."""
-    from dra_driver.controlplane.apiserver.validation import validate  # noqa: PLC0415
+    """Refuse what kube-apiserver would refuse (its validation, :mod:`dra_driver.validation`, as the local
+    API server runs it), so a hand-written file fails with the field named instead of confusing the allocator."""
+    from dra_driver.validation import validate  # noqa: PLC0415
 
     kind = str(body.get("kind", ""))
     errors = validate("resource.k8s.io", "v1", kind, body, None, None)

@@ -80,7 +80,7 @@ def placement(
     json_file: Path | None,
 ) -> None:
     """Placement policies side by side against the repacking oracle, with 95 % confidence intervals."""
-    from dra_driver.controlplane.cluster import DEVICECLASS_DIR, deviceclass_documents  # noqa: PLC0415
+    from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents  # noqa: PLC0415
     from dra_driver.packing.bench import COMPARED_POLICIES, BenchConfig, run_bench, table_rows  # noqa: PLC0415
 
     known = _workload_names()

@@ -26,7 +26,7 @@ SettingsT = TypeVar("SettingsT")
 
 
 # Subcommand groups whose modules load only when used, so `migdra --help` and the commands defined here
-# do not pay for the CEL environment, the local control plane or the recorder.
+# do not pay for the CEL environment or the recorder.
 _LAZY_GROUPS = {
     "allocate": (
         "dra_driver.cli.allocate_command",
@@ -46,7 +46,6 @@ _LAZY_GROUPS = {
         "plan_command",
         "Will this workload mix fit these nodes? How many, which fails first and why (before deploying).",
     ),
-    "sim": ("dra_driver.cli.sim_commands", "sim", "Local stand-ins for cluster components (never for production)."),
     "status": (
         "dra_driver.cli.status_command",
         "status_command",
@@ -55,7 +54,23 @@ _LAZY_GROUPS = {
 }
 
 
-@click.group(cls=LazyGroup, lazy_commands=_LAZY_GROUPS, context_settings={"help_option_names": ["-h", "--help"]})
+# Commands of other distributions, found by entry point (dra_driver.cli.lazy.ENTRY_POINT_GROUP) when used: the
+# development cluster is not part of the product, which never imports it (docs/local-cluster.md).
+_ENTRY_POINT_GROUPS = {
+    "sim": (
+        "Local stand-ins for cluster components (never for production).",
+        "the development cluster (package migdra-devcluster) is not installed; "
+        "pip install 'migdra[dev]' installs it (in a source checkout: make install)",
+    ),
+}
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=_LAZY_GROUPS,
+    entry_point_commands=_ENTRY_POINT_GROUPS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="migdra")
 @click.option("-v", "--verbose", count=True, help="more log output (-vv for debug)")
 @click.option(
@@ -122,13 +137,13 @@ def slices(
 ) -> None:
     """Print the ResourceSlices this node would publish, without a cluster."""
     from dra_driver.cli import slices_view  # noqa: PLC0415 -- keep `migdra --help` free of NVML
+    from dra_driver.device_config import check_excluded_gpus_exist, load_device_model_config  # noqa: PLC0415
     from dra_driver.devicemodel.layout import render_slices  # noqa: PLC0415
     from dra_driver.devicemodel.naming import node_name_problem  # noqa: PLC0415
     from dra_driver.devicemodel.pool import build_pool  # noqa: PLC0415
     from dra_driver.nvml.inventory import read_inventory  # noqa: PLC0415
     from dra_driver.nvml.session import open_nvml  # noqa: PLC0415
     from dra_driver.nvml.settings import build_nvml_settings  # noqa: PLC0415
-    from dra_driver.settings import check_excluded_gpus_exist, load_device_model_config  # noqa: PLC0415
 
     settings = build_nvml_settings(nvml=nvml, sim_state=sim_state, sim_gpus=sim_gpus, sim_mig_enabled=sim_mig_enabled)
     config = load_device_model_config(config_file, driver_name=driver_name, exclude_gpus=exclude_gpu)
@@ -145,18 +160,6 @@ def slices(
         pool = build_pool(inventory, config)
         text = slices_view.render(render_slices(pool, node, generation=1), pool, output)
     click.echo(text, nl=False)
-
-
-@cli.command("checkpoint-downgrade")
-@click.argument("state_dir", type=click.Path(file_okay=False, path_type=Path))
-def checkpoint_downgrade(state_dir: Path) -> None:
-    """Write the node's checkpoint back as one file, before downgrading to a migdra older than one file
-    per claim.  Stop the plugin on the node first (docs/operations.md, "Downgrades")."""
-    from kubeletplugin.prepare.checkpoint import CHECKPOINT_FILE  # noqa: PLC0415 -- keep `migdra --help` light
-    from kubeletplugin.prepare.checkpoint_downgrade import downgrade_checkpoint  # noqa: PLC0415
-
-    count = downgrade_checkpoint(state_dir)
-    click.echo(f"wrote {count} claim(s) to {state_dir / CHECKPOINT_FILE} (schema version 1), removed claims/")
 
 
 @cli.command("kubelet-plugin")
@@ -277,13 +280,13 @@ def kubelet_plugin(
     from dra_driver.nvml.settings import build_nvml_settings  # noqa: PLC0415
     from dra_driver.serving import stop_on_signals  # noqa: PLC0415
     from kubeletplugin import app  # noqa: PLC0415 -- the node process is loaded only here
-    from kubeletplugin.prepare import PrepareSettings  # noqa: PLC0415
+    from kubeletplugin.settings import PluginSettings, PrepareSettings  # noqa: PLC0415
 
     nvml_settings = build_nvml_settings(
         nvml=nvml, sim_state=sim_state, sim_gpus=sim_gpus, sim_mig_enabled=sim_mig_enabled
     )
     plugin = _settings(
-        app.PluginSettings,
+        PluginSettings,
         "kubelet plugin",
         node_name=node_name,
         driver_name=driver_name,

@@ -96,7 +96,7 @@ def plan_command(
 ) -> None:
     """Will these claims fit these nodes? How many, which fails first and why, and the occupancy map."""
     from dra_driver.cli.allocate_command import load_objects  # noqa: PLC0415
-    from dra_driver.controlplane.cluster import DEVICECLASS_DIR, deviceclass_documents  # noqa: PLC0415
+    from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents  # noqa: PLC0415
     from dra_driver.devicemodel.naming import driver_name_problem  # noqa: PLC0415
     from dra_driver.packing.plan import claims_from_documents, parse_nodes, plan  # noqa: PLC0415
 

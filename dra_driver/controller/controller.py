@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from dra_driver.claimstatus import rfc3339
 from dra_driver.controller.ratelimit import TokenBucket
 from dra_driver.controller.reservation_metrics import ReservationMetrics
 from dra_driver.controller.reservations import DeviceReservation, allocated_results, compute_reservations
@@ -47,10 +48,6 @@ log = logging.getLogger(__name__)
 
 _CONFLICT_RETRIES = 5
 WRITE_BACKOFF = BackoffPolicy(initial=0.5, maximum=60.0)
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class ReservationController(ControlLoop):
@@ -149,9 +146,9 @@ class ReservationController(ControlLoop):
         status = claim.get("status") or {}
         existing = [dict(e) for e in status.get("devices") or [] if isinstance(e, Mapping)]
         generation = claim["metadata"].get("generation")
-        devices, transitions = compute_claim_devices(
-            existing, self.driver, current, int(generation) if generation is not None else None, _now()
-        )
+        observed = int(generation) if generation is not None else None
+        now = rfc3339(datetime.now(UTC))
+        devices, transitions = compute_claim_devices(existing, self.driver, current, observed, now)
         return (None if devices == existing else devices), transitions
 
     def _converge(

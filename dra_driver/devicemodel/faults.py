@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from dra_driver.devicemodel.pool import Device, NodePool
 
 MAX_TAINTS_PER_DEVICE = 16
-"""resource.k8s.io/v1 (1.35+) allows 16 taints per device (resource-api.md §3)."""
+"""resource.k8s.io/v1 (1.35+) allows 16 taints per device (docs/resource-api.md, "ResourceSlice")."""
 
 XID_TAINT = "xid"
 GPU_LOST_TAINT = "gpu-lost"

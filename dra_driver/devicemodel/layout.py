@@ -1,6 +1,6 @@
 """Cut a :class:`~dra_driver.devicemodel.pool.NodePool` into ``resource.k8s.io/v1`` ResourceSlices.
 
-Layout rules (Kubernetes 1.35+ partitionable devices, see resource-api.md):
+Layout rules (Kubernetes 1.35+ partitionable devices, docs/resource-api.md, "ResourceSlice"):
 
 - one pool per node, pool name = node name; every slice carries the pool's ``generation`` and the
   total ``resourceSliceCount``;

@@ -2,9 +2,9 @@
 DRA driver steers kube-scheduler's choice.
 
 kube-scheduler's allocator has no scoring: it takes the first solution in its search order
-(structured-allocator.md section 3).  From 1.36 that order is: pools by name, the slices of a pool by
-``metadata.name``, the devices of a slice in list order; on 1.35 the slices come in no fixed order and
-only the order *inside* each slice is the driver's.  So a policy decides two things:
+(docs/allocation.md, "The search order").  From 1.36 that order is: pools by name, the slices of a
+pool by ``metadata.name``, the devices of a slice in list order; on 1.35 the slices come in no fixed
+order and only the order *inside* each slice is the driver's.  So a policy decides two things:
 
 - the **slice groups**: which devices share a slice, in the order the slices are named (the layout
   names them ``…-devices-000``, ``-001``, … so the name order is the list order, however many there

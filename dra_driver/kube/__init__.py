@@ -2,6 +2,6 @@
 and a control loop (the roles client-go's REST client, informers, recorder and controller loop play for
 Go components).
 
-Used by the reservation controller (:mod:`dra_driver.controller`) and by the local cluster's
-components (:mod:`dra_driver.controlplane`); never imports the local control plane.
+Used by the reservation controller (:mod:`dra_driver.controller`) and by the development cluster's
+components (package ``migdra-devcluster``), which it never imports.
 """

@@ -1,10 +1,13 @@
-"""The JSON client of migdra's controllers: paths, verbs and the answers they care about.
+"""The JSON client of migdra's processes: paths, verbs and the answers they care about.
 
-Why not the official client's typed APIs: the reservation controller and the local cluster's scheduler,
-claim controller and kubelet read-modify-write whole objects (claim status, pod status), and the typed
-models drop fields they do not know on the way in (and the client's ``watch.Watch`` cannot even decode
-``resource.k8s.io/v1`` lists: it looks for a model ``V1ResourceClaim`` that the client calls
-``ResourceV1ResourceClaim``), so watches are streamed and decoded here. Requests still go through the
+The one way migdra calls the API server: the node plugin (slices, claims, their status, Events), the
+reservation controller and the local cluster's components all use :class:`Client`, over the kinds
+below.  Why not the official client's typed APIs: every writer read-modify-writes whole objects (claim
+status, pod status), and the typed models drop fields they do not know on the way in and refuse them
+on the way out (and the client's ``watch.Watch`` cannot even decode ``resource.k8s.io/v1`` lists: it
+looks for a model ``V1ResourceClaim`` that the client calls ``ResourceV1ResourceClaim``); building
+them also costs the node plugin CPU on every rescan and seconds of start-up to import.  So objects are
+the API server's JSON, and watches are streamed and decoded here.  Requests still go through the
 official client's transport (configuration, TLS, tokens) by way of :func:`dra_driver.kubeapi.call_json`;
 failures are the client's ``ApiException``, classified with :func:`dra_driver.kubeapi.classify_failure`.
 """
@@ -76,23 +79,35 @@ class Client:
         *,
         timeout: float = REQUEST_TIMEOUT_SECONDS,
         configuration: client.Configuration | None = None,
+        api_client: client.ApiClient | None = None,
     ) -> None:
-        """From a kubeconfig file, or from a configuration already loaded (a pod's service account)."""
-        if configuration is None:
+        """From a kubeconfig file, from a configuration already loaded (a pod's service account), or
+        over an official API client already made (``api_client``: its transport is shared, and closing
+        it stays with whoever made it)."""
+        if api_client is not None:
+            configuration = api_client.configuration
+        elif configuration is None:
             if kubeconfig is None:
-                raise ValueError("Client needs a kubeconfig or a configuration")
+                raise ValueError("Client needs a kubeconfig, a configuration or an API client")
             configuration = load_kubeconfig_file(kubeconfig, what=f"kubeconfig {kubeconfig}")
         self.kubeconfig = kubeconfig
         self.timeout = timeout
         self.configuration = configuration
-        self.api_client = new_api_client(self.configuration, retries=0)
+        self._owns_api_client = api_client is None
+        self.api_client = api_client if api_client is not None else new_api_client(self.configuration, retries=0)
+
+    @property
+    def server(self) -> str:
+        """The API server's URL, for messages."""
+        return str(self.configuration.host)
 
     def fork(self) -> Client:
         """A client with its own connection pool (a watch holds a connection for minutes)."""
         return Client(self.kubeconfig, timeout=self.timeout, configuration=self.configuration)
 
     def close(self) -> None:
-        self.api_client.close()  # type: ignore[no-untyped-call]
+        if self._owns_api_client:
+            self.api_client.close()  # type: ignore[no-untyped-call]
 
     def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""

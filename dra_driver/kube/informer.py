@@ -78,6 +78,7 @@ class Informer:
         self._client = client.fork()
         self.kind = kind
         self.changes = changes
+        self._listeners: list[Changes] = []  # more loops waiting on this cache (one informer per kind, shared)
         self.field_selector = field_selector
         self.watch_timeout = watch_timeout
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
@@ -103,6 +104,16 @@ class Informer:
         """Whether the first list arrived within ``timeout`` seconds."""
         return self._synced.wait(timeout)
 
+    def listen(self, changes: Changes) -> None:
+        """Bump ``changes`` too after every change: another loop shares this cache (one informer per kind
+        in a process; whoever made it starts and stops it)."""
+        self._listeners.append(changes)
+
+    def _bump(self) -> None:
+        self.changes.bump()
+        for changes in self._listeners:
+            changes.bump()
+
     def assume(self, obj: dict[str, Any]) -> None:
         """Take the server's answer to our own write now, unless the cache already holds something newer."""
         key = object_key(obj)
@@ -114,7 +125,7 @@ class Informer:
                 cached = self._objects.get(key)
                 if cached is None or _resource_version(obj) >= _resource_version(cached):
                     self._objects[key] = copy.deepcopy(obj)
-        self.changes.bump()
+        self._bump()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -166,7 +177,7 @@ class Informer:
                     fresh[key] = cached
             self._objects = fresh
         self._synced.set()
-        self.changes.bump()
+        self._bump()
         return resource_version
 
     def _watch(self, resource_version: str) -> str:
@@ -209,7 +220,7 @@ class Informer:
                 cached = self._objects.get(key)
                 if cached is None or _resource_version(obj) >= _resource_version(cached):
                     self._objects[key] = obj
-        self.changes.bump()
+        self._bump()
         return new_version
 
 

@@ -14,8 +14,8 @@ Callers serialise mutations per GPU (the kubelet plugin holds per-GPU locks).
 
 Profile caches: a GPU's GI profiles and their possible placements are fixed by the GPU and the driver
 for as long as its MIG mode stays as it is, yet reading them is ~17 profile-info and placement calls,
-~10 ms on a real H200 (recorded; shared/reference/nvml-mig.md §16) -- and a prepare reads them several times
-per claim.  So :meth:`Nvml.gpu_instance_profiles` keeps them per GPU UUID together with the MIG mode
+~10 ms on a real H200 (recorded; docs/nvml-mig.md, "Timing") -- and a prepare reads them several
+times per claim.  So :meth:`Nvml.gpu_instance_profiles` keeps them per GPU UUID together with the MIG mode
 (current and pending) they were read under, and re-checks that mode with one ``nvmlDeviceGetMigMode``
 (~160 us recorded) on every use: a mode change made by anyone -- our :meth:`Nvml.set_mig_mode`, an
 admin's nvidia-smi, another process -- is seen on the next read.

@@ -1,4 +1,4 @@
-"""Recordings of what NVML answers about MIG, read-only, in the format of ``../shared/reference/recordings``.
+"""Recordings of what NVML answers about MIG, read-only, in the format of ``tests/golden/recordings``.
 
 A recording is the ground truth the simulator is held to: every GPU's identity and MIG mode, then for
 *every* ``NVML_GPU_INSTANCE_PROFILE_*`` index pynvml knows the profile info (or the error NVML gave),

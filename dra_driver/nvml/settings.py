@@ -1,6 +1,6 @@
 """Which NVML library the hardware boundary talks to: the ``MIGDRA_NVML`` / ``MIGDRA_SIM_*`` settings.
 
-A settings group of its own (see :mod:`dra_driver.settings` for the rules every group follows), kept
+A settings group of its own (every group follows the rules in docs/architecture.md, "Settings"), kept
 beside the NVML layer that reads it so that :mod:`dra_driver.nvml.session` needs nothing above it.
 """
 

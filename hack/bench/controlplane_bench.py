@@ -39,10 +39,10 @@ from typing import Any
 from benchlib import REPO, Report, add_common_arguments, check_runs, ratios, summary
 
 sys.path.insert(0, str(REPO))
-from dra_driver.controlplane.cluster import gpu_instances_per_node
-from dra_driver.controlplane.upstream.access import RELEASE_NAMESPACE
-from dra_driver.controlplane.upstream.binaries import built_versions
 from dra_driver.kube.client import CLAIM_TEMPLATES, CLAIMS, EVENTS, PODS, Client
+from migdra_devcluster.cluster import gpu_instances_per_node
+from migdra_devcluster.upstream.access import RELEASE_NAMESPACE
+from migdra_devcluster.upstream.binaries import built_versions
 
 NAMESPACE = "default"
 GPUS = "H100-SXM5-80GB:4"
@@ -110,22 +110,52 @@ class RunningWatch:
         self.client.close()
 
     def _run(self) -> None:
+        # Resume each watch from the last resourceVersion seen (bookmarks included), so no event falls
+        # between two watches; re-list only when the server refuses that version, and count the pods
+        # the list shows Running (their time is the list's, a little late, never missed).
+        version: str | None = None
         while not self._stop.is_set():
-            _, version = self.client.list(PODS, NAMESPACE)
             try:
+                if version is None:
+                    items, version = self.client.list(PODS, NAMESPACE)
+                    for item in items:
+                        self._seen(item)
                 for event in self.client.watch(PODS, version, timeout_seconds=5):
                     obj = event.get("object") or {}
-                    if (
-                        event.get("type") in ("ADDED", "MODIFIED")
-                        and (obj.get("status") or {}).get("phase") == "Running"
-                    ):
-                        with self.changed:
-                            self.running.setdefault(obj["metadata"]["name"], time.monotonic())
-                            self.changed.notify_all()
+                    if event.get("type") == "ERROR":
+                        version = None
+                        break
+                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                    if event.get("type") in ("ADDED", "MODIFIED"):
+                        self._seen(obj)
                     if self._stop.is_set():
                         return
-            except Exception:  # a restart of the watch is fine: the list above catches up
-                continue
+            except Exception:  # a refused or broken watch: list again
+                version = None
+
+    def _seen(self, pod: dict[str, Any]) -> None:
+        if (pod.get("status") or {}).get("phase") == "Running":
+            with self.changed:
+                self.running.setdefault(pod["metadata"]["name"], time.monotonic())
+                self.changed.notify_all()
+
+    def describe(self, name: str) -> str:
+        """Where a pod that did not start stands: its phase, node, conditions and its newest events."""
+        pod = self.client.get(PODS, NAMESPACE, name) or {}
+        status = pod.get("status") or {}
+        conditions = [
+            f"{c['type']}={c['status']}" + (f" ({c['message']})" if c.get("message") else "")
+            for c in status.get("conditions") or []
+        ]
+        events = [
+            f"{e['reason']}: {e.get('message', '')}"
+            for e in self.client.list(EVENTS, NAMESPACE)[0]
+            if e["involvedObject"]["name"] == name
+        ]
+        return (
+            f"{name} phase={status.get('phase')} node={(pod.get('spec') or {}).get('nodeName')} "
+            f"conditions={conditions} events={events[-3:]}"
+        )
 
     def wait(self, names: set[str], timeout: float = WAIT) -> float:
         """The monotonic time the last of ``names`` became Running."""
@@ -134,9 +164,10 @@ class RunningWatch:
             while not names <= self.running.keys():
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    missing = sorted(names - self.running.keys())
                     raise SystemExit(
-                        f"{self.label}: pods not Running within {timeout:g} s: "
-                        f"{sorted(names - self.running.keys())[:5]}"
+                        f"{self.label}: {len(missing)} pod(s) not Running within {timeout:g} s: "
+                        + "; ".join(self.describe(name) for name in missing[:3])
                     )
                 self.changed.wait(min(left, 1.0))
             return max(self.running[name] for name in names)

@@ -28,13 +28,14 @@ from typing import Any
 from benchlib import Report, add_common_arguments, check_runs, ratios, summary
 from kubernetes import client
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.pool import build_pool
+from dra_driver.kube.client import Client
 from dra_driver.nvml.types import NodeInventory
 from kubeletplugin.publisher import SlicePublisher
+from migdra_devcluster.apiserver import LocalAPIServer
 
 POOLS = (["H100-SXM5-80GB"] * 8, ["B200"] * 8)
 WAYS = ("build", "json", "pickle")
@@ -111,7 +112,7 @@ def bench_writes() -> list[tuple[str, int, int]]:
             client.CoreV1Api(api_client).create_node({"metadata": {"name": "bench-node"}})
             writes: list[Any] = []
             api.store.add_listener(writes.append)
-            publisher = SlicePublisher(api_client, "bench-node", "gpu.migdra.io")
+            publisher = SlicePublisher(Client(api_client=api_client), "bench-node", "gpu.migdra.io")
             naive = NaivePublisher(api_client, "bench-node")
             for _, step_inventory in steps:
                 start = len(writes)

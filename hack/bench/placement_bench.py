@@ -20,7 +20,7 @@ from typing import Any
 
 from benchlib import REPO, Report, add_common_arguments
 
-from dra_driver.controlplane.cluster import DEVICECLASS_DIR, deviceclass_documents
+from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.devicemodel.policy import DEFAULT_POLICY
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.packing.bench import COMPARED_POLICIES, ORACLE, BenchConfig, run_bench

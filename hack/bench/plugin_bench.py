@@ -202,7 +202,8 @@ def measure_start_up(report: Report, tree: Path, runs: int, url: str, kubeconfig
 def rescan_worker(kubeconfig: Path, runs: int, rescans: int, state: Path) -> None:
     """In the measured tree: publish once, then per run the CPU of ``rescans`` unchanged rounds and of as
     many raw LISTs; prints ``{"rescan": [...], "list": [...], "writes": N}`` (seconds per round)."""
-    import inspect  # noqa: PLC0415 -- the worker imports the measured tree only here
+    import importlib  # noqa: PLC0415 -- the worker imports the measured tree only here
+    import inspect  # noqa: PLC0415
     import threading as worker_threading  # noqa: PLC0415
 
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
@@ -215,18 +216,21 @@ def rescan_worker(kubeconfig: Path, runs: int, rescans: int, state: Path) -> Non
     configuration = load_client_configuration(kubeconfig, flag="--kubeconfig", usual_rules=False)
     settings = build_nvml_settings(nvml="simulated", sim_state=state, sim_gpus=SIM_GPUS, sim_mig_enabled=True)
     with new_api_client(configuration) as api_client, open_nvml(settings) as nvml:
-        publishing = app._Publishing(app.PluginSettings(node_name=NODE), CollectorRegistry(), worker_threading.Event())
+        # kubeletplugin/settings.py holds the settings; a baseline tree from before it kept them in app.py.
+        settings_module = app if hasattr(app, "PluginSettings") else importlib.import_module("kubeletplugin.settings")
+        plugin_settings = settings_module.PluginSettings(node_name=NODE)
+        publishing = app._Publishing(plugin_settings, CollectorRegistry(), worker_threading.Event())
+        # The publisher talks through the one JSON client; a baseline tree from before it took the API client.
+        if next(iter(inspect.signature(publisher.SlicePublisher).parameters)) == "client":
+            kube = importlib.import_module("dra_driver.kube.client")
+            slices = publisher.SlicePublisher(kube.Client(api_client=api_client), NODE, DRIVER)
+        else:
+            slices = publisher.SlicePublisher(api_client, NODE, DRIVER)
         if "reader" in inspect.signature(publishing.compute_pool).parameters:  # this tree reads NVML incrementally
             reader = publisher.InventoryReader()
-            loop = publisher.PublishLoop(
-                publisher.SlicePublisher(api_client, NODE, DRIVER),
-                lambda: publishing.compute_pool(nvml, None, reader),
-                60,
-            )
+            loop = publisher.PublishLoop(slices, lambda: publishing.compute_pool(nvml, None, reader), 60)
         else:
-            loop = publisher.PublishLoop(
-                publisher.SlicePublisher(api_client, NODE, DRIVER), lambda: publishing.compute_pool(nvml, None), 60
-            )
+            loop = publisher.PublishLoop(slices, lambda: publishing.compute_pool(nvml, None), 60)
         loop.publish_now()
         pool = api_client.rest_client.pool_manager
         selector = f"fieldSelector=spec.nodeName%3D{NODE}%2Cspec.driver%3D{DRIVER}"

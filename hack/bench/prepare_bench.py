@@ -7,7 +7,7 @@
    NVML time is measured around every C-level call (``Nvml(observe_call=...)``, which never nests),
    so nothing is counted twice.  Two NVML sides: the bare simulator (its "NVML time" is mostly its
    own state-file lock, read and write -- not GPU time), and the simulator slowed by the per-call
-   latencies **recorded on a real H200** (``../shared/reference/recordings/``), which looks like
+   latencies **recorded on a real H200** (``tests/golden/recordings/``), which looks like
    hardware for the reads.  Creation and destruction of instances were not recorded (the
    recording's GPU had MIG off), so they add no latency there: the hardware side of a prepare is
    underestimated, never flattered.
@@ -60,11 +60,13 @@ from benchlib import (
 )
 from kubernetes import client
 
+from dra_driver.kube.client import Client
 from dra_driver.kubeapi import call_json
+from dra_driver.kubeletcalls import ClaimRef
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
-from kubeletplugin.draservice import ClaimRef
-from kubeletplugin.prepare import PrepareService, PrepareSettings
+from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.settings import PrepareSettings
 
 sys.path.insert(0, str(REPO))  # tests/kubelet_client.py: kubelet's side of the socket, as the e2e tests use it
 from tests.kubelet_client import KubeletClient, short_socket_dir
@@ -74,7 +76,7 @@ from tests.plugin_command import kubelet_plugin_argv, kubelet_plugin_env
 NODE = "bench-node"
 DRIVER = "gpu.migdra.io"
 MODEL = "H100-SXM5-80GB"
-RECORDINGS = REPO.parent / "shared" / "reference" / "recordings"
+RECORDINGS = REPO / "tests" / "golden" / "recordings"
 H200_RECORDING = RECORDINGS / "h200-sxm-580.159.04-mig-disabled.json"
 
 
@@ -148,8 +150,6 @@ def counting_fsyncs(writes: DurableWrites) -> Iterator[None]:
 
 def recorded_latency() -> dict[str, float]:
     """Seconds per C symbol that the recorded H200 took (p50), for the simulator and for the tally."""
-    if not H200_RECORDING.exists():
-        raise SystemExit(f"no recording at {H200_RECORDING}: the reference folder must be beside the repo")
     return sim.recorded_latency(H200_RECORDING)
 
 
@@ -227,7 +227,7 @@ def simulated_node(gpus: int, latency: dict[str, float]) -> Iterator[Node]:
         api_client = stack.enter_context(client.ApiClient(client.Configuration(host=api.url)))
         service = PrepareService(
             nvml=nvml,
-            api_client=api_client,
+            client=Client(api_client=api_client),
             node_name=NODE,
             driver_name=DRIVER,
             cdi_dir=root / "cdi",

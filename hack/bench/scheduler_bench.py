@@ -8,7 +8,7 @@ How fast the real scheduler gets through a queue of MIG claims on such slices, a
 with upstream's own DRA figure, is what a cluster admin sizing a GPU cluster wants to know.
 
 The cluster is the real control plane and nothing else: etcd, kube-apiserver and kube-scheduler of
-``make kube``, started with ``dra_driver/controlplane/upstream``'s command lines (no controller-manager,
+``make kube``, started with ``devcluster/migdra_devcluster/upstream``'s command lines (no controller-manager,
 no kubelets, no plugins).  On it the benchmark creates ``--nodes`` Node objects (Ready, 110 pods
 allocatable, as migdra's simulated kubelet writes them, without the not-ready taint that only
 kube-controller-manager would lift), publishes each node's ResourceSlices with
@@ -73,27 +73,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(REPO))
 from dra_driver.allocation import DEFAULT_FEATURES, allocate
-from dra_driver.controlplane.apiserver.kubeconfig import write_kubeconfig
-from dra_driver.controlplane.cluster import deviceclass_documents
-from dra_driver.controlplane.kubelet.node import node_status
-from dra_driver.controlplane.upstream.binaries import KubeBinaries, built_versions, find_binaries
-from dra_driver.controlplane.upstream.components import (
-    KubeFiles,
-    Ports,
-    build_apiserver_argv,
-    build_etcd_argv,
-    build_scheduler_argv,
-)
-from dra_driver.controlplane.upstream.controlplane import (
-    ADMIN_GROUP,
-    ADMIN_USER,
-    SCHEDULER_USER,
-    UpstreamProcess,
-    free_port,
-    wait_healthy,
-    write_audit_policy,
-)
-from dra_driver.controlplane.upstream.pki import write_cluster_pki
+from dra_driver.deviceclasses import deviceclass_documents
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.policy import DEFAULT_POLICY, PRODUCTION_POLICIES, placement_policy
 from dra_driver.devicemodel.pool import build_pool
@@ -102,6 +82,26 @@ from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from kubeletplugin.publisher import SlicePublisher
+from migdra_devcluster.apiserver.kubeconfig import write_kubeconfig
+from migdra_devcluster.kubelet.node import node_status
+from migdra_devcluster.upstream.binaries import KubeBinaries, built_versions, find_binaries
+from migdra_devcluster.upstream.components import (
+    KubeFiles,
+    Ports,
+    build_apiserver_argv,
+    build_etcd_argv,
+    build_scheduler_argv,
+)
+from migdra_devcluster.upstream.controlplane import (
+    ADMIN_GROUP,
+    ADMIN_USER,
+    SCHEDULER_USER,
+    UpstreamProcess,
+    free_port,
+    wait_healthy,
+    write_audit_policy,
+)
+from migdra_devcluster.upstream.pki import write_cluster_pki
 
 DRIVER = "gpu.migdra.io"
 MIG_CLASS = "mig.migdra.io"
@@ -279,7 +279,7 @@ def publish_cluster(plane: ControlPlane, node_count: int, policy_name: str) -> C
             inventory = read_inventory(session)
         pool = build_pool(inventory, DeviceModelConfig())
         devices = len(pool.devices)
-        SlicePublisher(client.api_client, name, DRIVER, policy).publish(pool)  # nothing allocated yet
+        SlicePublisher(client, name, DRIVER, policy).publish(pool)  # nothing allocated yet
     nodes = sorted(client.list(NODES)[0], key=lambda node: int(node["metadata"]["name"].split("-")[1]))
     slices = client.list(SLICES)[0]
     classes = client.list(DEVICE_CLASSES)[0]

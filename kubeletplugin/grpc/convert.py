@@ -1,4 +1,4 @@
-"""Conversions between kubelet's gRPC messages and the plain types of :mod:`kubeletplugin.draservice`.
+"""Conversions between kubelet's gRPC messages and the plain types of :mod:`dra_driver.kubeletcalls`.
 
 Owns the field mapping for both DRAPlugin versions and for the health stream.  One conversion, on
 v1 messages: v1beta1 is the same wire format without ``Device.share_id`` (field 5), so v1beta1
@@ -14,7 +14,7 @@ from typing import Protocol, TypeAlias, TypeVar
 from dra_driver.kubeletapi import dra_health_v1alpha1_pb2 as health_pb2
 from dra_driver.kubeletapi import dra_v1_pb2 as v1
 from dra_driver.kubeletapi import dra_v1beta1_pb2 as v1beta1
-from kubeletplugin.draservice import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
+from dra_driver.kubeletcalls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 
 # (pool_name, device_name, healthy); ``None`` means the driver cannot tell (reported as UNKNOWN).
 DeviceHealthEntry: TypeAlias = tuple[str, str, bool | None]
@@ -66,7 +66,7 @@ _M = TypeVar("_M", bound=_Message)
 
 
 def _transcode(message: _Message, target: type[_M]) -> _M:
-    """The same bytes read as another version's message (kubelet-grpc.md §3: same field numbers)."""
+    """The same bytes read as another version's message (same field numbers: docs/kubelet-grpc.md)."""
     converted = target()
     converted.ParseFromString(message.SerializeToString())
     return converted

@@ -1,9 +1,9 @@
 """The DRAPlugin service kubelet calls to prepare and unprepare claims, in both API versions.
 
-Owns the call contract of kubelet-grpc.md §3 on our side of the socket: every claim UID of a request
-gets exactly one entry in the response, and nothing short of a bug in this module makes the call
+Owns kubelet's call contract (docs/kubelet-grpc.md) on our side of the socket: every claim UID of a
+request gets exactly one entry in the response, and nothing short of a bug in this module makes the call
 itself fail -- kubelet discards the whole response on a gRPC error, so failures are reported per
-claim.  The work is delegated to a :class:`~kubeletplugin.draservice.DraService`; this module never
+claim.  The work is delegated to a :class:`~dra_driver.kubeletcalls.DraService`; this module never
 looks at devices.
 
 One implementation, :class:`DraPluginServicer`, serves ``k8s.io.kubelet.pkg.apis.dra.v1``;
@@ -25,15 +25,15 @@ import grpc
 
 from dra_driver.kubeletapi import dra_v1_pb2 as v1
 from dra_driver.kubeletapi import dra_v1beta1_pb2 as v1beta1
-from kubeletplugin.draservice import ClaimRef, DraService, PrepareResult, UnprepareResult
+from dra_driver.kubeletcalls import ClaimRef, DraService, PrepareResult, UnprepareResult
 from kubeletplugin.grpc import convert
 
 log = logging.getLogger(__name__)
 
 _Result = TypeVar("_Result", PrepareResult, UnprepareResult)
 
-# The supported_versions strings kubelet matches (kubelet-grpc.md §2), in our order of preference:
-# a 1.34+ kubelet takes the first one it knows.
+# The supported_versions strings kubelet matches (docs/kubelet-grpc.md, "Version choice"), in our order
+# of preference: a 1.34+ kubelet takes the first one it knows.
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 
 

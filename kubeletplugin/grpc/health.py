@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 DeviceHealthSource: TypeAlias = Callable[[], Sequence[DeviceHealthEntry]]
 
-# The supported_versions string that makes kubelet open the stream (kubelet-grpc.md §7).
+# The supported_versions string that makes kubelet open the stream (docs/kubelet-grpc.md, "Health stream").
 HEALTH_SERVICE_VERSION = "v1alpha1.DRAResourceHealth"
 
 

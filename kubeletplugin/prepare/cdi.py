@@ -1,6 +1,7 @@
 """CDI specs for prepared claims: one transient spec file per claim, written atomically.
 
-Owns the CDI side of prepare (nvml-mig.md §14-15, prior-art.md §6.7):
+Owns the CDI side of prepare (docs/prepare.md §5; the hardware facts: docs/nvml-mig.md, "Capability
+device nodes and minors" and "CDI for MIG devices"):
 
 - file ``<cdi dir>/<driver>-claim_<claimUID>.json`` (the CDI producer's transient spec name), kind
   ``<driver>/claim``, device names ``<claimUID>-<device name>``, device IDs
@@ -125,7 +126,7 @@ def claim_uid_of_spec(path: Path, driver_name: str) -> str | None:
 
 
 def compute_cap_minor(gpu_minor: int, gpu_instance_id: int, compute_instance_id: int | None = None) -> int:
-    """The documented mig-minors formula (nvml-mig.md §14); fits every listed sample."""
+    """The mig-minors formula (docs/nvml-mig.md, "Capability device nodes and minors"); fits every listed sample."""
     gi_minor = _CAP_MINOR_BASE + _CAP_MINORS_PER_GPU * gpu_minor + _CAP_MINORS_PER_GI * gpu_instance_id
     return gi_minor if compute_instance_id is None else gi_minor + 1 + compute_instance_id
 

@@ -13,10 +13,10 @@ it exists.  It never talks to NVML or the API server and never decides what to d
 
 Layout: one file per claim, ``<state dir>/claims/<boot ID>/<claim UID>.json``, so a change of a claim
 rewrites that claim's file alone and a prepare's disk work does not grow with the claims the node
-holds (the single ``checkpoint.json`` of schema version 1 was rewritten whole for every step: 225
-rewrites and 9.4 MB for 56 claims).  ``<state dir>/checkpoint.json`` is now a marker naming that
-layout: a migdra that knows only the single file refuses it instead of starting as if nothing were
-prepared, and :meth:`CheckpointStore.load` converts a single file it finds there (an upgrade).
+holds (one file holding every claim was rewritten whole for every step: 225 rewrites and 9.4 MB for
+56 claims).  ``<state dir>/checkpoint.json`` is a marker naming that layout and its schema version
+(:mod:`~kubeletplugin.prepare.records`): :meth:`CheckpointStore.load` writes it into a fresh state
+directory and refuses one of a version it does not read.
 
 What is durable, and why no record write is fsynced.  Each record file is replaced atomically (a
 temporary file renamed over it): every process of this kernel -- this one after a ``kill -9``, the
@@ -29,9 +29,9 @@ directories of other boots without parsing them, so a record torn or emptied by 
 stop the plugin.  So neither the file fsync before the rename ("the rename must not expose an empty
 file after a crash") nor the directory fsync after it ("the record must be on disk before NVML is
 asked to create the instance") protects anything: the instance the record describes dies with the
-page cache that holds the record.  The one fsynced file is the marker, written once per node (fresh
-state directory, or the conversion of a single file): it is read before the boot is known, so an
-empty marker after a crash would stop the plugin.  Not defended: a disk that loses writes while the
+page cache that holds the record.  The one fsynced file is the marker, written once per node (a
+fresh state directory): it is read before the boot is known, so an empty marker after a crash would
+stop the plugin.  Not defended: a disk that loses writes while the
 kernel runs on (a failing device under the state directory), which the CDI specs and kubelet's own
 state on the same disk would not survive either.
 
@@ -57,24 +57,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.durable import WriteCost, write_file_atomically
+from dra_driver.durable import WriteCost, remove_leftover_temporary_files, write_file_atomically
 from dra_driver.mig.catalog import Placement
 from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError, LockTimeoutError
-from kubeletplugin.prepare.leftovers import remove_leftover_temporary_files
 from kubeletplugin.prepare.locks import describe_lock_timeout, release_flock, try_flock
 from kubeletplugin.prepare.records import (
     CLAIMS_DIRECTORY,
-    Checkpoint,
-    CheckpointMarker,
     ClaimRecord,
     ClaimState,
     DeviceIntent,
     DeviceRecord,
-    build_checkpoint_file,
     build_checkpoint_marker,
     build_claim_file,
     compute_conflicting_device,
-    parse_checkpoint_file,
+    parse_checkpoint_marker,
     parse_claim_file,
 )
 
@@ -197,7 +193,7 @@ class CheckpointStore:
     ) -> None:
         self._observe_write = observe_write  # seconds of each write or removal: a metric
         self.state_dir = state_dir
-        self.path = state_dir / CHECKPOINT_FILE  # the marker (schema version 1: every record)
+        self.path = state_dir / CHECKPOINT_FILE  # the marker: layout and schema version
         self.claims_root = state_dir / CLAIMS_DIRECTORY
         self.directory = self.claims_root / safe_file_name(boot_id)  # this boot's record files
         self.lock_path = state_dir / STATE_LOCK_FILE
@@ -219,13 +215,13 @@ class CheckpointStore:
             return self._stats
 
     def load(self) -> LoadOutcome:
-        """Read the records at start-up, after converting, discarding and cleaning up what needs it.
+        """Read the records at start-up, after checking the marker and cleaning up what needs it.
 
-        Under the checkpoint's lock: removes leftover temporary files of dead writers; converts a
-        single-file checkpoint (schema version 1) of this boot into record files, or discards one of
-        another boot; removes the record directories of other boots (MIG instances do not survive a
-        reboot); then reads every record of this boot.  Raises :class:`CheckpointError` if a file
-        cannot be trusted (naming it; nothing is removed then) or the lock stayed held.
+        Under the checkpoint's lock: removes leftover temporary files of dead writers; writes the
+        marker into a fresh state directory, or checks the one there; removes the record directories
+        of other boots (MIG instances do not survive a reboot); then reads every record of this boot.
+        Raises :class:`CheckpointError` if a file cannot be trusted (naming it; nothing is removed
+        then) or the lock stayed held.
         """
         try:
             with self._exclusive(), self._view_lock:
@@ -234,14 +230,12 @@ class CheckpointStore:
                 remove_leftover_temporary_files(self.state_dir, lambda target: target == CHECKPOINT_FILE)
                 remove_leftover_temporary_files(self.directory, lambda target: target.endswith(RECORD_SUFFIX))
                 found_this_boot = self.directory.is_dir()
-                discarded, previous = self._convert_single_file_locked()
-                older, older_boot = self._discard_other_boots_locked()
-                discarded += older
+                self._check_marker_locked()
+                discarded, older_boot = self._discard_other_boots_locked()
                 self.directory.mkdir(parents=True, exist_ok=True)
                 self._refresh_all_locked()
                 records = tuple(pinned.record for pinned in self._sorted_files())
-                if previous is None:
-                    previous = older_boot or (self.boot_id if found_this_boot or records else None)
+                previous = older_boot or (self.boot_id if found_this_boot or records else None)
                 return LoadOutcome(records, tuple(discarded), previous)
         except LockTimeoutError as e:
             raise CheckpointError(f"cannot load the checkpoint: {e.message}") from e
@@ -255,20 +249,16 @@ class CheckpointStore:
 
     # -- reads: the files as they are now -----------------------------------------------------------
 
-    def current(self) -> Checkpoint:
-        """Every record as on disk now (re-read where another process or thread changed it)."""
-        with self._view_lock:
-            self._refresh_all_locked()
-            claims = {pinned.record.claim_uid: pinned.record for pinned in self._sorted_files()}
-        return Checkpoint.model_construct(node_boot_id=self.boot_id, claims=claims)
-
     def get(self, claim_uid: str) -> ClaimRecord | None:
         """The claim's record as on disk now: its own file is looked at, no other."""
         with self._view_lock:
             return self._refresh_one_locked(claim_file_name(claim_uid))
 
     def records(self) -> tuple[ClaimRecord, ...]:
-        return tuple(self.current().claims.values())
+        """Every record as on disk now (re-read where another process or thread changed it)."""
+        with self._view_lock:
+            self._refresh_all_locked()
+            return tuple(pinned.record for pinned in self._sorted_files())
 
     def owned_instances(self) -> set[tuple[str, int]]:
         """(GPU UUID, GI ID) of every GPU instance a record says migdra created (admin access excluded).
@@ -279,7 +269,7 @@ class CheckpointStore:
         """
         return {
             (device.intent.gpu_uuid, device.gpu_instance_id)
-            for record in self.current().claims.values()
+            for record in self.records()
             for device in record.devices
             if device.owns_instance and device.gpu_instance_id is not None
         }
@@ -295,7 +285,7 @@ class CheckpointStore:
         """
         return {
             (device.intent.gpu_uuid, device.intent.profile_id, device.intent.placement)
-            for record in self.current().claims.values()
+            for record in self.records()
             for device in record.devices
             if device.creation_in_flight
             and device.intent.profile_id is not None
@@ -304,7 +294,7 @@ class CheckpointStore:
 
     def find_owner(self, gpu_uuid: str, profile_id: int, placement: Placement) -> DeviceRecord | None:
         """The completed, non-admin device record that created the instance at exactly this placement."""
-        for record in self.current().claims.values():
+        for record in self.records():
             if record.state is not ClaimState.PREPARE_COMPLETED:
                 continue
             for device in record.devices:
@@ -382,34 +372,6 @@ class CheckpointStore:
             self._write_locked(updated)
             return updated
 
-    def downgrade_to_single_file(self) -> int:
-        """Turn this boot's record files back into one ``checkpoint.json`` (schema version 1); the claims.
-
-        For going back to a migdra that reads only the single file.  No migdra of this version may run
-        on the node meanwhile or afterwards (it would keep writing record files that the older one never
-        reads): stop the plugin on the node first.  Under the checkpoint's lock, the single file is
-        written and fsynced (it must survive a power cut before the older migdra reads it), replacing
-        the marker; then the record directories are removed.  A crash in between leaves the single file
-        beside record files, which an older migdra ignores and this version converts again, identically.
-        """
-        if not self.path.is_file():
-            raise CheckpointError(f"no checkpoint in {self.state_dir} ({self.path} does not exist)")
-        try:
-            with self._exclusive(), self._view_lock:
-                if not isinstance(parse_checkpoint_file(self.path.read_bytes(), self.path), CheckpointMarker):
-                    raise CheckpointError(f"{self.path} is a single-file checkpoint already")
-                self._refresh_all_locked()
-                claims = {pinned.record.claim_uid: pinned.record for pinned in self._sorted_files()}
-                self._unpin_all()
-                single = Checkpoint(node_boot_id=self.boot_id, claims=claims)
-                self._write_file_locked(self.path, build_checkpoint_file(single), sync=True)
-                _remove_record_directories(self.claims_root)
-        except LockTimeoutError as e:
-            raise CheckpointError(f"cannot write the single-file checkpoint: {e.message}") from e
-        except OSError as e:
-            raise CheckpointError(f"cannot write the single-file checkpoint in {self.state_dir}: {e}") from e
-        return len(claims)
-
     # -- the files ----------------------------------------------------------------------------------
 
     @contextmanager
@@ -434,52 +396,14 @@ class CheckpointStore:
         finally:
             self._writer.release()
 
-    def _convert_single_file_locked(self) -> tuple[list[ClaimRecord], str | None]:
-        """Make ``checkpoint.json`` the marker: the records of another boot it held, and that boot.
-
-        A single file (schema version 1) of this boot is converted: every claim's file is written, the
-        files of this boot that it does not name are removed (an earlier conversion, interrupted, can
-        have left them; no migdra of this version writes records before the marker is in place), and
-        only then is the marker renamed over it.  A crash at any point leaves the single file, and the
-        next load converts it again from the start: no claim is lost or left twice.
-        """
+    def _check_marker_locked(self) -> None:
+        """Write the marker into a fresh state directory; refuse one of a layout this migdra does not read."""
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
-            self._write_marker_locked()  # a fresh state directory: a downgraded migdra must not start on it
-            return [], None
-        loaded = parse_checkpoint_file(raw, self.path)
-        if isinstance(loaded, CheckpointMarker):
-            return [], None
-        if loaded.node_boot_id != self.boot_id:
-            log.warning(
-                "checkpoint %s is from boot %s, this is boot %s: discarding its %d claim(s) "
-                "(MIG instances do not survive a reboot)",
-                self.path,
-                loaded.node_boot_id,
-                self.boot_id,
-                len(loaded.claims),
-            )
             self._write_marker_locked()
-            return list(loaded.claims.values()), loaded.node_boot_id
-        log.info(
-            "converting checkpoint %s (%d claim(s), one file) into one file per claim in %s",
-            self.path,
-            len(loaded.claims),
-            self.directory,
-        )
-        self.directory.mkdir(parents=True, exist_ok=True)
-        names = set()
-        for record in loaded.claims.values():
-            names.add(claim_file_name(record.claim_uid))
-            self._write_file_locked(self.claim_path(record.claim_uid), build_claim_file(self.boot_id, record))
-        for name in self._record_names():
-            if name not in names:
-                log.warning("removing %s: left by an interrupted conversion of %s", self.directory / name, self.path)
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.directory / name)
-        self._write_marker_locked()
-        return [], None
+            return
+        parse_checkpoint_marker(raw, self.path)  # CheckpointError naming the file and its version
 
     def _write_marker_locked(self) -> None:
         # The one fsynced write (both fsyncs): the marker is read before the boot is known, so it must
@@ -525,14 +449,6 @@ class CheckpointStore:
             discarded += records
             previous = previous or entry.name
         return discarded, previous
-
-    def _record_names(self) -> list[str]:
-        """The record files of this boot's directory, as listed now (temporary files excluded)."""
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            return []
-        return sorted(n for n in names if n.endswith(RECORD_SUFFIX) and not n.startswith("."))
 
     def _refresh_all_locked(self) -> None:
         """Bring the view up to this boot's directory as it is now (caller holds ``_view_lock``)."""
@@ -662,15 +578,3 @@ def _describe_intent(intent: DeviceIntent) -> str:
     if intent.placement is None:
         return "(the whole GPU)"
     return f"placement {intent.placement} ({intent.profile_name}, device {intent.device_name})"
-
-
-def _remove_record_directories(root: Path) -> None:
-    """Remove the record directories (files, then directories); nothing outside ``root``."""
-    if not root.is_dir():
-        return
-    for directory in sorted((p for p in root.iterdir() if p.is_dir() and not p.is_symlink()), reverse=True):
-        for path in directory.iterdir():
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        directory.rmdir()
-    root.rmdir()

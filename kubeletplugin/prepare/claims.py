@@ -1,11 +1,18 @@
-"""Read a ResourceClaim and extract what this driver was allocated on this node.
+"""The node plugin's one model of a ResourceClaim, its read, and what this driver was allocated on this node.
 
-This module owns the boundary with the claim as the API server stores it: a pydantic view of the
-fields migdra reads (``metadata``, ``status.allocation.devices.{results,config}``), one read through
-the official client, and the pure extraction :func:`compute_claim_allocation`.  It never writes to
-the API server (``reporter.py`` does) and never interprets opaque parameters (``config.py`` does).
+This module owns the boundary with the claim as the API server stores it: :class:`ResourceClaimView`,
+a pydantic view of the fields migdra reads (``metadata``, ``status.allocation.devices.{results,
+config}``, ``status.devices``; every other field ignored, never refused), which every part of the node
+process reads a claim through -- prepare (:func:`read_claim`), the claim status reporter, the placement
+occupancy and realize before bind (:func:`parse_claims`, over the process's claim informer).  The API
+server's JSON is the wire format only: a claim is read into the view at once, and a writer
+read-modify-writes the JSON it read (``status.devices`` replaced, nothing else touched), so no field a
+newer API server added is lost.  The pure extraction :func:`compute_claim_allocation` says what of a
+claim is this driver's on this node.  It never writes to the API server (``reporter.py`` and
+``realize_before_bind.py`` do) and never interprets opaque parameters (``config.py`` does).
 
-Rules (kubelet-grpc.md §3, resource-api.md §5):
+Rules (docs/kubelet-grpc.md, "DRAPlugin messages"; docs/resource-api.md, "ResourceClaim and
+ResourceClaimTemplate"):
 
 - kubelet names the claim by namespace, name *and* UID; a claim of that name with another UID is a
   different (re-created) claim and is refused;
@@ -20,17 +27,17 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from urllib3.exceptions import HTTPError
 
-from dra_driver.kubeapi import call_json, describe_failure
-from kubeletplugin.draservice import ClaimRef
+from dra_driver.kube.client import CLAIMS, Client
+from dra_driver.kubeapi import describe_failure
+from dra_driver.kubeletcalls import ClaimRef
 from kubeletplugin.prepare.errors import ClaimMismatchError, ClaimReadError
 
 log = logging.getLogger(__name__)
@@ -58,6 +65,7 @@ class DeviceRequestAllocationResult(_ApiView):
     pool: str
     device: str
     admin_access: bool | None = Field(default=None, alias="adminAccess")
+    binding_conditions: tuple[str, ...] = Field(default=(), alias="bindingConditions")
 
 
 class DeviceAllocationResult(_ApiView):
@@ -71,6 +79,9 @@ class AllocationResult(_ApiView):
 
 class ResourceClaimStatusView(_ApiView):
     allocation: AllocationResult | None = None
+    devices: tuple[dict[str, Any], ...] | None = Field(
+        default=None, description="status.devices entries as stored: merged, never interpreted, by the writers"
+    )
 
 
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
@@ -94,6 +105,39 @@ class ObjectMetaView(_ApiView):
 class ResourceClaimView(_ApiView):
     metadata: ObjectMetaView
     status: ResourceClaimStatusView | None = None
+
+    @property
+    def ref(self) -> ClaimRef:
+        return ClaimRef(self.metadata.namespace, self.metadata.name, self.metadata.uid)
+
+    @property
+    def results(self) -> tuple[DeviceRequestAllocationResult, ...]:
+        """Every allocation result (of any driver and pool); none before the claim is allocated."""
+        allocation = self.status.allocation if self.status is not None else None
+        devices = allocation.devices if allocation is not None else None
+        return devices.results if devices is not None else ()
+
+    def results_of(self, driver_name: str, pool_name: str) -> tuple[DeviceRequestAllocationResult, ...]:
+        """The allocation results of this driver in this pool, in allocation order."""
+        return tuple(r for r in self.results if r.driver == driver_name and r.pool == pool_name)
+
+    @property
+    def status_devices(self) -> list[dict[str, Any]]:
+        """``status.devices`` as stored (entries that are not objects left out)."""
+        devices = self.status.devices if self.status is not None else None
+        return [dict(entry) for entry in devices or () if isinstance(entry, Mapping)]
+
+
+def parse_claims(objects: Iterable[Mapping[str, Any]]) -> list[ResourceClaimView]:
+    """The claims among ``objects`` (as an informer or a list holds them) that migdra can read; one it
+    cannot (a field of the wrong shape) names no device of ours it could act on, and is skipped."""
+    claims: list[ResourceClaimView] = []
+    for obj in objects:
+        try:
+            claims.append(ResourceClaimView.model_validate(obj))
+        except ValidationError as e:
+            log.debug("skipping a ResourceClaim migdra cannot read: %s", describe_validation_error(e))
+    return claims
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +179,7 @@ _CLAIM_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 def compute_claim_ref_problem(ref: ClaimRef) -> str | None:
     """What is wrong with a claim as kubelet sent it (one line naming the field), or None; pure.
 
-    kubelet always sends namespace, name and UID (kubelet-grpc.md §3); an empty one would otherwise
+    kubelet always sends namespace, name and UID (docs/kubelet-grpc.md); an empty one would otherwise
     turn into a read of the claim *list* and a pydantic dump as the claim's error.
     """
     for field_name, value in (("namespace", ref.namespace), ("name", ref.name), ("uid", ref.uid)):
@@ -161,48 +205,18 @@ def describe_validation_error(error: ValidationError) -> str:
     return f"{where}: {first['msg']}{more}"
 
 
-class ClaimApi:
-    """ResourceClaims as raw JSON, both ways.
-
-    The official client's models refuse unknown fields on the way out and drop them on the way in,
-    so a read-modify-write of ``status`` through them would fail or lose what a newer API server
-    added; this goes through the client's transport (auth, TLS, timeouts) without its models.
-    """
-
-    _PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
-
-    def __init__(self, api_client: client.ApiClient, timeout: float) -> None:
-        self._api_client = api_client
-        self._timeout = timeout
-
-    @property
-    def server(self) -> str:
-        return str(self._api_client.configuration.host)
-
-    def read(self, namespace: str, name: str) -> dict[str, Any]:
-        return self._call("GET", self._PATH, namespace, name, None)
-
-    def replace_status(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        """PUT ``/status`` (optimistic concurrency: ``body``'s resourceVersion, 409 on a race)."""
-        return self._call("PUT", self._PATH + "/status", namespace, name, body)
-
-    def _call(self, method: str, path: str, namespace: str, name: str, body: dict[str, Any] | None) -> dict[str, Any]:
-        resource_path = path.format(namespace=quote(namespace, safe=""), name=quote(name, safe=""))
-        return call_json(self._api_client, method, resource_path, body=body, timeout=self._timeout)
-
-
-def read_claim(api: ClaimApi, ref: ClaimRef) -> ResourceClaimView:
+def read_claim(client: Client, ref: ClaimRef) -> ResourceClaimView:
     """GET the claim; every failure is a per-claim :class:`ClaimReadError` (kubelet retries)."""
     try:
-        raw = api.read(ref.namespace, ref.name)
+        raw = client.get(CLAIMS, ref.namespace, ref.name)
     except ApiException as e:
-        if e.status == 404:
-            raise ClaimReadError(f"not found in the API server (kubelet asked for UID {ref.uid})") from e
-        raise ClaimReadError(f"reading it failed: {describe_failure(e, api.server)}") from e
+        raise ClaimReadError(f"reading it failed: {describe_failure(e, client.server)}") from e
     except (HTTPError, OSError) as e:  # no answer (an outage): one line naming the server, not urllib3's dump
-        raise ClaimReadError(f"reading it failed: {describe_failure(e, api.server)}") from e
+        raise ClaimReadError(f"reading it failed: {describe_failure(e, client.server)}") from e
     except ValueError as e:
         raise ClaimReadError(f"reading it from the API server failed: {e}") from e
+    if raw is None:
+        raise ClaimReadError(f"not found in the API server (kubelet asked for UID {ref.uid})")
     try:
         return ResourceClaimView.model_validate(raw)
     except ValidationError as e:

@@ -86,7 +86,7 @@ class NodeGpus:
 
         A named GPU whose MIG mode is no longer the listed one makes the GPUs be listed again: changing
         the mode may reset or re-bind the GPU, and its minor number -- which device names, device nodes
-        and capabilities use -- may change with it (nvml-mig.md section 5).
+        and capabilities use -- may change with it (docs/nvml-mig.md, "MIG mode, resets and privileges").
         """
         names = set(device_names)
         for attempt in (1, 2):

@@ -39,7 +39,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dra_driver.errors import ConfigurationError
-from kubeletplugin.prepare.settings import PrepareSettings
+from kubeletplugin.settings import PrepareSettings
 
 log = logging.getLogger(__name__)
 

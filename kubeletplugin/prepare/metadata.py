@@ -50,14 +50,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.naming import dns_subdomain_problem
 from dra_driver.devicemodel.pool import build_pool
-from dra_driver.durable import parse_temporary_name, write_file_atomically
+from dra_driver.durable import parse_temporary_name, process_is_gone, write_file_atomically
 from dra_driver.host.pci import normalise_pci_bus_id, pcie_root
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError
 from dra_driver.nvml.types import GpuInfo, GpuInstanceProfileInfo, GpuInventory, NodeInventory
 from kubeletplugin.prepare.devices import NodeGpus
 from kubeletplugin.prepare.errors import DeviceMetadataError, RealizeError
-from kubeletplugin.prepare.leftovers import process_is_gone
 from kubeletplugin.prepare.records import ClaimRecord, DeviceRecord
 
 log = logging.getLogger(__name__)

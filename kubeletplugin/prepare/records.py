@@ -10,20 +10,17 @@ Every file is one checksummed document::
 
     {"checksum": "sha256:<hex>", "data": {"schemaVersion": N, ...}}
 
-Schema version 2 (this migdra), one file per claim, so that a change of a claim rewrites that claim
-alone:
+Schema version 2, one file per claim, so that a change of a claim rewrites that claim alone:
 
 - ``<state dir>/claims/<boot ID>/<claim UID>.json``: ``data`` = ``{"schemaVersion": 2, "nodeBootID":
   "...", "claim": {<ClaimRecord>}}`` (:func:`build_claim_file` / :func:`parse_claim_file`);
 - ``<state dir>/checkpoint.json``: ``data`` = ``{"schemaVersion": 2, "claimsDirectory": "claims"}``,
-  a marker that says where the records are (:func:`build_checkpoint_marker`).  A migdra that reads
-  only version 1 refuses it ("schema version 2") instead of starting as if nothing were prepared.
+  a marker that says where the records are and in which version (:func:`build_checkpoint_marker` /
+  :func:`parse_checkpoint_marker`).  It is read before anything else, so a release that changes the
+  layout can tell an older state directory from its own, and an older migdra refuses a newer one.
 
-Schema version 1 (migdra before one file per claim): ``checkpoint.json`` held every claim,
-``data`` = ``{"schemaVersion": 1, "nodeBootID": "...", "claims": {"<uid>": {<ClaimRecord>}}}``
-(:class:`Checkpoint`, :func:`build_checkpoint_file`).  It is still parsed so that the store can
-convert it (:func:`parse_checkpoint_file` returns either kind).  The claim record itself is the same
-in both versions.
+(Version 1, one ``checkpoint.json`` holding every claim, was never released; a file of it is refused
+like any version this migdra does not read.)
 
 The checksum is SHA-256 over the canonical JSON of ``data`` *as stored* (keys sorted, no spaces), so
 a reader that does not know a field added later still verifies the file (NVIDIA's checkpoint broke
@@ -48,8 +45,6 @@ from kubeletplugin.prepare.errors import CheckpointError
 
 _M = TypeVar("_M", bound=BaseModel)
 
-LEGACY_SCHEMA_VERSION = 1
-"""``checkpoint.json`` holding every claim (converted by the store at start-up)."""
 CHECKPOINT_SCHEMA_VERSION = 2
 """One file per claim, and ``checkpoint.json`` the marker saying so."""
 CLAIMS_DIRECTORY = "claims"
@@ -148,14 +143,6 @@ class ClaimRecord(_Record):
         return tuple(device.intent.device_name for device in self.devices)
 
 
-class Checkpoint(_Record):
-    """Every claim of one boot: schema version 1's file, and what the store's :meth:`current` returns."""
-
-    schema_version: Literal[1] = Field(default=1, alias="schemaVersion")
-    node_boot_id: str = Field(alias="nodeBootID")
-    claims: dict[str, ClaimRecord] = Field(default_factory=dict)
-
-
 class ClaimFile(_Record):
     """One claim's record file (schema version 2), stamped with the boot that wrote it."""
 
@@ -181,11 +168,6 @@ def _build_document(model: BaseModel) -> bytes:
     data = model.model_dump(mode="json", by_alias=True)
     document = {"checksum": compute_checksum(data), "data": data}
     return json.dumps(document, sort_keys=True, indent=1, ensure_ascii=False).encode("utf-8")
-
-
-def build_checkpoint_file(checkpoint: Checkpoint) -> bytes:
-    """Schema version 1's single file (what a migdra before one file per claim reads)."""
-    return _build_document(checkpoint)
 
 
 def build_claim_file(node_boot_id: str, record: ClaimRecord) -> bytes:
@@ -224,17 +206,14 @@ def _validated(model: type[_M], data: dict[str, Any], source: Path, version: obj
         raise CheckpointError(f"checkpoint {source} does not match schema {version}: {e}") from e
 
 
-def parse_checkpoint_file(raw: bytes, source: Path) -> Checkpoint | CheckpointMarker:
-    """``checkpoint.json``: version 1's single file (to convert) or version 2's marker; verified."""
+def parse_checkpoint_marker(raw: bytes, source: Path) -> CheckpointMarker:
+    """``checkpoint.json``, verified; any other schema version is a :class:`CheckpointError` naming it."""
     data, version = _verified_data(raw, source)
-    if version == LEGACY_SCHEMA_VERSION:
-        return _validated(Checkpoint, data, source, version)
-    if version == CHECKPOINT_SCHEMA_VERSION:
-        return _validated(CheckpointMarker, data, source, version)
-    raise CheckpointError(
-        f"checkpoint {source} has schema version {version!r}; this migdra reads {LEGACY_SCHEMA_VERSION} "
-        f"and {CHECKPOINT_SCHEMA_VERSION}"
-    )
+    if version != CHECKPOINT_SCHEMA_VERSION:
+        raise CheckpointError(
+            f"checkpoint {source} has schema version {version!r}; this migdra reads {CHECKPOINT_SCHEMA_VERSION}"
+        )
+    return _validated(CheckpointMarker, data, source, version)
 
 
 def parse_claim_file(raw: bytes, source: Path) -> ClaimFile:

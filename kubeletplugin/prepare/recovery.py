@@ -1,16 +1,19 @@
-"""Start-up recovery: reconcile the checkpoint with what NVML reports, before serving kubelet.
+"""Start-up recovery: reconcile the checkpoint with what NVML reports and sweep what nobody owns, before
+serving kubelet.
 
-Rules (prior-art.md §6.5, §7.5, and the safety list at its end):
+Rules for the records (docs/prepare.md §7, which also says where they come from):
 
 - a ``PrepareCompleted`` record is **adopted** only after NVML confirms every instance it names: the
   GI with the recorded ID exists at the recorded placement with the recorded profile, and holds the
-  CI with the recorded ID and MIG UUID;
-- a completed record that does not verify is logged loudly and rolled back like a started one;
+  CI with the recorded ID and MIG UUID; its CDI spec and device metadata are written again where
+  missing;
+- a completed record that does not verify is logged loudly and rolled back like a started one (and
+  its claim's status cleared);
 - a ``PrepareStarted`` record (a crash mid-prepare, or a rollback that failed) is rolled back: the
   GI with *its recorded* ID (if still of the recorded profile at the recorded placement) is
   destroyed, compute instances first; a device without a recorded GI ID has its GI destroyed only
   if the record proves migdra created it (NVML was asked for it, it was not standing then, it has
-  no compute instance: :func:`~kubeletplugin.prepare.realize.find_unrecorded_gpu_instance`) --
+  no compute instance: :func:`~kubeletplugin.prepare.mig_instances.find_unrecorded_gpu_instance`) --
   any other GI at that placement is left alone, loudly, and the record dropped, so kubelet's retry
   fails cleanly with "occupied by ... that migdra did not create" instead of destroying it;
 - an instance that no record names is **never** destroyed (pre-existing and foreign instances stay),
@@ -22,26 +25,32 @@ Rules (prior-art.md §6.5, §7.5, and the safety list at its end):
   progress, not a crash.  The kernel drops the locks of a dead process, even after SIGKILL, so a
   record of a crashed process is never mistaken for one in progress.
 
-This module decides and destroys; it never writes CDI specs or claim status (the service does, from
-the report), and never creates anything.
+Then the sweeps: the files of records of another boot go with them; CDI specs and device metadata
+directories no record names, and temporary spec files of dead writers, are removed -- each under its
+claim's lock, skipping a claim another plugin process is working on.
+
+This module decides and destroys; it never creates an instance.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from dra_driver.logs import log_context
+from dra_driver.durable import find_leftover_temporary_files, remove_temporary_files
+from dra_driver.kubeletcalls import ClaimRef
 from dra_driver.nvml.backend import Nvml
-from dra_driver.nvml.errors import NvmlError
-from dra_driver.nvml.types import GpuInstanceInfo
-from kubeletplugin.prepare.checkpoint import CheckpointStore
-from kubeletplugin.prepare.errors import LockTimeoutError, ReleaseError
+from kubeletplugin.prepare.cdi import claim_uid_of_spec, list_cdi_spec_claims
+from kubeletplugin.prepare.checkpoint import CheckpointStore, LoadOutcome
+from kubeletplugin.prepare.claim_files import ClaimFiles
 from kubeletplugin.prepare.locks import KeyedLocks
-from kubeletplugin.prepare.realize import release_device
-from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceRecord
+from kubeletplugin.prepare.metadata import list_metadata_claims, remove_metadata_directory
+from kubeletplugin.prepare.mig_instances import read_verification_problems, release_record
+from kubeletplugin.prepare.records import ClaimRecord, ClaimState
+from kubeletplugin.prepare.reporter import ClaimReporter
 
 log = logging.getLogger(__name__)
 
@@ -55,105 +64,6 @@ class RecoveryReport:
     kept: tuple[ClaimRecord, ...] = ()  # rollback incomplete, or GPU unreadable: still recorded
     discarded: tuple[ClaimRecord, ...] = ()  # from another boot
     in_flight: tuple[ClaimRecord, ...] = ()  # another plugin process was working on them: left to it
-
-
-def compute_verification_problems(record: ClaimRecord, instances: Mapping[str, Sequence[GpuInstanceInfo]]) -> list[str]:
-    """Why ``record``'s instances do not match NVML's ``instances`` (per GPU UUID); [] = verified.  Pure."""
-    problems: list[str] = []
-    for device in record.devices:
-        intent = device.intent
-        if intent.admin_access or not intent.is_mig:
-            continue
-        name = intent.device_name
-        if device.gpu_instance_id is None or device.compute_instance_id is None or device.mig_uuid is None:
-            problems.append(f"{name}: the record lacks the realized GI/CI identity")
-            continue
-        gi = next((g for g in instances.get(intent.gpu_uuid, ()) if g.gpu_instance_id == device.gpu_instance_id), None)
-        if gi is None:
-            problems.append(f"{name}: GI {device.gpu_instance_id} no longer exists on GPU {intent.gpu_uuid}")
-            continue
-        if gi.placement != intent.placement or gi.profile_id != intent.profile_id:
-            problems.append(
-                f"{name}: GI {gi.gpu_instance_id} is profile {gi.profile_id} at {gi.placement}, the record says "
-                f"profile {intent.profile_id} at {intent.placement}"
-            )
-            continue
-        ci = next((c for c in gi.compute_instances if c.compute_instance_id == device.compute_instance_id), None)
-        if ci is None:
-            problems.append(f"{name}: CI {device.compute_instance_id} of GI {gi.gpu_instance_id} no longer exists")
-        elif ci.mig_uuid != device.mig_uuid:
-            problems.append(f"{name}: CI {ci.compute_instance_id} is {ci.mig_uuid}, the record says {device.mig_uuid}")
-    return problems
-
-
-def read_instances(
-    nvml: Nvml, gpu_locks: KeyedLocks, gpu_uuids: set[str]
-) -> tuple[dict[str, list[GpuInstanceInfo]], set[str]]:
-    """GPU instances per GPU, and the GPUs that could not be read (to be left alone).
-
-    Each GPU is read under its lock: a GI that another plugin process destroys in the middle of a
-    read would make NVML fail the read (a stale handle), and a GPU that cannot be read is not acted on.
-    """
-    found: dict[str, list[GpuInstanceInfo]] = {}
-    unreadable: set[str] = set()
-    for gpu_uuid in sorted(gpu_uuids):
-        try:
-            with gpu_locks.hold(gpu_uuid):
-                found[gpu_uuid] = nvml.gpu_instances(gpu_uuid)
-        except (NvmlError, LockTimeoutError) as e:
-            log.error("cannot read the instances of GPU %s (%s); its records are left untouched", gpu_uuid, e)
-            unreadable.add(gpu_uuid)
-    return found, unreadable
-
-
-def record_gpus(record: ClaimRecord) -> set[str]:
-    """The GPUs on which ``record`` may have created instances (admin access and whole GPUs create none)."""
-    return {d.intent.gpu_uuid for d in record.devices if d.intent.is_mig and not d.intent.admin_access}
-
-
-def read_verification_problems(nvml: Nvml, gpu_locks: KeyedLocks, record: ClaimRecord) -> list[str] | None:
-    """Why a completed ``record`` does not match NVML now ([] = verified); None when a GPU is unreadable."""
-    instances, unreadable = read_instances(nvml, gpu_locks, record_gpus(record))
-    if unreadable:
-        return None
-    return compute_verification_problems(record, instances)
-
-
-def release_record(
-    nvml: Nvml, gpu_locks: KeyedLocks, record: ClaimRecord, store: CheckpointStore
-) -> tuple[tuple[DeviceRecord, ...], ReleaseError | None]:
-    """Destroy every instance ``record`` names (last device first); the devices not released, and why.
-
-    The record is marked ``PrepareStarted`` (being released) before anything is destroyed, and each
-    device's record follows every step (compute instance gone, then the GI), so a failure or a crash
-    between two steps never leaves a record naming an instance that no longer exists.  The caller
-    holds the claim's lock.
-    """
-    if record.state is not ClaimState.PREPARE_STARTED:
-        store.put(record.model_copy(update={"state": ClaimState.PREPARE_STARTED}))
-    remaining: list[DeviceRecord] = []
-    first_error: ReleaseError | None = None
-    for index in reversed(range(len(record.devices))):
-        current = [record.devices[index]]
-
-        def progress(device: DeviceRecord, index: int = index, current: list[DeviceRecord] = current) -> None:
-            store.update_device(record.claim_uid, index, device)
-            current[0] = device
-
-        gpu_uuid = record.devices[index].intent.gpu_uuid
-        try:
-            with (
-                log_context(claim_uid=record.claim_uid, claim=record.label, gpu_uuid=gpu_uuid),
-                gpu_locks.hold(gpu_uuid),
-            ):
-                release_device(nvml, record.devices[index], progress)
-        except (ReleaseError, LockTimeoutError) as e:
-            log.error("claim %s (UID %s): %s", record.label, record.claim_uid, e.message)
-            remaining.insert(0, current[0])
-            first_error = first_error or (
-                e if isinstance(e, ReleaseError) else ReleaseError(e.message, names_claim=e.names_claim)
-            )
-    return tuple(remaining), first_error
 
 
 class Outcome(enum.Enum):
@@ -192,19 +102,25 @@ def recover_record(nvml: Nvml, store: CheckpointStore, gpu_locks: KeyedLocks, re
     return Outcome.KEPT
 
 
-def recover(
+def recover_node(
     nvml: Nvml,
     store: CheckpointStore,
+    loaded: LoadOutcome,
+    files: ClaimFiles,
     claim_locks: KeyedLocks,
     gpu_locks: KeyedLocks,
-    after: Callable[[ClaimRecord, Outcome], None] = lambda record, outcome: None,
+    reporter: ClaimReporter,
 ) -> RecoveryReport:
-    """Adopt verified records, roll back the rest; see the module docstring for the rules.
+    """Adopt verified records, roll back the rest, sweep leftovers; see the module docstring.
 
-    A record whose claim lock another plugin process holds is being prepared or unprepared by it right
-    now (the other pod of a rolling update): it is left to that process, not rolled back.  ``after``
-    runs for every record recovered here, still under the claim's lock (for its CDI spec and status).
+    ``loaded`` is what the store's load found; its records of another boot lose their files here (no
+    process of this boot can be working on them).  A record whose claim lock another plugin process
+    holds is being prepared or unprepared by it right now (the other pod of a rolling update): it is
+    left to that process, not rolled back.  Raises :class:`LockTimeoutError` when the checkpoint's lock
+    stays held.
     """
+    for discarded in loaded.discarded:
+        files.delete(discarded.claim_uid)
     adopted: list[ClaimRecord] = []
     rolled_back: list[ClaimRecord] = []
     kept: list[ClaimRecord] = []
@@ -227,9 +143,60 @@ def recover(
             outcome = recover_record(nvml, store, gpu_locks, record)
             if outcome is Outcome.ADOPTED:
                 adopted.append(record)
+                files.ensure(record, strict=False)
             elif outcome is Outcome.ROLLED_BACK:
                 rolled_back.append(record)
+                files.delete(record.claim_uid)
+                if record.state is ClaimState.PREPARE_COMPLETED:
+                    reporter.report_cleared(ClaimRef(record.namespace, record.name, record.claim_uid), record)
             else:
                 kept.append(store.get(record.claim_uid) or record)
-            after(record, outcome)
-    return RecoveryReport(tuple(adopted), tuple(rolled_back), tuple(kept), in_flight=tuple(in_flight))
+    sweep_cdi_leftovers(files, store, claim_locks)
+    sweep_metadata_leftovers(files, store, claim_locks)
+    return RecoveryReport(tuple(adopted), tuple(rolled_back), tuple(kept), loaded.discarded, tuple(in_flight))
+
+
+def sweep_cdi_leftovers(files: ClaimFiles, store: CheckpointStore, claim_locks: KeyedLocks) -> None:
+    """Spec files no record names, and temporary spec files of dead writers, each under its claim's lock.
+
+    The directory is listed *before* the records are read: a spec is written after its claim's
+    record, so one listed here whose record is gone under the claim's lock belongs to nobody.  A
+    claim another plugin process is working on is skipped.
+    """
+    specs = list_cdi_spec_claims(files.cdi_dir, files.driver_name)
+    temporaries: dict[str, list[Path]] = {}
+    for path, target in find_leftover_temporary_files(files.cdi_dir, lambda target: True):
+        uid = claim_uid_of_spec(Path(target), files.driver_name)
+        if uid is not None:  # another vendor's file is never ours to remove
+            temporaries.setdefault(uid, []).append(path)
+    for uid in sorted(specs | temporaries.keys()):
+        with claim_locks.try_hold(uid) as held:
+            if not held:
+                continue
+            remove_temporary_files(temporaries.get(uid, ()))  # its writers hold this lock: none is writing
+            if uid in specs and store.get(uid) is None:
+                log.warning("removing CDI spec of claim UID %s: no checkpoint record names it", uid)
+                files.delete(uid)
+
+
+def sweep_metadata_leftovers(files: ClaimFiles, store: CheckpointStore, claim_locks: KeyedLocks) -> None:
+    """Device metadata directories no record names (as CDI specs, docs/prepare.md §7).
+
+    A directory is listed before the records are read, and removed only while no record names its
+    claim and the lock of every claim UID its files name is held here: metadata is written after
+    the claim's record, under its lock, so what is listed and then found unnamed belongs to nobody.
+    """
+    for listed in list_metadata_claims(files.metadata_root):
+        with contextlib.ExitStack() as held:
+            uids = sorted(uid for uid in listed.claim_uids if uid is not None)
+            if not all(held.enter_context(claim_locks.try_hold(uid)) for uid in uids):
+                continue  # another plugin process is working on one of them
+            if any(r.namespace == listed.namespace and r.name == listed.name for r in store.records()):
+                continue
+            removed = remove_metadata_directory(files.metadata_root, listed.namespace, listed.name)
+            log.warning(
+                "removed the device metadata of claim %s/%s (%d file(s)): no checkpoint record names it",
+                listed.namespace,
+                listed.name,
+                removed,
+            )

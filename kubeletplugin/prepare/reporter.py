@@ -1,31 +1,45 @@
-"""The claim status reporter: writes the claim's ``status.devices[]`` entries and Events in the
-background, and keeps them equal to the checkpoint (what they say is computed by
-:mod:`kubeletplugin.prepare.status`).
+"""The plugin's part of a claim's status, and its writer: ``status.devices[]`` entries and Events.
 
-**The checkpoint is the truth; the claim's status follows it.**  A status write does not carry what
+**What it says** (pure ``build_``/``compute_`` functions, below).  After prepare migdra records on the
+ResourceClaim what each device *is* (NVIDIA #1456): for every device an entry ``{driver, pool, device,
+conditions: [Ready=True], data: {gpuUUID, profile, placement: {start, size}, migUUID, gpuInstanceID,
+computeInstanceID, node}}``, and a core/v1 Event (``involvedObject`` = the claim, so ``kubectl describe
+resourceclaim`` shows it) for prepare success, prepare failure and unprepare.  On unprepare our data
+keys and our ``Ready`` condition are removed again (an entry with nothing left goes).  A prepared
+record gives identity + Ready for each of its devices; no record, or one still being prepared or
+released, gives nothing of ours.  Entries merge through :mod:`dra_driver.claimstatus` (the schema
+and who owns which key, shared with the reservation controller and realize before bind): other
+drivers' entries, other pools' entries, other writers' conditions and data keys are kept; an entry of
+another driver or pool, or one with a ``shareID`` (migdra writes none), is never touched.
+
+**The checkpoint is the truth; the claim's status follows it.** A status write does not carry what
 to write: it *converges* the claim -- reads the claim, reads the claim's checkpoint record, and makes
 this driver's entries in this node's pool say exactly that (a prepared record: identity + Ready for
 each of its devices; no record, or one still being prepared or released: nothing of ours).  So a
 write that comes late (after an API outage) or twice writes the truth as it is *then*, never a stale
 intention.  Writes that cannot be made at all -- dropped at shutdown, refused, or an unprepare whose
 report never happened (its CDI spec could not be deleted and the plugin restarted before kubelet's
-retry, which would have reported it) -- are caught by the
-**reconciler**: on start and every ``reconcile_interval`` it lists the claims, compares every claim's
-entries of this driver and pool with the checkpoint, and converges those that differ.  It lists the
-claims *before* it reads the checkpoint: status says Ready only after the record said prepared, so a
-claim seen Ready whose record is gone by the later read was unprepared in between (cleared rightly),
-and the converge write re-reads both anyway.
+retry, which would have reported it) -- are caught by the **reconciliation**, the loop's periodic
+resync: on start and every ``reconcile_interval`` it compares every claim's entries of this driver and
+pool in the process's claim informer (the one cache of ResourceClaims the node process keeps, shared
+with the placement occupancy and realize before bind) with the checkpoint, and converges those that
+differ.  It reads the claims *before* the checkpoint: status says Ready only after the record said
+prepared, so a claim seen Ready whose record is gone by the later read was unprepared in between
+(cleared rightly), and the converge write reads both again anyway.  Nothing is decided before the
+informer's first complete list.
 
-Writes are read-modify-write through the ``status`` subresource with the ``resourceVersion`` read
-(a conflict reads again at once, :func:`dra_driver.kubeapi.retry_conflicts`), and merge (other
-drivers', other pools' and other writers' parts are kept).  They run on one background thread in
-order, and give way to kubelet's calls (:meth:`ClaimReporter.call_in_flight`).  What a failure
-means comes from :func:`dra_driver.kubeapi.classify_failure`: while the API
-server is unavailable the whole queue waits (one capped, jittered backoff for all, so an outage is
-one log line per attempt, not one per claim) and nothing is given up; a refused write (403, 422) is
-logged in one line and dropped (the next reconciliation tries again); a bug is retried
-``max_attempts`` times.  Nothing here ever fails prepare or unprepare.  A claim that is gone (404)
-or was re-created (other UID) is left alone.
+So the reporter is a set of claims to converge (a newer report of a claim replaces a pending one:
+both converge to the same truth), the Events to write, and that resync, on one
+:class:`~dra_driver.kube.loop.ControlLoop`: each pass writes, in the order they were queued, what is
+due.  Writes are read-modify-write through the ``status`` subresource with the ``resourceVersion``
+read (a conflict reads again at once, :func:`dra_driver.kubeapi.retry_conflicts`), and merge (other
+drivers', other pools' and other writers' parts are kept).  They give way to kubelet's calls
+(:meth:`ClaimReporter.call_in_flight`).  What a failure means comes from
+:func:`dra_driver.kubeapi.classify_failure`: while the API server is unavailable the whole queue waits
+(one capped, jittered backoff for all, so an outage is one log line per attempt, not one per claim)
+and nothing is given up; a refused write (403, 422) is logged in one line and dropped (the next
+reconciliation tries again); a bug is retried ``max_attempts`` times.  Nothing here ever fails prepare
+or unprepare.  A claim that is gone (404) or was re-created (other UID) is left alone.
 """
 
 from __future__ import annotations
@@ -35,38 +49,203 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import quote
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dra_driver import claimstatus
+from dra_driver.claimstatus import PLUGIN, READY, SCHEMA_VERSION, EntryUpdate, is_ours, rfc3339
+from dra_driver.kube.client import CLAIMS, EVENTS, Client
+from dra_driver.kube.informer import Changes, Informer
+from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubeapi import (
     DEFAULT_CONFLICT_RETRIES,
     ApiFailure,
     Backoff,
     BackoffPolicy,
-    call_json,
     classify_failure,
     describe_failure,
     retry_conflicts,
 )
-from kubeletplugin.draservice import ClaimRef
-from kubeletplugin.prepare.claims import ClaimApi
-from kubeletplugin.prepare.records import ClaimRecord
-from kubeletplugin.prepare.status import (
-    EVENT_PREPARED,
-    EVENT_UNPREPARED,
-    build_event,
-    compute_converged_devices,
-    rfc3339,
-)
+from dra_driver.kubeletcalls import ClaimRef
+from kubeletplugin.prepare.claims import ResourceClaimView, parse_claims
+from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceRecord
 
 log = logging.getLogger(__name__)
+
+
+# -- what the plugin's part says (pure) -----------------------------------------------------------
+
+EVENT_PREPARED = "MigDevicesPrepared"
+EVENT_PREPARE_FAILED = "MigDevicesPrepareFailed"
+EVENT_UNPREPARED = "MigDevicesUnprepared"
+EVENT_UNPREPARE_FAILED = "MigDevicesUnprepareFailed"
+_MAX_EVENT_MESSAGE = 1024
+
+
+def build_device_data(device: DeviceRecord, node_name: str) -> dict[str, Any]:
+    """The ``data`` object of one prepared device; pure."""
+    intent = device.intent
+    data: dict[str, Any] = {"schemaVersion": SCHEMA_VERSION, "gpuUUID": intent.gpu_uuid, "node": node_name}
+    if intent.is_mig:
+        assert intent.placement is not None
+        data["profile"] = intent.profile_name
+        data["placement"] = {"start": intent.placement.start, "size": intent.placement.size}
+    if device.mig_uuid is not None:
+        data["migUUID"] = device.mig_uuid
+        data["gpuInstanceID"] = device.gpu_instance_id
+        data["computeInstanceID"] = device.compute_instance_id
+    if intent.admin_access:
+        data["adminAccess"] = True
+    return data
+
+
+def build_ready_condition(device: DeviceRecord, generation: int | None, now: str) -> dict[str, Any]:
+    intent = device.intent
+    if intent.admin_access:
+        reason, message = "AdminAccessReady", "admin access to what exists; migdra created nothing for this claim"
+    elif intent.is_mig:
+        reason = "MigInstanceReady"
+        message = (
+            f"{intent.profile_name} at placement {intent.placement}: GI {device.gpu_instance_id}, "
+            f"CI {device.compute_instance_id}, {device.mig_uuid}"
+        )
+    else:
+        reason, message = "GpuReady", f"whole GPU {intent.gpu_uuid}"
+    condition: dict[str, Any] = {
+        "type": READY,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+    }
+    if generation is not None:
+        condition["observedGeneration"] = generation
+    return condition
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceStatusUpdate:
+    """What migdra wants one device entry to say."""
+
+    device_name: str
+    data: Mapping[str, Any]
+    condition: Mapping[str, Any]
+
+
+def build_status_updates(
+    record: ClaimRecord, node_name: str, generation: int | None, now: str
+) -> list[DeviceStatusUpdate]:
+    return [
+        DeviceStatusUpdate(
+            device.intent.device_name,
+            build_device_data(device, node_name),
+            build_ready_condition(device, generation, now),
+        )
+        for device in record.devices
+    ]
+
+
+def compute_merged_devices(
+    existing: Sequence[Mapping[str, Any]], driver_name: str, pool_name: str, updates: Sequence[DeviceStatusUpdate]
+) -> list[dict[str, Any]]:
+    """``status.devices`` with ``updates`` merged in; pure.
+
+    Entries of other drivers / pools / devices are kept as they are.  In ours, only the plugin's data
+    keys and ``Ready`` change (:data:`dra_driver.claimstatus.PLUGIN`); the controller's ``Reserved``
+    and keys, and anyone else's, are kept; ``Ready`` keeps its ``lastTransitionTime`` when its status
+    does not change.
+    """
+    return claimstatus.compute_merged_devices(
+        existing,
+        driver_name,
+        pool_name,
+        PLUGIN,
+        [EntryUpdate(update.device_name, update.data, [update.condition]) for update in updates],
+    )
+
+
+def compute_cleared_devices(
+    existing: Sequence[Mapping[str, Any]],
+    driver_name: str,
+    pool_name: str,
+    device_names: Collection[str] | None = None,
+) -> list[dict[str, Any]]:
+    """``status.devices`` without the plugin's data keys and ``Ready`` in our entries of these devices
+    (``None``: every device of this driver in this pool); pure.  The keys shared with the reservation
+    controller stay where its ``Reserved`` condition stands (docs/claim-status.md)."""
+    return claimstatus.compute_cleared_devices(existing, driver_name, pool_name, PLUGIN, device_names)
+
+
+def is_prepared(record: ClaimRecord | None) -> bool:
+    """Whether the record says the claim's devices exist and were handed out (``PrepareCompleted``).
+
+    A ``PrepareStarted`` record is a prepare in progress or a release that failed half-way: its
+    devices are not ready, so the claim must not say they are.
+    """
+    return record is not None and record.state is ClaimState.PREPARE_COMPLETED
+
+
+def compute_converged_devices(
+    existing: Sequence[Mapping[str, Any]],
+    driver_name: str,
+    node_name: str,
+    record: ClaimRecord | None,
+    generation: int | None,
+    now: str,
+) -> list[dict[str, Any]]:
+    """``status.devices`` as the checkpoint ``record`` says it must be; pure.
+
+    Prepared: identity + Ready in an entry per device of the record (merged), and our keys cleared in
+    any other entry of this driver in this node's pool (a device the claim no longer holds here).
+    Otherwise: our keys cleared in every entry of this driver in this node's pool.  The pool is the
+    node's name.  Equal to ``existing`` (same ``lastTransitionTime`` too) when nothing needs a write.
+    """
+    if record is None or not is_prepared(record):
+        return compute_cleared_devices(existing, driver_name, node_name)
+    updates = build_status_updates(record, node_name, generation, now)
+    merged = compute_merged_devices(existing, driver_name, node_name, updates)
+    held = {update.device_name for update in updates}
+    elsewhere = {
+        str(entry.get("device"))
+        for entry in merged
+        if is_ours(entry, driver_name, node_name) and entry.get("device") not in held
+    }
+    return compute_cleared_devices(merged, driver_name, node_name, elsewhere) if elsewhere else merged
+
+
+def build_event(
+    ref: ClaimRef, reason: str, message: str, event_type: str, driver_name: str, node_name: str, now: dt.datetime
+) -> dict[str, Any]:
+    """A core/v1 Event about the claim, named the way client-go's recorder names them."""
+    stamp = rfc3339(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{ref.name}.{time.time_ns():x}", "namespace": ref.namespace},
+        "involvedObject": {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "name": ref.name,
+            "namespace": ref.namespace,
+            "uid": ref.uid,
+        },
+        "reason": reason,
+        "message": message[:_MAX_EVENT_MESSAGE],
+        "type": event_type,
+        "source": {"component": f"{driver_name}-kubeletplugin", "host": node_name},
+        "reportingComponent": f"{driver_name}/kubeletplugin",
+        "reportingInstance": node_name,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+# -- the writer --------------------------------------------------------------------------------------
 
 
 class PreparedClaims(Protocol):
@@ -79,46 +258,10 @@ class PreparedClaims(Protocol):
     def records(self) -> tuple[ClaimRecord, ...]: ...
 
 
-class _View(BaseModel):
-    # A view of the API's objects: fields migdra does not read are ignored, never refused.
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-
-class _ClaimMetadata(_View):
-    name: str
-    namespace: str
-    uid: str
-    generation: int | None = None
-
-
-class _ClaimStatus(_View):
-    devices: list[dict[str, Any]] | None = None
-
-
-class _ListedClaim(_View):
-    metadata: _ClaimMetadata
-    status: _ClaimStatus | None = None
-
-    @property
-    def ref(self) -> ClaimRef:
-        return ClaimRef(self.metadata.namespace, self.metadata.name, self.metadata.uid)
-
-    @property
-    def devices(self) -> list[dict[str, Any]]:
-        return [d for d in (self.status.devices if self.status else None) or [] if isinstance(d, Mapping)]
-
-
-class _ClaimListMeta(_View):
-    continue_: str | None = Field(default=None, alias="continue")
-
-
-class _ClaimList(_View):
-    metadata: _ClaimListMeta = _ClaimListMeta()
-    items: list[dict[str, Any]] = []
-
-
 @dataclass
 class _Job:
+    """One write: a claim to converge (key ``("status", uid)``), an Event, or the reconciliation."""
+
     key: tuple[str, ...]
     describe: str  # what it does, for logs: "writing status of ns/name: ..."
     run: Callable[[], None]
@@ -135,50 +278,56 @@ class _Gone(Exception):
     """The claim is gone or was re-created: nothing to write."""
 
 
+class _NotListed(Exception):
+    """The claim informer has no complete list yet: nothing is decided on a partial view."""
+
+
 _RECONCILE_KEY = ("reconcile",)
 _RECONCILING = "reconciling claim status with the checkpoint"
-_CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
+_NOT_LISTED_RETRY_SECONDS = 0.2
 
 
-class ClaimReporter:
-    """Writes claim status and Events on one background thread, in order, and reconciles claim status
-    with the checkpoint (see the module docstring).
+class ClaimReporter(ControlLoop):
+    """Writes claim status and Events, and reconciles claim status with the checkpoint: a set of claims
+    to converge (and Events to write), in order, plus a periodic resync, on one
+    :class:`~dra_driver.kube.loop.ControlLoop` (see the module docstring).
 
     :meth:`start` with the checkpoint (``PreparedClaims``) makes every status write converge to it
-    and, with ``reconcile_interval``, reconciles on start and then periodically; without it a status
-    write converges to the record the report carried.  ``backoff`` paces retries while the API server
-    is unavailable; ``max_attempts`` bounds retries of failures that are not the API's (bugs).
-    ``flush()`` waits for the queue to drain (tests, shutdown); ``close()`` stops the thread, logging
-    what was still pending (the next start's reconciliation writes it).
+    and, with ``reconcile_interval``, reconciles on start and then periodically, reading the claims
+    from ``claims`` -- the process's claim informer, which the reporter listens to and never starts or
+    stops; without a checkpoint a status write converges to the record the report carried.
+    ``backoff`` paces retries while the API server is unavailable; ``max_attempts`` bounds retries of
+    failures that are not the API's (bugs).  ``flush()`` waits for the queue to drain (tests,
+    shutdown); ``close()`` stops the thread, logging what was still pending (the next start's
+    reconciliation writes it).
     """
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        client: Client,
         driver_name: str,
         node_name: str,
         *,
+        claims: Informer | None = None,
         max_attempts: int = 8,
         backoff: BackoffPolicy | None = None,
-        request_timeout: float = 10.0,
         reconcile_interval: float | None = None,
-        list_page_size: int = 500,
         conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
         on_failure: Callable[[str], None] | None = None,
         yield_to_calls: float = 1.0,
     ) -> None:
+        if reconcile_interval is not None and claims is None:
+            raise ValueError("a periodic reconciliation reads the claims from an informer: give claims")
         # Told of every failed write attempt, by kind (unavailable, refused, error): a metric.
         self._on_failure = on_failure
-        self._api_client = api_client
-        self._claims = ClaimApi(api_client, request_timeout)
+        self._client = client
         self.driver_name = driver_name
         self.node_name = node_name
+        self.claims = claims
         self._max_attempts = max_attempts
         self._backoff_policy = backoff or BackoffPolicy()
         self._api_backoff = self._backoff_policy.start()  # the reporter thread's alone
-        self._timeout = request_timeout
         self._reconcile_interval = reconcile_interval
-        self._page_size = list_page_size
         self._conflict_retries = conflict_retries
         self._checkpoint: PreparedClaims | None = None
         self._jobs: list[_Job] = []
@@ -186,15 +335,22 @@ class ClaimReporter:
         self._sequence = 0
         self._paused_until = 0.0  # the API server is unavailable: no job before then
         self._next_reconcile: float | None = None
-        self._cond = threading.Condition()
+        self._wake_at: float | None = None  # the earliest deadline the last pass saw
+        self._cond = threading.Condition()  # the queue: the loop's thread, the callers and flush()
         self._calls_in_flight = 0
         self._yield_to_calls = yield_to_calls
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._closing = False
+        super().__init__(
+            "migdra-claim-reporter",
+            Changes(),
+            (),
+            resync=reconcile_interval or 3600.0,
+            shared=(claims,) if claims is not None else (),
+        )
 
     @property
     def server(self) -> str:
-        return str(self._api_client.configuration.host)
+        return self._client.server
 
     @property
     def backlog(self) -> int:
@@ -209,12 +365,11 @@ class ClaimReporter:
         self._checkpoint = checkpoint
         if checkpoint is not None and self._reconcile_interval is not None:
             self._next_reconcile = time.monotonic()  # at once: what happened while we were away
-        self._thread = threading.Thread(target=self._loop, name="migdra-claim-reporter", daemon=True)
-        self._thread.start()
+        super().start()
 
     def close(self, timeout: float = 5.0) -> None:
         with self._cond:
-            self._stopping = True
+            self._closing = True
             pending = [job.describe for job in self._jobs]
             self._jobs.clear()
             self._cond.notify_all()
@@ -224,9 +379,7 @@ class ClaimReporter:
                 len(pending),
                 "; ".join(pending),
             )
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        self.stop()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every queued report was written (or given up); False on timeout."""
@@ -240,9 +393,10 @@ class ClaimReporter:
         return True
 
     def reconcile_now(self) -> None:
-        """Queue a reconciliation of every claim's status with the checkpoint (needs :meth:`start` with one)."""
-        if self._checkpoint is None:
-            raise RuntimeError("ClaimReporter.start(checkpoint) must run before reconcile_now()")
+        """Queue a reconciliation of every claim's status with the checkpoint (needs :meth:`start` with
+        one, and ``claims``)."""
+        if self._checkpoint is None or self.claims is None:
+            raise RuntimeError("ClaimReporter(claims=...).start(checkpoint) must run before reconcile_now()")
         self._enqueue(_Job(_RECONCILE_KEY, _RECONCILING, self._reconcile), replace=True)
 
     @contextmanager
@@ -263,8 +417,9 @@ class ClaimReporter:
         finally:
             with self._cond:
                 self._calls_in_flight -= 1
-                if not self._calls_in_flight:
-                    self._cond.notify_all()
+                idle = not self._calls_in_flight
+            if idle:
+                self.trigger()
 
     def report_prepared(self, ref: ClaimRef, record: ClaimRecord, generation: int | None) -> None:
         """Identity + Ready for the prepared ``record`` (``generation``: the claim's, as prepared)."""
@@ -308,7 +463,7 @@ class ClaimReporter:
                 None,
             )
 
-    # -- writing -------------------------------------------------------------------------------
+    # -- the queue -----------------------------------------------------------------------------
 
     def _enqueue_status(
         self, ref: ClaimRef, describe: str, reported: ClaimRecord | None, generation: int | None = None
@@ -322,160 +477,82 @@ class ClaimReporter:
     def _enqueue_event(self, ref: ClaimRef, reason: str, message: str, event_type: str, now: dt.datetime) -> None:
         body = build_event(ref, reason, message, event_type, self.driver_name, self.node_name, now)
         describe = f"writing event {reason} on {ref.namespace}/{ref.name}"
-        # Raw JSON, not the client's CoreV1Api: importing that module costs the plugin a second or more of start-up.
-        path = f"/api/v1/namespaces/{quote(ref.namespace, safe='')}/events"
-
-        def create() -> None:
-            call_json(self._api_client, "POST", path, body=body, timeout=self._timeout)
-
-        self._enqueue(_Job(("event", ref.uid, body["metadata"]["name"]), describe, create), replace=False)
+        self._enqueue(
+            _Job(("event", ref.uid, body["metadata"]["name"]), describe, lambda: self._create_event(body)),
+            replace=False,
+        )
 
     def _enqueue(self, job: _Job, replace: bool) -> None:
         with self._cond:
-            if self._stopping:
+            if self._closing or self.stopping:
                 log.warning("%s: skipped, shutting down", job.describe)
                 return
-            self._sequence += 1
-            job.sequence = self._sequence
-            job.queued_at = time.monotonic()
-            if replace:
-                self._jobs = [j for j in self._jobs if j.key != job.key]
-            self._jobs.append(job)
-            self._cond.notify_all()
+            self._queue_locked(job, replace)
+        self.trigger()
 
-    def _converge(self, ref: ClaimRef, reported: ClaimRecord | None, generation: int | None) -> None:
-        """Make the claim's entries of this driver and pool say what the checkpoint says now."""
+    def _queue_locked(self, job: _Job, replace: bool) -> None:
+        self._sequence += 1
+        job.sequence = self._sequence
+        job.queued_at = time.monotonic()
+        if replace:
+            self._jobs = [j for j in self._jobs if j.key != job.key]
+        self._jobs.append(job)
+        self._cond.notify_all()
 
-        def once() -> None:
-            try:
-                claim = self._claims.read(ref.namespace, ref.name)
-            except ApiException as e:
-                if e.status == 404:
-                    raise _Gone(f"claim {ref.namespace}/{ref.name} no longer exists") from e
-                raise
-            metadata = claim.get("metadata") or {}
-            if metadata.get("uid") != ref.uid:
-                raise _Gone(f"claim {ref.namespace}/{ref.name} now has UID {metadata.get('uid')}, not {ref.uid}")
-            # Read after the claim: a change of the record after this read comes with its own report,
-            # queued behind this one, which reads again.
-            record = self._checkpoint.get(ref.uid) if self._checkpoint is not None else reported
-            status = claim.get("status") or {}
-            claim["status"] = status
-            existing = [d for d in status.get("devices") or [] if isinstance(d, Mapping)]
-            observed = metadata.get("generation") if isinstance(metadata.get("generation"), int) else generation
-            devices = compute_converged_devices(
-                existing, self.driver_name, self.node_name, record, observed, rfc3339(dt.datetime.now(dt.UTC))
-            )
-            if devices == existing:
+    # -- the loop: one pass writes every job that is due, in order -----------------------------------
+
+    def sync(self) -> None:
+        while not self.stopping:
+            job = self._take_due()
+            if job is None:
                 return
-            if devices:
-                status["devices"] = devices
-            else:
-                status.pop("devices", None)
             try:
-                self._claims.replace_status(ref.namespace, ref.name, claim)
-            except ApiException as e:
-                if e.status == 404:
-                    raise _Gone(f"claim {ref.namespace}/{ref.name} no longer exists") from e
-                raise  # 409: retry_conflicts reads again and merges again
-
-        retry_conflicts(once, what=f"status of {ref.namespace}/{ref.name}", limit=self._conflict_retries)
-
-    def _reconcile(self) -> None:
-        """Converge every claim whose entries of this driver and pool disagree with the checkpoint."""
-        checkpoint = self._checkpoint
-        assert checkpoint is not None
-        claims = self._list_claims()  # a failed or partial list raises: nothing is written on it
-        records = {record.claim_uid: record for record in checkpoint.records()}  # after the list: see above
-        now = rfc3339(dt.datetime.now(dt.UTC))
-        stale: list[ClaimRef] = []
-        for claim in claims:
-            existing = claim.devices
-            record = records.pop(claim.metadata.uid, None)
-            wanted = compute_converged_devices(
-                existing, self.driver_name, self.node_name, record, claim.metadata.generation, now
-            )
-            if wanted != existing:
-                stale.append(claim.ref)
-        for ref in stale:
-            self._enqueue_status(
-                ref, f"writing status of {ref.namespace}/{ref.name}: reconcile with the checkpoint", None
-            )
-        if stale:
-            log.info(
-                "claim status reconciliation: %d claim(s) disagree with the checkpoint: %s",
-                len(stale),
-                ", ".join(f"{ref.namespace}/{ref.name}" for ref in stale),
-            )
-        else:
-            log.debug("claim status reconciliation: %d claim(s) listed, all agree with the checkpoint", len(claims))
-
-    def _list_claims(self) -> list[_ListedClaim]:
-        """Every ResourceClaim of the cluster, page by page; raises if any page fails (never partial)."""
-        claims: list[_ListedClaim] = []
-        token: str | None = None
-        while True:
-            query: dict[str, str | int] = {"limit": self._page_size}
-            if token:
-                query["continue"] = token
-            raw = call_json(self._api_client, "GET", _CLAIMS_PATH, query=query, timeout=self._timeout)
-            try:
-                page = _ClaimList.model_validate(raw)
-            except ValidationError as e:
-                raise ValueError(f"listing ResourceClaims: the API server answered with something else: {e}") from e
-            for item in page.items:
-                try:
-                    claims.append(_ListedClaim.model_validate(item))
-                except ValidationError as e:  # not a claim migdra can name: not one it wrote either
-                    log.debug("claim status reconciliation: skipping an unreadable claim: %s", e)
-            token = page.metadata.continue_
-            if not token:
-                return claims
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    if self._stopping:
-                        return
-                    now = time.monotonic()
-                    if self._next_reconcile is not None and now >= self._next_reconcile:
-                        assert self._reconcile_interval is not None
-                        self._next_reconcile = now + self._reconcile_interval
-                        self._sequence += 1
-                        self._jobs = [j for j in self._jobs if j.key != _RECONCILE_KEY]
-                        reconcile = _Job(_RECONCILE_KEY, _RECONCILING, self._reconcile)
-                        reconcile.sequence = self._sequence
-                        reconcile.queued_at = now  # it too waits for kubelet's calls (call_in_flight)
-                        self._jobs.append(reconcile)
-                    ready = [j for j in self._jobs if j.not_before <= now] if now >= self._paused_until else []
-                    if ready and self._calls_in_flight:
-                        until = min(j.queued_at for j in ready) + self._yield_to_calls
-                        if now < until:  # kubelet's calls first (call_in_flight); woken when they end
-                            self._cond.wait(until - now)
-                            continue
-                    if ready:
-                        job = min(ready, key=lambda j: j.sequence)
-                        self._jobs.remove(job)
-                        self._running += 1
-                        break
-                    wake = [max(min(j.not_before for j in self._jobs), self._paused_until)] if self._jobs else []
-                    if self._next_reconcile is not None:
-                        wake.append(self._next_reconcile)
-                    self._cond.wait(max(min(wake, default=now + 3600) - now, 0.001))
-            try:
-                job.context.run(self._run, job)
+                job.context.run(self._run_job, job)
             finally:
                 with self._cond:
                     self._running -= 1
                     self._cond.notify_all()
 
-    def _run(self, job: _Job) -> None:
+    def next_wake(self) -> float:
+        wake = self._wake_at
+        return self.resync if wake is None else max(0.0, wake - time.monotonic())
+
+    def _take_due(self) -> _Job | None:
+        """The next job to write now (counted as running), or None; records when one is due next."""
+        with self._cond:
+            now = time.monotonic()
+            if self._next_reconcile is not None and now >= self._next_reconcile:
+                assert self._reconcile_interval is not None
+                self._next_reconcile = now + self._reconcile_interval
+                self._queue_locked(_Job(_RECONCILE_KEY, _RECONCILING, self._reconcile), replace=True)
+            ready = [j for j in self._jobs if j.not_before <= now] if now >= self._paused_until else []
+            if ready and self._calls_in_flight:
+                until = min(j.queued_at for j in ready) + self._yield_to_calls
+                if now < until:  # kubelet's calls first (call_in_flight); triggered when they end
+                    self._wake_at = until
+                    return None
+            if ready:
+                job = min(ready, key=lambda j: j.sequence)
+                self._jobs.remove(job)
+                self._running += 1
+                return job
+            wake = [max(min(j.not_before for j in self._jobs), self._paused_until)] if self._jobs else []
+            if self._next_reconcile is not None:
+                wake.append(self._next_reconcile)
+            self._wake_at = min(wake, default=None)
+            return None
+
+    def _run_job(self, job: _Job) -> None:
         job.attempts += 1
         try:
             job.run()
         except _Gone as e:
             log.info("%s: skipped, %s", job.describe, e)
+        except _NotListed:
+            job.attempts -= 1  # not a failure: the informer has not listed yet
+            job.not_before = time.monotonic() + _NOT_LISTED_RETRY_SECONDS
+            with self._cond:
+                self._requeue_locked(job)
         except Exception as e:  # a reporter must never die: outages, refusals, bugs alike
             failure = classify_failure(e)
             if self._on_failure is not None:
@@ -523,9 +600,80 @@ class ClaimReporter:
             self._requeue_locked(job)
 
     def _requeue_locked(self, job: _Job) -> None:
-        if self._stopping:
+        if self._closing or self.stopping:
             return
         if any(j.key == job.key for j in self._jobs):
             return  # superseded by a newer write while this one ran
         self._jobs.append(job)  # its old sequence keeps its place in the order
         self._cond.notify_all()
+
+    # -- the writes ----------------------------------------------------------------------------
+
+    def _create_event(self, body: dict[str, Any]) -> None:
+        self._client.create(EVENTS, body)
+
+    def _converge(self, ref: ClaimRef, reported: ClaimRecord | None, generation: int | None) -> None:
+        """Make the claim's entries of this driver and pool say what the checkpoint says now."""
+
+        def once() -> None:
+            raw = self._client.get(CLAIMS, ref.namespace, ref.name)
+            if raw is None:
+                raise _Gone(f"claim {ref.namespace}/{ref.name} no longer exists")
+            claim = ResourceClaimView.model_validate(raw)
+            if claim.metadata.uid != ref.uid:
+                raise _Gone(f"claim {ref.namespace}/{ref.name} now has UID {claim.metadata.uid}, not {ref.uid}")
+            # Read after the claim: a change of the record after this read comes with its own report,
+            # queued behind this one, which reads again.
+            record = self._checkpoint.get(ref.uid) if self._checkpoint is not None else reported
+            existing = claim.status_devices
+            observed = claim.metadata.generation if claim.metadata.generation is not None else generation
+            devices = compute_converged_devices(
+                existing, self.driver_name, self.node_name, record, observed, rfc3339(dt.datetime.now(dt.UTC))
+            )
+            if devices == existing:
+                return
+            status = raw.setdefault("status", {})
+            if devices:
+                status["devices"] = devices
+            else:
+                status.pop("devices", None)
+            try:
+                self._client.update(CLAIMS, raw, "status")
+            except ApiException as e:
+                if e.status == 404:
+                    raise _Gone(f"claim {ref.namespace}/{ref.name} no longer exists") from e
+                raise  # 409: retry_conflicts reads again and merges again
+
+        retry_conflicts(once, what=f"status of {ref.namespace}/{ref.name}", limit=self._conflict_retries)
+
+    def _reconcile(self) -> None:
+        """Converge every claim whose entries of this driver and pool disagree with the checkpoint."""
+        checkpoint, informer = self._checkpoint, self.claims
+        assert checkpoint is not None
+        assert informer is not None
+        if not informer.wait_synced(0):
+            raise _NotListed  # never a decision on a partial view: again once the informer has listed
+        claims = parse_claims(informer.items())
+        records = {record.claim_uid: record for record in checkpoint.records()}  # after the claims: see above
+        now = rfc3339(dt.datetime.now(dt.UTC))
+        stale: list[ClaimRef] = []
+        for claim in claims:
+            existing = claim.status_devices
+            record = records.pop(claim.metadata.uid, None)
+            wanted = compute_converged_devices(
+                existing, self.driver_name, self.node_name, record, claim.metadata.generation, now
+            )
+            if wanted != existing:
+                stale.append(claim.ref)
+        for ref in stale:
+            self._enqueue_status(
+                ref, f"writing status of {ref.namespace}/{ref.name}: reconcile with the checkpoint", None
+            )
+        if stale:
+            log.info(
+                "claim status reconciliation: %d claim(s) disagree with the checkpoint: %s",
+                len(stale),
+                ", ".join(f"{ref.namespace}/{ref.name}" for ref in stale),
+            )
+        else:
+            log.debug("claim status reconciliation: %d claim(s) listed, all agree with the checkpoint", len(claims))

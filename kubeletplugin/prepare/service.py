@@ -1,7 +1,9 @@
-"""``PrepareService``: NodePrepareResources / NodeUnprepareResources through NVML, CDI and the checkpoint.
+"""``PrepareService``: NodePrepareResources / NodeUnprepareResources, one straight path per claim.
 
-Implements :class:`kubeletplugin.draservice.DraService`.  The path of one claim (docs/prepare.md):
+The :class:`~dra_driver.kubeletcalls.DraService` the gRPC layer calls.  A claim's prepare reads top to
+bottom in :meth:`PrepareService._prepare_claim` (docs/prepare.md):
 
+    hold the claim's lock
     checkpoint says PrepareCompleted?  → NVML still shows its instances?  return its devices (no
                                          API call, nothing created: kubelet retries); else roll back
                                          what is still migdra's (identity-checked) and prepare again
@@ -9,14 +11,22 @@ Implements :class:`kubeletplugin.draservice.DraService`.  The path of one claim 
     read the claim (UID checked) → this driver's results in this node's pool → opaque configs
     → device names → (GPU, GI profile, placement) checked against NVML → placements free?
     → checkpoint PrepareStarted (intent)
-    → per MIG device, under its GPU's lock: GPU's instances read, placement still free?
-        → checkpoint: GI requested (+ the GIs standing) → GI at exactly that placement
-        → checkpoint: GI ID → full CI
-    → CDI spec → checkpoint PrepareCompleted → status.devices + Event (background)
+    → per MIG device, under its GPU's lock (:meth:`PrepareService._create_instance`): placement still
+      free? → checkpoint: GI requested (+ the GIs standing) → GI at exactly that placement
+      → checkpoint: GI ID → full CI → its SMs checked
+    → CDI spec and device metadata → checkpoint PrepareCompleted → status.devices + Event (background)
 
-Unprepare destroys CI then GI of what the record names, deletes the spec, drops the record and
-clears the status.  Per-claim failures become that claim's ``error`` (naming claim, device and
-cause); one claim never fails another, and an unexpected exception is a per-claim error too.
+Unprepare (:meth:`PrepareService._unprepare_claim`) destroys CI then GI of what the record names,
+drops the record, deletes the claim's files and clears its status.  Around both, one wrapper
+(:meth:`PrepareService._handle`) does what every claim needs: the log context (claim UID and name),
+the per-claim metric, and the one mapping of an exception to the claim's ``error`` (naming claim,
+device and cause) with a Warning Event; one claim never fails another, and an unexpected exception
+is a per-claim error too.
+
+Beside it: the NVML steps (:mod:`~kubeletplugin.prepare.mig_instances`), the claim's files
+(:mod:`~kubeletplugin.prepare.claim_files`), the checkpoint (:mod:`~kubeletplugin.prepare.checkpoint`),
+the claim status writer (:mod:`~kubeletplugin.prepare.reporter`) and what runs once at start-up
+(:mod:`~kubeletplugin.prepare.recovery`).
 
 Concurrency: the claims of one call, and concurrent calls, run on a small thread pool.  Several
 plugin processes may serve the node at once (the two pods of a rolling update), so every lock is
@@ -29,49 +39,43 @@ in parallel.  This module never imports ``grpc``.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
+import os
+import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from kubernetes import client
-
-from dra_driver.durable import parse_temporary_name
+from dra_driver.kube.client import Client
+from dra_driver.kubeletcalls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 from dra_driver.logs import log_context
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError
 from dra_driver.nvml.types import GpuInstanceInfo
-from kubeletplugin.draservice import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 from kubeletplugin.metrics import MigInstance, PrepareMetrics
 from kubeletplugin.prepare.cdi import (
     DEFAULT_COMMON_EDITS,
     CommonEdits,
-    claim_uid_of_spec,
     compute_cdi_device_id,
-    delete_cdi_spec,
-    ensure_claim_spec,
-    list_cdi_spec_claims,
     read_cdi_spec_device_names,
-    write_claim_spec,
 )
 from kubeletplugin.prepare.checkpoint import CheckpointStore, CheckpointWriteStats, read_node_boot_id
+from kubeletplugin.prepare.claim_files import ClaimFiles
 from kubeletplugin.prepare.claims import (
     AllocatedDevice,
-    ClaimApi,
     claim_namespaced_name,
     compute_claim_allocation,
     compute_claim_ref_problem,
     read_claim,
 )
 from kubeletplugin.prepare.config import compute_device_config, parse_driver_configs
-from kubeletplugin.prepare.crashpoints import CrashHook, CrashPoint
 from kubeletplugin.prepare.devices import DeviceTarget, NodeGpus, compute_device_target
 from kubeletplugin.prepare.driver_files import DriverEdits
 from kubeletplugin.prepare.errors import (
@@ -83,27 +87,18 @@ from kubeletplugin.prepare.errors import (
     RealizeError,
     is_file_system_error,
 )
-from kubeletplugin.prepare.leftovers import find_leftover_temporary_files, remove_temporary_files
 from kubeletplugin.prepare.locks import LOCKS_DIR, KeyedLocks
-from kubeletplugin.prepare.metadata import (
-    METADATA_DIR,
-    DeviceAttribute,
-    DeviceAttributeReader,
-    RequestMetadata,
-    build_claim_metadata,
-    build_metadata_mounts,
-    list_metadata_claims,
-    read_metadata_missing,
-    remove_claim_metadata,
-    remove_metadata_directory,
-    write_claim_metadata,
-)
-from kubeletplugin.prepare.realize import (
+from kubeletplugin.prepare.metadata import DeviceAttributeReader
+from kubeletplugin.prepare.mig_instances import (
     RealizedInstance,
-    RealizeFailed,
+    check_delivered_sms,
     compute_placement_conflict,
-    realize_mig_instance,
-    roll_back_realized,
+    create_compute_instance,
+    create_gpu_instance,
+    destroy_created_instance,
+    read_standing_instances,
+    read_verification_problems,
+    release_record,
 )
 from kubeletplugin.prepare.records import (
     ClaimRecord,
@@ -112,20 +107,12 @@ from kubeletplugin.prepare.records import (
     DeviceRecord,
     compute_conflicting_device,
 )
-from kubeletplugin.prepare.recovery import (
-    Outcome,
-    RecoveryReport,
-    read_verification_problems,
-    recover,
-    release_record,
-)
-from kubeletplugin.prepare.reporter import ClaimReporter
-from kubeletplugin.prepare.settings import PrepareSettings
-from kubeletplugin.prepare.status import EVENT_PREPARE_FAILED, EVENT_UNPREPARE_FAILED
+from kubeletplugin.prepare.recovery import RecoveryReport, recover_node
+from kubeletplugin.prepare.reporter import EVENT_PREPARE_FAILED, EVENT_UNPREPARE_FAILED, ClaimReporter
+from kubeletplugin.settings import CrashPoint, PrepareSettings
 
 log = logging.getLogger(__name__)
 
-_R = TypeVar("_R")
 _Result = TypeVar("_Result", PrepareResult, UnprepareResult)
 
 
@@ -143,7 +130,7 @@ class PrepareService:
         self,
         *,
         nvml: Nvml,
-        api_client: client.ApiClient,
+        client: Client,
         node_name: str,
         driver_name: str,
         cdi_dir: Path,
@@ -153,7 +140,6 @@ class PrepareService:
         workers: int = 64,
         crash_at: CrashPoint | None = None,
         state_lock_timeout: float = 30.0,
-        api_timeout: float = 10.0,
         reporter: ClaimReporter | None = None,
         metrics: PrepareMetrics | None = None,
         device_metadata: bool = True,
@@ -168,19 +154,24 @@ class PrepareService:
         self.driver_name = driver_name
         self.cdi_dir = cdi_dir
         self.state_dir = state_dir
-        self.proc_root = proc_root
-        # KEP-5304 device metadata (metadata.py): written under this directory, swept even when off.
-        self.metadata_root = plugin_data_dir or state_dir
-        self.device_metadata = device_metadata
-        self.common_edits = common_edits  # driver files, device nodes: the same in every claim's spec
-        self._attributes = DeviceAttributeReader(nvml, self._gpus, driver_name)
-        self._claims = ClaimApi(api_client, api_timeout)
+        self._files = ClaimFiles(
+            cdi_dir=cdi_dir,
+            proc_root=proc_root,
+            driver_name=driver_name,
+            pool_name=node_name,
+            # KEP-5304 device metadata (metadata.py): written under this directory, swept even when off.
+            metadata_root=plugin_data_dir or state_dir,
+            device_metadata=device_metadata,
+            common_edits=common_edits,  # driver files, device nodes: the same in every claim's spec
+            attributes=DeviceAttributeReader(nvml, self._gpus, driver_name),
+            state_dir=state_dir,
+        )
+        self._client = client
         self._read_boot_id = read_boot_id
         self._workers = workers
-        self._crash = CrashHook(crash_at)
-        self._api_timeout = api_timeout
+        self._crash_at = crash_at
         self._lock_timeout = state_lock_timeout
-        self._reporter = reporter or ClaimReporter(api_client, driver_name, node_name, request_timeout=api_timeout)
+        self._reporter = reporter or ClaimReporter(client, driver_name, node_name)
         locks = state_dir / LOCKS_DIR
         self._claim_locks = KeyedLocks(
             locks, prefix="claim-", kind="claim", timeout=state_lock_timeout, remove_files=True
@@ -197,7 +188,7 @@ class PrepareService:
         settings: PrepareSettings,
         *,
         nvml: Nvml,
-        api_client: client.ApiClient,
+        client: Client,
         node_name: str,
         driver_name: str,
         read_boot_id: Callable[[], str] = read_node_boot_id,
@@ -209,7 +200,7 @@ class PrepareService:
         and the driver files found at start-up (``driver_edits``; None: the specs carry none)."""
         return cls(
             nvml=nvml,
-            api_client=api_client,
+            client=client,
             node_name=node_name,
             driver_name=driver_name,
             cdi_dir=settings.cdi_dir,
@@ -219,7 +210,6 @@ class PrepareService:
             workers=settings.prepare_workers,
             crash_at=settings.test_crash_at,
             state_lock_timeout=settings.state_lock_timeout,
-            api_timeout=settings.api_timeout,
             reporter=reporter,
             metrics=metrics,
             device_metadata=settings.device_metadata,
@@ -249,11 +239,9 @@ class PrepareService:
         self._store = store
         self._reporter.start(store)  # claim status converges to the checkpoint (and is reconciled with it)
         try:
-            for record in loaded.discarded:  # another boot: no process of this boot can be working on them
-                self._delete_spec(record.claim_uid)
-            report = recover(self.nvml, store, self._claim_locks, self._gpu_locks, after=self._after_recovery)
-            self._remove_cdi_leftovers()
-            self._remove_metadata_leftovers()
+            report = recover_node(
+                self.nvml, store, loaded, self._files, self._claim_locks, self._gpu_locks, self._reporter
+            )
         except LockTimeoutError as e:
             self._abandon_start()
             raise CheckpointError(f"start-up recovery could not finish: {e.message}") from e
@@ -267,71 +255,16 @@ class PrepareService:
             len(report.adopted),
             len(report.rolled_back),
             len(report.kept),
-            len(loaded.discarded),
+            len(report.discarded),
             len(report.in_flight),
         )
-        return RecoveryReport(report.adopted, report.rolled_back, report.kept, loaded.discarded, report.in_flight)
+        return report
 
     def _abandon_start(self) -> None:
         self._reporter.close()
         if self._store is not None:
             self._store.close()
             self._store = None
-
-    def _after_recovery(self, record: ClaimRecord, outcome: Outcome) -> None:
-        """The claim's CDI spec and status after recovery decided on its record (claim lock held)."""
-        if outcome is Outcome.ADOPTED:
-            self._ensure_spec(record, strict=False)
-        elif outcome is Outcome.ROLLED_BACK:
-            self._delete_spec(record.claim_uid)
-            if record.state is ClaimState.PREPARE_COMPLETED:
-                self._reporter.report_cleared(ClaimRef(record.namespace, record.name, record.claim_uid), record)
-
-    def _remove_cdi_leftovers(self) -> None:
-        """Spec files no record names, and temporary spec files of dead writers, each under its claim's lock.
-
-        The directory is listed *before* the records are read: a spec is written after its claim's
-        record, so one listed here whose record is gone under the claim's lock belongs to nobody.  A
-        claim another plugin process is working on is skipped.
-        """
-        store = self._require_store()
-        specs = list_cdi_spec_claims(self.cdi_dir, self.driver_name)
-        temporaries: dict[str, list[Path]] = {}
-        for path, target in find_leftover_temporary_files(self.cdi_dir, lambda target: True):
-            uid = claim_uid_of_spec(Path(target), self.driver_name)
-            if uid is not None:  # another vendor's file is never ours to remove
-                temporaries.setdefault(uid, []).append(path)
-        for uid in sorted(specs | temporaries.keys()):
-            with self._claim_locks.try_hold(uid) as held:
-                if not held:
-                    continue
-                remove_temporary_files(temporaries.get(uid, ()))  # its writers hold this lock: none is writing
-                if uid in specs and store.get(uid) is None:
-                    log.warning("removing CDI spec of claim UID %s: no checkpoint record names it", uid)
-                    self._delete_spec(uid)
-
-    def _remove_metadata_leftovers(self) -> None:
-        """Device metadata directories no record names (as CDI specs, docs/prepare.md §7).
-
-        A directory is listed before the records are read, and removed only while no record names its
-        claim and the lock of every claim UID its files name is held here: metadata is written after
-        the claim's record, under its lock, so what is listed and then found unnamed belongs to nobody.
-        """
-        store = self._require_store()
-        for listed in list_metadata_claims(self.metadata_root):
-            with contextlib.ExitStack() as held:
-                uids = sorted(uid for uid in listed.claim_uids if uid is not None)
-                if not all(held.enter_context(self._claim_locks.try_hold(uid)) for uid in uids):
-                    continue  # another plugin process is working on one of them
-                if any(r.namespace == listed.namespace and r.name == listed.name for r in store.records()):
-                    continue
-                removed = remove_metadata_directory(self.metadata_root, listed.namespace, listed.name)
-                log.warning(
-                    "removed the device metadata of claim %s/%s (%d file(s)): no checkpoint record names it",
-                    listed.namespace,
-                    listed.name,
-                    removed,
-                )
 
     def close(self, report_timeout: float = 1.0, drain_timeout: float = 60.0) -> None:
         """Stop serving: wait for running calls (at most ``drain_timeout`` s), give queued status writes a
@@ -360,26 +293,419 @@ class PrepareService:
     ) -> None:
         self.close()
 
-    # -- DraService ----------------------------------------------------------------------------
+    # -- DraService: every claim of a call, each through one wrapper ------------------------------
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
-        with self._call(), self._reporter.call_in_flight():  # status writes wait for the call (reporter.py)
-            return self._fan_out(claims, lambda ref: self._measured("prepare", self._prepare_claim_reported, ref))
+        return self._each_claim("prepare", claims, self._prepare_claim, PrepareResult)
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
-        with self._call(), self._reporter.call_in_flight():
-            return self._fan_out(claims, lambda ref: self._measured("unprepare", self._unprepare_claim_reported, ref))
-
-    # -- realize before bind (kubeletplugin.realizer) -------------------------------------------
+        return self._each_claim("unprepare", claims, self._unprepare_claim, UnprepareResult)
 
     def realize_ahead(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
-        """Prepare ``claims`` before their pods are bound: the prepare path exactly, and the record says
-        *realized ahead* until kubelet's :meth:`prepare` returns it (then kubelet owns the unprepare).
+        """Prepare ``claims`` before their pods are bound (realize before bind, the realizer's call): the
+        prepare path exactly, and the record says *realized ahead* until kubelet's :meth:`prepare`
+        returns it (then kubelet owns the unprepare).  A claim already prepared is returned as it is (a
+        record kubelet has claimed stays claimed).  Not in the prepare metric: kubelet did not ask."""
+        return self._each_claim(
+            "realize ahead", claims, functools.partial(self._prepare_claim, ahead=True), PrepareResult
+        )
 
-        A claim already prepared is returned as it is (a record kubelet has claimed stays claimed).
-        """
+    def _each_claim(
+        self,
+        operation: str,
+        claims: Sequence[ClaimRef],
+        handle: Callable[[ClaimRef], _Result],
+        result: Callable[..., _Result],
+    ) -> dict[str, _Result]:
+        """Every claim of a call through :meth:`_handle`: the usual call (one pod, one claim) in the
+        caller's thread, several on the worker pool.  Claim status writes wait for the call (reporter.py)."""
+        if self._executor is None:
+            raise RuntimeError("PrepareService.start() must run before prepare/unprepare calls")
+        unique = {ref.uid: ref for ref in claims}
         with self._call(), self._reporter.call_in_flight():
-            return self._fan_out(claims, lambda ref: self._prepare_claim_reported(ref, ahead=True))
+            if len(unique) == 1:  # no hand-off to a worker thread and back
+                ((uid, ref),) = unique.items()
+                return {uid: self._handle(operation, ref, handle, result)}
+            futures: dict[str, Future[_Result]] = {
+                uid: self._executor.submit(self._handle, operation, ref, handle, result) for uid, ref in unique.items()
+            }
+            return {uid: future.result() for uid, future in futures.items()}
+
+    def _handle(
+        self, operation: str, ref: ClaimRef, handle: Callable[[ClaimRef], _Result], result: Callable[..., _Result]
+    ) -> _Result:
+        """One claim: what every claim needs around its path, in one place -- the log context (claim UID
+        and name), the per-claim metric (by outcome; per claim, not per call), and the mapping of any
+        failure to the claim's error with a Warning Event."""
+        started = time.perf_counter()
+        verb = "unprepare" if operation == "unprepare" else "prepare"
+        with log_context(claim_uid=ref.uid or None, claim=claim_namespaced_name(ref)):
+            problem = compute_claim_ref_problem(ref)
+            if problem is not None:  # nothing to report the failure on: the claim cannot be named
+                log.warning("%s refused: %s", verb, problem)
+                outcome = result(error=problem)
+            else:
+                try:
+                    outcome = handle(ref)
+                except Exception as e:
+                    message = self._claim_error(ref, verb, e)
+                    failed = EVENT_UNPREPARE_FAILED if verb == "unprepare" else EVENT_PREPARE_FAILED
+                    self._reporter.report_failure(ref, failed, message)
+                    outcome = result(error=message)
+        if self._metrics is not None and operation != "realize ahead":
+            self._metrics.observe_claim(operation, time.perf_counter() - started, not outcome.error)
+        return outcome
+
+    def _claim_error(self, ref: ClaimRef, operation: str, error: Exception) -> str:
+        """The claim's one-line error for what its ``operation`` ("prepare", "unprepare") raised.
+
+        The one place an exception becomes a per-claim message, for both calls: migdra's own errors
+        say claim, device and cause; a file the claim needs that the node refuses (a read-only CDI
+        directory, a full disk) becomes a :class:`NodeFileError` naming the file, its role and the
+        operating system's reason; only what nobody foresaw is "unexpected" (logged with its
+        traceback).  Called from the ``except`` block, so the traceback is the one being handled.
+        """
+        label = claim_namespaced_name(ref)
+        if is_file_system_error(error):
+            assert isinstance(error, OSError)
+            error = NodeFileError(*self._files.describe_file(error.filename), error)
+        if isinstance(error, PrepareError):
+            message = error.describe(label)
+            log.warning("%s failed: %s", operation, message)
+        elif isinstance(error, CheckpointError):
+            message = f"claim {label}: {error}"
+            log.error("%s failed: %s", operation, message)
+        else:
+            doing = "preparing" if operation == "prepare" else "unpreparing"
+            message = f"claim {label}: unexpected error while {doing}: {error!r}"
+            log.exception("%s of claim %s (UID %s) failed unexpectedly", operation, label, ref.uid)
+        return message
+
+    # -- prepare: the path of one claim ------------------------------------------------------------
+
+    def _prepare_claim(self, ref: ClaimRef, *, ahead: bool = False) -> PrepareResult:
+        """``ahead``: the realizer's call (record realized ahead); otherwise kubelet's, which claims a
+        record realized ahead (from then on kubelet owns its unprepare)."""
+        store = self._require_store()
+        with self._claim_locks.hold(ref.uid):
+            record = store.get(ref.uid)
+            if record is not None and record.state is ClaimState.PREPARE_COMPLETED:
+                if self._still_realized(ref, record):
+                    self._files.ensure(record)
+                    if record.realized_ahead and not ahead:
+                        record = record.model_copy(update={"realized_ahead": False})
+                        store.put(record)  # before kubelet gets the devices: no teardown after this
+                        log.info("claim %s (UID %s): kubelet claimed what was realized ahead", record.label, ref.uid)
+                    return self._result_of(record)
+                record = None  # rolled back: prepare again, from the claim
+            if record is not None:
+                log.warning("claim %s (UID %s): rolling back an unfinished prepare first", record.label, ref.uid)
+                self._release(record)
+
+            claim = read_claim(self._client, ref)
+            allocation = compute_claim_allocation(claim, ref, self.driver_name, self.pool_name)
+            configs = parse_driver_configs(allocation.configs, self.driver_name)
+            grouped = _group_by_device(allocation.devices)
+            if not grouped:
+                log.info(
+                    "claim %s (UID %s) has no device of %s (allocated by %s only): nothing to prepare",
+                    claim_namespaced_name(ref),
+                    ref.uid,
+                    self.driver_name,
+                    ", ".join(allocation.other_drivers) or "no driver",
+                )
+                return PrepareResult()
+            try:
+                gpus = self._gpus.topology(grouped)
+            except NvmlError as e:
+                raise RealizeError(f"reading the node's GPUs through NVML failed: {e}") from e
+            intents: list[DeviceIntent] = []
+            targets: dict[str, DeviceTarget] = {}
+            for device_name, (requests, admin_access) in grouped.items():
+                targets[device_name] = compute_device_target(device_name, gpus, admin_access=admin_access)
+                env = compute_device_config(configs, requests)
+                intents.append(_intent_of(targets[device_name], requests, admin_access, env))
+            self._check_placements_free(ref, intents)
+
+            started = ClaimRecord(
+                claim_uid=ref.uid,
+                namespace=ref.namespace,
+                name=ref.name,
+                pod_claim_name=claim.metadata.pod_claim_name,
+                state=ClaimState.PREPARE_STARTED,
+                devices=tuple(DeviceRecord(intent=intent) for intent in intents),
+                realized_ahead=ahead,
+            )
+            store.begin(started)
+            self._crash(CrashPoint.AFTER_CHECKPOINT_STARTED)
+            created: list[RealizedInstance] = []  # what this call created: undone if it fails
+            devices: list[DeviceRecord] = []
+            try:
+                for index, device in enumerate(started.devices):
+                    if device.intent.admin_access:
+                        devices.append(self._admin_device(device))
+                    elif not device.intent.is_mig:
+                        devices.append(device)  # a whole GPU: nothing to create
+                    else:
+                        instance, realized = self._create_instance(started.claim_uid, index, device, targets)
+                        created.append(instance)
+                        devices.append(realized)
+                completed = started.model_copy(
+                    update={
+                        "state": ClaimState.PREPARE_COMPLETED,
+                        "devices": tuple(
+                            d.model_copy(
+                                update={
+                                    "cdi_device_ids": (
+                                        compute_cdi_device_id(self.driver_name, ref.uid, d.intent.device_name),
+                                    )
+                                }
+                            )
+                            for d in devices
+                        ),
+                    }
+                )
+                self._files.write(completed)
+                self._crash(CrashPoint.AFTER_CDI)
+                store.put(completed)
+                self._crash(CrashPoint.AFTER_CHECKPOINT_COMPLETED)
+            except _GpuInstanceLeft as e:
+                self._undo(started, created, [*devices, e.device])
+                raise
+            except BaseException:
+                self._undo(started, created, devices)
+                raise
+            self._reporter.report_prepared(ref, completed, allocation.generation)
+            log.info(
+                "prepared claim %s (UID %s): %s",
+                completed.label,
+                ref.uid,
+                ", ".join(d.intent.device_name for d in completed.devices),
+            )
+            return self._result_of(completed)
+
+    def _create_instance(
+        self, claim_uid: str, index: int, device: DeviceRecord, targets: dict[str, DeviceTarget]
+    ) -> tuple[RealizedInstance, DeviceRecord]:
+        """Create device ``index``'s MIG instance under its GPU's lock, recording each step in the
+        checkpoint before the next: the request (with the GIs standing), then the GI's ID as soon as
+        NVML returns it (before any compute instance exists).  So after a crash the record tells
+        recovery exactly which GI may be migdra's, and the slice publisher knows it from the moment it
+        exists.  A failure after the GI exists destroys it again (CI first); a GI that cannot be
+        destroyed is raised with the device as recorded (:class:`_GpuInstanceLeft`), for the record."""
+        intent = device.intent
+        target = targets[intent.device_name]
+        with log_context(gpu_uuid=intent.gpu_uuid), self._gpu_locks.hold(intent.gpu_uuid):
+            standing = read_standing_instances(self.nvml, target)
+            before = tuple(sorted(gi.gpu_instance_id for gi in standing))
+            device = self._record_step(
+                claim_uid, index, device, {"gpu_instances_before": before}, "the GPU-instance request"
+            )
+            self._crash(CrashPoint.AFTER_CHECKPOINT_REQUESTED)
+            gi = create_gpu_instance(self.nvml, target)
+            self._crash(CrashPoint.AFTER_GPU_INSTANCE)
+            compute_instance_id: int | None = None
+            try:
+                device = self._record_step(
+                    claim_uid, index, device, {"gpu_instance_id": gi.gpu_instance_id}, f"GI {gi.gpu_instance_id}"
+                )
+                self._crash(CrashPoint.AFTER_CHECKPOINT_GPU_INSTANCE)
+                ci_profile, ci = create_compute_instance(self.nvml, target, gi.gpu_instance_id)
+                compute_instance_id = ci.compute_instance_id
+                self._crash(CrashPoint.AFTER_COMPUTE_INSTANCE)
+                instance = check_delivered_sms(target, gi.gpu_instance_id, ci_profile, ci)
+            except RealizeError as e:
+                failure = destroy_created_instance(self.nvml, target.gpu_uuid, gi.gpu_instance_id, compute_instance_id)
+                if failure is None:
+                    raise
+                left = device.model_copy(update={"gpu_instance_id": gi.gpu_instance_id})
+                raise _GpuInstanceLeft(
+                    f"{e.message}; rolling back GI {gi.gpu_instance_id} failed ({failure})", left
+                ) from e
+        return instance, device.model_copy(
+            update={
+                "gpu_instance_id": instance.gpu_instance_id,
+                "compute_instance_id": instance.compute_instance_id,
+                "compute_instance_profile_id": instance.compute_instance_profile_id,
+                "mig_uuid": instance.mig_uuid,
+            }
+        )
+
+    def _record_step(
+        self, claim_uid: str, index: int, device: DeviceRecord, update: dict[str, object], what: str
+    ) -> DeviceRecord:
+        """Device ``index`` of the claim's record, updated and written; a failure is the claim's
+        :class:`RealizeError` (after the GI exists, the caller destroys it)."""
+        device = device.model_copy(update=update)
+        try:
+            self._require_store().update_device(claim_uid, index, device)
+        except (OSError, CheckpointError, LockTimeoutError) as e:
+            raise RealizeError(
+                f"device {device.intent.device_name}: recording {what} in the checkpoint failed: {e}"
+            ) from e
+        return device
+
+    def _still_realized(self, ref: ClaimRef, record: ClaimRecord) -> bool:
+        """Whether NVML still shows the instances of a completed ``record``; if not, roll it back.
+
+        An operator may have destroyed migdra's instance and created another in its place since
+        (NVML may even give it the same GI ID).  Returning the recorded devices would hand the pod a
+        MIG UUID that no longer exists, so the record is released -- identity-checked: only an
+        instance that still is migdra's is destroyed -- and the claim is prepared again, which fails
+        cleanly while someone else's instance holds the placement.
+        """
+        problems = read_verification_problems(self.nvml, self._gpu_locks, record)
+        if problems is None:
+            raise RealizeError("its GPUs could not be read to check its prepared instances; kubelet retries")
+        if not problems:
+            return True
+        log.error(
+            "claim %s (UID %s): its prepared instances do not match NVML any more (%s); rolling back what is still "
+            "migdra's and preparing it again",
+            record.label,
+            record.claim_uid,
+            "; ".join(problems),
+        )
+        self._release(record)
+        self._files.delete(record.claim_uid)
+        self._reporter.report_cleared(ref, record)
+        return False
+
+    def _undo(self, started: ClaimRecord, created: list[RealizedInstance], realized: list[DeviceRecord]) -> None:
+        """Destroy what this prepare call created; record what could not be destroyed."""
+        store = self._require_store()
+        leftovers: list[DeviceRecord] = [d for d in realized if d.owns_instance and d.mig_uuid is None]
+        for instance in reversed(created):
+            try:
+                with self._gpu_locks.hold(instance.gpu_uuid):
+                    failure = destroy_created_instance(
+                        self.nvml, instance.gpu_uuid, instance.gpu_instance_id, instance.compute_instance_id
+                    )
+            except LockTimeoutError as e:
+                failure = e.message
+            if failure is not None:
+                leftovers.extend(
+                    d
+                    for d in realized
+                    if d.gpu_instance_id == instance.gpu_instance_id and d.mig_uuid == instance.mig_uuid
+                )
+        # The record tells the truth first: a spec that cannot be deleted (a read-only CDI directory)
+        # must never leave a record naming a GI that is gone -- an operator's GI may get its ID next.
+        if leftovers:
+            store.put(started.model_copy(update={"devices": tuple(leftovers)}))
+        else:
+            store.drop(started.claim_uid)
+        try:
+            self._files.delete(started.claim_uid)
+        except OSError as e:
+            log.error(
+                "claim %s (UID %s): removing its CDI spec after the failed prepare failed: %s; the spec names no "
+                "instance and is removed at the next unprepare or start-up",
+                started.label,
+                started.claim_uid,
+                e,
+            )
+
+    def _admin_device(self, device: DeviceRecord) -> DeviceRecord:
+        """Admin access: the instance at that placement if migdra created it, else the parent GPU only."""
+        intent = device.intent
+        if not intent.is_mig:
+            return device
+        assert intent.profile_id is not None
+        assert intent.placement is not None
+        owner = self._require_store().find_owner(intent.gpu_uuid, intent.profile_id, intent.placement)
+        if owner is None:
+            return device
+        return device.model_copy(
+            update={
+                "gpu_instance_id": owner.gpu_instance_id,
+                "compute_instance_id": owner.compute_instance_id,
+                "compute_instance_profile_id": owner.compute_instance_profile_id,
+                "mig_uuid": owner.mig_uuid,
+            }
+        )
+
+    def _check_placements_free(self, ref: ClaimRef, intents: Sequence[DeviceIntent]) -> None:
+        """Refuse before touching anything: overlapping devices in the claim, or an occupied placement.
+
+        Advisory: :meth:`_create_instance` checks again under the GPU's lock before creating.
+        The records are read after the instances, so an instance another claim's prepare created
+        is attributed to that claim (compute_placement_conflict).
+        """
+        instances: dict[str, list[GpuInstanceInfo]] = {}
+        store = self._require_store()
+        for position, intent in enumerate(intents):
+            earlier = [DeviceRecord(intent=i) for i in intents[:position]]
+            clash = compute_conflicting_device(intent, earlier)
+            if clash is not None:
+                raise DeviceConflictError(
+                    f"devices {clash.intent.device_name} and {intent.device_name} overlap on GPU {intent.gpu_uuid}"
+                )
+            if intent.admin_access or not intent.is_mig:
+                continue
+            if intent.gpu_uuid not in instances:
+                instances[intent.gpu_uuid] = self._read_gpu_instances(intent)
+            conflict = compute_placement_conflict(instances[intent.gpu_uuid], intent, store.records(), ref.uid)
+            if conflict is not None:
+                raise DeviceConflictError(conflict.describe(intent))
+
+    def _read_gpu_instances(self, intent: DeviceIntent) -> list[GpuInstanceInfo]:
+        """The GPU's instances: read without its lock first, so a prepare does not wait behind another
+        claim's creation on the GPU just to look; a read that fails is read again under the lock.
+
+        Why: a GI destroyed while NVML lists the GPU's instances (another claim being unprepared, in
+        this or the other plugin process) fails the listing with INVALID_ARGUMENT (a stale handle).
+        Under the GPU's lock no migdra process destroys anything, so the second read fails only for a
+        reason of its own (or an operator destroying an instance at that very moment).
+        """
+        try:
+            return self.nvml.gpu_instances(intent.gpu_uuid)
+        except NvmlError as e:
+            log.info("reading GPU %s failed (%s); reading it again under its lock", intent.gpu_uuid, e)
+        try:
+            with self._gpu_locks.hold(intent.gpu_uuid):
+                return self.nvml.gpu_instances(intent.gpu_uuid)
+        except NvmlError as e:
+            raise RealizeError(f"device {intent.device_name}: reading GPU {intent.gpu_uuid} failed: {e}") from e
+
+    # -- unprepare --------------------------------------------------------------------------------
+
+    def _unprepare_claim(self, ref: ClaimRef) -> UnprepareResult:
+        store = self._require_store()
+        with self._claim_locks.hold(ref.uid):
+            record = store.get(ref.uid)
+            if record is None:
+                # A spec without a record is what an unprepare leaves that released the instances and
+                # dropped the record, then could not delete the spec (a read-only CDI directory): this
+                # retry finishes it, so it reports as that unprepare would have -- the claim's status
+                # cleared (it still says Ready with the destroyed MIG UUID) and MigDevicesUnprepared.
+                devices = read_cdi_spec_device_names(self.cdi_dir, self.driver_name, ref.uid)
+                if self._files.delete(ref.uid, (ref.namespace, ref.name)):
+                    self._reporter.report_unprepared(ref, devices)
+                    log.info(
+                        "unprepared claim %s (UID %s): removed the CDI spec an earlier unprepare left (%s)",
+                        claim_namespaced_name(ref),
+                        ref.uid,
+                        ", ".join(devices) or "no devices",
+                    )
+                return UnprepareResult()
+            self._release(record)  # the record is dropped before the files go
+            self._files.delete(ref.uid, (ref.namespace, ref.name))
+            self._reporter.report_unprepared(ref, record.device_names)
+            log.info("unprepared claim %s (UID %s)", record.label, ref.uid)
+            return UnprepareResult()
+
+    def _release(self, record: ClaimRecord) -> None:
+        """Destroy the record's instances and drop it; on failure keep what is left as PrepareStarted and raise."""
+        store = self._require_store()
+        remaining, error = release_record(self.nvml, self._gpu_locks, record, store)
+        if error is None:
+            store.drop(record.claim_uid)
+            return
+        store.put(record.model_copy(update={"state": ClaimState.PREPARE_STARTED, "devices": remaining}))
+        raise error
+
+    # -- realize before bind (kubeletplugin.realize_before_bind) ---------------------------------
 
     def realized_ahead(self) -> tuple[ClaimRecord, ...]:
         """The records realized ahead that kubelet has not claimed yet (the checkpoint as it is now)."""
@@ -403,8 +729,8 @@ class PrepareService:
             record = store.get(ref.uid)
             if record is None or not record.realized_ahead or not confirm(record):
                 return False
-            self._release_or_keep(record)
-            self._delete_spec(ref.uid)
+            self._release(record)
+            self._files.delete(ref.uid)
             self._reporter.report_unprepared(ref, record.device_names)
             log.info("released claim %s (UID %s): realized ahead, and no pod will get it", record.label, ref.uid)
             return True
@@ -421,14 +747,6 @@ class PrepareService:
             with self._calls_changed:
                 self._calls -= 1
                 self._calls_changed.notify_all()
-
-    def _measured(self, operation: str, handle: Callable[..., _Result], *args: object) -> _Result:
-        """One claim's prepare or unprepare, counted and timed by its result (per claim, not per call)."""
-        started = time.perf_counter()
-        outcome = handle(*args)
-        if self._metrics is not None:
-            self._metrics.observe_claim(operation, time.perf_counter() - started, not outcome.error)
-        return outcome
 
     def prepared_instances(self) -> list[MigInstance]:
         """Every MIG instance a claim's record says migdra created, with its identity (the metrics'
@@ -481,433 +799,6 @@ class PrepareService:
         """Wait until queued claim status writes and Events are done (tests, shutdown)."""
         return self._reporter.flush(timeout)
 
-    # -- per claim -----------------------------------------------------------------------------
-
-    def _fan_out(self, claims: Sequence[ClaimRef], handle: Callable[[ClaimRef], _R]) -> dict[str, _R]:
-        if self._executor is None:
-            raise RuntimeError("PrepareService.start() must run before prepare/unprepare calls")
-        unique = {ref.uid: ref for ref in claims}
-        if len(unique) == 1:  # the usual call (one pod, one claim): no hand-off to a worker thread and back
-            ((uid, ref),) = unique.items()
-            return {uid: handle(ref)}
-        futures: dict[str, Future[_R]] = {uid: self._executor.submit(handle, ref) for uid, ref in unique.items()}
-        return {uid: future.result() for uid, future in futures.items()}
-
-    def _prepare_claim_reported(self, ref: ClaimRef, *, ahead: bool = False) -> PrepareResult:
-        with log_context(claim_uid=ref.uid or None, claim=claim_namespaced_name(ref)):
-            return self._prepare_claim_logged(ref, ahead=ahead)
-
-    def _prepare_claim_logged(self, ref: ClaimRef, *, ahead: bool) -> PrepareResult:
-        problem = compute_claim_ref_problem(ref)
-        if problem is not None:  # nothing to report the failure on: the claim cannot be named
-            log.warning("prepare refused: %s", problem)
-            return PrepareResult(error=problem)
-        try:
-            return self._prepare_claim(ref, ahead=ahead)
-        except Exception as e:
-            message = self._claim_error(ref, "prepare", e)
-        self._reporter.report_failure(ref, EVENT_PREPARE_FAILED, message)
-        return PrepareResult(error=message)
-
-    def _unprepare_claim_reported(self, ref: ClaimRef) -> UnprepareResult:
-        with log_context(claim_uid=ref.uid or None, claim=claim_namespaced_name(ref)):
-            return self._unprepare_claim_logged(ref)
-
-    def _unprepare_claim_logged(self, ref: ClaimRef) -> UnprepareResult:
-        problem = compute_claim_ref_problem(ref)
-        if problem is not None:
-            log.warning("unprepare refused: %s", problem)
-            return UnprepareResult(error=problem)
-        try:
-            self._unprepare_claim(ref)
-            return UnprepareResult()
-        except Exception as e:
-            message = self._claim_error(ref, "unprepare", e)
-        self._reporter.report_failure(ref, EVENT_UNPREPARE_FAILED, message)
-        return UnprepareResult(error=message)
-
-    def _claim_error(self, ref: ClaimRef, operation: str, error: Exception) -> str:
-        """The claim's one-line error for what its ``operation`` ("prepare", "unprepare") raised.
-
-        The one place an exception becomes a per-claim message, for both calls: migdra's own errors
-        say claim, device and cause; a file the claim needs that the node refuses (a read-only CDI
-        directory, a full disk) becomes a :class:`NodeFileError` naming the file, its role and the
-        operating system's reason; only what nobody foresaw is "unexpected" (logged with its
-        traceback).  Called from the ``except`` block, so the traceback is the one being handled.
-        """
-        label = claim_namespaced_name(ref)
-        if is_file_system_error(error):
-            assert isinstance(error, OSError)
-            error = NodeFileError(*self._node_file(error.filename), error)
-        if isinstance(error, PrepareError):
-            message = error.describe(label)
-            log.warning("%s failed: %s", operation, message)
-        elif isinstance(error, CheckpointError):
-            message = f"claim {label}: {error}"
-            log.error("%s failed: %s", operation, message)
-        else:
-            doing = "preparing" if operation == "prepare" else "unpreparing"
-            message = f"claim {label}: unexpected error while {doing}: {error!r}"
-            log.exception("%s of claim %s (UID %s) failed unexpectedly", operation, label, ref.uid)
-        return message
-
-    def _node_file(self, filename: object) -> tuple[str, Path | None]:
-        """(role, path) of a file an ``OSError`` names: the temporary file of an atomic write stands
-        for the file it was to replace, and the role says which of the claim's files it is."""
-        if not isinstance(filename, str | Path):
-            return "a file of this node", None
-        path = Path(filename)
-        temporary = parse_temporary_name(path.name)
-        if temporary is not None:
-            path = path.with_name(temporary[0])
-        if path.is_relative_to(self.cdi_dir):
-            if claim_uid_of_spec(path, self.driver_name) is not None:
-                return "CDI spec", path
-            return "CDI directory", path
-        if path.is_relative_to(self.metadata_root / METADATA_DIR):
-            return "device metadata", path
-        if path.is_relative_to(self.state_dir):
-            return "state directory", path
-        return "file", path
-
-    def _prepare_claim(self, ref: ClaimRef, *, ahead: bool = False) -> PrepareResult:
-        """``ahead``: the realizer's call (record realized ahead); otherwise kubelet's, which claims a
-        record realized ahead (from then on kubelet owns its unprepare)."""
-        store = self._require_store()
-        with self._claim_locks.hold(ref.uid):
-            record = store.get(ref.uid)
-            if record is not None and record.state is ClaimState.PREPARE_COMPLETED:
-                if self._still_realized(ref, record):
-                    self._ensure_spec(record)
-                    if record.realized_ahead and not ahead:
-                        record = record.model_copy(update={"realized_ahead": False})
-                        store.put(record)  # before kubelet gets the devices: no teardown after this
-                        log.info("claim %s (UID %s): kubelet claimed what was realized ahead", record.label, ref.uid)
-                    return self._result_of(record)
-                record = None  # rolled back: prepare again, from the claim
-            if record is not None:
-                log.warning("claim %s (UID %s): rolling back an unfinished prepare first", record.label, ref.uid)
-                self._release_or_keep(record)
-
-            claim = read_claim(self._claims, ref)
-            allocation = compute_claim_allocation(claim, ref, self.driver_name, self.pool_name)
-            configs = parse_driver_configs(allocation.configs, self.driver_name)
-            grouped = _group_by_device(allocation.devices)
-            if not grouped:
-                log.info(
-                    "claim %s (UID %s) has no device of %s (allocated by %s only): nothing to prepare",
-                    claim_namespaced_name(ref),
-                    ref.uid,
-                    self.driver_name,
-                    ", ".join(allocation.other_drivers) or "no driver",
-                )
-                return PrepareResult()
-            try:
-                gpus = self._gpus.topology(grouped)
-            except NvmlError as e:
-                raise RealizeError(f"reading the node's GPUs through NVML failed: {e}") from e
-            intents: list[DeviceIntent] = []
-            targets: dict[str, DeviceTarget] = {}
-            for device_name, (requests, admin_access) in grouped.items():
-                targets[device_name] = compute_device_target(device_name, gpus, admin_access=admin_access)
-                env = compute_device_config(configs, requests)
-                intents.append(_intent_of(targets[device_name], requests, admin_access, env))
-            self._check_placements_free(ref, intents)
-
-            started = ClaimRecord(
-                claim_uid=ref.uid,
-                namespace=ref.namespace,
-                name=ref.name,
-                pod_claim_name=claim.metadata.pod_claim_name,
-                state=ClaimState.PREPARE_STARTED,
-                devices=tuple(DeviceRecord(intent=intent) for intent in intents),
-                realized_ahead=ahead,
-            )
-            store.begin(started)
-            self._crash(CrashPoint.AFTER_CHECKPOINT_STARTED)
-            completed = self._realize_claim(started, targets)
-            self._reporter.report_prepared(ref, completed, allocation.generation)
-            log.info(
-                "prepared claim %s (UID %s): %s",
-                completed.label,
-                ref.uid,
-                ", ".join(d.intent.device_name for d in completed.devices),
-            )
-            return self._result_of(completed)
-
-    def _still_realized(self, ref: ClaimRef, record: ClaimRecord) -> bool:
-        """Whether NVML still shows the instances of a completed ``record``; if not, roll it back.
-
-        An operator may have destroyed migdra's instance and created another in its place since
-        (NVML may even give it the same GI ID).  Returning the recorded devices would hand the pod a
-        MIG UUID that no longer exists, so the record is released -- identity-checked: only an
-        instance that still is migdra's is destroyed -- and the claim is prepared again, which fails
-        cleanly while someone else's instance holds the placement.
-        """
-        problems = read_verification_problems(self.nvml, self._gpu_locks, record)
-        if problems is None:
-            raise RealizeError("its GPUs could not be read to check its prepared instances; kubelet retries")
-        if not problems:
-            return True
-        log.error(
-            "claim %s (UID %s): its prepared instances do not match NVML any more (%s); rolling back what is still "
-            "migdra's and preparing it again",
-            record.label,
-            record.claim_uid,
-            "; ".join(problems),
-        )
-        self._release_or_keep(record)
-        self._delete_spec(record.claim_uid)
-        self._reporter.report_cleared(ref, record)
-        return False
-
-    def _realize_claim(self, started: ClaimRecord, targets: dict[str, DeviceTarget]) -> ClaimRecord:
-        """Create every device's instance, write CDI, record completion; undo this call's work on failure."""
-        store = self._require_store()
-        created: list[RealizedInstance] = []
-        realized: list[DeviceRecord] = []
-        try:
-            for index, device in enumerate(started.devices):
-                intent = device.intent
-                if intent.admin_access:
-                    realized.append(self._admin_device(device))
-                    continue
-                if not intent.is_mig:
-                    realized.append(device)
-                    continue
-                journal = _DeviceJournal(store, started.claim_uid, index, device)
-                try:
-                    with log_context(gpu_uuid=intent.gpu_uuid), self._gpu_locks.hold(intent.gpu_uuid):
-                        instance = realize_mig_instance(self.nvml, targets[intent.device_name], journal, self._crash)
-                except RealizeFailed as e:
-                    if e.leftover_gpu_instance_id is not None:
-                        realized.append(
-                            journal.device.model_copy(update={"gpu_instance_id": e.leftover_gpu_instance_id})
-                        )
-                    raise e.cause from e
-                created.append(instance)
-                realized.append(
-                    journal.device.model_copy(
-                        update={
-                            "gpu_instance_id": instance.gpu_instance_id,
-                            "compute_instance_id": instance.compute_instance_id,
-                            "compute_instance_profile_id": instance.compute_instance_profile_id,
-                            "mig_uuid": instance.mig_uuid,
-                        }
-                    )
-                )
-            completed = started.model_copy(
-                update={
-                    "state": ClaimState.PREPARE_COMPLETED,
-                    "devices": tuple(
-                        d.model_copy(
-                            update={
-                                "cdi_device_ids": (
-                                    compute_cdi_device_id(self.driver_name, started.claim_uid, d.intent.device_name),
-                                )
-                            }
-                        )
-                        for d in realized
-                    ),
-                }
-            )
-            self._write_spec(completed)
-            self._crash(CrashPoint.AFTER_CDI)
-            store.put(completed)
-            self._crash(CrashPoint.AFTER_CHECKPOINT_COMPLETED)
-            return completed
-        except BaseException:
-            self._undo(started, created, realized)
-            raise
-
-    def _undo(self, started: ClaimRecord, created: list[RealizedInstance], realized: list[DeviceRecord]) -> None:
-        """Destroy what this prepare call created; record what could not be destroyed."""
-        store = self._require_store()
-        leftovers: list[DeviceRecord] = [d for d in realized if d.owns_instance and d.mig_uuid is None]
-        for instance in reversed(created):
-            try:
-                with self._gpu_locks.hold(instance.gpu_uuid):
-                    failure = roll_back_realized(self.nvml, instance)
-            except LockTimeoutError as e:
-                failure = e.message
-            if failure is not None:
-                leftovers.extend(
-                    d
-                    for d in realized
-                    if d.gpu_instance_id == instance.gpu_instance_id and d.mig_uuid == instance.mig_uuid
-                )
-        # The record tells the truth first: a spec that cannot be deleted (a read-only CDI directory)
-        # must never leave a record naming a GI that is gone -- an operator's GI may get its ID next.
-        if leftovers:
-            store.put(started.model_copy(update={"devices": tuple(leftovers)}))
-        else:
-            store.drop(started.claim_uid)
-        try:
-            self._delete_spec(started.claim_uid)
-        except OSError as e:
-            log.error(
-                "claim %s (UID %s): removing its CDI spec after the failed prepare failed: %s; the spec names no "
-                "instance and is removed at the next unprepare or start-up",
-                started.label,
-                started.claim_uid,
-                e,
-            )
-
-    def _admin_device(self, device: DeviceRecord) -> DeviceRecord:
-        """Admin access: the instance at that placement if migdra created it, else the parent GPU only."""
-        intent = device.intent
-        if not intent.is_mig:
-            return device
-        assert intent.profile_id is not None
-        assert intent.placement is not None
-        owner = self._require_store().find_owner(intent.gpu_uuid, intent.profile_id, intent.placement)
-        if owner is None:
-            return device
-        return device.model_copy(
-            update={
-                "gpu_instance_id": owner.gpu_instance_id,
-                "compute_instance_id": owner.compute_instance_id,
-                "compute_instance_profile_id": owner.compute_instance_profile_id,
-                "mig_uuid": owner.mig_uuid,
-            }
-        )
-
-    def _check_placements_free(self, ref: ClaimRef, intents: Sequence[DeviceIntent]) -> None:
-        """Refuse before touching anything: overlapping devices in the claim, or an occupied placement.
-
-        Advisory: :func:`realize_mig_instance` checks again under the GPU's lock before creating.
-        The records are read after the instances, so an instance another claim's prepare created
-        is attributed to that claim (compute_placement_conflict).
-        """
-        instances: dict[str, list[GpuInstanceInfo]] = {}
-        store = self._require_store()
-        for position, intent in enumerate(intents):
-            earlier = [DeviceRecord(intent=i) for i in intents[:position]]
-            clash = compute_conflicting_device(intent, earlier)
-            if clash is not None:
-                raise DeviceConflictError(
-                    f"devices {clash.intent.device_name} and {intent.device_name} overlap on GPU {intent.gpu_uuid}"
-                )
-            if intent.admin_access or not intent.is_mig:
-                continue
-            if intent.gpu_uuid not in instances:
-                instances[intent.gpu_uuid] = self._read_gpu_instances(intent)
-            conflict = compute_placement_conflict(instances[intent.gpu_uuid], intent, store.records(), ref.uid)
-            if conflict is not None:
-                raise DeviceConflictError(conflict.describe(intent))
-
-    def _read_gpu_instances(self, intent: DeviceIntent) -> list[GpuInstanceInfo]:
-        """The GPU's instances: read without its lock first, so a prepare does not wait behind another
-        claim's creation on the GPU just to look; a read that fails is read again under the lock.
-
-        Why: a GI destroyed while NVML lists the GPU's instances (another claim being unprepared, in
-        this or the other plugin process) fails the listing with INVALID_ARGUMENT (a stale handle).
-        Under the GPU's lock no migdra process destroys anything, so the second read fails only for a
-        reason of its own (or an operator destroying an instance at that very moment).
-        """
-        try:
-            return self.nvml.gpu_instances(intent.gpu_uuid)
-        except NvmlError as e:
-            log.info("reading GPU %s failed (%s); reading it again under its lock", intent.gpu_uuid, e)
-        try:
-            with self._gpu_locks.hold(intent.gpu_uuid):
-                return self.nvml.gpu_instances(intent.gpu_uuid)
-        except NvmlError as e:
-            raise RealizeError(f"device {intent.device_name}: reading GPU {intent.gpu_uuid} failed: {e}") from e
-
-    def _unprepare_claim(self, ref: ClaimRef) -> None:
-        store = self._require_store()
-        with self._claim_locks.hold(ref.uid):
-            record = store.get(ref.uid)
-            if record is None:
-                # A spec without a record is what an unprepare leaves that released the instances and
-                # dropped the record, then could not delete the spec (a read-only CDI directory): this
-                # retry finishes it, so it reports as that unprepare would have -- the claim's status
-                # cleared (it still says Ready with the destroyed MIG UUID) and MigDevicesUnprepared.
-                devices = read_cdi_spec_device_names(self.cdi_dir, self.driver_name, ref.uid)
-                if self._delete_spec(ref.uid, (ref.namespace, ref.name)):
-                    self._reporter.report_unprepared(ref, devices)
-                    log.info(
-                        "unprepared claim %s (UID %s): removed the CDI spec an earlier unprepare left (%s)",
-                        claim_namespaced_name(ref),
-                        ref.uid,
-                        ", ".join(devices) or "no devices",
-                    )
-                return
-            self._release_or_keep(record)  # the record is dropped before the spec goes (76c3a84)
-            self._delete_spec(ref.uid, (ref.namespace, ref.name))
-            self._reporter.report_unprepared(ref, record.device_names)
-            log.info("unprepared claim %s (UID %s)", record.label, ref.uid)
-
-    def _release_or_keep(self, record: ClaimRecord) -> None:
-        """Destroy the record's instances; on failure keep what is left as PrepareStarted and raise."""
-        store = self._require_store()
-        remaining, error = release_record(self.nvml, self._gpu_locks, record, store)
-        if error is None:
-            store.drop(record.claim_uid)
-            return
-        store.put(record.model_copy(update={"state": ClaimState.PREPARE_STARTED, "devices": remaining}))
-        raise error
-
-    # -- CDI -----------------------------------------------------------------------------------
-
-    def _write_spec(self, record: ClaimRecord) -> None:
-        """The claim's device metadata files, then its spec (which mounts them)."""
-        mounts = self._write_metadata(record) if self.device_metadata else None
-        write_claim_spec(self.cdi_dir, self.proc_root, self.driver_name, record, mounts, self.common_edits)
-
-    def _ensure_spec(self, record: ClaimRecord, *, strict: bool = True) -> None:
-        """Write the metadata files and the spec again where missing.  ``strict=False`` (start-up): a
-        metadata failure is logged, not raised -- the next prepare of the claim writes them again."""
-        mounts = None
-        if self.device_metadata:
-            try:
-                mounts = build_metadata_mounts(record, self.driver_name, self.metadata_root)
-                if record.devices and read_metadata_missing(self._metadata_files(record, attributes={})):
-                    log.warning(
-                        "device metadata of claim %s (UID %s) is missing; writing it again",
-                        record.label,
-                        record.claim_uid,
-                    )
-                    self._write_metadata(record)
-            except (PrepareError, OSError) as e:
-                if strict:
-                    raise
-                log.error(
-                    "device metadata of claim %s (UID %s) could not be written: %s", record.label, record.claim_uid, e
-                )
-        ensure_claim_spec(self.cdi_dir, self.proc_root, self.driver_name, record, mounts, self.common_edits)
-
-    def _delete_spec(self, claim_uid: str, claim: tuple[str, str] | None = None) -> bool:
-        """Delete the claim's spec (True if there was one) and its device metadata files; ``claim``
-        (namespace, name) says where they are, else every metadata directory is looked at."""
-        where = (
-            [claim]
-            if claim is not None
-            else [(d.namespace, d.name) for d in list_metadata_claims(self.metadata_root) if claim_uid in d.claim_uids]
-        )
-        try:
-            return delete_cdi_spec(self.cdi_dir, self.driver_name, claim_uid)
-        finally:
-            # Also when the spec cannot go (a read-only CDI directory): the metadata directory is
-            # another mount, and its files would otherwise wait for the next start-up's sweep.
-            for namespace, name in where:
-                remove_claim_metadata(self.metadata_root, namespace, name, claim_uid)
-
-    def _metadata_files(
-        self, record: ClaimRecord, attributes: Mapping[str, Mapping[str, DeviceAttribute]]
-    ) -> list[RequestMetadata]:
-        return build_claim_metadata(record, self.driver_name, self.pool_name, self.metadata_root, attributes)
-
-    def _write_metadata(self, record: ClaimRecord) -> dict[str, list[dict[str, Any]]]:
-        """Write the claim's device metadata files (device attributes read through NVML); its CDI mounts."""
-        mounts = build_metadata_mounts(record, self.driver_name, self.metadata_root)  # names checked first
-        files = self._metadata_files(record, self._attributes.read(record))
-        write_claim_metadata(self.metadata_root, files, record.claim_uid)
-        return mounts
-
-    # -- helpers of this service ----------------------------------------------------------------
-
     def _result_of(self, record: ClaimRecord) -> PrepareResult:
         return PrepareResult(
             devices=tuple(
@@ -921,37 +812,26 @@ class PrepareService:
             )
         )
 
+    def _crash(self, point: CrashPoint) -> None:
+        """TESTS ONLY: at the configured crash point, die as ``kill -9`` does (no handler, no ``finally``)."""
+        if self._crash_at is not None and point is self._crash_at:
+            log.warning("test crash point %s reached: killing this process with SIGKILL", point.value)
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
     def _require_store(self) -> CheckpointStore:
         if self._store is None:
             raise RuntimeError("PrepareService.start() must run before prepare/unprepare calls")
         return self._store
 
 
-class _DeviceJournal:
-    """Records the creation steps of one device of a claim in the checkpoint (a ``CreationJournal``)."""
+class _GpuInstanceLeft(RealizeError):
+    """A device's prepare failed after its GI existed, and destroying the GI failed too: ``device`` is
+    the device as recorded, with that GI's ID, so the record keeps naming it for a retry."""
 
-    def __init__(self, store: CheckpointStore, claim_uid: str, index: int, device: DeviceRecord) -> None:
-        self._store = store
-        self._claim_uid = claim_uid
-        self._index = index
-        self.device = device  # as last recorded
-
-    def requesting(self, standing: Sequence[GpuInstanceInfo]) -> None:
-        before = tuple(sorted(gi.gpu_instance_id for gi in standing))
-        self._record(self.device.model_copy(update={"gpu_instances_before": before}), "the GPU-instance request")
-
-    def created(self, gpu_instance_id: int) -> None:
-        self._record(self.device.model_copy(update={"gpu_instance_id": gpu_instance_id}), f"GI {gpu_instance_id}")
-
-    def _record(self, device: DeviceRecord, what: str) -> None:
-        # Any failure must reach realize_mig_instance as a RealizeError: it destroys the GI it created
-        # when the GI's ID cannot be recorded.
-        try:
-            self._store.update_device(self._claim_uid, self._index, device)
-        except (OSError, CheckpointError, LockTimeoutError) as e:
-            raise RealizeError(
-                f"device {device.intent.device_name}: recording {what} in the checkpoint failed: {e}"
-            ) from e
+    def __init__(self, message: str, device: DeviceRecord) -> None:
+        super().__init__(message)
         self.device = device
 
 

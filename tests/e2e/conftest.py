@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.e2e.test_kubelet_plugin_process import NODE, PluginProcess
 from tests.kubelet_client import short_socket_dir
 

@@ -19,9 +19,9 @@ import pynvml
 import pytest
 from kubernetes import client
 
+from dra_driver.kubeletcalls import ClaimRef
 from dra_driver.mig import load_catalog
 from dra_driver.nvml import sim
-from kubeletplugin.draservice import ClaimRef
 from tests.api_outage import OutputLines, RestartableApiServer, restartable_api_server
 from tests.kubelet_client import KubeletClient, short_socket_dir
 from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env

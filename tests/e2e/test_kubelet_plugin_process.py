@@ -16,9 +16,9 @@ import grpc
 import pytest
 from kubernetes import client
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.mig import load_catalog
 from dra_driver.nvml import sim
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.kubelet_client import KubeletClient
 from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env
 from tests.prepare_harness import create_claim, read_claim_json, result

@@ -24,10 +24,10 @@ import grpc
 import pytest
 from kubernetes import client
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.kubeletcalls import ClaimRef, PrepareResult
 from dra_driver.nvml import sim
-from kubeletplugin.draservice import ClaimRef, PrepareResult
 from kubeletplugin.prepare.locks import LOCKS_DIR, lock_file_name, release_flock, try_flock
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.kubelet_client import KubeletClient, short_socket_dir
 from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env
 from tests.prepare_harness import create_claim, result

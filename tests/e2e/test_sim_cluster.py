@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from dra_driver.controlplane.supervision import process_alive
 from dra_driver.kube.client import CLAIMS, EVENTS, SLICES
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
+from migdra_devcluster.supervision import process_alive
 from tests.kubelet_client import short_socket_dir
 from tests.sim_cluster import BIN, DEMO, SimCluster, sim_down, start_cluster, stop_cluster
 from tests.waiting import wait_for

@@ -18,8 +18,8 @@ import yaml
 from kubernetes import client
 
 from dra_driver.allocation import DEFAULT_FEATURES, allocate
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel import example_slices
+from migdra_devcluster.apiserver import LocalAPIServer
 
 MIGDRA = str(Path(sys.executable).with_name("migdra"))
 REPO = Path(__file__).resolve().parents[2]

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from dra_driver import claimstatus
 from dra_driver.controller.reservations import compute_reservations
 from dra_driver.controller.status import compute_claim_devices
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.kube.client import CLAIMS, SLICES, Client, status_code
-from kubeletplugin.prepare.status import DeviceStatusUpdate, compute_cleared_devices, compute_merged_devices
+from kubeletplugin.prepare.reporter import DeviceStatusUpdate, compute_cleared_devices, compute_merged_devices
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.sim_objects import DRIVER, H100, node_slices
 
 NODE = "node-1"

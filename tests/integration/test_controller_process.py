@@ -17,8 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver import claimstatus
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.kube.client import CLAIMS, EVENTS, LEASES, SLICES, Client
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.api_outage import free_port
 from tests.plugin_command import MIGDRA
 from tests.sim_objects import DRIVER, H100, node_slices

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.faults import GpuFault, taint_pool
 from dra_driver.devicemodel.layout import render_slices
@@ -16,6 +15,7 @@ from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.kube.client import SLICES, Client
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.inventory import read_inventory
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.conftest import OpenSimulatedNode
 from tests.unit.test_device_taints import DRIVER, _uuid
 

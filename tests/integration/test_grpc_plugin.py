@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dra_driver.kubeletapi import dra_v1_pb2
-from kubeletplugin.draservice import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
+from dra_driver.kubeletcalls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 from kubeletplugin.grpc import PluginServers, RegistrationStatus
 from tests.kubelet_client import KubeletClient, RecordingDraService, RegistrationRejected, short_socket_dir
 

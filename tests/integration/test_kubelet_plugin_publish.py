@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.waiting import wait_for
 
 MIGDRA = str(Path(sys.executable).with_name("migdra"))

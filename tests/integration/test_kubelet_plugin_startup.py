@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.kubelet_client import short_socket_dir
 
 MIGDRA = str(Path(sys.executable).with_name("migdra"))

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from dra_driver.controller.leader import LeaderElector, LeaseTiming
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.kube.client import LEASES, Client, Kind
+from migdra_devcluster.apiserver import LocalAPIServer
 
 
 class StopOnWrite(Client):

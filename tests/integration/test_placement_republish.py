@@ -27,17 +27,19 @@ from kubernetes import client
 
 from dra_driver.allocation.features import DEFAULT_FEATURES, Features
 from dra_driver.allocation.pools import gather_pools
-from dra_driver.controlplane.apiserver import LocalAPIServer
-from dra_driver.controlplane.apiserver.watch import Event
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.policy import DynamicPlacementPolicy
 from dra_driver.devicemodel.pool import NodePool, build_pool
+from dra_driver.kube.client import Client
 from dra_driver.kubeapi import retry_conflicts
 from dra_driver.nvml.settings import build_nvml_settings
-from kubeletplugin.app import PluginSettings, run_publish_only
+from kubeletplugin.app import run_publish_only
 from kubeletplugin.publisher import SlicePublisher
+from kubeletplugin.settings import PluginSettings
+from migdra_devcluster.apiserver import LocalAPIServer
+from migdra_devcluster.apiserver.watch import Event
 from tests.api_outage import StoreChanges
 from tests.prepare_harness import DRIVER, NODE, create_claim, read_claim_json, result
 from tests.waiting import wait_for
@@ -132,7 +134,7 @@ def test_a_republish_that_moves_devices_between_slices_never_shows_the_allocator
     pool = pool_of(10)
     policy = DynamicPlacementPolicy()
     occupancy = [frozenset[str]()]
-    publisher = SlicePublisher(api_client, NODE, DRIVER, policy, allocated=lambda: occupancy[0])
+    publisher = SlicePublisher(Client(api_client=api_client), NODE, DRIVER, policy, allocated=lambda: occupancy[0])
     first = publisher.publish(pool)
     assert first.generation == 1
     assert not first.occupancy_only

@@ -17,10 +17,12 @@ from typing import Any
 
 import pytest
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
-from kubeletplugin.prepare import PrepareService, PrepareSettings
+from dra_driver.kube.client import Client
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.driver_files import load_driver_edits
+from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.settings import PrepareSettings
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.fake_driver_root import LIBRARIES as FAKE_LIBRARIES
 from tests.fake_driver_root import VERSION, build_fake_driver_root
 from tests.prepare_harness import BOOT_ID, DRIVER, NODE, Node, result, simulated_node
@@ -70,7 +72,7 @@ def start_service(node: Node, driver_root: Path, **settings: Any) -> PrepareServ
     service = PrepareService.from_settings(
         prepare,
         nvml=node.nvml,
-        api_client=node.api_client,
+        client=Client(api_client=node.api_client),
         node_name=NODE,
         driver_name=DRIVER,
         read_boot_id=lambda: BOOT_ID,

@@ -14,12 +14,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.kube.client import CLAIMS, Client, Kind
+from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kubeapi import BackoffPolicy
-from kubeletplugin.draservice import ClaimRef
+from dra_driver.kubeletcalls import ClaimRef
 from kubeletplugin.prepare.cdi import spec_path
-from kubeletplugin.prepare.claims import ClaimApi
 from kubeletplugin.prepare.reporter import ClaimReporter
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.api_outage import RestartableApiServer, restartable_api_server
 from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, read_only_directory, result, simulated_node
 
@@ -39,6 +40,15 @@ NETWORK_ENTRY = {
 def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
     with simulated_node(tmp_path, ["H100-SXM5-80GB"], api=api_server) as simulated:
         yield simulated
+
+
+@pytest.fixture
+def claims(node: Node) -> Iterator[Informer]:
+    """The node process's claim informer, which the reporter's reconciliation reads."""
+    informer = Informer(Client(api_client=node.api_client), CLAIMS, Changes())
+    informer.start()
+    yield informer
+    informer.stop()
 
 
 def claim_with_network_status(node: Node, name: str) -> ClaimRef:
@@ -121,17 +131,19 @@ def test_events_are_emitted_on_the_claim_and_kubectl_describe_shows_them(node: N
 
 
 def test_a_failing_status_write_never_fails_prepare_and_is_retried(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
-    original = ClaimApi.replace_status
+    original = Client.update
     failures: list[str] = []
 
-    def flaky(self: ClaimApi, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        if len(failures) < 2:
-            failures.append(name)
+    def flaky(self: Client, kind: Kind, body: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
+        if kind is CLAIMS and subresource == "status" and len(failures) < 2:
+            failures.append(body["metadata"]["name"])
             raise ApiException(status=503, reason="Service Unavailable")
-        return original(self, namespace, name, body)
+        return original(self, kind, body, subresource)
 
-    monkeypatch.setattr(ClaimApi, "replace_status", flaky)
-    reporter = ClaimReporter(node.api_client, DRIVER, NODE, backoff=BackoffPolicy(initial=0.01, maximum=0.05))
+    monkeypatch.setattr(Client, "update", flaky)
+    reporter = ClaimReporter(
+        Client(api_client=node.api_client), DRIVER, NODE, backoff=BackoffPolicy(initial=0.01, maximum=0.05)
+    )
     service = node.service(reporter=reporter)
     ref = node.claim("flaky", [result(ONE_G_20)])
     assert service.prepare([ref])[ref.uid].error == ""
@@ -143,18 +155,19 @@ def test_a_failing_status_write_never_fails_prepare_and_is_retried(node: Node, m
 
 def test_a_concurrent_status_writer_is_merged_not_clobbered(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
     """409 on the first write (another driver wrote in between): read again, merge again."""
-    original = ClaimApi.replace_status
+    original = Client.update
     raced: list[bool] = []
 
-    def racing(self: ClaimApi, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        if not raced:
+    def racing(self: Client, kind: Kind, body: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
+        if kind is CLAIMS and subresource == "status" and not raced:
             raced.append(True)
-            current = self.read(namespace, name)
+            current = self.get(CLAIMS, body["metadata"]["namespace"], body["metadata"]["name"])
+            assert current is not None
             current["status"]["devices"] = [NETWORK_ENTRY]
-            original(self, namespace, name, current)  # another writer: body's resourceVersion is now stale
-        return original(self, namespace, name, body)
+            original(self, CLAIMS, current, "status")  # another writer: body's resourceVersion is now stale
+        return original(self, kind, body, subresource)
 
-    monkeypatch.setattr(ClaimApi, "replace_status", racing)
+    monkeypatch.setattr(Client, "update", racing)
     service = node.service()
     ref = node.claim(
         "raced", [result(ONE_G_20), result("eth0", request="nic", driver="net.example.com", pool="rack-1")]
@@ -234,8 +247,10 @@ def set_devices(node: Node, ref: ClaimRef, devices: list[dict[str, Any]]) -> Non
     client.ResourceV1Api(node.api_client).replace_namespaced_resource_claim_status(ref.name, ref.namespace, claim)
 
 
-def test_the_reconciler_makes_status_say_what_the_checkpoint_says_in_our_entries_only(node: Node) -> None:
-    reporter = ClaimReporter(node.api_client, DRIVER, NODE, backoff=FAST)
+def test_the_reconciler_makes_status_say_what_the_checkpoint_says_in_our_entries_only(
+    node: Node, claims: Informer
+) -> None:
+    reporter = ClaimReporter(Client(api_client=node.api_client), DRIVER, NODE, claims=claims, backoff=FAST)
     service = node.service(reporter=reporter)
     nic = result("eth0", request="nic", driver="net.example.com", pool="rack-1")
     kept = node.claim("kept", [result(ONE_G_20), nic])
@@ -273,14 +288,16 @@ def test_the_reconciler_makes_status_say_what_the_checkpoint_says_in_our_entries
 
 
 def test_an_unprepare_that_failed_on_a_read_only_cdi_directory_clears_the_status_when_its_retry_succeeds(
-    node: Node,
+    node: Node, claims: Informer
 ) -> None:
     """The instance is destroyed and the record dropped, then deleting the CDI spec fails (a read-only
     mount: a real EROFS, ``read_only_directory``).  The call fails in one line naming the spec; the
     retry finds no record but the spec, deletes it, and reports as a first unprepare does -- the
     claim's ``Ready`` and MIG UUID cleared and ``MigDevicesUnprepared`` -- at once, not at the next
     reconciliation (an hour away here)."""
-    reporter = ClaimReporter(node.api_client, DRIVER, NODE, backoff=FAST, reconcile_interval=3600)
+    reporter = ClaimReporter(
+        Client(api_client=node.api_client), DRIVER, NODE, claims=claims, backoff=FAST, reconcile_interval=3600
+    )
     service = node.service(reporter=reporter)
     ref = node.claim("cdi-trouble", [result(ONE_G_20)])
     assert service.prepare([ref])[ref.uid].error == ""
@@ -327,7 +344,7 @@ def test_status_converges_after_an_outage_during_unprepare_without_any_kubelet_c
 ) -> None:
     api, node = outage_node
     # max_attempts bounds failures that are not the API's; an outage must never use them up.
-    reporter = ClaimReporter(node.api_client, DRIVER, NODE, backoff=FAST, max_attempts=2)
+    reporter = ClaimReporter(Client(api_client=node.api_client), DRIVER, NODE, backoff=FAST, max_attempts=2)
     service = node.service(reporter=reporter)
     ref = node.claim("outage", [result(ONE_G_20)])
     assert service.prepare([ref])[ref.uid].error == ""
@@ -345,19 +362,21 @@ def test_status_converges_after_an_outage_during_unprepare_without_any_kubelet_c
 
 
 def test_a_refused_status_write_is_one_line_and_the_next_reconciliation_writes_it(
-    node: Node, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    node: Node, claims: Informer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    original = ClaimApi.replace_status
+    original = Client.update
     refused: list[str] = []
 
-    def forbidden_once(self: ClaimApi, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        if not refused:
-            refused.append(name)
+    def forbidden_once(
+        self: Client, kind: Kind, body: dict[str, Any], subresource: str | None = None
+    ) -> dict[str, Any]:
+        if kind is CLAIMS and subresource == "status" and not refused:
+            refused.append(body["metadata"]["name"])
             raise ApiException(status=403, reason="Forbidden")
-        return original(self, namespace, name, body)
+        return original(self, kind, body, subresource)
 
-    monkeypatch.setattr(ClaimApi, "replace_status", forbidden_once)
-    reporter = ClaimReporter(node.api_client, DRIVER, NODE, backoff=FAST)
+    monkeypatch.setattr(Client, "update", forbidden_once)
+    reporter = ClaimReporter(Client(api_client=node.api_client), DRIVER, NODE, claims=claims, backoff=FAST)
     service = node.service(reporter=reporter)
     ref = node.claim("forbidden", [result(ONE_G_20)])
     with caplog.at_level(logging.ERROR, logger="kubeletplugin.prepare.reporter"):
@@ -377,7 +396,7 @@ def test_a_refused_status_write_is_one_line_and_the_next_reconciliation_writes_i
 
 def test_status_writes_wait_while_one_of_kubelets_calls_runs(node: Node) -> None:
     """A status write is milliseconds of Python; it must not compete with a call a pod waits for."""
-    reporter = ClaimReporter(node.api_client, DRIVER, NODE, yield_to_calls=60.0)
+    reporter = ClaimReporter(Client(api_client=node.api_client), DRIVER, NODE, yield_to_calls=60.0)
     service = node.service(reporter=reporter)
     ref = node.claim("waits", [result(ONE_G_20)])
     with reporter.call_in_flight():  # kubelet's next call, still running
@@ -390,7 +409,7 @@ def test_status_writes_wait_while_one_of_kubelets_calls_runs(node: Node) -> None
 
 
 def test_a_node_that_is_never_idle_still_gets_its_status_written(node: Node) -> None:
-    reporter = ClaimReporter(node.api_client, DRIVER, NODE, yield_to_calls=0.05)
+    reporter = ClaimReporter(Client(api_client=node.api_client), DRIVER, NODE, yield_to_calls=0.05)
     service = node.service(reporter=reporter)
     ref = node.claim("busy-node", [result(ONE_G_20)])
     with reporter.call_in_flight():  # a call that never ends
@@ -410,9 +429,11 @@ class _NoClaims:
         return ()
 
 
-def test_the_periodic_reconciliation_waits_for_kubelets_calls_too(node: Node) -> None:
-    """Listing every claim is the reporter's heaviest job: it must not run while a call a pod waits for does."""
-    reporter = ClaimReporter(node.api_client, DRIVER, NODE, reconcile_interval=3600, yield_to_calls=60.0)
+def test_the_periodic_reconciliation_waits_for_kubelets_calls_too(node: Node, claims: Informer) -> None:
+    """Going over every claim is the reporter's heaviest job: it must not run while a call a pod waits for does."""
+    reporter = ClaimReporter(
+        Client(api_client=node.api_client), DRIVER, NODE, claims=claims, reconcile_interval=3600, yield_to_calls=60.0
+    )
     reconciled = threading.Event()
     reporter._reconcile = reconciled.set  # type: ignore[method-assign]  # observe when the job runs
     try:

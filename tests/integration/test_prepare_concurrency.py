@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from kubeletplugin.prepare.locks import LOCKS_DIR, lock_file_name, release_flock, try_flock
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import Background, HeldCall, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"

@@ -16,12 +16,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.pool import build_pool
+from dra_driver.kubeletcalls import ClaimRef
 from dra_driver.nvml.inventory import read_inventory
-from kubeletplugin.draservice import ClaimRef
-from kubeletplugin.prepare import PrepareService
 from kubeletplugin.prepare import service as service_module
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.claims import ResourceClaimView
@@ -31,6 +29,8 @@ from kubeletplugin.prepare.metadata import (
     write_claim_metadata,
 )
 from kubeletplugin.prepare.records import ClaimRecord
+from kubeletplugin.prepare.service import PrepareService
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import DRIVER, NODE, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.durable import process_is_gone
 from kubeletplugin.prepare.cdi import spec_path
-from kubeletplugin.prepare.leftovers import process_is_gone
 from kubeletplugin.prepare.locks import LOCKS_DIR, lock_file_name, release_flock, try_flock
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import DRIVER, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"

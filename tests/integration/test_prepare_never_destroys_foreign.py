@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.errors import NvmlInUse
 from kubeletplugin.prepare import cdi as cdi_module
-from kubeletplugin.prepare import service as service_module
+from kubeletplugin.prepare import claim_files as claim_files_module
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
@@ -43,7 +43,7 @@ def test_a_failed_prepare_on_a_read_only_cdi_directory_leaves_no_record_and_spar
     ref = node.claim("claim-a", [result(DEVICE)])
     with monkeypatch.context() as patched:
         patched.setattr(cdi_module, "write_cdi_spec", _read_only_filesystem)
-        patched.setattr(service_module, "delete_cdi_spec", _read_only_filesystem)
+        patched.setattr(claim_files_module, "delete_cdi_spec", _read_only_filesystem)
         failed = service.prepare([ref])[ref.uid]
     assert failed.error != ""
     assert "Read-only file system" in failed.error

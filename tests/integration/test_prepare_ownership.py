@@ -9,21 +9,20 @@ bumped twice and ``migdra_foreign_gpu_instances`` reports a false foreign instan
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import errno
 from pathlib import Path
 
 import pytest
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.pool import build_pool
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import GpuInstanceInfo
-from kubeletplugin.prepare.crashpoints import CrashHook
-from kubeletplugin.prepare.devices import NodeGpus, compute_device_target
-from kubeletplugin.prepare.errors import RealizeError
-from kubeletplugin.prepare.realize import RealizeFailed, realize_mig_instance
+from kubeletplugin.prepare.checkpoint import CheckpointStore
+from kubeletplugin.prepare.records import ClaimRecord, DeviceRecord
+from kubeletplugin.prepare.service import PrepareService
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import Background, HeldCall, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
@@ -108,44 +107,48 @@ def test_a_claim_that_collides_with_one_being_prepared_is_told_whose_it_is(
     assert "did not create" not in collided.error
 
 
-class _FailingJournal:
-    """A checkpoint that records the request, then cannot record the GI (a full disk)."""
+class _RecordedSteps:
+    """The device steps a prepare records in the checkpoint; ``fail_gpu_instance``: the GI's ID cannot be
+    recorded (a full disk)."""
 
-    def __init__(self) -> None:
-        self.standing: list[Sequence[GpuInstanceInfo]] = []
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, fail_gpu_instance: bool) -> None:
+        self.devices: list[DeviceRecord] = []
+        real = CheckpointStore.update_device
 
-    def requesting(self, standing: Sequence[GpuInstanceInfo]) -> None:
-        self.standing.append(standing)
+        def update_device(store: CheckpointStore, claim_uid: str, index: int, device: DeviceRecord) -> ClaimRecord:
+            if fail_gpu_instance and device.gpu_instance_id is not None:
+                raise OSError(errno.ENOSPC, "disk full")
+            self.devices.append(device)
+            return real(store, claim_uid, index, device)
 
-    def created(self, gpu_instance_id: int) -> None:
-        raise RealizeError(f"recording GI {gpu_instance_id} in the checkpoint failed: disk full")
+        monkeypatch.setattr(CheckpointStore, "update_device", update_device)
 
 
 def test_a_gpu_instance_whose_id_cannot_be_recorded_is_destroyed_before_anything_else(
-    api_server: LocalAPIServer, tmp_path: Path
+    api_server: LocalAPIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    steps = _RecordedSteps(monkeypatch, fail_gpu_instance=True)
     with simulated_node(tmp_path, [H100], api=api_server) as node:
-        gpus = NodeGpus(node.nvml).topology([DEVICE])
-        target = compute_device_target(DEVICE, gpus, admin_access=False)
-        journal = _FailingJournal()
-        with pytest.raises(RealizeFailed) as failed:
-            realize_mig_instance(node.nvml, target, journal, CrashHook())
-        assert "disk full" in failed.value.message
-        assert failed.value.leftover_gpu_instance_id is None
+        service = node.service()
+        ref = node.claim("disk-full", [result(DEVICE)])
+        error = service.prepare([ref])[ref.uid].error
+        assert "disk full" in error
+        assert service.owned_instances() == set()  # no GI left for the record to name
         assert node.instances() == []
-        assert journal.standing == [[]]
+        assert [device.gpu_instances_before for device in steps.devices] == [()]
 
 
 def test_an_occupied_placement_is_refused_before_the_request_is_recorded(
-    api_server: LocalAPIServer, tmp_path: Path
+    api_server: LocalAPIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The placement is checked again under the GPU's lock: a GI that appeared since is never in a request."""
+    steps = _RecordedSteps(monkeypatch, fail_gpu_instance=False)
+    # Skip the advisory check before the lock, as if the stranger appeared just after it.
+    monkeypatch.setattr(PrepareService, "_check_placements_free", lambda self, ref, intents: None)
     with simulated_node(tmp_path, [H100], api=api_server) as node:
-        gpus = NodeGpus(node.nvml).topology([DEVICE])
-        target = compute_device_target(DEVICE, gpus, admin_access=False)
+        service = node.service()
         stranger, _ = node.foreign_instance(0, 15, 4, 2)
-        journal = _FailingJournal()
-        with pytest.raises(RealizeFailed) as failed:
-            realize_mig_instance(node.nvml, target, journal, CrashHook())
-        assert f"occupied by GPU instance {stranger}" in failed.value.message
-        assert journal.standing == []
+        ref = node.claim("appeared-meanwhile", [result(DEVICE)])
+        error = service.prepare([ref])[ref.uid].error
+        assert f"occupied by GPU instance {stranger}" in error
+        assert steps.devices == []

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel.naming import mig_device_name
 from dra_driver.mig.catalog import load_catalog
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import result, simulated_node
 
 MODELS = ("H100-SXM5-80GB", "A100-SXM4-40GB")

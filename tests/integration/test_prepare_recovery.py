@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 import tests.prepare_harness as support
-from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.kubeletcalls import ClaimRef
 from dra_driver.mig.catalog import Placement
-from kubeletplugin.draservice import ClaimRef
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.errors import CheckpointError
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import DRIVER, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"

@@ -16,16 +16,16 @@ from typing import Any
 
 import pytest
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.kubeletcalls import ClaimRef, PrepareResult
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.types import ComputeInstanceInfo, ComputeInstanceProfileInfo, GpuInstanceInfo
-from kubeletplugin.draservice import ClaimRef, PrepareResult
-from kubeletplugin.prepare import PrepareSettings
-from kubeletplugin.prepare import service as service_module
+from kubeletplugin.prepare import claim_files as claim_files_module
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.metadata import METADATA_DIR
+from kubeletplugin.settings import PrepareSettings
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import DRIVER, Node, mig_config, opaque, read_only_directory, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
@@ -398,7 +398,7 @@ def test_an_error_nobody_foresaw_is_still_an_unexpected_per_claim_error(
     def failing(*args: object, **kwargs: object) -> None:
         raise raised
 
-    monkeypatch.setattr(service_module, "write_claim_spec", failing)
+    monkeypatch.setattr(claim_files_module, "write_claim_spec", failing)
     ref = node.claim("unforeseen", [result(ONE_G_20)])
     error = node.service().prepare([ref])[ref.uid].error
     assert error == f"claim default/unforeseen: unexpected error while preparing: {raised!r}"

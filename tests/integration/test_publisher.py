@@ -11,15 +11,16 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.pool import NodePool, build_pool
+from dra_driver.kube.client import Client
 from dra_driver.kubeapi import BackoffPolicy
 from dra_driver.mig import load_catalog
 from dra_driver.nvml.inventory import read_inventory
 from kubeletplugin.publisher import PublishLoop, SlicePublisher
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.conftest import OpenSimulatedNode
 from tests.waiting import wait_for
 
@@ -53,7 +54,7 @@ def test_first_publish_creates_exactly_the_rendered_slices_owned_by_the_node(
     api_client: client.ApiClient, node: dict[str, Any]
 ) -> None:
     pool = pool_of("H100-SXM5-80GB", "A100-SXM4-40GB", "H100-SXM5-80GB")
-    result = SlicePublisher(api_client, NODE, DRIVER).publish(pool)
+    result = SlicePublisher(Client(api_client=api_client), NODE, DRIVER).publish(pool)
     expected = render_slices(pool, NODE, generation=1)
     assert (result.created, result.updated, result.deleted, result.generation) == (len(expected), 0, 0, 1)
     stored = stored_slices(api_client)
@@ -69,7 +70,7 @@ def test_first_publish_creates_exactly_the_rendered_slices_owned_by_the_node(
 def test_unchanged_republish_writes_nothing(
     api_server: LocalAPIServer, api_client: client.ApiClient, node: Any
 ) -> None:
-    publisher = SlicePublisher(api_client, NODE, DRIVER)
+    publisher = SlicePublisher(Client(api_client=api_client), NODE, DRIVER)
     publisher.publish(pool_of("H100-SXM5-80GB", "B200"))
     writes: list[Any] = []
     api_server.store.add_listener(writes.append)
@@ -86,7 +87,7 @@ def test_quantities_the_server_spells_canonically_are_not_a_change(
 ) -> None:
     """The server (like kube-apiserver) stores quantities canonically: the A30's memory, rendered as
     ``25165824000``, reads back as ``25165824k``; the same pool published again is no change."""
-    publisher = SlicePublisher(api_client, NODE, DRIVER)
+    publisher = SlicePublisher(Client(api_client=api_client), NODE, DRIVER)
     publisher.publish(pool_of("A30", "H100-SXM5-80GB"))
     rendered = {s["metadata"]["name"]: s["spec"] for s in render_slices(pool_of("A30", "H100-SXM5-80GB"), NODE, 1)}
     stored = {s["metadata"]["name"]: s["spec"] for s in stored_slices(api_client)}
@@ -102,7 +103,7 @@ def test_quantities_the_server_spells_canonically_are_not_a_change(
 def test_a_change_bumps_the_generation_in_every_slice_and_removes_surplus_slices(
     api_client: client.ApiClient, node: Any
 ) -> None:
-    publisher = SlicePublisher(api_client, NODE, DRIVER)
+    publisher = SlicePublisher(Client(api_client=api_client), NODE, DRIVER)
     inventory = example_inventory(["H100"] * 3)
     publisher.publish(build_pool(inventory, DeviceModelConfig()))
     assert len(stored_slices(api_client)) == 3  # counters + 2 device slices (50 + 25 devices)
@@ -122,7 +123,7 @@ def test_a_change_bumps_the_generation_in_every_slice_and_removes_surplus_slices
 
 def test_mig_mode_change_on_one_gpu_republishes(api_client: client.ApiClient, node: Any) -> None:
     """One GPU switching MIG off: its MIG devices and counter set go, a whole-GPU device appears."""
-    publisher = SlicePublisher(api_client, NODE, DRIVER)
+    publisher = SlicePublisher(Client(api_client=api_client), NODE, DRIVER)
     inventory = example_inventory(["H100"] * 2)
     publisher.publish(build_pool(inventory, DeviceModelConfig()))
     mig_off = example_inventory(["H100"] * 2, mig_enabled=False).gpus[1]
@@ -143,7 +144,7 @@ def test_mig_mode_change_on_one_gpu_republishes(api_client: client.ApiClient, no
 def test_someone_elses_edit_is_reverted_and_a_conflict_is_retried(
     api_client: client.ApiClient, node: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    publisher = SlicePublisher(api_client, NODE, DRIVER)
+    publisher = SlicePublisher(Client(api_client=api_client), NODE, DRIVER)
     publisher.publish(pool_of("H100"))
     resource = client.ResourceV1Api(api_client)
     victim = stored_slices(api_client)[1]
@@ -175,16 +176,16 @@ def test_someone_elses_edit_is_reverted_and_a_conflict_is_retried(
 
 
 def test_node_deletion_garbage_collects_the_slices(api_client: client.ApiClient, node: Any) -> None:
-    SlicePublisher(api_client, NODE, DRIVER).publish(pool_of("A30"))
+    SlicePublisher(Client(api_client=api_client), NODE, DRIVER).publish(pool_of("A30"))
     assert stored_slices(api_client)
     client.CoreV1Api(api_client).delete_node(NODE)
     wait_for("the node's slices to be collected", lambda: stored_slices(api_client) == [], timeout=10)
 
 
 def test_cleanup_on_exit_deletes_the_pool_and_only_it(api_client: client.ApiClient, node: Any) -> None:
-    mine = SlicePublisher(api_client, NODE, DRIVER)
+    mine = SlicePublisher(Client(api_client=api_client), NODE, DRIVER)
     mine.publish(pool_of("H100"))
-    other_driver = SlicePublisher(api_client, NODE, "other.example.com")
+    other_driver = SlicePublisher(Client(api_client=api_client), NODE, "other.example.com")
     other_driver.publish(build_pool(example_inventory(["A30"]), DeviceModelConfig(driver_name="other.example.com")))
     assert mine.delete_all() == 2
     remaining = stored_slices(api_client)
@@ -195,7 +196,7 @@ def test_cleanup_on_exit_deletes_the_pool_and_only_it(api_client: client.ApiClie
 def test_a_node_with_eight_gpus_of_each_model_is_accepted_by_the_api(
     api_client: client.ApiClient, node: Any, model_key: str
 ) -> None:
-    result = SlicePublisher(api_client, NODE, DRIVER).publish(pool_of(*[model_key] * 8))
+    result = SlicePublisher(Client(api_client=api_client), NODE, DRIVER).publish(pool_of(*[model_key] * 8))
     assert result.created == len(stored_slices(api_client))
 
 
@@ -205,7 +206,7 @@ def test_invalid_slices_are_refused_by_the_server(api_client: client.ApiClient, 
     pool = pool_of("H100", config=bad)
     broken = NodePool(DRIVER, (*pool.devices, pool.devices[0]), pool.counter_sets)  # a duplicate device
     with pytest.raises(ApiException) as info:
-        SlicePublisher(api_client, NODE, DRIVER).publish(broken)
+        SlicePublisher(Client(api_client=api_client), NODE, DRIVER).publish(broken)
     assert info.value.status == 422
 
 
@@ -215,7 +216,7 @@ def test_publish_loop_rescans_when_triggered(
     three_g = load_catalog().model("H100").profile_by_name("3g.40gb")
     with simulated_node("H100-SXM5-80GB") as nvml:
         loop = PublishLoop(
-            SlicePublisher(api_client, NODE, DRIVER),
+            SlicePublisher(Client(api_client=api_client), NODE, DRIVER),
             lambda: build_pool(read_inventory(nvml), DeviceModelConfig()),
             interval=60,
         )
@@ -248,7 +249,7 @@ def test_a_refused_pool_is_logged_as_one_line_per_round_and_then_is_fatal(
     fatal: list[BaseException] = []
     stopped = threading.Event()
     loop = PublishLoop(
-        SlicePublisher(api_client, NODE, DRIVER),
+        SlicePublisher(Client(api_client=api_client), NODE, DRIVER),
         lambda: broken,
         interval=0.01,
         on_fatal=lambda exc: (fatal.append(exc), stopped.set()),

@@ -18,10 +18,12 @@ from kubernetes import client
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.pool import NodePool, build_pool
+from dra_driver.kube.client import Client
 from dra_driver.kubeapi import BackoffPolicy
 from dra_driver.nvml.settings import build_nvml_settings
-from kubeletplugin.app import PluginSettings, run_publish_only
+from kubeletplugin.app import run_publish_only
 from kubeletplugin.publisher import PublishLoop, PublishResult, RoundFailure, SlicePublisher
+from kubeletplugin.settings import PluginSettings
 from tests.api_outage import RestartableApiServer, restartable_api_server
 from tests.waiting import wait_for
 
@@ -79,7 +81,7 @@ def test_an_api_outage_never_stops_the_publish_loop_and_it_republishes_when_the_
 
     with client.ApiClient(client.Configuration(host=api.url)) as api_client:
         loop = PublishLoop(
-            SlicePublisher(api_client, NODE, DRIVER, request_timeout=5),
+            SlicePublisher(Client(api_client=api_client, timeout=5), NODE, DRIVER),
             lambda: pools[-1],
             interval=3600,  # only failures and the test's trigger make rounds
             on_fatal=fatal.append,

@@ -13,12 +13,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
-from dra_driver.kube.client import Client
+from dra_driver.kube.client import CLAIMS, Client
+from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kubeapi import retry_conflicts
-from kubeletplugin.draservice import ClaimRef
-from kubeletplugin.prepare import PrepareService
-from kubeletplugin.realizer import Realizer
+from dra_driver.kubeletcalls import ClaimRef
+from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.realize_before_bind import Realizer
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, result, simulated_node
 from tests.waiting import wait_for
 
@@ -46,10 +47,14 @@ class Realizers:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.started: list[Realizer] = []
+        self.informers: list[Informer] = []
 
     def start(self, service: PrepareService) -> Realizer:
         kube = Client(configuration=self.node.api_client.configuration)
-        realizer = Realizer(service, kube, DRIVER, NODE, resync=0.2)
+        claims = Informer(kube, CLAIMS, Changes())  # the process's claim informer, which app.py starts
+        claims.start()
+        self.informers.append(claims)
+        realizer = Realizer(service, kube, claims, DRIVER, NODE, resync=0.2)
         realizer.start()
         self.started.append(realizer)
         assert realizer.wait_synced(WAIT)
@@ -58,6 +63,8 @@ class Realizers:
     def stop_all(self) -> None:
         while self.started:
             self.started.pop().stop()
+        while self.informers:
+            self.informers.pop().stop()
 
 
 @pytest.fixture
@@ -208,7 +215,11 @@ def test_a_restarted_plugin_releases_what_it_realized_ahead_for_a_claim_that_wen
     assert sorted(r.name for r in restarted.realized_ahead()) == ["gone", "kept"]
     realizers.start(restarted)
 
-    wait_for("the instance of the deleted claim to be destroyed", lambda: len(node.instances()) == 1)
+    # The instance goes first, then its record: wait for both (between them a loaded machine can stop).
+    wait_for(
+        "the instance and the record of the deleted claim to go",
+        lambda: len(node.instances()) == 1 and [r.name for r in restarted.realized_ahead()] == ["kept"],
+    )
     assert [r.name for r in restarted.realized_ahead()] == ["kept"]
     assert condition(node, kept, THREE_G, REALIZED) is not None
 

@@ -1,8 +1,8 @@
 """The simulator answers as real hardware did, and `migdra hw record` writes what `replay` reads back.
 
-The golden test replays every recording in ``../shared/reference/recordings/`` (and any committed in
-``tests/golden/recordings/``) against the simulator configured as that GPU and mode, field by field:
-a new recording is checked with no code change.
+The golden test replays every recording committed in ``tests/golden/recordings/`` (what real hardware
+answered, read-only) against the simulator configured as that GPU and mode, field by field: a new
+recording is checked with no code change.
 """
 
 from __future__ import annotations
@@ -24,13 +24,12 @@ from dra_driver.nvml.sim.replay import compare_with_simulator
 from tests.conftest import Boot, OpenSimulatedNode
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED_RECORDINGS = REPO.parent / "shared" / "reference" / "recordings"
-COMMITTED_RECORDINGS = REPO / "tests" / "golden" / "recordings"
-H200_DISABLED = SHARED_RECORDINGS / "h200-sxm-580.159.04-mig-disabled.json"
+RECORDINGS = REPO / "tests" / "golden" / "recordings"
+H200_DISABLED = RECORDINGS / "h200-sxm-580.159.04-mig-disabled.json"
 
 
 def _recording_files() -> list[Path]:
-    return sorted([*SHARED_RECORDINGS.glob("*.json"), *COMMITTED_RECORDINGS.glob("*.json")])
+    return sorted(RECORDINGS.glob("*.json"))
 
 
 @pytest.mark.parametrize("path", _recording_files(), ids=lambda p: p.name)
@@ -39,17 +38,13 @@ def test_the_simulator_answers_every_recording_as_the_hardware_did(path: Path) -
     assert compare_with_simulator(recording, path.name) == []
 
 
-def test_recordings_are_found_where_the_reference_is() -> None:
+def test_the_committed_recordings_are_found() -> None:
     """Guard against the golden test silently parametrising over nothing."""
-    if not SHARED_RECORDINGS.is_dir():
-        pytest.skip(f"{SHARED_RECORDINGS} is not beside this clone")
     assert H200_DISABLED in _recording_files()
 
 
 @pytest.fixture
 def h200_recording() -> dict[str, Any]:
-    if not H200_DISABLED.exists():
-        pytest.skip(f"{H200_DISABLED} is not beside this clone")
     recording: dict[str, Any] = json.loads(H200_DISABLED.read_text())
     return recording
 

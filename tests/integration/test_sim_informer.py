@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.kube.client import PODS, Client
 from dra_driver.kube.informer import Changes, Informer
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.waiting import wait_for
 
 

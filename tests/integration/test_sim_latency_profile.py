@@ -23,12 +23,7 @@ from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 
 REPO = Path(__file__).resolve().parents[2]
-RECORDINGS = sorted(
-    [
-        *(REPO.parent / "shared" / "reference" / "recordings").glob("*.json"),
-        *(REPO / "tests/golden/recordings").glob("*.json"),
-    ]
-)
+RECORDINGS = sorted((REPO / "tests/golden/recordings").glob("*.json"))
 
 # A recording's timing part with numbers chosen for the test (distinct, so a mix-up shows).
 RECORDING: dict[str, Any] = {

@@ -19,16 +19,16 @@ from typing import Any
 
 import urllib3
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
-from dra_driver.controlplane.apiserver.kubeconfig import write_kubeconfig
-from dra_driver.controlplane.upstream.binaries import find_binaries
-from dra_driver.controlplane.upstream.components import (
+from migdra_devcluster.apiserver import LocalAPIServer
+from migdra_devcluster.apiserver.kubeconfig import write_kubeconfig
+from migdra_devcluster.upstream.binaries import find_binaries
+from migdra_devcluster.upstream.components import (
     KubeFiles,
     Ports,
     build_apiserver_argv,
     build_etcd_argv,
 )
-from dra_driver.controlplane.upstream.controlplane import (
+from migdra_devcluster.upstream.controlplane import (
     ADMIN_GROUP,
     ADMIN_USER,
     UpstreamProcess,
@@ -36,7 +36,7 @@ from dra_driver.controlplane.upstream.controlplane import (
     wait_healthy,
     write_audit_policy,
 )
-from dra_driver.controlplane.upstream.pki import write_cluster_pki
+from migdra_devcluster.upstream.pki import write_cluster_pki
 from tests.kube.cluster import READY_TIMEOUT, kube_version
 
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dra_driver.controlplane.upstream.binaries import built_versions
+from migdra_devcluster.upstream.binaries import built_versions
 from tests.kubelet_client import short_socket_dir
 from tests.sim_cluster import SimCluster, start_cluster, stop_cluster
 

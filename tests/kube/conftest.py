@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from dra_driver.controlplane.upstream.binaries import TOOLS_DIR, built_versions
+from migdra_devcluster.upstream.binaries import TOOLS_DIR, built_versions
 
 REQUIRE = "MIGDRA_REQUIRE_KUBE"
 

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.controlplane.apiserver.kubeconfig import write_kubeconfig
-from dra_driver.controlplane.upstream.access import RELEASE_NAMESPACE, request_token
 from dra_driver.kube.client import SLICES, Client, Kind
+from migdra_devcluster.apiserver.kubeconfig import write_kubeconfig
+from migdra_devcluster.upstream.access import RELEASE_NAMESPACE, request_token
 from tests.integration.helm.chart import bound_rules, render
 from tests.kube.cluster import kube_cluster
 from tests.sim_cluster import DEMO, SimCluster

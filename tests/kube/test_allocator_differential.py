@@ -51,6 +51,7 @@ import pytest
 from click.testing import CliRunner
 
 from dra_driver.cli.main import cli
+from dra_driver.device_config import load_device_model_config
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.policy import DynamicPlacementPolicy
 from dra_driver.devicemodel.pool import NodePool, build_pool
@@ -58,8 +59,8 @@ from dra_driver.kube.client import CLAIMS, EVENTS, PODS, SLICES
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
-from dra_driver.settings import load_device_model_config
 from kubeletplugin.occupancy import compute_allocated_devices
+from kubeletplugin.prepare.claims import parse_claims
 from tests.kube.cluster import kube_cluster
 from tests.sim_cluster import SimCluster
 from tests.waiting import wait_for
@@ -339,7 +340,7 @@ def unsettled_nodes(sim: SimCluster, pools: dict[str, NodePool]) -> list[str]:
     slices = sim.client.list(SLICES)[0]
     behind = []
     for node, pool in pools.items():
-        allocated = compute_allocated_devices(claims, DRIVER, node)
+        allocated = compute_allocated_devices(parse_claims(claims), DRIVER, node)
         if published_layout(slices, node) != pool_layout(render_slices(pool, node, 0, None, POLICY, allocated)):
             behind.append(node)
     return behind

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_apiserver_kubectl import kubectl_binary
+from tests.devcluster.integration.test_apiserver_kubectl import kubectl_binary
 from tests.kube.apiservers import Answer, ApiEndpoint, local_apiserver, real_apiserver
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "local-control-plane.md"

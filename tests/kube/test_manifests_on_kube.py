@@ -18,9 +18,9 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.kube.client import CLAIM_TEMPLATES, CLAIMS, DEVICE_CLASSES, PODS, Client, Kind
 from dra_driver.kubeapi import call_json
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.kube.cluster import kube_cluster
 from tests.sim_cluster import REPO
 

@@ -141,16 +141,25 @@ def test_the_components_ride_out_restarts_of_kube_apiserver_and_etcd(cluster: Si
     survivors = remaining if len(remaining) <= 14 else set(sorted(remaining)[:14])
     wait_for("every remaining pod to run", lambda: cluster.running(namespace, survivors), timeout=WAIT)
 
+    last_seen = ["nothing yet"]
+
     def converged() -> bool:
         claims = [c for c in cluster.claims(namespace) if (c.get("status") or {}).get("reservedFor")]
         running = [p for p in cluster.pods(namespace).values() if (p.get("status") or {}).get("phase") == "Running"]
-        return (
-            len(claims) == len(running)
-            and all(reserved_and_ready(c) for c in claims)
-            and sum(cluster.mig_instances().values()) == len(running)
+        instances = cluster.mig_instances()
+        not_ready = sorted(c["metadata"]["name"] for c in claims if not reserved_and_ready(c))
+        last_seen[0] = (
+            f"{len(claims)} reserved claims (not Reserved+Ready: {not_ready}), {len(running)} running pods "
+            f"of {len(cluster.pods(namespace))}, MIG instances {instances}"
         )
+        return len(claims) == len(running) and not not_ready and sum(instances.values()) == len(running)
 
-    wait_for("claims Reserved and Ready, one MIG instance per running pod", converged, timeout=WAIT)
+    wait_for(
+        "claims Reserved and Ready, one MIG instance per running pod",
+        converged,
+        timeout=WAIT,
+        detail=lambda: f"last seen: {last_seen[0]}",
+    )
     assert {node: cluster.plugin_pid(node) for node in plugin_pids} == plugin_pids, "no plugin was restarted"
 
     cluster.delete_all(namespace)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.controlplane.supervision import process_alive
+from migdra_devcluster.supervision import process_alive
 from tests.e2e.test_sim_cluster import _processes_under
 from tests.kube.cluster import READY_TIMEOUT, kube_args
 from tests.kubelet_client import short_socket_dir

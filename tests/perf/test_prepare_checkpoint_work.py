@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import kubeletplugin.prepare.checkpoint as checkpoint_module
-from dra_driver.controlplane.apiserver import LocalAPIServer
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
+from dra_driver.kubeletcalls import ClaimRef, UnprepareResult
 from dra_driver.nvml.backend import Nvml
-from kubeletplugin.draservice import ClaimRef, UnprepareResult
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import result, simulated_node
 
 # NVML calls that read a GPU's identity (list_gpus) or its GI profiles and placements.

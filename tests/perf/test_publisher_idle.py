@@ -18,15 +18,17 @@ import pytest
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.devicemodel.layout import render_slices
+from dra_driver.kube.client import Client
 from dra_driver.mig import load_catalog
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
-from kubeletplugin.app import PluginSettings, _Publishing
+from kubeletplugin.app import _Publishing
 from kubeletplugin.publisher import InventoryReader, PublishLoop, PublishResult, SlicePublisher
+from kubeletplugin.settings import PluginSettings
+from migdra_devcluster.apiserver import LocalAPIServer
 
 NODE = "node-i"
 DRIVER = "gpu.migdra.io"
@@ -87,7 +89,9 @@ def _loop(api: LocalAPIServer, api_client: client.ApiClient, nvml: Nvml) -> Publ
     publishing = _Publishing(PluginSettings(node_name=NODE), CollectorRegistry(), threading.Event())
     reader = InventoryReader()
     return PublishLoop(
-        SlicePublisher(api_client, NODE, DRIVER), lambda: publishing.compute_pool(nvml, None, reader), interval=60
+        SlicePublisher(Client(api_client=api_client), NODE, DRIVER),
+        lambda: publishing.compute_pool(nvml, None, reader),
+        interval=60,
     )
 
 
@@ -156,7 +160,8 @@ def test_the_reader_reads_what_a_full_read_reads(nvml: Nvml) -> None:
 
 
 def test_a_mig_mode_change_makes_the_reader_list_the_gpus_again(nvml: Nvml, nvml_calls: list[str]) -> None:
-    """Changing the mode may reset or re-bind a GPU and change its minor number (nvml-mig.md section 5)."""
+    """Changing the mode may reset or re-bind a GPU and change its minor number (docs/nvml-mig.md, "MIG
+    mode, resets and privileges")."""
     reader = InventoryReader()
     reader.read(nvml)
     nvml_calls.clear()

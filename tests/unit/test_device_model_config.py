@@ -1,6 +1,6 @@
 """The device model configuration as an administrator writes it: refused in one line naming the key.
 
-Table-driven over :func:`dra_driver.settings.load_device_model_config`, the one loader behind
+Table-driven over :func:`dra_driver.device_config.load_device_model_config`, the one loader behind
 ``migdra slices --config`` and ``migdra kubelet-plugin --device-config``; the same mistakes through the
 CLI are in ``tests/integration/badinput/cases/config.yaml``.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.device_config import check_excluded_gpus_exist, load_device_model_config
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.errors import ConfigurationError
-from dra_driver.settings import check_excluded_gpus_exist, load_device_model_config
 
 GPUS = [
     ("GPU-40c1900a-1b1c-51be-a0eb-2d99e1f097db", "00000000:1B:00.0"),

@@ -18,8 +18,9 @@ from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import NvmlEvent, NvmlEventType
 from kubeletplugin.device_health import NvmlDeviceHealth
-from kubeletplugin.gpu_faults import DEFAULT_IGNORED_XIDS, GpuFaultWatcher, fault_of_event
+from kubeletplugin.gpu_faults import GpuFaultWatcher, fault_of_event
 from kubeletplugin.metrics import FaultMetrics
+from kubeletplugin.settings import DEFAULT_IGNORED_XIDS
 from kubeletplugin.taint_store import StoredFault, TaintStore, TaintStoreError
 from tests.conftest import OpenSimulatedNode
 

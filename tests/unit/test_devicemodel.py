@@ -15,7 +15,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dra_driver.cli import slices_view
-from dra_driver.controlplane.apiserver.validation import validate
 from dra_driver.devicemodel import example_inventory, example_slices
 from dra_driver.devicemodel.config import DeviceModelConfig, ProfileFilter
 from dra_driver.devicemodel.layout import render_slices
@@ -26,6 +25,7 @@ from dra_driver.mig import Placement, load_catalog
 from dra_driver.nvml import sim
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import GpuInstanceInfo
+from dra_driver.validation import validate
 from tests.conftest import OpenSimulatedNode
 
 CATALOG = load_catalog()
@@ -244,7 +244,7 @@ def test_example_inventory_equals_what_the_simulated_nvml_reports(
 @pytest.mark.parametrize("libyaml", [True, False], ids=["libyaml", "pure-python-yaml"])
 @pytest.mark.parametrize("model_key", ["H100-SXM5-80GB", "A100-SXM4-40GB"])
 def test_golden_slices(model_key: str, libyaml: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Reviewed by hand against mig-profiles.yaml; regenerate with UPDATE_GOLDEN=1 and review the diff.
+    """Reviewed by hand against hack/data/mig-profiles.yaml; regenerate with UPDATE_GOLDEN=1, review the diff.
 
     Rendered as ``migdra slices -o yaml`` prints them, which must not depend on PyYAML having libyaml.
     """

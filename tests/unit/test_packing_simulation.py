@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.controlplane.cluster import DEVICECLASS_DIR, deviceclass_documents
+from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.devicemodel.policy import placement_policy
 from dra_driver.packing.bench import COMPARED_POLICIES, mean_ci
 from dra_driver.packing.simulation import SHUFFLED, SORTED, SimNode, run_oracle, run_policy

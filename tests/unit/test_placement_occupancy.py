@@ -19,11 +19,14 @@ from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.policy import DEFAULT_POLICY, PLACEMENT_POLICIES
 from dra_driver.devicemodel.pool import build_pool
-from dra_driver.kube.client import Client
-from kubeletplugin.app import PluginSettings, _Publishing
+from dra_driver.kube.client import CLAIMS, Client
+from dra_driver.kube.informer import Changes, Informer
+from kubeletplugin.app import _Publishing
 from kubeletplugin.metrics import PublishMetrics
 from kubeletplugin.occupancy import ClaimOccupancy, RepublishGate, compute_allocated_devices
+from kubeletplugin.prepare.claims import parse_claims
 from kubeletplugin.publisher import PublishResult
+from kubeletplugin.settings import PluginSettings
 
 DRIVER = "gpu.migdra.io"
 NODE = "node-a"
@@ -48,7 +51,7 @@ def test_the_devices_of_this_driver_in_this_nodes_pool_count() -> None:
         claim(result("gpu-0-mig-1g10gb-19-6"), result("gpu-1-mig-3g40gb-9-0"), name="a"),
         claim(result("gpu-0-mig-1g10gb-19-5"), name="b"),
     ]
-    assert compute_allocated_devices(claims, DRIVER, NODE) == {
+    assert compute_allocated_devices(parse_claims(claims), DRIVER, NODE) == {
         "gpu-0-mig-1g10gb-19-6",
         "gpu-1-mig-3g40gb-9-0",
         "gpu-0-mig-1g10gb-19-5",
@@ -62,7 +65,7 @@ def test_other_drivers_other_pools_and_admin_access_hold_nothing_here() -> None:
         claim(result("gpu-0-mig-1g10gb-19-4", adminAccess=True), name="monitoring"),
         claim(result("gpu-0-mig-1g10gb-19-3", adminAccess=False), name="explicitly-not-admin"),
     ]
-    assert compute_allocated_devices(claims, DRIVER, NODE) == {"gpu-0-mig-1g10gb-19-3"}
+    assert compute_allocated_devices(parse_claims(claims), DRIVER, NODE) == {"gpu-0-mig-1g10gb-19-3"}
 
 
 def test_claims_without_an_allocation_or_with_malformed_results_are_skipped() -> None:
@@ -75,7 +78,7 @@ def test_claims_without_an_allocation_or_with_malformed_results_are_skipped() ->
         claim({"driver": DRIVER, "pool": NODE}, name="no-device-name"),
         claim(result("gpu-0-mig-7g80gb-0-0"), name="good"),
     ]
-    assert compute_allocated_devices(claims, DRIVER, NODE) == {"gpu-0-mig-7g80gb-0-0"}
+    assert compute_allocated_devices(parse_claims(claims), DRIVER, NODE) == {"gpu-0-mig-7g80gb-0-0"}
 
 
 # -- debounce and rate limit -----------------------------------------------------------------------
@@ -156,7 +159,13 @@ def signals() -> list[float]:
 def occupancy(clock: FakeClock, signals: list[float]) -> Iterator[ClaimOccupancy]:
     kube = Client(configuration=client.Configuration(host="http://127.0.0.1:9"))  # never reached: not started
     source = ClaimOccupancy(
-        kube, DRIVER, NODE, lambda: signals.append(clock.now), debounce=0.2, min_interval=1.0, clock=clock
+        Informer(kube, CLAIMS, Changes()),
+        DRIVER,
+        NODE,
+        lambda: signals.append(clock.now),
+        debounce=0.2,
+        min_interval=1.0,
+        clock=clock,
     )
     yield source
     source.stop()
@@ -210,7 +219,9 @@ def test_a_failing_callback_does_not_stop_the_source(clock: FakeClock, caplog: p
         raise RuntimeError("boom")
 
     kube = Client(configuration=client.Configuration(host="http://127.0.0.1:9"))
-    source = ClaimOccupancy(kube, DRIVER, NODE, broken, debounce=0.0, min_interval=0.0, clock=clock)
+    source = ClaimOccupancy(
+        Informer(kube, CLAIMS, Changes()), DRIVER, NODE, broken, debounce=0.0, min_interval=0.0, clock=clock
+    )
     try:
         with caplog.at_level(logging.ERROR):
             source.observe(frozenset({"a"}), clock.now)
@@ -225,11 +236,14 @@ def test_a_source_that_never_reaches_the_api_server_stops_at_once() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     kube = Client(configuration=client.Configuration(host=f"http://127.0.0.1:{port}"), timeout=1.0)
-    source = ClaimOccupancy(kube, DRIVER, NODE, lambda: None, debounce=0.2, min_interval=1.0)
+    claims = Informer(kube, CLAIMS, Changes())  # the process's claim informer: app.py starts and stops it
+    source = ClaimOccupancy(claims, DRIVER, NODE, lambda: None, debounce=0.2, min_interval=1.0)
+    claims.start()
     source.start()
     assert not source.wait_synced(0.05)
     started = time.monotonic()
     source.stop()
+    claims.stop()
     assert time.monotonic() - started < 5.0  # not the loop's 30 s wait for a first list
     assert source.allocated() == frozenset()
 

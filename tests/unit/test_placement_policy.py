@@ -1,8 +1,8 @@
 """Placement policies: each one's order on small cases checked by hand, and what kube-scheduler's
 allocator (ported) then picks from the published slices.
 
-H100-SXM5-80GB placements (mig-profiles.yaml): 1g.10gb at 0..6, 1g.20gb and 2g.20gb at even starts
-(1g.20gb also at 6), 3g.40gb at 0 and 4, 4g.40gb and 7g.80gb at 0.
+H100-SXM5-80GB placements (hack/data/mig-profiles.yaml): 1g.10gb at 0..6, 1g.20gb and 2g.20gb at even
+starts (1g.20gb also at 6), 3g.40gb at 0 and 4, 4g.40gb and 7g.80gb at 0.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from dra_driver.allocation import DEFAULT_FEATURES
 from dra_driver.allocation.features import Features
 from dra_driver.allocation.pools import gather_pools
-from dra_driver.controlplane.cluster import DEVICECLASS_DIR, deviceclass_documents
+from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.examples import example_inventory
 from dra_driver.devicemodel.fragmentation import capability, gpu_profiles, most_instances, placement_loss

@@ -1,7 +1,6 @@
-"""The checkpoint: round trip, checksum refusal, other boot discarded, double-allocation guard, one file
-per claim, conversion of the single-file checkpoint.  What a change costs on disk (writes, bytes, fsyncs,
-re-reads) is pinned in tests/perf/test_prepare_checkpoint_writes.py; a conversion killed midway, in
-tests/integration/test_prepare_checkpoint_conversion.py."""
+"""The checkpoint: round trip, checksum and schema-version refusal, other boot discarded,
+double-allocation guard, one file per claim and the marker naming its layout.  What a change costs on disk
+(writes, bytes, fsyncs, re-reads) is pinned in tests/perf/test_prepare_checkpoint_writes.py."""
 
 from __future__ import annotations
 
@@ -15,15 +14,12 @@ import pytest
 
 from dra_driver.mig.catalog import Placement
 from kubeletplugin.prepare.checkpoint import CheckpointStore
-from kubeletplugin.prepare.checkpoint_downgrade import downgrade_checkpoint
 from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError
 from kubeletplugin.prepare.records import (
-    Checkpoint,
     ClaimRecord,
     ClaimState,
     DeviceIntent,
     DeviceRecord,
-    build_checkpoint_file,
     compute_checksum,
 )
 
@@ -120,6 +116,11 @@ def test_checksum_mismatch_refuses_to_load_names_the_file_and_keeps_it(tmp_path:
             json.dumps({"checksum": compute_checksum({"schemaVersion": 9}), "data": {"schemaVersion": 9}}).encode(),
             "schema version 9",
             id="future-schema",
+        ),
+        pytest.param(
+            json.dumps({"checksum": compute_checksum({"schemaVersion": 1}), "data": {"schemaVersion": 1}}).encode(),
+            "schema version 1; this migdra reads 2",
+            id="unreleased-schema",
         ),
     ],
 )
@@ -296,6 +297,15 @@ def test_two_plugin_processes_share_one_checkpoint_without_losing_a_record(tmp_p
 # -- one file per claim ------------------------------------------------------------------------------
 
 
+def test_a_fresh_state_directory_gets_the_marker_naming_layout_and_version(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, BOOT)
+    store.load()
+    marker = json.loads(store.path.read_text())
+    assert marker["data"] == {"schemaVersion": 2, "claimsDirectory": "claims"}
+    assert marker["checksum"] == compute_checksum(marker["data"])  # a reader of another version verifies, then refuses
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.json", "claims", "prepare.lock"]
+
+
 def test_two_stores_see_each_others_changes_through_get(tmp_path: Path) -> None:
     one, two = CheckpointStore(tmp_path, BOOT), CheckpointStore(tmp_path, BOOT)
     one.load()
@@ -308,62 +318,3 @@ def test_two_stores_see_each_others_changes_through_get(tmp_path: Path) -> None:
     assert one.records() == ()
     one.close()
     two.close()
-
-
-# -- upgrade: the single-file checkpoint (schema version 1) -----------------------------------------
-
-
-def single_file(tmp_path: Path, boot: str, *records: ClaimRecord) -> bytes:
-    """``checkpoint.json`` as a migdra before one file per claim wrote it."""
-    content = build_checkpoint_file(Checkpoint(node_boot_id=boot, claims={r.claim_uid: r for r in records}))
-    (tmp_path / "checkpoint.json").write_bytes(content)
-    return content
-
-
-A = completed("uid-a", realized("gpu-0-mig-1g10gb-19-6", 6, 13))
-B = started("uid-b", DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-5", 5), gpu_instances_before=(13,)))
-
-
-def test_a_single_file_checkpoint_of_this_boot_is_converted_into_one_file_per_claim(tmp_path: Path) -> None:
-    single_file(tmp_path, BOOT, A, B)
-    store = CheckpointStore(tmp_path, BOOT)
-    outcome = store.load()
-    assert (outcome.records, outcome.discarded) == ((A, B), ())
-    assert sorted(p.name for p in store.directory.iterdir()) == ["uid-a.json", "uid-b.json"]
-    marker = json.loads(store.path.read_text())
-    assert marker["data"] == {"schemaVersion": 2, "claimsDirectory": "claims"}
-    assert marker["checksum"] == compute_checksum(marker["data"])  # a migdra of version 1 verifies it, then refuses 2
-    assert CheckpointStore(tmp_path, BOOT).load().records == (A, B)
-
-
-def test_a_single_file_checkpoint_of_another_boot_is_discarded(tmp_path: Path) -> None:
-    single_file(tmp_path, "boot-before-reboot", A)
-    store = CheckpointStore(tmp_path, BOOT)
-    outcome = store.load()
-    assert (outcome.records, outcome.discarded, outcome.previous_boot_id) == ((), (A,), "boot-before-reboot")
-    assert json.loads(store.path.read_text())["data"]["schemaVersion"] == 2
-
-
-def test_a_downgrade_writes_the_single_file_back_and_an_upgrade_converts_it_again(tmp_path: Path) -> None:
-    store = CheckpointStore(tmp_path, BOOT)
-    store.load()
-    store.put(A)
-    store.put(B)
-    store.close()
-    assert downgrade_checkpoint(tmp_path, read_boot_id=lambda: BOOT) == 2
-    document = json.loads(store.path.read_text())
-    assert document["checksum"] == compute_checksum(document["data"])
-    assert Checkpoint.model_validate(document["data"]) == Checkpoint(node_boot_id=BOOT, claims={"uid-a": A, "uid-b": B})
-    assert not store.claims_root.exists()  # what an older migdra would never read is gone
-
-    assert CheckpointStore(tmp_path, BOOT).load().records == (A, B)  # and the upgrade converts it again
-
-
-def test_a_downgrade_refuses_a_directory_without_the_marker(tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError):
-        downgrade_checkpoint(tmp_path / "absent", read_boot_id=lambda: BOOT)
-    assert not (tmp_path / "absent").exists()
-    single = single_file(tmp_path, BOOT, A)
-    with pytest.raises(CheckpointError):  # already one file
-        downgrade_checkpoint(tmp_path, read_boot_id=lambda: BOOT)
-    assert (tmp_path / "checkpoint.json").read_bytes() == single

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from kubeletplugin.draservice import ClaimRef
+from dra_driver.kubeletcalls import ClaimRef
 from kubeletplugin.prepare.claims import (
     AllocatedDevice,
     ResourceClaimView,

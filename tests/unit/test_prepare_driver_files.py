@@ -10,7 +10,6 @@ from click.testing import CliRunner
 from dra_driver.cli.main import cli
 from dra_driver.errors import ConfigurationError
 from kubeletplugin import app
-from kubeletplugin.prepare import PrepareSettings
 from kubeletplugin.prepare.cdi import CdiDevice, CommonEdits, DeviceNode, build_cdi_spec
 from kubeletplugin.prepare.driver_files import (
     DriverFiles,
@@ -21,6 +20,7 @@ from kubeletplugin.prepare.driver_files import (
     discover_driver_files,
     load_driver_edits,
 )
+from kubeletplugin.settings import PrepareSettings
 from tests.fake_driver_root import LIBRARIES as FAKE_LIBRARIES
 from tests.fake_driver_root import VERSION, build_fake_driver_root
 

@@ -7,7 +7,7 @@ import pytest
 
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.types import ComputeInstanceInfo, GpuInstanceInfo
-from kubeletplugin.prepare.realize import compute_placement_conflict, find_unrecorded_gpu_instance
+from kubeletplugin.prepare.mig_instances import compute_placement_conflict, find_unrecorded_gpu_instance
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
 
 GPU = "GPU-00000000-0000-0000-0000-000000000000"

@@ -8,7 +8,7 @@ import pytest
 
 from dra_driver.mig.catalog import Placement
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
-from kubeletplugin.prepare.status import (
+from kubeletplugin.prepare.reporter import (
     DeviceStatusUpdate,
     compute_cleared_devices,
     compute_converged_devices,

@@ -1,8 +1,8 @@
-"""Our .proto files are wire-identical to kubelet's (kubelet-grpc.md §2-§4, §7).
+"""Our .proto files are wire-identical to kubelet's (docs/kubelet-grpc.md).
 
 Kubelet never sees our files, only bytes and method paths: a renamed package, a renumbered field or
-a changed type breaks the plugin silently.  The tables below are the reference's, written out again
-independently of protos/ so that an edit to either shows up here.
+a changed type breaks the plugin silently.  The tables below are those of docs/kubelet-grpc.md,
+written out again independently of protos/ so that an edit to either shows up here.
 """
 
 from __future__ import annotations

@@ -9,10 +9,11 @@ import pytest
 
 from dra_driver import claimstatus
 from dra_driver.claimstatus import PLUGIN, EntryUpdate, realizer_writer
-from kubeletplugin.draservice import ClaimRef
+from dra_driver.kubeletcalls import ClaimRef
+from kubeletplugin.prepare.claims import ResourceClaimView
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
-from kubeletplugin.prepare.status import compute_cleared_devices, compute_converged_devices
-from kubeletplugin.realizer import (
+from kubeletplugin.prepare.reporter import compute_cleared_devices, compute_converged_devices
+from kubeletplugin.realize_before_bind import (
     build_binding_condition,
     compute_binding_devices,
     compute_claims_to_realize,
@@ -45,13 +46,15 @@ def claim(
     uid: str = "uid-c",
     results: list[dict[str, Any]] | None = None,
     devices: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+) -> ResourceClaimView:
     status: dict[str, Any] = {}
     if results is not None:
         status["allocation"] = {"devices": {"results": results}}
     if devices is not None:
         status["devices"] = devices
-    return {"metadata": {"namespace": "default", "name": name, "uid": uid}, "status": status}
+    return ResourceClaimView.model_validate(
+        {"metadata": {"namespace": "default", "name": name, "uid": uid}, "status": status}
+    )
 
 
 def entry(device: str, *conditions: dict[str, Any]) -> dict[str, Any]:
@@ -99,7 +102,7 @@ def record(uid: str = "uid-c", *devices: str, ahead: bool = True) -> ClaimRecord
         "one-of-two-devices-realized",
     ],
 )
-def test_which_claims_need_realizing(the_claim: dict[str, Any], wanted: bool) -> None:
+def test_which_claims_need_realizing(the_claim: ResourceClaimView, wanted: bool) -> None:
     refs = compute_claims_to_realize([the_claim], DRIVER, NODE)
     assert refs == ([ClaimRef("default", "c", "uid-c")] if wanted else [])
 
@@ -135,7 +138,7 @@ def test_binding_devices_are_ours_with_the_realized_condition_once_each_in_alloc
     ],
 )
 def test_which_records_realized_ahead_are_released(
-    claims: list[dict[str, Any]], the_record: ClaimRecord, released: bool
+    claims: list[ResourceClaimView], the_record: ClaimRecord, released: bool
 ) -> None:
     assert compute_records_to_release([the_record], claims, DRIVER, NODE) == ([the_record] if released else [])
 

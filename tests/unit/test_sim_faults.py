@@ -1,18 +1,14 @@
 """Fault injection and latency of the simulated NVML, per C symbol, seen through pynvml.
 
 A rule fails exactly the calls it names with the named ``NVMLError_*`` class and changes nothing;
-latency delays only its symbol and is slept outside the state lock; ``kill_before`` / ``kill_after``
-crash a process before / after the call is persisted; plans reach subprocesses via the
-environment (``MIGDRA_SIM_FAULTS``, read by the NVML settings and passed to ``install``).
+latency delays only its symbol and is slept outside the state lock; plans reach subprocesses via the
+environment (``MIGDRA_SIM_FAULTS``, read by the NVML settings and passed to ``install``).  That
+``kill_before`` / ``kill_after`` crash a process before / after the call is persisted is
+tests/integration/test_sim_faults_kill.py (it starts processes).
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -138,52 +134,6 @@ def test_latency_is_slept_outside_the_state_lock(boot: Boot) -> None:
 
 def gi_count_of(device: Any) -> int:
     return int(7 - pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(device, 19))
-
-
-# --- crashing processes ----------------------------------------------------------------------------
-
-CREATE_ONE_GI = textwrap.dedent(
-    """
-    import sys, pynvml
-    from dra_driver.nvml import sim
-    from dra_driver.nvml.settings import build_nvml_settings
-    sim.install(sys.argv[1], faults=build_nvml_settings(sim_state=sys.argv[1]).sim_faults)
-    pynvml.nvmlInit()
-    pynvml.nvmlDeviceCreateGpuInstance(pynvml.nvmlDeviceGetHandleByIndex(0), 19)
-    print("survived", flush=True)
-    """
-)
-
-
-def run_with_plan(state_path: Path, plan: sim.FaultPlan) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, sim.FAULTS_ENV: plan.model_dump_json()}
-    return subprocess.run(
-        [sys.executable, "-c", CREATE_ONE_GI, str(state_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def test_kill_after_persists_then_dies(boot: Boot, state_path: Path) -> None:
-    boot()  # creates the state file the subprocess loads
-    rule = sim.FaultRule(symbol="nvmlDeviceCreateGpuInstance", action="kill_after")
-    result = run_with_plan(state_path, sim.FaultPlan(rules=(rule,)))
-    assert result.returncode == -signal.SIGKILL, result.stderr
-    assert "survived" not in result.stdout
-    [gi] = sim.snapshot(state_path).gpus[0].gpu_instances
-    assert (gi.profile_id, gi.placement.start) == (19, 6)
-
-
-def test_kill_before_dies_without_persisting(boot: Boot, state_path: Path) -> None:
-    boot()
-    rule = sim.FaultRule(symbol="nvmlDeviceCreateGpuInstance", action="kill_before")
-    result = run_with_plan(state_path, sim.FaultPlan(rules=(rule,)))
-    assert result.returncode == -signal.SIGKILL, result.stderr
-    assert "survived" not in result.stdout
-    assert gi_count(state_path) == 0
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """The simulated NVML reports every catalog profile exactly, through the real pynvml wrappers.
 
 Table checks walk every GPU model of the catalog; spot checks pin facts recorded on real hardware
-(nvml-mig.md §4, §7 to §9), so a catalog or simulator change that contradicts them fails here.
+(docs/nvml-mig.md: profile indices and IDs, placements, GPU-instance IDs, compute instances), so a
+catalog or simulator change that contradicts them fails here.
 """
 
 from __future__ import annotations

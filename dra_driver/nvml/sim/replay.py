@@ -99,7 +99,7 @@ def _model_of(gpu: RecordedGpu, position: int, source: str) -> GpuModel:
     if model is None:
         raise StateFileError(
             f"{source}: GPU {position} ({gpu.name!r}) is no model of the MIG catalog; add it to "
-            "mig-profiles.yaml and regenerate the catalog first"
+            "hack/data/mig-profiles.yaml and regenerate the catalog first (make catalog)"
         )
     return model
 

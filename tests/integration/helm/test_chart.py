@@ -13,11 +13,10 @@ from pydantic_settings import BaseSettings
 
 import dra_driver.cli.main  # noqa: F401  (imports every settings group the commands read)
 from dra_driver.controller.settings import ControllerSettings
-from dra_driver.controlplane.cluster import DEVICECLASS_DIR, deviceclass_documents
+from dra_driver.device_config import load_device_model_config
+from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.nvml.settings import NvmlSettings
-from dra_driver.settings import load_device_model_config
-from kubeletplugin.app import PluginSettings
-from kubeletplugin.prepare import PrepareSettings
+from kubeletplugin.settings import PluginSettings, PrepareSettings
 from tests.integration.helm.chart import CHART, NAMESPACE, VALUES_FILES, container_env, helm, render, values_args
 
 ALL_VALUES = [None, *VALUES_FILES]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.integration.helm.chart import NAMESPACE, REPO, VALUES_FILES, render
 
 # Kinds of CRDs a cluster may not have (prometheus-operator's); nothing else may be left out.

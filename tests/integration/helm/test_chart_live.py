@@ -27,9 +27,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.controlplane.apiserver import LocalAPIServer
 from dra_driver.kube.client import Kind
 from dra_driver.kubeapi import call_json
+from migdra_devcluster.apiserver import LocalAPIServer
 from tests.integration.helm.chart import CHART, NAMESPACE, Rendered, bound_rules, container_env, render
 from tests.kubelet_client import KubeletClient, short_socket_dir
 from tests.plugin_command import DRIVER, NODE

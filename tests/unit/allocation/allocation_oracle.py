@@ -2,9 +2,9 @@
 
 Why a second implementation: the properties in ``test_allocation_properties.py`` must be able to fail
 when ``dra_driver.allocation`` is wrong, so nothing here imports it.  This module restates the
-Kubernetes rules (``/work/shared/reference/structured-allocator.md``, ``resource-api.md`` and the Go
-allocator in ``k8s.io/dynamic-resource-allocation/structured``) in the plainest form that can be
-checked, not searched efficiently:
+Kubernetes rules (``docs/allocation.md`` and ``docs/resource-api.md``, from the Go allocator in
+``k8s.io/dynamic-resource-allocation/structured``) in the plainest form that can be checked, not
+searched efficiently:
 
 * :class:`World` gathers what a node sees (pools at their newest generation, complete or not, valid or
   not), what allocated claims already hold (exclusive devices, shared capacity) and the classes.
@@ -813,7 +813,7 @@ def _choices(world: World, request: Request) -> Iterator[list[Pick]]:
     """Every way to serve one (sub)request on its own: the fixed set for All, else every set of eligible
     devices of the requested size.  Never the same device twice for one request, even one that allows
     multiple allocations: from Kubernetes 1.36 the search for a request's next device resumes after
-    the previous one (structured-allocator.md, section 3); other requests and claims may share it."""
+    the previous one (docs/allocation.md, "The search order"); other requests and claims may share it."""
 
     def pick(candidate: Candidate) -> Pick:
         consumed = world.consumed_capacity(request, candidate) if world.is_multi(candidate) else None

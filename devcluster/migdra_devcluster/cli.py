@@ -1,0 +1,318 @@
+"""``migdra sim``: start pieces of the development cluster as processes (for the demo and tests).
+
+The product's CLI finds this group by the ``migdra.commands`` entry point; only presentation and start-up live
+here, the servers are the rest of :mod:`migdra_devcluster`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any, Literal
+
+import click
+
+from dra_driver.errors import ConfigurationError
+from dra_driver.nvml.types import NvmlEventType
+
+
+@click.group()
+def sim() -> None:
+    """Local stand-ins for cluster components (never for production)."""
+
+
+@sim.command()
+@click.option("--host", default=None, help="address to listen on (default 127.0.0.1) [env MIGDRA_APISERVER_HOST]")
+@click.option("--port", type=int, default=None, help="TCP port; 0 picks a free one [env MIGDRA_APISERVER_PORT]")
+@click.option(
+    "--kubeconfig-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="write a kubeconfig for this server here once it listens",
+)
+@click.option(
+    "--snapshot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="JSON state file, loaded at start and written periodically and at exit [env MIGDRA_APISERVER_SNAPSHOT]",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="static token file 'token,user,uid[,groups]' turning authentication on [env MIGDRA_APISERVER_TOKEN_FILE]",
+)
+@click.option(
+    "--authorization",
+    type=click.Choice(["AlwaysAllow", "RBAC"]),
+    default=None,
+    help="RBAC: the stored roles and bindings decide (needs --token-file) [env MIGDRA_APISERVER_AUTHORIZATION]",
+)
+def apiserver(
+    host: str | None,
+    port: int | None,
+    kubeconfig_out: Path,
+    snapshot: Path | None,
+    token_file: Path | None,
+    authorization: str | None,
+) -> None:
+    """Run the local Kubernetes API server until SIGINT or SIGTERM."""
+    from pydantic import ValidationError  # noqa: PLC0415 -- keep `migdra --help` light
+
+    from dra_driver.errors import describe_settings_error  # noqa: PLC0415
+    from migdra_devcluster.apiserver import LocalAPIServer  # noqa: PLC0415
+    from migdra_devcluster.apiserver.errors import ListenError  # noqa: PLC0415
+    from migdra_devcluster.apiserver.settings import ApiServerSettings  # noqa: PLC0415
+
+    given: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "snapshot": snapshot,
+        "token_file": token_file,
+        "authorization": authorization,
+    }
+    try:
+        settings = ApiServerSettings(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as exc:
+        problems = describe_settings_error(exc, ApiServerSettings, flag_fields=given.keys())
+        raise ConfigurationError(f"invalid API server settings: {problems}") from exc
+    # Every file it will write is checked before it listens: a bad path must not leave a server running.
+    _check_writable_file(kubeconfig_out, "--kubeconfig-out")
+    if settings.snapshot is not None:
+        _check_writable_file(settings.snapshot, "--snapshot (MIGDRA_APISERVER_SNAPSHOT)")
+    if settings.token_file is not None and not settings.token_file.is_file():
+        problem = "is a directory" if settings.token_file.is_dir() else "no such file"
+        raise ConfigurationError(
+            f"--token-file (MIGDRA_APISERVER_TOKEN_FILE) {settings.token_file}: {problem}; "
+            "give a token file, one 'token,user,uid[,groups]' a line"
+        )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    api = LocalAPIServer(settings)
+    try:
+        api.start()
+    except ListenError as exc:
+        raise ConfigurationError(f"--host/--port (MIGDRA_APISERVER_HOST/PORT): {exc}; port 0 picks a free one") from exc
+    try:
+        try:
+            api.write_kubeconfig(kubeconfig_out)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"--kubeconfig-out {kubeconfig_out}: cannot write it: {exc.strerror or exc}"
+            ) from exc
+        click.echo(f"migdra local API server listening on {api.url}; kubeconfig: {kubeconfig_out}", err=True)
+        stop.wait()
+    finally:
+        api.stop()
+
+
+def _check_writable_file(path: Path, flag: str) -> None:
+    """``path`` can be (re)written atomically: it is not a directory and its directory takes new files."""
+    from dra_driver.durable import writable_directory_problem  # noqa: PLC0415
+
+    if path.is_dir():
+        raise ConfigurationError(f"{flag} {path}: is a directory; give a file path")
+    problem = writable_directory_problem(path.absolute().parent)
+    if problem is not None:
+        raise ConfigurationError(f"{flag} {path}: cannot write it: {problem}")
+
+
+@sim.command()
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="directory for the kubeconfig, each node's simulated GPUs, sockets and logs (kept short: sockets live here)",
+)
+@click.option("--nodes", type=click.IntRange(min=1, max=64), default=1, show_default=True, help="nodes node-1 … node-N")
+@click.option(
+    "--gpus",
+    default="H100-SXM5-80GB:4",
+    show_default=True,
+    metavar="MODEL:COUNT[,MODEL:COUNT]",
+    help="simulated GPUs of every node (but those given --node-gpus)",
+)
+@click.option(
+    "--node-gpus",
+    "node_gpus",
+    multiple=True,
+    metavar="NODE=MODEL:COUNT[,MODEL:COUNT]",
+    help="simulated GPUs of one node instead of --gpus, e.g. node-2=A100-SXM4-40GB:2,A30:1; repeatable",
+)
+@click.option("--driver-name", default="gpu.migdra.io", show_default=True, help="DRA driver name")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the scheduler's node order")
+@click.option(
+    "--realize-before-bind",
+    is_flag=True,
+    help="run the plugins with --realize-before-bind: MIG instances are created before pods are bound",
+)
+@click.option(
+    "--plugin-env",
+    "plugin_env",
+    multiple=True,
+    metavar="NODE:NAME=VALUE",
+    help="an environment variable of one node's plugin, e.g. node-1:MIGDRA_SIM_FAULTS='<fault plan>'; repeatable",
+)
+@click.option(
+    "--control-plane",
+    type=click.Choice(["local", "kube"]),
+    default="local",
+    show_default=True,
+    help="local: migdra's embedded API server, claim controller and scheduler; kube: upstream etcd, "
+    "kube-apiserver, kube-controller-manager and kube-scheduler (built by `make kube`)",
+)
+@click.option(
+    "--kube-bin-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="MIGDRA_KUBE_BIN_DIR",
+    default=None,
+    help="with --control-plane kube: the directory of etcd and the kube-* binaries "
+    "[default: .tools/kube/<version>/bin]",
+)
+@click.option(
+    "--kube-version",
+    default=None,
+    metavar="VERSION",
+    help="with --control-plane kube: which built version (1.36, v1.36.5) [default: the newest built]",
+)
+def up(
+    workdir: Path,
+    nodes: int,
+    gpus: str,
+    node_gpus: tuple[str, ...],
+    driver_name: str,
+    seed: int,
+    realize_before_bind: bool,
+    plugin_env: tuple[str, ...],
+    control_plane: Literal["local", "kube"],
+    kube_bin_dir: Path | None,
+    kube_version: str | None,
+) -> None:
+    """Run a simulated cluster: API server, DeviceClasses, claim controller, scheduler, and per node a
+    kubelet and a `migdra kubelet-plugin` process on simulated GPUs.  With `--control-plane kube` the
+    API server, controllers and scheduler are the upstream binaries (docs/local-cluster.md).
+
+    Prints `ready kubeconfig=<path>` on stdout once every node's ResourceSlices are published, then
+    runs until SIGINT or SIGTERM (or `migdra sim down --workdir DIR`).
+    """
+    from migdra_devcluster.cluster import ClusterSpec, LocalCluster  # noqa: PLC0415 -- keep --help light
+    from migdra_devcluster.supervision import SUPERVISOR_PID, record_process  # noqa: PLC0415
+
+    workdir = workdir.absolute()
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def progress(message: str) -> None:
+        click.echo(f"sim: {message}", err=True)
+
+    spec = ClusterSpec(
+        workdir,
+        nodes,
+        gpus,
+        driver_name=driver_name,
+        seed=seed,
+        realize_before_bind=realize_before_bind,
+        plugin_env=tuple(_parse_plugin_env(item) for item in plugin_env),
+        node_gpus=tuple(_parse_node_gpus(item) for item in node_gpus),
+        control_plane=control_plane,
+        kube_bin_dir=kube_bin_dir.absolute() if kube_bin_dir is not None else None,
+        kube_version=kube_version,
+    )
+    cluster = LocalCluster(spec, progress)
+    cluster.check()
+    workdir.mkdir(parents=True, exist_ok=True)
+    pid_file = workdir / SUPERVISOR_PID
+    record_process(pid_file, os.getpid())
+    try:
+        kubeconfig = cluster.start(interrupt=stop)
+        if kubeconfig is not None:
+            click.echo(f"ready kubeconfig={kubeconfig}")
+            sys.stdout.flush()
+            stop.wait()
+        progress("stopping")
+    finally:
+        cluster.stop()
+        pid_file.unlink(missing_ok=True)
+
+
+def _parse_plugin_env(item: str) -> tuple[str, str, str]:
+    """``node-1:NAME=VALUE`` -> (node, name, value)."""
+    node, colon, assignment = item.partition(":")
+    name, equals, value = assignment.partition("=")
+    if not colon or not equals or not node or not name:
+        raise ConfigurationError(f"--plugin-env {item!r}: expected NODE:NAME=VALUE, e.g. node-1:MIGDRA_SIM_FAULTS=...")
+    return node, name, value
+
+
+def _parse_node_gpus(item: str) -> tuple[str, str]:
+    """``node-2=A100-SXM4-40GB:2`` -> (node, GPUs); the GPUs are checked with the cluster's other inputs."""
+    node, equals, gpus = item.partition("=")
+    if not equals or not node:
+        raise ConfigurationError(
+            f"--node-gpus {item!r}: expected NODE=MODEL:COUNT[,MODEL:COUNT], e.g. node-2=A100-SXM4-40GB:2"
+        )
+    return node, gpus
+
+
+@sim.command()
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), required=True)
+def down(workdir: Path) -> None:
+    """Stop the simulated cluster running in --workdir (and any plugin process it left behind)."""
+    from migdra_devcluster.supervision import stop_recorded  # noqa: PLC0415
+
+    stopped = stop_recorded(workdir.absolute())
+    if stopped:
+        click.echo(f"stopped {len(stopped)} process(es): {' '.join(str(p) for p in stopped)}", err=True)
+    else:
+        click.echo(f"nothing was running in {workdir}", err=True)
+
+
+@sim.command()
+@click.option(
+    "--state", "state_file", type=click.Path(dir_okay=False, path_type=Path), required=True, help="simulator state file"
+)
+@click.option("--gpu", required=True, metavar="INDEX|UUID", help="the GPU the event happens on")
+@click.option("--xid", type=click.IntRange(min=0), default=None, help="an XID critical error with this XID")
+@click.option(
+    "--event",
+    type=click.Choice([kind.value for kind in NvmlEventType]),
+    default="xid",
+    show_default=True,
+    help="the kind of NVML event",
+)
+@click.option("--gpu-instance", type=click.IntRange(min=0), default=None, help="attribute it to this GPU instance ID")
+@click.option("--compute-instance", type=click.IntRange(min=0), default=None, help="... and this compute instance ID")
+def xid(
+    state_file: Path, gpu: str, xid: int | None, event: str, gpu_instance: int | None, compute_instance: int | None
+) -> None:
+    """Make an NVML event happen on a simulated GPU: the plugin's event set returns it (any process)."""
+    from dra_driver.nvml.sim import SimulatedHardware, SimulatorError  # noqa: PLC0415 -- keep `migdra --help` light
+
+    if event == "xid" and xid is None:
+        raise ConfigurationError("--xid is required for --event xid: give the XID number, e.g. --xid 79")
+    if event != "xid" and xid is not None:
+        raise ConfigurationError(f"--xid goes only with --event xid, not --event {event}")
+    if compute_instance is not None and gpu_instance is None:
+        raise ConfigurationError("--compute-instance needs --gpu-instance")
+    if not state_file.is_file():
+        raise ConfigurationError(f"--state {state_file}: no such simulator state file")
+    target: int | str = int(gpu) if gpu.isdigit() else gpu
+    try:
+        happened = SimulatedHardware(state_file).inject_event(target, event, xid or 0, gpu_instance, compute_instance)
+    except (IndexError, SimulatorError) as exc:
+        raise ConfigurationError(f"--gpu {gpu}: {exc}") from exc
+    click.echo(f"event {happened.serial}: {event}{f' {xid}' if xid is not None else ''} on GPU {happened.gpu_index}")

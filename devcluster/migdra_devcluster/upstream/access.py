@@ -1,0 +1,173 @@
+"""migdra's components on the upstream control plane log in as they would in a cluster installed with the
+Helm chart: the chart is rendered by the real helm, its ServiceAccounts, RBAC and the node-scoped
+ValidatingAdmissionPolicy are applied as they are, and each component gets a token of its own
+ServiceAccount.
+
+- The node plugin of node X: a Pod made from the chart's DaemonSet pod template, bound to X (what the
+  DaemonSet controller would create), and a token bound to that Pod, so the token carries the node
+  (``authentication.kubernetes.io/node-name``) that the admission policy checks.  Written to
+  ``<workdir>/nodes/X/plugin.kubeconfig``.
+- The reservation controller: a token of its ServiceAccount, ``<workdir>/controller.kubeconfig``; its
+  Lease lives in the release namespace, where the chart's Role allows it.
+
+Nothing here widens what the chart grants: a missing permission shows as the real API server's 403.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dra_driver.errors import ConfigurationError
+from dra_driver.kube.client import PODS, Client, Kind
+from dra_driver.kubeapi import call_json
+from migdra_devcluster.apiserver.kubeconfig import write_kubeconfig
+
+CHART_DIR = Path(__file__).resolve().parents[3] / "helm" / "migdra"
+HELM = Path(__file__).resolve().parents[3] / ".tools" / "helm" / "helm"
+RELEASE = "migdra"
+RELEASE_NAMESPACE = "migdra-system"
+TOKEN_SECONDS = 7 * 24 * 3600
+"""Tokens outlive any development cluster; a real kubelet would rotate its projected tokens instead."""
+
+NAMESPACES = Kind("", "v1", "namespaces", namespaced=False, kind="Namespace")
+SERVICE_ACCOUNTS = Kind("", "v1", "serviceaccounts", namespaced=True, kind="ServiceAccount")
+_APPLIED_KINDS = {
+    kind.kind: kind
+    for kind in (
+        SERVICE_ACCOUNTS,
+        Kind("rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=False, kind="ClusterRole"),
+        Kind("rbac.authorization.k8s.io", "v1", "clusterrolebindings", namespaced=False, kind="ClusterRoleBinding"),
+        Kind("rbac.authorization.k8s.io", "v1", "roles", namespaced=True, kind="Role"),
+        Kind("rbac.authorization.k8s.io", "v1", "rolebindings", namespaced=True, kind="RoleBinding"),
+        Kind(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingadmissionpolicies",
+            namespaced=False,
+            kind="ValidatingAdmissionPolicy",
+        ),
+        Kind(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingadmissionpolicybindings",
+            namespaced=False,
+            kind="ValidatingAdmissionPolicyBinding",
+        ),
+    )
+}
+"""What of the chart is applied: identities, their permissions and the admission policy.  The workloads
+(DaemonSet, Deployment) are not: ``sim up`` runs migdra's processes itself, on simulated GPUs."""
+
+
+@dataclass(frozen=True)
+class ChartAccess:
+    """The chart's objects that grant access, and the names of its two ServiceAccounts."""
+
+    objects: list[dict[str, Any]]
+    plugin_pod_template: dict[str, Any]
+    plugin_service_account: str
+    controller_service_account: str
+
+
+def helm_binary() -> Path:
+    """The real helm: ``make tools`` puts it in ``.tools/helm``; else the one on PATH."""
+    if HELM.is_file():
+        return HELM
+    found = shutil.which("helm")
+    if found is None:
+        raise ConfigurationError(f"--control-plane kube renders the Helm chart: no helm at {HELM} (run `make tools`)")
+    return Path(found)
+
+
+def render_chart_access(driver_name: str, realize_before_bind: bool) -> ChartAccess:
+    """``helm template`` of the chart for this driver, reduced to what :func:`grant_chart_access` applies."""
+    command = [
+        str(helm_binary()),
+        "template",
+        RELEASE,
+        str(CHART_DIR),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--set",
+        f"driverName={driver_name}",
+        "--set",
+        "simulated.enabled=true",
+        "--set",
+        f"realizeBeforeBind={str(realize_before_bind).lower()}",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigurationError(f"helm template of {CHART_DIR} failed: {last}")
+    documents = [d for d in yaml.safe_load_all(result.stdout) if isinstance(d, dict)]
+    (daemonset,) = [d for d in documents if d.get("kind") == "DaemonSet"]
+    plugin_sa = daemonset["spec"]["template"]["spec"]["serviceAccountName"]
+    (deployment,) = [d for d in documents if d.get("kind") == "Deployment"]
+    controller_sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    applied = [d for d in documents if d.get("kind") in _APPLIED_KINDS]
+    return ChartAccess(applied, daemonset["spec"]["template"], plugin_sa, controller_sa)
+
+
+def grant_chart_access(client: Client, access: ChartAccess) -> None:
+    """Create the release namespace and the chart's access objects (as an admin installing the chart)."""
+    client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RELEASE_NAMESPACE}})
+    for document in access.objects:
+        client.create(_APPLIED_KINDS[document["kind"]], document)
+
+
+def plugin_pod(access: ChartAccess, node: str) -> dict[str, Any]:
+    """The plugin's Pod on ``node``, from the DaemonSet's template (as the DaemonSet controller makes it,
+    but bound directly: it is never scheduled)."""
+    template = copy.deepcopy(access.plugin_pod_template)
+    spec = template["spec"]
+    spec["nodeName"] = node
+    spec.pop("affinity", None)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{RELEASE}-kubelet-plugin-{node}",
+            "namespace": RELEASE_NAMESPACE,
+            "labels": (template.get("metadata") or {}).get("labels") or {},
+        },
+        "spec": spec,
+    }
+
+
+def request_token(client: Client, service_account: str, bound_pod: dict[str, Any] | None = None) -> str:
+    """A TokenRequest for ``service_account`` in the release namespace, bound to ``bound_pod`` when given."""
+    spec: dict[str, Any] = {"expirationSeconds": TOKEN_SECONDS}
+    if bound_pod is not None:
+        meta = bound_pod["metadata"]
+        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+    path = SERVICE_ACCOUNTS.path(RELEASE_NAMESPACE, service_account, "token")
+    answer = call_json(client.api_client, "POST", path, body=body, timeout=client.timeout)
+    return str(answer["status"]["token"])
+
+
+def plugin_kubeconfig_path(workdir: Path, node: str) -> Path:
+    return workdir / "nodes" / node / "plugin.kubeconfig"
+
+
+def controller_kubeconfig_path(workdir: Path) -> Path:
+    return workdir / "controller.kubeconfig"
+
+
+def write_component_kubeconfigs(
+    client: Client, access: ChartAccess, nodes: list[str], workdir: Path, url: str, ca_pem: bytes
+) -> None:
+    """Each node's plugin Pod and its token's kubeconfig, and the controller's kubeconfig."""
+    for node in nodes:
+        pod = client.create(PODS, plugin_pod(access, node))
+        token = request_token(client, access.plugin_service_account, pod)
+        write_kubeconfig(plugin_kubeconfig_path(workdir, node), url, token, ca_pem)
+    token = request_token(client, access.controller_service_account)
+    write_kubeconfig(controller_kubeconfig_path(workdir), url, token, ca_pem)

@@ -1,0 +1,234 @@
+"""Starting and stopping the upstream control plane: etcd, then kube-apiserver, then
+kube-controller-manager and kube-scheduler, each a supervised process of ``sim up`` (restarted when it
+exits, as a static pod's container is), each waited for on its own health endpoint.
+
+Why wait on health endpoints rather than on time: on a busy machine kube-apiserver may take tens of
+seconds to open its port; its ``/readyz`` says when its post-start hooks (RBAC bootstrap policy, system
+namespaces, priority classes) are done, which is what the next steps need.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from dra_driver.errors import ConfigurationError
+from dra_driver.kube.client import Client
+from migdra_devcluster.apiserver.kubeconfig import write_kubeconfig
+from migdra_devcluster.supervision import SupervisedProcess
+from migdra_devcluster.upstream.access import (
+    RELEASE_NAMESPACE,
+    SERVICE_ACCOUNTS,
+    ChartAccess,
+    controller_kubeconfig_path,
+    grant_chart_access,
+    plugin_kubeconfig_path,
+    write_component_kubeconfigs,
+)
+from migdra_devcluster.upstream.binaries import KubeBinaries
+from migdra_devcluster.upstream.components import (
+    AUDIT_POLICY,
+    KubeFiles,
+    Ports,
+    build_apiserver_argv,
+    build_controller_manager_argv,
+    build_etcd_argv,
+    build_scheduler_argv,
+)
+from migdra_devcluster.upstream.pki import write_cluster_pki
+
+START_TIMEOUT_SECONDS = 180.0
+"""For each component to become healthy: kube-apiserver's first start on a loaded two-core machine has
+been seen to take a minute."""
+ADMIN_USER = "migdra-sim-admin"
+ADMIN_GROUP = "system:masters"
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+SCHEDULER_USER = "system:kube-scheduler"
+
+
+class UpstreamProcess(SupervisedProcess):
+    """One upstream binary with a fixed command line."""
+
+    def __init__(self, name: str, command: list[str], files: KubeFiles, progress: Callable[[str], None]) -> None:
+        super().__init__(name, files.log(name), files.pid(name), progress)
+        self._command = command
+
+    def argv(self) -> list[str]:
+        return list(self._command)
+
+
+def write_audit_policy(files: KubeFiles) -> None:
+    """The policy file ``--audit-policy-file`` names, and an empty log (a new cluster's requests only)."""
+    files.directory.mkdir(parents=True, exist_ok=True)
+    files.audit_policy.write_text(yaml.safe_dump(dict(AUDIT_POLICY), sort_keys=False))
+    files.audit_log.unlink(missing_ok=True)
+
+
+def wait_healthy(
+    process: UpstreamProcess,
+    url: str,
+    context: ssl.SSLContext | None,
+    interrupt: threading.Event | None = None,
+    timeout: float = START_TIMEOUT_SECONDS,
+) -> bool:
+    """Poll the component's health ``url`` until it answers 200 (False when ``interrupt`` is set); a
+    component that keeps exiting or never gets healthy is one error with the end of its log."""
+    interrupt = interrupt or threading.Event()
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5, context=context) as answer:
+                if answer.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError, TimeoutError):
+            pass
+        if process.exited() is not None and process.restarts >= 2:
+            raise ConfigurationError(
+                f"{process.name} keeps exiting (status {process.exited()}); the end of {process.log_path}:\n"
+                f"{process.log_tail()}"
+            )
+        if time.monotonic() > deadline:
+            raise ConfigurationError(
+                f"{process.name} not healthy at {url} after {timeout:g} s; the end of "
+                f"{process.log_path}:\n{process.log_tail()}"
+            )
+        if interrupt.wait(0.25):
+            return False
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now (the component binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class KubeControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler of one ``sim up``, and migdra's
+    components' credentials from the Helm chart (:mod:`.access`)."""
+
+    lease_namespace = RELEASE_NAMESPACE
+
+    def __init__(
+        self,
+        workdir: Path,
+        binaries: KubeBinaries,
+        access: ChartAccess,
+        progress: Callable[[str], None],
+    ) -> None:
+        self.workdir = workdir
+        self.binaries = binaries
+        self.access = access
+        self.progress = progress
+        self.files = KubeFiles(workdir / "kube")
+        self.kubeconfig = workdir / "kubeconfig"
+        self.ports = Ports(free_port(), free_port(), free_port(), free_port(), free_port())
+        self.url = f"https://127.0.0.1:{self.ports.apiserver}"
+        self.processes: list[UpstreamProcess] = []
+
+    def start(self, interrupt: threading.Event) -> Path | None:
+        """Start every component; the admin kubeconfig once all are healthy (None if interrupted)."""
+        self.files.directory.mkdir(parents=True, exist_ok=True)
+        # A new cluster starts afresh, as the embedded one does: the node's simulated GPUs are new too.
+        shutil.rmtree(self.files.etcd_data, ignore_errors=True)
+        pki = write_cluster_pki(self.files.pki.directory)
+        write_audit_policy(self.files)
+        ca = pki.ca_pem()
+        write_kubeconfig(self.kubeconfig, self.url, None, ca, pki.client_certificate(ADMIN_USER, (ADMIN_GROUP,)))
+        for component, user in (
+            ("kube-controller-manager", CONTROLLER_MANAGER_USER),
+            ("kube-scheduler", SCHEDULER_USER),
+        ):
+            write_kubeconfig(self.files.kubeconfig(component), self.url, None, ca, pki.client_certificate(user))
+        bins, files, ports = self.binaries, self.files, self.ports
+        server_ca = ssl.create_default_context(cafile=str(pki.ca_cert))
+        steps = [
+            (
+                "etcd",
+                build_etcd_argv(bins.path("etcd"), files, ports),
+                f"http://127.0.0.1:{ports.etcd_client}/health",
+                None,
+            ),
+            (
+                "kube-apiserver",
+                build_apiserver_argv(bins.path("kube-apiserver"), files, ports),
+                f"{self.url}/readyz",
+                server_ca,
+            ),
+        ]
+        for name, command, health, context in steps:
+            if not wait_healthy(self._spawn(name, command), health, context, interrupt):
+                return None
+        # Both serve with a certificate they made themselves at start-up: nothing to verify it against.
+        unverified = ssl._create_unverified_context()
+        parallel = [
+            (
+                "kube-controller-manager",
+                build_controller_manager_argv(bins.path("kube-controller-manager"), files, ports),
+                f"https://127.0.0.1:{ports.controller_manager}/healthz",
+            ),
+            (
+                "kube-scheduler",
+                build_scheduler_argv(bins.path("kube-scheduler"), files, ports),
+                f"https://127.0.0.1:{ports.scheduler}/healthz",
+            ),
+        ]
+        started = [self._spawn(name, command) for name, command, _ in parallel]
+        for process, (_, _, health) in zip(started, parallel, strict=True):
+            if not wait_healthy(process, health, unverified, interrupt):
+                return None
+        client = Client(self.kubeconfig)
+        try:
+            if not self._wait_default_service_account(client, interrupt):
+                return None
+            grant_chart_access(client, self.access)
+        finally:
+            client.close()
+        return self.kubeconfig
+
+    def _wait_default_service_account(self, client: Client, interrupt: threading.Event) -> bool:
+        """Pods are refused until the serviceaccount controller made ``default/default``."""
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while client.get(SERVICE_ACCOUNTS, "default", "default") is None:
+            if time.monotonic() > deadline:
+                raise ConfigurationError(
+                    "kube-controller-manager made no ServiceAccount default/default; the end of its log:\n"
+                    + self.files.log("kube-controller-manager").read_text(errors="replace")[-2000:]
+                )
+            if interrupt.wait(0.25):
+                return False
+        return True
+
+    def grant(self, client: Client, nodes: list[str]) -> None:
+        """Each node's plugin Pod and token, and the controller's token (once the Nodes exist: a token
+        bound to a Pod names the Pod's node)."""
+        write_component_kubeconfigs(client, self.access, nodes, self.workdir, self.url, self.files.pki.ca_pem())
+
+    def plugin_kubeconfig(self, node: str) -> Path:
+        return plugin_kubeconfig_path(self.workdir, node)
+
+    def controller_kubeconfig(self) -> Path:
+        return controller_kubeconfig_path(self.workdir)
+
+    def _spawn(self, name: str, command: list[str]) -> UpstreamProcess:
+        self.progress(f"starting {name} ({self.binaries.version})")
+        self.files.log(name).unlink(missing_ok=True)
+        process = UpstreamProcess(name, command, self.files, self.progress)
+        process.start()
+        self.processes.append(process)
+        return process
+
+    def stop(self) -> None:
+        """Stop in reverse order (the scheduler first, etcd last); safe to call twice."""
+        for process in reversed(self.processes):
+            process.stop()
+        self.processes.clear()

@@ -1,0 +1,548 @@
+"""The MIG instances of a claim on NVML: created at exactly the allocated placement, destroyed only
+when a checkpoint record proves they are migdra's, checked against what NVML shows.
+
+Owns the NVML mutations of prepare and unprepare, each one step the service calls in order (the
+service records each step in the checkpoint between them, docs/prepare.md §4):
+
+- :func:`read_standing_instances` reads the GPU's instances right before creating and refuses an
+  occupied placement; :func:`create_gpu_instance` creates the GPU instance of the allocated profile at
+  **exactly** the allocated placement (never another: an occupied placement is an error, not a reason
+  to move); :func:`create_compute_instance` creates the compute instance that covers the whole GI --
+  the CI profile whose SM count equals the GI profile's (CI profile 7, not 0, in Hopper's 1g.20gb-type
+  GIs; NVIDIA #1454/#1480) -- and :func:`check_delivered_sms` checks the created CI delivers those SMs.
+  On a failure after the GI exists the service destroys what it created with
+  :func:`destroy_created_instance`, CI first (NVIDIA #1452 left the GI behind).
+- :func:`release_record` destroys every instance a checkpoint record names, device by device
+  (:func:`release_device`), checking identity (GI ID, profile, placement, MIG UUID) first; an instance
+  that does not match is someone else's and is left alone.  Without a recorded GI ID, only a GI the
+  record *proves* migdra created is destroyed (:func:`find_unrecorded_gpu_instance`).  An instance
+  already gone counts as released (idempotence).
+- :func:`read_verification_problems` says whether NVML still shows a completed record's instances
+  (start-up recovery adopts on it; a prepare of a completed claim checks it).
+- :func:`compute_placement_conflict` (pure) decides whether a device's placement is taken, and by
+  whose instance: another claim's (named by its checkpoint record) or one migdra did not create.
+
+It never decides *which* device a claim gets, never destroys an instance no record names, and never
+falls back to another placement or CI profile.  Callers hold the GPU's lock around every mutation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dra_driver.logs import log_context
+from dra_driver.mig.catalog import Placement
+from dra_driver.nvml.backend import Nvml
+from dra_driver.nvml.errors import NvmlError, NvmlInsufficientResources, NvmlInUse, NvmlNotFound
+from dra_driver.nvml.types import ComputeInstanceInfo, ComputeInstanceProfileInfo, GpuInstanceInfo
+from kubeletplugin.prepare.checkpoint import CheckpointStore
+from kubeletplugin.prepare.devices import DeviceTarget
+from kubeletplugin.prepare.errors import (
+    CapacityMismatchError,
+    DeviceConflictError,
+    LockTimeoutError,
+    RealizeError,
+    ReleaseError,
+)
+from kubeletplugin.prepare.locks import KeyedLocks
+from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RealizedInstance:
+    """A GPU instance and its full compute instance, as NVML reported them after creation."""
+
+    gpu_uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    compute_instance_profile_id: int
+    mig_uuid: str
+    multiprocessor_count: int
+
+
+def compute_full_ci_profile(
+    profiles: Sequence[ComputeInstanceProfileInfo], gi_multiprocessor_count: int
+) -> ComputeInstanceProfileInfo | None:
+    """The CI profile that delivers all of a GI's SMs; pure.  None when no profile does.
+
+    Several matches (not seen on any recorded GPU) resolve to the one spanning the most compute
+    slices, then the lowest profile index, so the choice is deterministic.
+    """
+    full = [p for p in profiles if p.multiprocessor_count == gi_multiprocessor_count]
+    if not full:
+        return None
+    return min(full, key=lambda p: (-p.slice_count, p.ci_profile_index))
+
+
+def find_overlapping_instance(instances: Sequence[GpuInstanceInfo], placement: Placement) -> GpuInstanceInfo | None:
+    """The first GPU instance whose memory slices overlap ``placement``; pure."""
+    return next((gi for gi in instances if gi.placement.overlaps(placement)), None)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementConflict:
+    """A GPU instance standing where a device must be created, and the claim whose record names it."""
+
+    occupant: GpuInstanceInfo
+    holder: ClaimRecord | None  # None: no record names it -- an instance migdra did not create
+
+    def describe(self, intent: DeviceIntent) -> str:
+        """The per-claim error: device, placement, occupant, whose it is; never a fallback."""
+        occupant = self.occupant
+        who = (
+            f"prepared for claim {self.holder.label} (UID {self.holder.claim_uid})"
+            if self.holder is not None
+            else "that migdra did not create"
+        )
+        return (
+            f"device {intent.device_name}: placement {intent.placement} on GPU {intent.gpu_uuid} is occupied by "
+            f"GPU instance {occupant.gpu_instance_id} (profile {occupant.profile_id} at {occupant.placement}) "
+            f"{who}; migdra never falls back to another placement"
+        )
+
+
+def compute_placement_conflict(
+    instances: Sequence[GpuInstanceInfo], intent: DeviceIntent, records: Iterable[ClaimRecord], claim_uid: str
+) -> PlacementConflict | None:
+    """Whether ``intent``'s placement is taken on its GPU, given the GPU's ``instances`` and the checkpoint's
+    ``records`` (read *after* the instances, so a GI in ``instances`` that migdra created is named by
+    one of them); pure.
+
+    None for admin access and whole GPUs (they create nothing) and for a free placement.  The occupant
+    is attributed to the first record of another claim that names it -- by its GI ID, or as the GI of
+    that profile at that placement whose creation is in flight -- else to nobody (a foreign instance).
+    """
+    if intent.admin_access or not intent.is_mig:
+        return None
+    assert intent.placement is not None
+    occupant = find_overlapping_instance(instances, intent.placement)
+    if occupant is None:
+        return None
+    holder = next(
+        (
+            record
+            for record in records
+            if record.claim_uid != claim_uid
+            and any(d.intent.gpu_uuid == intent.gpu_uuid and records_gpu_instance(d, occupant) for d in record.devices)
+        ),
+        None,
+    )
+    return PlacementConflict(occupant, holder)
+
+
+def records_gpu_instance(device: DeviceRecord, gi: GpuInstanceInfo) -> bool:
+    """Whether ``device`` (of the same GPU) records ``gi``: by its ID, or as the GI being created as."""
+    if device.owns_instance:
+        return device.gpu_instance_id == gi.gpu_instance_id
+    return (
+        device.creation_in_flight
+        and device.intent.placement == gi.placement
+        and device.intent.profile_id == gi.profile_id
+    )
+
+
+def _where(target: DeviceTarget) -> str:
+    return f"device {target.device_name}: GPU {target.gpu_uuid}"
+
+
+def read_standing_instances(nvml: Nvml, target: DeviceTarget) -> list[GpuInstanceInfo]:
+    """The GPU's instances now, right before creating ``target``'s; raises :class:`DeviceConflictError`
+    when one of them occupies the placement, :class:`RealizeError` when NVML cannot say.
+
+    Under the GPU's lock, so nothing of migdra's changes the GPU between this read, the recorded
+    request and the creation.
+    """
+    profile_name, placement = _mig_target(target)
+    try:
+        standing = nvml.gpu_instances(target.gpu_uuid)
+    except NvmlError as e:
+        raise RealizeError(f"{_where(target)}: reading its GPU instances before creating failed: {e}") from e
+    in_the_way = find_overlapping_instance(standing, placement)
+    if in_the_way is not None:
+        raise DeviceConflictError(
+            f"{_where(target)} placement {placement} of {profile_name} is occupied by GPU instance "
+            f"{in_the_way.gpu_instance_id} (profile {in_the_way.profile_id} at {in_the_way.placement}); "
+            "migdra never falls back to another placement"
+        )
+    return standing
+
+
+def create_gpu_instance(nvml: Nvml, target: DeviceTarget) -> GpuInstanceInfo:
+    """The GPU instance of ``target``'s profile at exactly its placement; raises
+    :class:`DeviceConflictError` (occupied) or :class:`RealizeError` (NVML failed)."""
+    profile_name, placement = _mig_target(target)
+    assert target.profile is not None
+    try:
+        gi = nvml.create_gpu_instance(target.gpu_uuid, target.profile.profile_id, placement)
+    except NvmlInsufficientResources as e:
+        occupant = _describe_occupant(nvml, target.gpu_uuid, placement)
+        raise DeviceConflictError(
+            f"{_where(target)} placement {placement} of {profile_name} is occupied{occupant}; migdra never falls "
+            f"back to another placement (NVML: {e.nvml_message})"
+        ) from e
+    except NvmlError as e:
+        raise RealizeError(f"{_where(target)}: creating the GPU instance failed: {e}") from e
+    log.info(
+        "created GI %d (%s, profile %d) at %s on GPU %s for device %s",
+        gi.gpu_instance_id,
+        profile_name,
+        target.profile.profile_id,
+        placement,
+        target.gpu_uuid,
+        target.device_name,
+    )
+    return gi
+
+
+def create_compute_instance(
+    nvml: Nvml, target: DeviceTarget, gpu_instance_id: int
+) -> tuple[ComputeInstanceProfileInfo, ComputeInstanceInfo]:
+    """The compute instance covering all of the GI's SMs, and its profile; raises
+    :class:`CapacityMismatchError` (no CI profile delivers them) or :class:`RealizeError`."""
+    profile_name, _ = _mig_target(target)
+    assert target.profile is not None
+    sms = target.profile.multiprocessor_count
+    try:
+        ci_profiles = nvml.compute_instance_profiles(target.gpu_uuid, gpu_instance_id)
+        ci_profile = compute_full_ci_profile(ci_profiles, sms)
+        if ci_profile is None:
+            offered = ", ".join(f"{p.ci_profile_index} ({p.multiprocessor_count} SMs)" for p in ci_profiles)
+            raise CapacityMismatchError(
+                f"{_where(target)} {profile_name} advertises {sms} SMs, but no compute-instance "
+                f"profile of GI {gpu_instance_id} delivers {sms} (offered: {offered})"
+            )
+        ci = nvml.create_compute_instance(target.gpu_uuid, gpu_instance_id, ci_profile.ci_profile_index)
+    except NvmlError as e:
+        raise RealizeError(f"{_where(target)}: creating the compute instance failed: {e}") from e
+    return ci_profile, ci
+
+
+def check_delivered_sms(
+    target: DeviceTarget, gpu_instance_id: int, ci_profile: ComputeInstanceProfileInfo, ci: ComputeInstanceInfo
+) -> RealizedInstance:
+    """The created instance, once its CI delivers the SMs the device advertises; else
+    :class:`CapacityMismatchError` (the caller destroys what it created)."""
+    profile_name, _ = _mig_target(target)
+    assert target.profile is not None
+    sms = target.profile.multiprocessor_count
+    if ci.multiprocessor_count < sms:
+        raise CapacityMismatchError(
+            f"{_where(target)} {profile_name} advertises {sms} SMs, but compute instance "
+            f"{ci.compute_instance_id} (CI profile {ci_profile.ci_profile_index}) of GI {gpu_instance_id} "
+            f"delivers {ci.multiprocessor_count}"
+        )
+    log.info(
+        "created CI %d (CI profile %d, %d SMs, %s) in GI %d on GPU %s",
+        ci.compute_instance_id,
+        ci_profile.ci_profile_index,
+        ci.multiprocessor_count,
+        ci.mig_uuid,
+        gpu_instance_id,
+        target.gpu_uuid,
+    )
+    return RealizedInstance(
+        target.gpu_uuid,
+        gpu_instance_id,
+        ci.compute_instance_id,
+        ci_profile.ci_profile_index,
+        ci.mig_uuid,
+        ci.multiprocessor_count,
+    )
+
+
+def _mig_target(target: DeviceTarget) -> tuple[str, Placement]:
+    """``target``'s profile name and placement; only MIG targets are created."""
+    assert target.profile is not None, "only a MIG target has an instance to create"
+    assert target.placement is not None, "only a MIG target has an instance to create"
+    return target.profile_name or target.profile.name, target.placement
+
+
+def destroy_created_instance(
+    nvml: Nvml, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int | None
+) -> str | None:
+    """Destroy an instance this prepare call created (CI, then GI); the failure text, or None."""
+    try:
+        if compute_instance_id is not None:
+            _destroy_compute_instance(nvml, gpu_uuid, gpu_instance_id, compute_instance_id)
+        _destroy_gpu_instance(nvml, gpu_uuid, gpu_instance_id)
+    except NvmlError as e:
+        log.error(
+            "ROLLBACK FAILED: GI %d on GPU %s created by this prepare call could not be destroyed: %s; it stays "
+            "recorded in the checkpoint and is retried",
+            gpu_instance_id,
+            gpu_uuid,
+            e,
+        )
+        return str(e)
+    log.info("rolled back GI %d on GPU %s", gpu_instance_id, gpu_uuid)
+    return None
+
+
+def release_device(
+    nvml: Nvml, device: DeviceRecord, record_progress: Callable[[DeviceRecord], None] | None = None
+) -> None:
+    """Destroy the instance ``device`` records (CI first, then GI), checking it is still ours.
+
+    Nothing is destroyed unless the record and NVML agree on identity:
+
+    - GI ID recorded: that GI, if its profile and placement still match; else it is gone (success).
+    - MIG UUID recorded too: the GI must hold the compute instance with that UUID and no other; a GI
+      without it is someone else's, even with the same ID (an operator re-created it), and is left
+      alone.
+    - GI ID unknown (a crash before the ID was recorded): the GI at exactly the recorded placement
+      with the recorded profile, only if the record proves migdra created it
+      (:func:`find_unrecorded_gpu_instance`); any other GI there is left alone, loudly, and the
+      device counts as released (nothing of migdra's is left).
+    - With no CI identity recorded (the plugin stopped between creating the GI and recording its
+      CI), the CIs inside the (ours) GI are destroyed.
+
+    ``record_progress`` is told, once identity is proven and before anything is destroyed, the device
+    as it will be while its compute instance goes: the GI's ID and no CI identity.  A crash or a
+    refused GI destroy after the CI is gone is then retried against the GI, which is still ours.
+    Raises :class:`ReleaseError` when NVML refuses (a process holds the device: kubelet retries).
+    """
+    intent = device.intent
+    if intent.admin_access or not intent.is_mig:
+        return  # admin access and whole GPUs created nothing
+    assert intent.placement is not None
+    assert intent.profile_id is not None
+    gpu_uuid = intent.gpu_uuid
+    where = f"device {intent.device_name}: GPU {gpu_uuid}"
+    try:
+        gi = _find_recorded_gpu_instance(nvml, device)
+        if gi is None:
+            log.info("%s: no GPU instance left at %s, nothing to destroy", where, intent.placement)
+            return
+        if device.mig_uuid is not None:
+            theirs = [ci for ci in gi.compute_instances if ci.mig_uuid != device.mig_uuid]
+            ours = [ci for ci in gi.compute_instances if ci.mig_uuid == device.mig_uuid]
+            if theirs or not ours:
+                log.error(
+                    "NOT DESTROYED: %s: GI %d at %s does not hold migdra's compute instance %s (it holds %s); "
+                    "it is not the instance migdra created, leaving it alone",
+                    where,
+                    gi.gpu_instance_id,
+                    intent.placement,
+                    device.mig_uuid,
+                    ", ".join(ci.mig_uuid for ci in gi.compute_instances) or "none",
+                )
+                for ci in ours:
+                    _destroy_compute_instance(nvml, gpu_uuid, gi.gpu_instance_id, ci.compute_instance_id)
+                return
+        releasing = device.model_copy(
+            update={
+                "gpu_instance_id": gi.gpu_instance_id,
+                "compute_instance_id": None,
+                "compute_instance_profile_id": None,
+                "mig_uuid": None,
+            }
+        )
+        if record_progress is not None and releasing != device:
+            # Identity proven: from here the record names the GI alone, so a crash or a refusal after
+            # the compute instance is gone is retried against a GI of ours, not a CI that no longer is.
+            record_progress(releasing)
+        for ci in gi.compute_instances:
+            _destroy_compute_instance(nvml, gpu_uuid, gi.gpu_instance_id, ci.compute_instance_id)
+        _destroy_gpu_instance(nvml, gpu_uuid, gi.gpu_instance_id)
+        log.info("destroyed GI %d at %s on GPU %s (%s)", gi.gpu_instance_id, intent.placement, gpu_uuid, where)
+    except NvmlInUse as e:
+        raise ReleaseError(f"{where}: the MIG device is still in use ({e}); kubelet retries") from e
+    except NvmlError as e:
+        raise ReleaseError(f"{where}: destroying the instance at {intent.placement} failed: {e}") from e
+
+
+def _find_recorded_gpu_instance(nvml: Nvml, device: DeviceRecord) -> GpuInstanceInfo | None:
+    intent = device.intent
+    if device.gpu_instance_id is not None:
+        try:
+            gi = nvml.gpu_instance(intent.gpu_uuid, device.gpu_instance_id)
+        except NvmlNotFound:
+            return None
+        if gi.profile_id != intent.profile_id or gi.placement != intent.placement:
+            log.warning(
+                "GI %d on GPU %s is now profile %d at %s, not the recorded %s at %s: not ours, left alone",
+                gi.gpu_instance_id,
+                intent.gpu_uuid,
+                gi.profile_id,
+                gi.placement,
+                intent.profile_id,
+                intent.placement,
+            )
+            return None
+        return gi
+    ours, stranger = find_unrecorded_gpu_instance(device, nvml.gpu_instances(intent.gpu_uuid))
+    if stranger is not None:
+        log.error(
+            "NOT DESTROYED: device %s of GPU %s: GI %d (profile %d at %s) stands at the recorded placement, but "
+            "migdra did not create it: %s; left alone",
+            intent.device_name,
+            intent.gpu_uuid,
+            stranger[0].gpu_instance_id,
+            stranger[0].profile_id,
+            stranger[0].placement,
+            stranger[1],
+        )
+    return ours
+
+
+def find_unrecorded_gpu_instance(
+    device: DeviceRecord, instances: Sequence[GpuInstanceInfo]
+) -> tuple[GpuInstanceInfo | None, tuple[GpuInstanceInfo, str] | None]:
+    """For a device record without a GI ID: (the GI migdra created, None) or (None, (a stranger, why)).
+
+    Pure.  A GI of the recorded profile at exactly the recorded placement is migdra's only if all of:
+
+    - the record says NVML was asked for it (``gpuInstancesBefore`` is written, under the GPU's lock
+      after the placement was found free, *before* the NVML call): without that, the crash came
+      before the call and any GI there was created by someone else afterwards;
+    - it is not one of the GIs that stood on the GPU at that moment;
+    - it holds no compute instance: migdra records a GI's ID before it creates a compute instance in
+      it, so a GI of migdra's whose ID is unrecorded is empty.
+
+    ``(None, None)``: no GI of that profile at that placement.
+    """
+    intent = device.intent
+    candidate = next(
+        (gi for gi in instances if gi.placement == intent.placement and gi.profile_id == intent.profile_id), None
+    )
+    if candidate is None:
+        return None, None
+    if device.gpu_instances_before is None:
+        return None, (candidate, "the record shows the plugin stopped before it asked NVML for a GPU instance")
+    if candidate.gpu_instance_id in device.gpu_instances_before:
+        return None, (candidate, "it already stood on the GPU when migdra asked NVML for its own")
+    if candidate.compute_instances:
+        uuids = ", ".join(ci.mig_uuid for ci in candidate.compute_instances)
+        return None, (
+            candidate,
+            f"it holds compute instance(s) {uuids}, and migdra records a GI's ID before it creates a compute "
+            "instance in it",
+        )
+    return candidate, None
+
+
+def _describe_occupant(nvml: Nvml, gpu_uuid: str, placement: Placement) -> str:
+    try:
+        occupant = find_overlapping_instance(nvml.gpu_instances(gpu_uuid), placement)
+    except NvmlError:
+        return ""
+    if occupant is None:
+        return ""
+    return f" by GPU instance {occupant.gpu_instance_id} (profile {occupant.profile_id} at {occupant.placement})"
+
+
+def _destroy_compute_instance(nvml: Nvml, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int) -> None:
+    with contextlib.suppress(NvmlNotFound):  # already gone: the goal of a destroy is reached
+        nvml.destroy_compute_instance(gpu_uuid, gpu_instance_id, compute_instance_id)
+
+
+def _destroy_gpu_instance(nvml: Nvml, gpu_uuid: str, gpu_instance_id: int) -> None:
+    with contextlib.suppress(NvmlNotFound):
+        nvml.destroy_gpu_instance(gpu_uuid, gpu_instance_id)
+
+
+# -- a record's instances, as NVML shows them now, and their release -------------------------------
+
+
+def compute_verification_problems(record: ClaimRecord, instances: Mapping[str, Sequence[GpuInstanceInfo]]) -> list[str]:
+    """Why ``record``'s instances do not match NVML's ``instances`` (per GPU UUID); [] = verified.  Pure."""
+    problems: list[str] = []
+    for device in record.devices:
+        intent = device.intent
+        if intent.admin_access or not intent.is_mig:
+            continue
+        name = intent.device_name
+        if device.gpu_instance_id is None or device.compute_instance_id is None or device.mig_uuid is None:
+            problems.append(f"{name}: the record lacks the realized GI/CI identity")
+            continue
+        gi = next((g for g in instances.get(intent.gpu_uuid, ()) if g.gpu_instance_id == device.gpu_instance_id), None)
+        if gi is None:
+            problems.append(f"{name}: GI {device.gpu_instance_id} no longer exists on GPU {intent.gpu_uuid}")
+            continue
+        if gi.placement != intent.placement or gi.profile_id != intent.profile_id:
+            problems.append(
+                f"{name}: GI {gi.gpu_instance_id} is profile {gi.profile_id} at {gi.placement}, the record says "
+                f"profile {intent.profile_id} at {intent.placement}"
+            )
+            continue
+        ci = next((c for c in gi.compute_instances if c.compute_instance_id == device.compute_instance_id), None)
+        if ci is None:
+            problems.append(f"{name}: CI {device.compute_instance_id} of GI {gi.gpu_instance_id} no longer exists")
+        elif ci.mig_uuid != device.mig_uuid:
+            problems.append(f"{name}: CI {ci.compute_instance_id} is {ci.mig_uuid}, the record says {device.mig_uuid}")
+    return problems
+
+
+def read_instances(
+    nvml: Nvml, gpu_locks: KeyedLocks, gpu_uuids: set[str]
+) -> tuple[dict[str, list[GpuInstanceInfo]], set[str]]:
+    """GPU instances per GPU, and the GPUs that could not be read (to be left alone).
+
+    Each GPU is read under its lock: a GI that another plugin process destroys in the middle of a
+    read would make NVML fail the read (a stale handle), and a GPU that cannot be read is not acted on.
+    """
+    found: dict[str, list[GpuInstanceInfo]] = {}
+    unreadable: set[str] = set()
+    for gpu_uuid in sorted(gpu_uuids):
+        try:
+            with gpu_locks.hold(gpu_uuid):
+                found[gpu_uuid] = nvml.gpu_instances(gpu_uuid)
+        except (NvmlError, LockTimeoutError) as e:
+            log.error("cannot read the instances of GPU %s (%s); its records are left untouched", gpu_uuid, e)
+            unreadable.add(gpu_uuid)
+    return found, unreadable
+
+
+def record_gpus(record: ClaimRecord) -> set[str]:
+    """The GPUs on which ``record`` may have created instances (admin access and whole GPUs create none)."""
+    return {d.intent.gpu_uuid for d in record.devices if d.intent.is_mig and not d.intent.admin_access}
+
+
+def read_verification_problems(nvml: Nvml, gpu_locks: KeyedLocks, record: ClaimRecord) -> list[str] | None:
+    """Why a completed ``record`` does not match NVML now ([] = verified); None when a GPU is unreadable."""
+    instances, unreadable = read_instances(nvml, gpu_locks, record_gpus(record))
+    if unreadable:
+        return None
+    return compute_verification_problems(record, instances)
+
+
+def release_record(
+    nvml: Nvml, gpu_locks: KeyedLocks, record: ClaimRecord, store: CheckpointStore
+) -> tuple[tuple[DeviceRecord, ...], ReleaseError | None]:
+    """Destroy every instance ``record`` names (last device first); the devices not released, and why.
+
+    The record is marked ``PrepareStarted`` (being released) before anything is destroyed, and each
+    device's record follows every step (compute instance gone, then the GI), so a failure or a crash
+    between two steps never leaves a record naming an instance that no longer exists.  The caller
+    holds the claim's lock.
+    """
+    if record.state is not ClaimState.PREPARE_STARTED:
+        store.put(record.model_copy(update={"state": ClaimState.PREPARE_STARTED}))
+    remaining: list[DeviceRecord] = []
+    first_error: ReleaseError | None = None
+    for index in reversed(range(len(record.devices))):
+        current = [record.devices[index]]
+
+        def progress(device: DeviceRecord, index: int = index, current: list[DeviceRecord] = current) -> None:
+            store.update_device(record.claim_uid, index, device)
+            current[0] = device
+
+        gpu_uuid = record.devices[index].intent.gpu_uuid
+        try:
+            with (
+                log_context(claim_uid=record.claim_uid, claim=record.label, gpu_uuid=gpu_uuid),
+                gpu_locks.hold(gpu_uuid),
+            ):
+                release_device(nvml, record.devices[index], progress)
+        except (ReleaseError, LockTimeoutError) as e:
+            log.error("claim %s (UID %s): %s", record.label, record.claim_uid, e.message)
+            remaining.insert(0, current[0])
+            first_error = first_error or (
+                e if isinstance(e, ReleaseError) else ReleaseError(e.message, names_claim=e.names_claim)
+            )
+    return tuple(remaining), first_error

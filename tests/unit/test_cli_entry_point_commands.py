@@ -1,0 +1,61 @@
+"""`migdra sim` without the development cluster: the product lists the command (its help needs no
+lookup) and, where no distribution provides it, says in one line how to install it."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+
+import pytest
+
+from dra_driver.cli import lazy
+from dra_driver.cli.main import cli, main
+
+
+@pytest.fixture
+def entry_point_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """No distribution provides a ``migdra.commands`` entry point (as where only the product is
+    installed), ``migdra sim`` not loaded yet; the names looked up, in order."""
+    looked_up: list[str] = []
+
+    def entry_points(*, group: str, name: str) -> importlib.metadata.EntryPoints:
+        assert group == lazy.ENTRY_POINT_GROUP
+        looked_up.append(name)
+        return importlib.metadata.EntryPoints([])
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(cli, "commands", {name: c for name, c in cli.commands.items() if name != "sim"})
+    return looked_up
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["sim", "up", "--workdir", "/tmp/sim"], id="sim-up"),
+        pytest.param(["sim", "apiserver", "--kubeconfig-out", "/tmp/kubeconfig"], id="sim-apiserver"),
+        pytest.param(["sim", "--help"], id="sim-help"),
+    ],
+)
+def test_sim_without_the_development_cluster_is_one_line_saying_how_to_install_it(
+    argv: list[str], entry_point_lookups: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["migdra", *argv])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2  # a usage error: this installation cannot run the command
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        "migdra: error: migdra sim: the development cluster (package migdra-devcluster) is not installed; "
+        "pip install 'migdra[dev]' installs it (in a source checkout: make install)"
+    ]
+    assert entry_point_lookups == ["sim"]
+
+
+def test_the_help_lists_sim_without_looking_for_it(
+    entry_point_lookups: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["migdra", "--help"])
+    main()  # returns: help is no error
+    assert "  sim  " in capsys.readouterr().out
+    assert entry_point_lookups == []
