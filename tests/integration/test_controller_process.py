@@ -259,7 +259,11 @@ def test_of_two_replicas_only_the_leader_writes_and_killing_it_hands_over(
     assert replicas["replica-b"].metric("migdra_controller_leader") == 0
     allocate(client, "one", THREE_G_AT_4)
     wait_for("Reserved", lambda: reserved_condition(client, "one", THREE_G_AT_4))
-    assert replicas["replica-a"].metric("migdra_controller_status_writes_total", result="success") >= 1
+    # The leader counts its write once the API has answered it: a moment after the condition is readable.
+    wait_for(
+        "replica-a to count its status write",
+        lambda: replicas["replica-a"].metric("migdra_controller_status_writes_total", result="success") >= 1,
+    )
     assert replicas["replica-b"].metric("migdra_controller_status_writes_total", result="success") == 0
     (event,) = [e for e in events_of(client, "one") if e["reason"] == "Reserved"]
     assert event["reportingInstance"] == "replica-a"
