@@ -203,16 +203,20 @@ def rescan_worker(kubeconfig: Path, runs: int, rescans: int, state: Path) -> Non
     """In the measured tree: publish once, then per run the CPU of ``rescans`` unchanged rounds and of as
     many raw LISTs; prints ``{"rescan": [...], "list": [...], "writes": N}`` (seconds per round)."""
     import importlib  # noqa: PLC0415 -- the worker imports the measured tree only here
+    import importlib.util  # noqa: PLC0415
     import inspect  # noqa: PLC0415
     import threading as worker_threading  # noqa: PLC0415
 
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
-    from dra_driver.kubeapi import load_client_configuration, new_api_client  # noqa: PLC0415
     from dra_driver.nvml.session import open_nvml  # noqa: PLC0415
     from dra_driver.nvml.settings import build_nvml_settings  # noqa: PLC0415
     from kubeletplugin import app, publisher  # noqa: PLC0415
 
+    # dra_driver/kube/config.py loads the configuration; a baseline tree from before it had dra_driver/kubeapi.py.
+    has_kube_config = importlib.util.find_spec("dra_driver.kube.config") is not None
+    kube_config = importlib.import_module("dra_driver.kube.config" if has_kube_config else "dra_driver.kubeapi")
+    load_client_configuration, new_api_client = kube_config.load_client_configuration, kube_config.new_api_client
     configuration = load_client_configuration(kubeconfig, flag="--kubeconfig", usual_rules=False)
     settings = build_nvml_settings(nvml="simulated", sim_state=state, sim_gpus=SIM_GPUS, sim_mig_enabled=True)
     with new_api_client(configuration) as api_client, open_nvml(settings) as nvml:
