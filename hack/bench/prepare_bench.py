@@ -61,7 +61,7 @@ from benchlib import (
 from kubernetes import client
 
 from dra_driver.kube.client import CLAIMS, EVENTS, Client
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from kubeletplugin.prepare.service import PrepareService

@@ -70,7 +70,7 @@ from dra_driver.kube.failures import (
 )
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kubelet.calls import ClaimRef
 from kubeletplugin.prepare.claims import ResourceClaimView, parse_claims
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceRecord
 

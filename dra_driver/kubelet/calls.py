@@ -5,8 +5,8 @@ What kubelet sends about a claim (:class:`ClaimRef`) and what a plugin answers p
 :class:`DraService` a plugin implements.  Two sides use them: the node plugin, whose gRPC layer
 (``kubeletplugin.grpc``) converts both DRAPlugin versions to and from these types and calls its prepare
 service (``kubeletplugin.prepare``) through :class:`DraService` -- neither knows the other's details --
-and the development cluster's kubelet, which calls plugins (package ``migdra-devcluster``).  One definition, so both ends of the protocol
-agree.
+and the development cluster's kubelet, which calls plugins (package ``migdra-devcluster``).  One
+definition, so both ends of the protocol agree.
 
 The contract, from kubelet's side (docs/prepare.md):
 
