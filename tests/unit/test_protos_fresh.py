@@ -1,4 +1,4 @@
-"""The committed generated code (dra_driver/kubeletapi) is exactly what hack/gen_protos.py makes of protos/."""
+"""The committed generated code (dra_driver/kubelet/protos) is exactly what hack/gen_protos.py makes of protos/."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = REPO / "dra_driver" / "kubeletapi"
+COMMITTED = REPO / "dra_driver" / "kubelet" / "protos"
 
 
 def _files(directory: Path) -> dict[str, bytes]:
