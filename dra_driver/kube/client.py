@@ -187,8 +187,10 @@ class Client:
         items: list[dict[str, Any]] = []
         while True:
             answer = _call_json(self.api_client, "GET", kind.path(namespace), query=query, timeout=self.timeout)
+            metadata = answer.get("metadata") if isinstance(answer, dict) else None
+            if not isinstance(metadata, dict) or "resourceVersion" not in metadata:
+                raise ValueError(f"{kind.path(namespace)}: the server did not answer with a Kubernetes list")
             items += answer.get("items") or []
-            metadata = answer["metadata"]  # a list without one is no Kubernetes list: KeyError
             token = metadata.get("continue")
             if not token:
                 return items, str(metadata["resourceVersion"])

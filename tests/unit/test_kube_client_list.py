@@ -58,3 +58,16 @@ def test_list_follows_continue_tokens_to_the_end(total: int, page_size: int | No
         assert all(query["limit"] == page_size for query in api_client.queries)
     else:
         assert all("limit" not in query for query in api_client.queries)
+
+
+class _NotAListApiClient(_PagingApiClient):
+    """A server that answers JSON, but not a Kubernetes list (no metadata): a proxy's page, say."""
+
+    def call_api(self, path: str, query: dict[str, Any], **_: Any) -> _Answer:
+        return _Answer({"items": []})
+
+
+def test_an_answer_that_is_no_list_is_one_line_naming_the_path() -> None:
+    client = Client(api_client=_NotAListApiClient(0))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^/apis/resource\.k8s\.io/v1/resourceclaims: the server did not answer"):
+        client.list(CLAIMS, page_size=500)
