@@ -7,7 +7,7 @@ permanent until a person or the configuration changes (an illegal placement, a m
 
     MigdraError
      ├── ConfigurationError        bad settings or CLI input (permanent)
-     ├── ApiRequestError           dra_driver.kubeapi: a request to the API server failed (retryable or not)
+     ├── ApiRequestError           dra_driver.kube.failures: a request to the API server failed (retryable or not)
      ├── NvmlError                 dra_driver.nvml.errors: everything the hardware boundary reports
      └── SimulatorError            dra_driver.nvml.sim.errors: the simulated hardware's own refusals
 """

@@ -21,7 +21,7 @@ the CPU.  Start-up imports only what it uses (no client API classes or models; s
 
 An API server outage never stops the process: prepare and unprepare of claims in the checkpoint need
 no API call; publishing and claim status writes wait with one backoff policy (``MIGDRA_API_BACKOFF_*``,
-:class:`~dra_driver.kubeapi.BackoffPolicy`) and catch up when the server is back; and the claims'
+:class:`~dra_driver.kube.failures.BackoffPolicy`) and catch up when the server is back; and the claims'
 status is reconciled with the checkpoint at start and periodically.  Only a refusal (the API server
 rejecting the slices), NVML failing or a bug, ``fatal_after`` publish rounds in a row, stops it.
 
@@ -70,13 +70,9 @@ from dra_driver.devicemodel.vocabulary import realize_before_bind_conditions
 from dra_driver.durable import writable_directory_problem
 from dra_driver.errors import ConfigurationError, MigdraError
 from dra_driver.kube.client import CLAIMS, Client
+from dra_driver.kube.config import load_client_configuration, new_api_client
+from dra_driver.kube.failures import ApiRequestError, describe_failure
 from dra_driver.kube.informer import Changes, Informer
-from dra_driver.kubeapi import (
-    ApiRequestError,
-    describe_failure,
-    load_client_configuration,
-    new_api_client,
-)
 from dra_driver.logs import set_node
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml

@@ -9,10 +9,10 @@ conflict (someone wrote in between) re-runs the whole list-render-write at once.
 :class:`PublishLoop` republishes when the inventory changes: a periodic NVML rescan plus explicit
 ``trigger()`` calls -- a :class:`~dra_driver.kube.loop.ControlLoop` without informers (it knows what is
 allocated only through ``allocated``).  What a failed round means comes from
-:func:`dra_driver.kubeapi.classify_failure`:
+:func:`dra_driver.kube.failures.classify_failure`:
 
 - the API server unreachable, throttling or failing (an outage): retried after a capped, jittered
-  backoff (:class:`~dra_driver.kubeapi.BackoffPolicy`) **for as long as it takes** -- an outage must
+  backoff (:class:`~dra_driver.kube.failures.BackoffPolicy`) **for as long as it takes** -- an outage must
   never stop the process, which also prepares and unprepares claims from its checkpoint;
 - the GPU instances changed while NVML listed them (a GI destroyed mid-read): read again at once
   (:func:`read_settled_inventory`), and if they keep changing, at the next round -- one line, no
@@ -60,9 +60,7 @@ from dra_driver.devicemodel.pool import NodePool
 from dra_driver.errors import MigdraError
 from dra_driver.host.pci import normalise_pci_bus_id, pcie_root
 from dra_driver.kube.client import NODES, SLICES, Client
-from dra_driver.kube.informer import Changes
-from dra_driver.kube.loop import ControlLoop
-from dra_driver.kubeapi import (
+from dra_driver.kube.failures import (
     DEFAULT_CONFLICT_RETRIES,
     ApiFailure,
     ApiRequestError,
@@ -73,6 +71,8 @@ from dra_driver.kubeapi import (
     describe_failure,
     retry_conflicts,
 )
+from dra_driver.kube.informer import Changes
+from dra_driver.kube.loop import ControlLoop
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError, NvmlInvalidArgument, NvmlNotFound
 from dra_driver.nvml.inventory import read_inventory
@@ -259,7 +259,7 @@ class SlicePublisher:
         """Remove every slice of this node's pool (``--cleanup-on-exit``), trying at most ``attempts``
         times: the process is exiting, and kubelet removes a gone plugin's slices anyway.
 
-        Raises :class:`~dra_driver.kubeapi.ApiRequestError` (one line) when it cannot.
+        Raises :class:`~dra_driver.kube.failures.ApiRequestError` (one line) when it cannot.
         """
 
         def once() -> int:
@@ -402,7 +402,7 @@ class RoundFailure(enum.Enum):
 
 
 def classify_round_failure(exc: BaseException) -> RoundFailure:
-    """The kind of a failed round; API failures by :func:`dra_driver.kubeapi.classify_failure`."""
+    """The kind of a failed round; API failures by :func:`dra_driver.kube.failures.classify_failure`."""
     failure = classify_failure(exc)
     if failure is ApiFailure.PERMANENT:
         return RoundFailure.REFUSED

@@ -50,10 +50,10 @@ from dra_driver.claimstatus import (
 )
 from dra_driver.devicemodel.vocabulary import realize_before_bind_conditions
 from dra_driver.kube.client import CLAIMS, Client
+from dra_driver.kube.failures import describe_failure, retry_conflicts
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
-from dra_driver.kubeapi import describe_failure, retry_conflicts
-from dra_driver.kubeletcalls import ClaimRef, PrepareResult
+from dra_driver.kubelet.calls import ClaimRef, PrepareResult
 from dra_driver.logs import log_context
 from kubeletplugin.metrics import RealizeMetrics
 from kubeletplugin.prepare.claims import ResourceClaimView, parse_claims

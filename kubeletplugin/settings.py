@@ -24,7 +24,7 @@ from dra_driver.devicemodel.naming import check_driver_name, node_name_problem
 from dra_driver.devicemodel.policy import DEFAULT_POLICY
 from dra_driver.devicemodel.policy import placement_policy as policy_named
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
-from dra_driver.kubeapi import BackoffPolicy
+from dra_driver.kube.failures import BackoffPolicy
 from dra_driver.serving import parse_metrics_address
 
 KUBELET_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")

@@ -11,7 +11,7 @@ Reusable by any test that needs kubelet's side of the node-local contract (docs/
 Version choice is that of kubelet 1.34+: the first entry of the plugin's ``supported_versions`` that
 this kubelet knows; none known means the registration fails with kubelet's message.  Build a
 v1beta1-only (1.33-like) kubelet with ``KubeletClient(path, versions=("v1beta1.DRAPlugin",))``.
-Results come back as the plain types of :mod:`dra_driver.kubeletcalls`, so answers of both versions
+Results come back as the plain types of :mod:`dra_driver.kubelet.calls`, so answers of both versions
 compare directly.
 
 Also here, for the plugin side of such tests: :class:`RecordingDraService` (canned results, records
@@ -33,10 +33,10 @@ from typing import Any
 
 import grpc
 
-from dra_driver.kubeletapi import dra_health_v1alpha1_pb2 as health_pb2
-from dra_driver.kubeletapi import dra_health_v1alpha1_pb2_grpc as health_grpc
-from dra_driver.kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
-from dra_driver.kubeletcalls import ClaimRef, PrepareResult, UnprepareResult
+from dra_driver.kubelet.calls import ClaimRef, PrepareResult, UnprepareResult
+from dra_driver.kubelet.protos import dra_health_v1alpha1_pb2 as health_pb2
+from dra_driver.kubelet.protos import dra_health_v1alpha1_pb2_grpc as health_grpc
+from dra_driver.kubelet.protos import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from migdra_devcluster.kubelet.pluginclient import KNOWN_VERSIONS, RegistrationRejected, prepare_result, register
 
 DRA_PLUGIN_VERSIONS = KNOWN_VERSIONS  # what kubelet 1.34/1.35 knows
@@ -180,7 +180,7 @@ def short_socket_dir() -> Iterator[Path]:
 
 @dataclass
 class RecordingDraService:
-    """A :class:`~dra_driver.kubeletcalls.DraService` for tests of the gRPC boundary.
+    """A :class:`~dra_driver.kubelet.calls.DraService` for tests of the gRPC boundary.
 
     Returns ``prepare_results`` / ``unprepare_results`` for the UIDs it has (claims it has none
     for are left out of the result); raises ``error`` for any call containing a UID of

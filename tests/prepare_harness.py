@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client
 
 from dra_driver.kube.client import Client
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml

@@ -31,9 +31,9 @@ from typing import Any
 
 from dra_driver.kube.client import CLAIM_TEMPLATES, CLAIMS, PODS, Client, status_code
 from dra_driver.kube.events import WARNING, EventRecorder
+from dra_driver.kube.failures import describe_failure
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
-from dra_driver.kubeapi import describe_failure
 
 log = logging.getLogger(__name__)
 

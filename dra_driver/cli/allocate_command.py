@@ -20,7 +20,7 @@ import yaml
 from dra_driver.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from kubernetes import client
+    from dra_driver.kube.client import Client, Kind
 
 JSON = dict[str, Any]
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -207,21 +207,24 @@ def _from_cluster(
     claim_refs: tuple[str, ...],
     claim_files: tuple[Path, ...],
 ) -> tuple[list[JSON], JSON, list[JSON], list[JSON], list[JSON]]:
-    from dra_driver import kubeapi  # noqa: PLC0415 -- only --from-cluster needs the client
+    from dra_driver.kube.client import CLAIMS, DEVICE_CLASSES, NODES, SLICES, Client  # noqa: PLC0415
+    from dra_driver.kube.config import load_client_configuration  # noqa: PLC0415 -- only --from-cluster needs it
 
     if not (pod or claim_refs or claim_files):
         raise click.UsageError("with --from-cluster, name the claims: --pod, --claim or --claims FILE")
     references = [_reference(ref, "--claim") for ref in claim_refs]
     pod_reference = _reference(pod, "--pod") if pod else None
-    configuration = kubeapi.load_client_configuration(kubeconfig, flag="--kubeconfig", usual_rules=True)
-    server = str(configuration.host)
-    with kubeapi.new_api_client(configuration, retries=0) as api:
-        node = _get(api, f"/api/v1/nodes/{node_name}", f"node {node_name} (--node)", server)
-        slices = _list(api, "/apis/resource.k8s.io/v1/resourceslices", "ResourceSlices", server)
-        classes = _list(api, "/apis/resource.k8s.io/v1/deviceclasses", "DeviceClasses", server)
-        every_claim = _list(api, "/apis/resource.k8s.io/v1/resourceclaims", "ResourceClaims", server)
+    configuration = load_client_configuration(kubeconfig, flag="--kubeconfig", usual_rules=True)
+    api = Client(configuration=configuration, timeout=_TIMEOUT_S)
+    try:
+        node = _get(api, NODES, None, node_name, f"node {node_name} (--node)")
+        slices = _list(api, SLICES, "ResourceSlices")
+        classes = _list(api, DEVICE_CLASSES, "DeviceClasses")
+        every_claim = _list(api, CLAIMS, "ResourceClaims")
         if pod_reference is not None:
-            references += _pod_claims(api, pod_reference, server)
+            references += _pod_claims(api, pod_reference)
+    finally:
+        api.close()
     by_reference = {
         ((c.get("metadata") or {}).get("namespace", ""), (c.get("metadata") or {}).get("name", "")): c
         for c in every_claim
@@ -240,38 +243,33 @@ def _from_cluster(
     return pending, node, slices, classes, allocated
 
 
-def _get(api: client.ApiClient, path: str, what: str, server: str) -> JSON:
-    from dra_driver import kubeapi  # noqa: PLC0415
+def _get(api: Client, kind: Kind, namespace: str | None, name: str, what: str) -> JSON:
+    """The object; a missing one fails in the server's words (``answered 404 NotFound: ...``)."""
+    from dra_driver.kube.failures import as_request_error  # noqa: PLC0415
 
     try:
-        return kubeapi.call_json(api, "GET", path, timeout=_TIMEOUT_S)
+        return api.read(kind, namespace, name)
     except Exception as exc:
-        raise kubeapi.as_request_error(exc, f"reading {what}", server) from exc
+        raise as_request_error(exc, f"reading {what}", api.server) from exc
 
 
-def _list(api: client.ApiClient, path: str, what: str, server: str) -> list[JSON]:
-    from dra_driver import kubeapi  # noqa: PLC0415
+def _list(api: Client, kind: Kind, what: str) -> list[JSON]:
+    """Every object of ``kind``, in pages of 500 (a cluster's every claim is never one answer)."""
+    from dra_driver.kube.failures import as_request_error  # noqa: PLC0415
 
-    items: list[JSON] = []
-    token = ""
-    while True:
-        query: dict[str, str | int] = {"limit": 500}
-        if token:
-            query["continue"] = token
-        try:
-            page = kubeapi.call_json(api, "GET", path, query=query, timeout=_TIMEOUT_S)
-        except Exception as exc:
-            raise kubeapi.as_request_error(exc, f"listing {what}", server) from exc
-        items += [item for item in page.get("items") or [] if isinstance(item, dict)]
-        token = str((page.get("metadata") or {}).get("continue") or "")
-        if not token:
-            return items
+    try:
+        items, _ = api.list(kind, page_size=500)
+    except Exception as exc:
+        raise as_request_error(exc, f"listing {what}", api.server) from exc
+    return [item for item in items if isinstance(item, dict)]
 
 
-def _pod_claims(api: client.ApiClient, reference: tuple[str, str], server: str) -> list[tuple[str, str]]:
+def _pod_claims(api: Client, reference: tuple[str, str]) -> list[tuple[str, str]]:
     """The claims of a pod: named ones, and the ones generated from templates (from the pod's status)."""
+    from dra_driver.kube.client import PODS  # noqa: PLC0415
+
     namespace, name = reference
-    pod = _get(api, f"/api/v1/namespaces/{namespace}/pods/{name}", f"pod {namespace}/{name} (--pod)", server)
+    pod = _get(api, PODS, namespace, name, f"pod {namespace}/{name} (--pod)")
     generated = {
         status.get("name"): status.get("resourceClaimName")
         for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []

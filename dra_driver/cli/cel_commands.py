@@ -159,42 +159,28 @@ def _cluster_slices(kubeconfig: Path | None, driver: str | None) -> list[Documen
 
     One attempt per page, bounded in time: an unreachable server is one line naming it, at once.
     """
-    from kubernetes import client  # noqa: PLC0415 -- only this option needs the client
-
-    from dra_driver import kubeapi  # noqa: PLC0415
     from dra_driver.cel.documents import Document  # noqa: PLC0415
+    from dra_driver.kube.client import SLICES, Client  # noqa: PLC0415 -- only this option needs the client
+    from dra_driver.kube.config import load_client_configuration  # noqa: PLC0415
+    from dra_driver.kube.failures import ApiRequestError, as_request_error  # noqa: PLC0415
 
-    configuration = kubeapi.load_client_configuration(kubeconfig, flag="--kubeconfig", usual_rules=True)
+    configuration = load_client_configuration(kubeconfig, flag="--kubeconfig", usual_rules=True)
     server = str(configuration.host)
-    documents: list[Document] = []
-    with kubeapi.new_api_client(configuration, retries=0) as api_client:
-        resource = client.ResourceV1Api(api_client)
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {
-                "limit": 500,
-                "_preload_content": False,
-                "_request_timeout": (_CONNECT_TIMEOUT_S, _READ_TIMEOUT_S),
-            }
-            if token:
-                kwargs["_continue"] = token
-            if driver:
-                kwargs["field_selector"] = f"spec.driver={driver}"
-            try:
-                response: Any = resource.list_resource_slice(**kwargs)  # raw HTTP response: unparsed JSON
-                body = json.loads(response.data)
-            except ValueError as exc:
-                raise kubeapi.ApiRequestError(
-                    f"listing ResourceSlices: {server} did not answer with JSON (is it a Kubernetes API server?)"
-                ) from exc
-            except Exception as exc:
-                raise kubeapi.as_request_error(exc, "listing ResourceSlices", server) from exc
-            if not isinstance(body, dict):
-                raise kubeapi.ApiRequestError(f"listing ResourceSlices: {server} did not answer with a list")
-            documents += [Document("cluster", {"kind": "ResourceSlice", **item}) for item in body.get("items") or []]
-            token = (body.get("metadata") or {}).get("continue")
-            if not token:
-                return documents
+    api = Client(configuration=configuration, timeout=(_CONNECT_TIMEOUT_S, _READ_TIMEOUT_S))
+    try:
+        selector = f"spec.driver={driver}" if driver else None
+        items, _ = api.list(SLICES, field_selector=selector, page_size=500)
+    except json.JSONDecodeError as exc:
+        raise ApiRequestError(
+            f"listing ResourceSlices: {server} did not answer with JSON (is it a Kubernetes API server?)"
+        ) from exc
+    except (ValueError, KeyError) as exc:  # JSON, but not a Kubernetes list
+        raise ApiRequestError(f"listing ResourceSlices: {server} did not answer with a list") from exc
+    except Exception as exc:
+        raise as_request_error(exc, "listing ResourceSlices", server) from exc
+    finally:
+        api.close()
+    return [Document("cluster", {"kind": "ResourceSlice", **item}) for item in items]
 
 
 @cel.command(name="lint")

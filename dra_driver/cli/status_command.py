@@ -76,23 +76,24 @@ def _read_cluster(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The driver's slices (of ``node_name`` only, when given) and every claim; for a ``--node`` that
     publishes nothing, a usage error saying whether the node exists at all."""
-    from dra_driver import kubeapi  # noqa: PLC0415 -- keep `migdra --help` free of the client
-    from dra_driver.kube.client import CLAIMS, NODES, SLICES, Client  # noqa: PLC0415
+    from dra_driver.kube.client import CLAIMS, NODES, SLICES, Client  # noqa: PLC0415 -- keep `--help` light
+    from dra_driver.kube.config import load_client_configuration  # noqa: PLC0415
+    from dra_driver.kube.failures import as_request_error  # noqa: PLC0415
 
-    configuration = kubeapi.load_client_configuration(kubeconfig, flag="--kubeconfig", usual_rules=True)
+    configuration = load_client_configuration(kubeconfig, flag="--kubeconfig", usual_rules=True)
     server = str(configuration.host)
     api = Client(configuration=configuration, timeout=timeout)
     try:
         selector = f"spec.driver={driver_name}" + (f",spec.nodeName={node_name}" if node_name else "")
         try:
-            slices, _ = api.list(SLICES, field_selector=selector)
+            slices, _ = api.list(SLICES, field_selector=selector, page_size=500)
         except Exception as exc:
-            raise kubeapi.as_request_error(exc, "listing ResourceSlices", server) from exc
+            raise as_request_error(exc, "listing ResourceSlices", server) from exc
         if node_name is not None and not slices:
             try:
                 node = api.get(NODES, None, node_name)
             except Exception as exc:
-                raise kubeapi.as_request_error(exc, f"reading node {node_name} (--node)", server) from exc
+                raise as_request_error(exc, f"reading node {node_name} (--node)", server) from exc
             if node is None:
                 raise ConfigurationError(f"--node {node_name}: no such node in the cluster at {server}")
             raise ConfigurationError(
@@ -100,9 +101,9 @@ def _read_cluster(
                 "(is migdra's plugin running there? is --driver-name right?)"
             )
         try:
-            claims, _ = api.list(CLAIMS)
+            claims, _ = api.list(CLAIMS, page_size=500)
         except Exception as exc:
-            raise kubeapi.as_request_error(exc, "listing ResourceClaims", server) from exc
+            raise as_request_error(exc, "listing ResourceClaims", server) from exc
     finally:
         api.close()
     return slices, claims

@@ -22,8 +22,8 @@ from dra_driver.controller.ratelimit import TokenBucket
 from dra_driver.controller.reservation_metrics import ReservationMetrics
 from dra_driver.controller.settings import ControllerSettings
 from dra_driver.kube.client import Client
+from dra_driver.kube.config import load_client_configuration
 from dra_driver.kube.events import EventRecorder
-from dra_driver.kubeapi import load_client_configuration
 from dra_driver.serving import serving_metrics
 
 log = logging.getLogger(__name__)

@@ -39,9 +39,9 @@ from dra_driver.controller.reservations import DeviceReservation, allocated_resu
 from dra_driver.controller.status import Transition, compute_claim_devices
 from dra_driver.kube.client import CLAIMS, SLICES, Client, status_code
 from dra_driver.kube.events import EventRecorder
+from dra_driver.kube.failures import ApiFailure, Backoff, BackoffPolicy, classify_failure, describe_failure
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
-from dra_driver.kubeapi import ApiFailure, Backoff, BackoffPolicy, classify_failure, describe_failure
 from dra_driver.logs import log_context
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dra_driver.kube.client import LEASES, Client, status_code
-from dra_driver.kubeapi import describe_failure
+from dra_driver.kube.failures import describe_failure
 
 log = logging.getLogger(__name__)
 

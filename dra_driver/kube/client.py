@@ -8,8 +8,10 @@ on the way out (and the client's ``watch.Watch`` cannot even decode ``resource.k
 looks for a model ``V1ResourceClaim`` that the client calls ``ResourceV1ResourceClaim``); building
 them also costs the node plugin CPU on every rescan and seconds of start-up to import.  So objects are
 the API server's JSON, and watches are streamed and decoded here.  Requests still go through the
-official client's transport (configuration, TLS, tokens) by way of :func:`dra_driver.kubeapi.call_json`;
-failures are the client's ``ApiException``, classified with :func:`dra_driver.kubeapi.classify_failure`.
+official client's transport (configuration, TLS, tokens: :mod:`dra_driver.kube.config`); failures are
+the client's ``ApiException``, classified with :func:`dra_driver.kube.failures.classify_failure`.  The
+CLI's one-shot reads (``migdra status``, ``allocate --from-cluster``, ``cel eval --from-cluster``) use
+the same client, so a path is built in one place (:meth:`Kind.path`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.kubeapi import call_json, load_kubeconfig_file, new_api_client
+from dra_driver.kube.config import load_kubeconfig_file, new_api_client
 
 REQUEST_TIMEOUT_SECONDS = 15.0
+# Seconds a request may take: a whole request, or (to connect, to read) as the CLI's one-shot reads bound them.
+Timeout = float | tuple[float, float]
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,45 @@ DEVICE_CLASSES = Kind("resource.k8s.io", "v1", "deviceclasses", namespaced=False
 LEASES = Kind("coordination.k8s.io", "v1", "leases", namespaced=True, kind="Lease")
 
 
+def _call_json(
+    api_client: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: dict[str, str | int] | None = None,
+    body: dict[str, Any] | list[Any] | None = None,
+    timeout: Timeout,
+    content_type: str = "application/json",
+) -> dict[str, Any]:
+    """One request as raw JSON through the client's transport (auth, TLS, timeouts), without its models.
+
+    Why: the client's models drop fields they do not know on the way in and refuse them on the way
+    out, so a read-modify-write through them loses what a newer API server added.  A failed answer is
+    raised as the client's :class:`ApiException` (so
+    :func:`~dra_driver.kube.failures.classify_failure` reads it); an answer that is not JSON raises
+    :class:`json.JSONDecodeError`, JSON that is not an object a plain :class:`ValueError`.
+    """
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = content_type  # a PATCH names its patch type here
+    request = api_client.param_serialize(
+        method=method,
+        resource_path=path,
+        query_params=list((query or {}).items()),
+        header_params=headers,
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    response = api_client.call_api(*request, _request_timeout=timeout)
+    payload = response.read()  # type: ignore[no-untyped-call]
+    if not 200 <= response.status <= 299:
+        raise ApiException.from_response(http_resp=response, body=None, data=None)
+    document = json.loads(payload or b"null")
+    if not isinstance(document, dict):
+        raise ValueError(f"{method} {path}: the API server answered with a {type(document).__name__}")
+    return document
+
+
 def status_code(exc: BaseException) -> int | None:
     """The HTTP status of a failed request, or None when the server was not reached."""
     return exc.status if isinstance(exc, ApiException) else None
@@ -77,7 +120,7 @@ class Client:
         self,
         kubeconfig: Path | None = None,
         *,
-        timeout: float = REQUEST_TIMEOUT_SECONDS,
+        timeout: Timeout = REQUEST_TIMEOUT_SECONDS,
         configuration: client.Configuration | None = None,
         api_client: client.ApiClient | None = None,
     ) -> None:
@@ -112,37 +155,71 @@ class Client:
     def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
         try:
-            return call_json(self.api_client, "GET", kind.path(namespace, name), timeout=self.timeout)
+            return self.read(kind, namespace, name)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
+    def read(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
+        """The object; a missing one is the server's 404 like any other failure (for a caller that
+        reports the server's own words, as the CLI does)."""
+        return _call_json(self.api_client, "GET", kind.path(namespace, name), timeout=self.timeout)
+
     def list(
-        self, kind: Kind, namespace: str | None = None, *, field_selector: str | None = None
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        *,
+        field_selector: str | None = None,
+        page_size: int | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
-        """Every object (of one namespace, or all) and the list's resourceVersion to watch from."""
+        """Every object (of one namespace, or all) and the list's resourceVersion to watch from.
+
+        ``page_size`` asks for pages of that many objects, followed by their ``continue`` tokens (all
+        pages are one snapshot); the CLI pages so a cluster's every claim is never one answer.
+        """
         query: dict[str, str | int] = {}
         if field_selector:
             query["fieldSelector"] = field_selector
-        answer = call_json(self.api_client, "GET", kind.path(namespace), query=query, timeout=self.timeout)
-        return list(answer.get("items") or []), str(answer["metadata"]["resourceVersion"])
+        if page_size is not None:
+            query["limit"] = page_size
+        items: list[dict[str, Any]] = []
+        while True:
+            answer = _call_json(self.api_client, "GET", kind.path(namespace), query=query, timeout=self.timeout)
+            metadata = answer.get("metadata") if isinstance(answer, dict) else None
+            if not isinstance(metadata, dict) or "resourceVersion" not in metadata:
+                raise ValueError(f"{kind.path(namespace)}: the server did not answer with a Kubernetes list")
+            items += answer.get("items") or []
+            token = metadata.get("continue")
+            if not token:
+                return items, str(metadata["resourceVersion"])
+            query["continue"] = str(token)
 
-    def create(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
+    def create(self, kind: Kind, body: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """POST ``body`` into its namespace's collection; ``dry_run`` has the server validate it only."""
         namespace = body.get("metadata", {}).get("namespace")
-        return call_json(self.api_client, "POST", kind.path(namespace), body=body, timeout=self.timeout)
+        query: dict[str, str | int] = {"dryRun": "All"} if dry_run else {}
+        return _call_json(self.api_client, "POST", kind.path(namespace), query=query, body=body, timeout=self.timeout)
+
+    def create_subresource(
+        self, kind: Kind, namespace: str | None, name: str, subresource: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """POST to an object's subresource (``pods/binding``, ``serviceaccounts/token``): the answer."""
+        path = kind.path(namespace, name, subresource)
+        return _call_json(self.api_client, "POST", path, body=body, timeout=self.timeout)
 
     def update(self, kind: Kind, body: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
         """PUT ``body`` (with its resourceVersion: a stale one is a 409 Conflict)."""
         meta = body["metadata"]
         path = kind.path(meta.get("namespace"), meta["name"], subresource)
-        return call_json(self.api_client, "PUT", path, body=body, timeout=self.timeout)
+        return _call_json(self.api_client, "PUT", path, body=body, timeout=self.timeout)
 
     def merge_patch(
         self, kind: Kind, namespace: str | None, name: str, patch: dict[str, Any], subresource: str | None = None
     ) -> dict[str, Any]:
         """A JSON merge patch (RFC 7386)."""
-        return call_json(
+        return _call_json(
             self.api_client,
             "PATCH",
             kind.path(namespace, name, subresource),
@@ -159,7 +236,7 @@ class Client:
             "metadata": {"name": pod, "namespace": namespace},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        call_json(self.api_client, "POST", PODS.path(namespace, pod, "binding"), body=body, timeout=self.timeout)
+        self.create_subresource(PODS, namespace, pod, "binding", body)
 
     def delete(
         self,
@@ -177,7 +254,7 @@ class Client:
         if uid is not None:
             body["preconditions"] = {"uid": uid}
         try:
-            call_json(self.api_client, "DELETE", kind.path(namespace, name), body=body, timeout=self.timeout)
+            _call_json(self.api_client, "DELETE", kind.path(namespace, name), body=body, timeout=self.timeout)
         except ApiException as exc:
             if exc.status == 404:
                 return False
@@ -204,7 +281,8 @@ class Client:
             header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],
         )
-        response = self.api_client.call_api(*request, _request_timeout=(self.timeout, timeout_seconds + 15))
+        connect = self.timeout[0] if isinstance(self.timeout, tuple) else self.timeout
+        response = self.api_client.call_api(*request, _request_timeout=(connect, timeout_seconds + 15))
         if not 200 <= response.status <= 299:
             body = response.read()  # type: ignore[no-untyped-call]
             response.response.release_conn()

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dra_driver.kube.client import EVENTS, Client, Kind
-from dra_driver.kubeapi import describe_failure
+from dra_driver.kube.failures import describe_failure
 
 log = logging.getLogger(__name__)
 NORMAL = "Normal"

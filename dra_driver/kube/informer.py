@@ -22,7 +22,7 @@ import threading
 from typing import Any
 
 from dra_driver.kube.client import Client, Kind, WatchStream, status_code
-from dra_driver.kubeapi import BackoffPolicy, describe_failure
+from dra_driver.kube.failures import BackoffPolicy, describe_failure
 
 log = logging.getLogger(__name__)
 WATCH_TIMEOUT_SECONDS = 60

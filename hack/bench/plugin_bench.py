@@ -45,13 +45,22 @@ DRIVER = "gpu.migdra.io"
 SIM_GPUS = "H100-SXM5-80GB:8"
 SERVING = "migdra kubelet-plugin: serving node"
 WAIT = 120.0  # bound on any one wait; a healthy plugin takes seconds
-FLOOR_IMPORTS = (
-    "import grpc; "
-    "import dra_driver.kubeletapi.dra_v1_pb2_grpc, dra_driver.kubeletapi.dra_v1beta1_pb2_grpc; "
-    "import dra_driver.kubeletapi.pluginregistration_v1_pb2_grpc; "
-    "import kubernetes.config, kubernetes.client.api_client"
-)
-TYPED_IMPORTS = FLOOR_IMPORTS + "; import kubernetes.client.api.resource_v1_api"
+
+
+def _floor_imports(tree: Path) -> str:
+    """The imports any Python DRA plugin must make, from where ``tree`` keeps the generated protos
+    (``dra_driver/kubelet/protos``; a baseline tree from before it, ``dra_driver/kubeletapi``)."""
+    protos = (
+        "dra_driver.kubelet.protos"
+        if (tree / "dra_driver" / "kubelet" / "protos").is_dir()
+        else "dra_driver.kubeletapi"
+    )
+    return (
+        "import grpc; "
+        f"import {protos}.dra_v1_pb2_grpc, {protos}.dra_v1beta1_pb2_grpc; "
+        f"import {protos}.pluginregistration_v1_pb2_grpc; "
+        "import kubernetes.config, kubernetes.client.api_client"
+    )
 
 
 def _env(tree: Path) -> dict[str, str]:
@@ -147,8 +156,8 @@ def measure_start_up(report: Report, tree: Path, runs: int, url: str, kubeconfig
     env = _env(tree)
     floors = {
         "pass": [sys.executable, "-c", "pass"],
-        "floor": [sys.executable, "-c", FLOOR_IMPORTS],
-        "typed": [sys.executable, "-c", TYPED_IMPORTS],
+        "floor": [sys.executable, "-c", _floor_imports(tree)],
+        "typed": [sys.executable, "-c", _floor_imports(tree) + "; import kubernetes.client.api.resource_v1_api"],
     }
     samples: dict[str, list[float]] = {name: [] for name in (*floors, "registered", "published")}
     for argv in floors.values():  # warm-up: page cache and bytecode, uncounted
@@ -203,16 +212,20 @@ def rescan_worker(kubeconfig: Path, runs: int, rescans: int, state: Path) -> Non
     """In the measured tree: publish once, then per run the CPU of ``rescans`` unchanged rounds and of as
     many raw LISTs; prints ``{"rescan": [...], "list": [...], "writes": N}`` (seconds per round)."""
     import importlib  # noqa: PLC0415 -- the worker imports the measured tree only here
+    import importlib.util  # noqa: PLC0415
     import inspect  # noqa: PLC0415
     import threading as worker_threading  # noqa: PLC0415
 
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
-    from dra_driver.kubeapi import load_client_configuration, new_api_client  # noqa: PLC0415
     from dra_driver.nvml.session import open_nvml  # noqa: PLC0415
     from dra_driver.nvml.settings import build_nvml_settings  # noqa: PLC0415
     from kubeletplugin import app, publisher  # noqa: PLC0415
 
+    # dra_driver/kube/config.py loads the configuration; a baseline tree from before it had dra_driver/kubeapi.py.
+    has_kube_config = importlib.util.find_spec("dra_driver.kube.config") is not None
+    kube_config = importlib.import_module("dra_driver.kube.config" if has_kube_config else "dra_driver.kubeapi")
+    load_client_configuration, new_api_client = kube_config.load_client_configuration, kube_config.new_api_client
     configuration = load_client_configuration(kubeconfig, flag="--kubeconfig", usual_rules=False)
     settings = build_nvml_settings(nvml="simulated", sim_state=state, sim_gpus=SIM_GPUS, sim_mig_enabled=True)
     with new_api_client(configuration) as api_client, open_nvml(settings) as nvml:

@@ -60,9 +60,8 @@ from benchlib import (
 )
 from kubernetes import client
 
-from dra_driver.kube.client import Client
-from dra_driver.kubeapi import call_json
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kube.client import CLAIMS, EVENTS, Client
+from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from kubeletplugin.prepare.service import PrepareService
@@ -351,13 +350,11 @@ def plugin_process(root: Path, api: ApiServer, metrics_port: int) -> Iterator[Ku
 def wait_for_reports(api_client: client.ApiClient, ref: ClaimRef, *, ready: bool, events: int) -> None:
     """Until the plugin has written (``ready``) or cleared the claim's device status and posted ``events``
     Events on it (30 s at most): its background writes are done, as ``flush_reports`` waits in-process."""
-    claim = f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
-    listed = f"/api/v1/namespaces/{ref.namespace}/events"
-    query: dict[str, str | int] = {"fieldSelector": f"involvedObject.uid={ref.uid}"}
+    api = Client(api_client=api_client, timeout=10)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        devices = (call_json(api_client, "GET", claim, timeout=10).get("status") or {}).get("devices") or []
-        posted = len(call_json(api_client, "GET", listed, query=query, timeout=10).get("items") or [])
+        devices = (api.read(CLAIMS, ref.namespace, ref.name).get("status") or {}).get("devices") or []
+        posted = len(api.list(EVENTS, ref.namespace, field_selector=f"involvedObject.uid={ref.uid}")[0])
         if bool(devices) == ready and posted >= events:
             return
         time.sleep(0.005)

@@ -1,8 +1,8 @@
 """The kubelet-facing gRPC layer of the node plugin: registration, DRAPlugin v1/v1beta1, health.
 
 The only part of migdra that speaks gRPC (``grpc`` may be imported only under ``kubeletplugin``).
-It converts kubelet's messages to the plain types of :mod:`dra_driver.kubeletcalls` and back and
-calls a :class:`~dra_driver.kubeletcalls.DraService`; it never prepares anything itself.
+It converts kubelet's messages to the plain types of :mod:`dra_driver.kubelet.calls` and back and
+calls a :class:`~dra_driver.kubelet.calls.DraService`; it never prepares anything itself.
 
 Modules: ``sockets`` (socket files), ``convert`` (message conversion), ``dra`` / ``registration`` /
 ``health`` (one service each), ``servers`` (lifecycle, concurrency model, message sizes), ``gen``

@@ -1,4 +1,4 @@
-"""Conversions between kubelet's gRPC messages and the plain types of :mod:`dra_driver.kubeletcalls`.
+"""Conversions between kubelet's gRPC messages and the plain types of :mod:`dra_driver.kubelet.calls`.
 
 Owns the field mapping for both DRAPlugin versions and for the health stream.  One conversion, on
 v1 messages: v1beta1 is the same wire format without ``Device.share_id`` (field 5), so v1beta1
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, TypeAlias, TypeVar
 
-from dra_driver.kubeletapi import dra_health_v1alpha1_pb2 as health_pb2
-from dra_driver.kubeletapi import dra_v1_pb2 as v1
-from dra_driver.kubeletapi import dra_v1beta1_pb2 as v1beta1
-from dra_driver.kubeletcalls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
+from dra_driver.kubelet.calls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
+from dra_driver.kubelet.protos import dra_health_v1alpha1_pb2 as health_pb2
+from dra_driver.kubelet.protos import dra_v1_pb2 as v1
+from dra_driver.kubelet.protos import dra_v1beta1_pb2 as v1beta1
 
 # (pool_name, device_name, healthy); ``None`` means the driver cannot tell (reported as UNKNOWN).
 DeviceHealthEntry: TypeAlias = tuple[str, str, bool | None]

@@ -3,7 +3,7 @@
 Owns kubelet's call contract (docs/kubelet-grpc.md) on our side of the socket: every claim UID of a
 request gets exactly one entry in the response, and nothing short of a bug in this module makes the call
 itself fail -- kubelet discards the whole response on a gRPC error, so failures are reported per
-claim.  The work is delegated to a :class:`~dra_driver.kubeletcalls.DraService`; this module never
+claim.  The work is delegated to a :class:`~dra_driver.kubelet.calls.DraService`; this module never
 looks at devices.
 
 One implementation, :class:`DraPluginServicer`, serves ``k8s.io.kubelet.pkg.apis.dra.v1``;
@@ -23,9 +23,9 @@ from typing import TypeVar
 
 import grpc
 
-from dra_driver.kubeletapi import dra_v1_pb2 as v1
-from dra_driver.kubeletapi import dra_v1beta1_pb2 as v1beta1
-from dra_driver.kubeletcalls import ClaimRef, DraService, PrepareResult, UnprepareResult
+from dra_driver.kubelet.calls import ClaimRef, DraService, PrepareResult, UnprepareResult
+from dra_driver.kubelet.protos import dra_v1_pb2 as v1
+from dra_driver.kubelet.protos import dra_v1beta1_pb2 as v1beta1
 from kubeletplugin.grpc import convert
 
 log = logging.getLogger(__name__)

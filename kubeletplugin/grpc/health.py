@@ -22,7 +22,7 @@ from typing import TypeAlias
 
 import grpc
 
-from dra_driver.kubeletapi import dra_health_v1alpha1_pb2 as health_pb2
+from dra_driver.kubelet.protos import dra_health_v1alpha1_pb2 as health_pb2
 from kubeletplugin.grpc import convert
 from kubeletplugin.grpc.convert import DeviceHealthEntry
 

@@ -31,7 +31,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from dra_driver.errors import ConfigurationError
-from dra_driver.kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
+from dra_driver.kubelet.protos import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    pluginregistration_v1_pb2,
+    pluginregistration_v1_pb2_grpc,
+)
 from dra_driver.serving import parse_metrics_address
 from kubeletplugin.grpc.registration import PROBE_METADATA_KEY
 from kubeletplugin.grpc.sockets import PluginSocketPaths

@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from dra_driver.kubeletapi import pluginregistration_v1_pb2 as registration_pb2
+from dra_driver.kubelet.protos import pluginregistration_v1_pb2 as registration_pb2
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ deregister first, let in-flight calls finish within a grace period, then remove 
 Concurrency model: synchronous ``grpc.server`` instances, each with its own thread pool -- a small
 one for registration on ``<registry dir>/<driver>-reg.sock`` and one of ``max_workers`` threads
 for DRAPlugin v1 + v1beta1 (and the optional health stream) on ``<plugin dir>/dra.sock``.  Handlers
-run on those worker threads and call the :class:`~dra_driver.kubeletcalls.DraService` directly, so
+run on those worker threads and call the :class:`~dra_driver.kubelet.calls.DraService` directly, so
 the service must be thread-safe; a health stream holds one DRA worker for as long as it is open.
 Nothing here uses asyncio.  Two servers rather than one: the registration socket is removed (which
 deregisters us from kubelet) before the DRA server stops, so kubelet stops sending new work while
@@ -36,11 +36,11 @@ from typing import Any
 import grpc
 from prometheus_client import CollectorRegistry
 
-from dra_driver.kubeletapi import dra_health_v1alpha1_pb2_grpc as health_grpc
-from dra_driver.kubeletapi import dra_v1_pb2_grpc as v1_grpc
-from dra_driver.kubeletapi import dra_v1beta1_pb2_grpc as v1beta1_grpc
-from dra_driver.kubeletapi import pluginregistration_v1_pb2_grpc as registration_grpc
-from dra_driver.kubeletcalls import DraService
+from dra_driver.kubelet.calls import DraService
+from dra_driver.kubelet.protos import dra_health_v1alpha1_pb2_grpc as health_grpc
+from dra_driver.kubelet.protos import dra_v1_pb2_grpc as v1_grpc
+from dra_driver.kubelet.protos import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from dra_driver.kubelet.protos import pluginregistration_v1_pb2_grpc as registration_grpc
 from kubeletplugin.grpc.dra import SUPPORTED_VERSIONS, DraPluginServicer, DraPluginV1beta1Servicer
 from kubeletplugin.grpc.health import HEALTH_SERVICE_VERSION, DeviceHealthSource, HealthServicer
 from kubeletplugin.grpc.registration import RegistrationServicer

@@ -1,7 +1,7 @@
 """NodePrepareResources / NodeUnprepareResources for migdra: NVML, CDI, checkpoint, claim status.
 
 Start at ``service``: :class:`~kubeletplugin.prepare.service.PrepareService` is the
-:class:`~dra_driver.kubeletcalls.DraService` the gRPC layer calls, and a claim's prepare and unprepare
+:class:`~dra_driver.kubelet.calls.DraService` the gRPC layer calls, and a claim's prepare and unprepare
 each read top to bottom there.  What it calls, one job per module:
 
 - the claim: ``claims`` (read it, this driver's results in this node's pool), ``config`` (opaque config

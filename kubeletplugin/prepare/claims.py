@@ -36,8 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from urllib3.exceptions import HTTPError
 
 from dra_driver.kube.client import CLAIMS, Client
-from dra_driver.kubeapi import describe_failure
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kube.failures import describe_failure
+from dra_driver.kubelet.calls import ClaimRef
 from kubeletplugin.prepare.errors import ClaimMismatchError, ClaimReadError
 
 log = logging.getLogger(__name__)

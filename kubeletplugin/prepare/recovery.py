@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dra_driver.durable import find_leftover_temporary_files, remove_temporary_files
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.nvml.backend import Nvml
 from kubeletplugin.prepare.cdi import claim_uid_of_spec, list_cdi_spec_claims
 from kubeletplugin.prepare.checkpoint import CheckpointStore, LoadOutcome

@@ -32,10 +32,10 @@ So the reporter is a set of claims to converge (a newer report of a claim replac
 both converge to the same truth), the Events to write, and that resync, on one
 :class:`~dra_driver.kube.loop.ControlLoop`: each pass writes, in the order they were queued, what is
 due.  Writes are read-modify-write through the ``status`` subresource with the ``resourceVersion``
-read (a conflict reads again at once, :func:`dra_driver.kubeapi.retry_conflicts`), and merge (other
+read (a conflict reads again at once, :func:`dra_driver.kube.failures.retry_conflicts`), and merge (other
 drivers', other pools' and other writers' parts are kept).  They give way to kubelet's calls
 (:meth:`ClaimReporter.call_in_flight`).  What a failure means comes from
-:func:`dra_driver.kubeapi.classify_failure`: while the API server is unavailable the whole queue waits
+:func:`dra_driver.kube.failures.classify_failure`: while the API server is unavailable the whole queue waits
 (one capped, jittered backoff for all, so an outage is one log line per attempt, not one per claim)
 and nothing is given up; a refused write (403, 422) is logged in one line and dropped (the next
 reconciliation tries again); a bug is retried ``max_attempts`` times.  Nothing here ever fails prepare
@@ -59,9 +59,7 @@ from kubernetes.client.exceptions import ApiException
 from dra_driver import claimstatus
 from dra_driver.claimstatus import PLUGIN, READY, SCHEMA_VERSION, EntryUpdate, is_ours, rfc3339
 from dra_driver.kube.client import CLAIMS, EVENTS, Client
-from dra_driver.kube.informer import Changes, Informer
-from dra_driver.kube.loop import ControlLoop
-from dra_driver.kubeapi import (
+from dra_driver.kube.failures import (
     DEFAULT_CONFLICT_RETRIES,
     ApiFailure,
     Backoff,
@@ -70,7 +68,9 @@ from dra_driver.kubeapi import (
     describe_failure,
     retry_conflicts,
 )
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kube.informer import Changes, Informer
+from dra_driver.kube.loop import ControlLoop
+from dra_driver.kubelet.calls import ClaimRef
 from kubeletplugin.prepare.claims import ResourceClaimView, parse_claims
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceRecord
 

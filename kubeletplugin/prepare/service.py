@@ -1,6 +1,6 @@
 """``PrepareService``: NodePrepareResources / NodeUnprepareResources, one straight path per claim.
 
-The :class:`~dra_driver.kubeletcalls.DraService` the gRPC layer calls.  A claim's prepare reads top to
+The :class:`~dra_driver.kubelet.calls.DraService` the gRPC layer calls.  A claim's prepare reads top to
 bottom in :meth:`PrepareService._prepare_claim` (docs/prepare.md):
 
     hold the claim's lock
@@ -53,7 +53,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from dra_driver.kube.client import Client
-from dra_driver.kubeletcalls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
+from dra_driver.kubelet.calls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 from dra_driver.logs import log_context
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml

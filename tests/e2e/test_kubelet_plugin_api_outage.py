@@ -19,7 +19,7 @@ import pynvml
 import pytest
 from kubernetes import client
 
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.mig import load_catalog
 from dra_driver.nvml import sim
 from tests.api_outage import OutputLines, RestartableApiServer, restartable_api_server

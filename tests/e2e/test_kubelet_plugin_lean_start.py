@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kubelet.calls import ClaimRef
 from tests.api_outage import OutputLines, RestartableApiServer, restartable_api_server
 from tests.kubelet_client import KubeletClient, short_socket_dir
 from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env

@@ -24,7 +24,7 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.nvml import sim
 from tests.e2e.test_kubelet_plugin_process import PluginProcess, _stop
 from tests.plugin_command import NODE

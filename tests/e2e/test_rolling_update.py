@@ -24,7 +24,7 @@ import grpc
 import pytest
 from kubernetes import client
 
-from dra_driver.kubeletcalls import ClaimRef, PrepareResult
+from dra_driver.kubelet.calls import ClaimRef, PrepareResult
 from dra_driver.nvml import sim
 from kubeletplugin.prepare.locks import LOCKS_DIR, lock_file_name, release_flock, try_flock
 from migdra_devcluster.apiserver import LocalAPIServer

@@ -1,5 +1,5 @@
 """The committed generated files are exactly what their generators make today: the protobuf code
-(dra_driver/kubeletapi from protos/), the configuration tables of docs/configuration.md (from the settings
+(dra_driver/kubelet/protos from protos/), the configuration tables of docs/configuration.md (from the settings
 models and the CLI) and the MIG catalog (from the researched table, hack/data/mig-profiles.yaml).  Each
 check runs its generator as a process, hence this tier."""
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = REPO / "dra_driver" / "kubeletapi"
+COMMITTED = REPO / "dra_driver" / "kubelet" / "protos"
 
 
 def _files(directory: Path) -> dict[str, bytes]:

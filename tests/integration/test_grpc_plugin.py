@@ -18,8 +18,8 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from dra_driver.kubeletapi import dra_v1_pb2
-from dra_driver.kubeletcalls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
+from dra_driver.kubelet.calls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
+from dra_driver.kubelet.protos import dra_v1_pb2
 from kubeletplugin.grpc import PluginServers, RegistrationStatus
 from tests.kubelet_client import KubeletClient, RecordingDraService, RegistrationRejected, short_socket_dir
 

@@ -15,7 +15,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from dra_driver.kubeletcalls import ClaimRef, PrepareResult
+from dra_driver.kubelet.calls import ClaimRef, PrepareResult
 from kubeletplugin.grpc import NotASocketError, PluginServers, SocketInUseError, SocketPathError
 from kubeletplugin.grpc.sockets import SocketFile
 from tests.kubelet_client import KubeletClient, RecordingDraService, short_socket_dir

@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, Gauge
 
 from dra_driver.errors import ConfigurationError
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.serving import serving_metrics
 from kubeletplugin.grpc import PluginServers
 from kubeletplugin.grpc.liveness import FLAG, probe_sockets, serving_liveness

@@ -33,7 +33,7 @@ from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.policy import DynamicPlacementPolicy
 from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.kube.client import Client
-from dra_driver.kubeapi import retry_conflicts
+from dra_driver.kube.failures import retry_conflicts
 from dra_driver.nvml.settings import build_nvml_settings
 from kubeletplugin.app import run_publish_only
 from kubeletplugin.publisher import SlicePublisher

@@ -15,9 +15,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.kube.client import CLAIMS, Client, Kind
+from dra_driver.kube.failures import BackoffPolicy
 from dra_driver.kube.informer import Changes, Informer
-from dra_driver.kubeapi import BackoffPolicy
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kubelet.calls import ClaimRef
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.reporter import ClaimReporter
 from migdra_devcluster.apiserver import LocalAPIServer

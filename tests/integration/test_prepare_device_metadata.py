@@ -18,7 +18,7 @@ from kubernetes import client
 
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.pool import build_pool
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.nvml.inventory import read_inventory
 from kubeletplugin.prepare import service as service_module
 from kubeletplugin.prepare.cdi import spec_path

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import tests.prepare_harness as support
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.mig.catalog import Placement
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.errors import CheckpointError

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.kubeletcalls import ClaimRef, PrepareResult
+from dra_driver.kubelet.calls import ClaimRef, PrepareResult
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml

@@ -16,7 +16,7 @@ from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.kube.client import Client
-from dra_driver.kubeapi import BackoffPolicy
+from dra_driver.kube.failures import BackoffPolicy
 from dra_driver.mig import load_catalog
 from dra_driver.nvml.inventory import read_inventory
 from kubeletplugin.publisher import PublishLoop, SlicePublisher

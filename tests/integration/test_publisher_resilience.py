@@ -19,7 +19,7 @@ from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.kube.client import Client
-from dra_driver.kubeapi import BackoffPolicy
+from dra_driver.kube.failures import BackoffPolicy
 from dra_driver.nvml.settings import build_nvml_settings
 from kubeletplugin.app import run_publish_only
 from kubeletplugin.publisher import PublishLoop, PublishResult, RoundFailure, SlicePublisher

@@ -14,9 +14,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.kube.client import CLAIMS, Client
+from dra_driver.kube.failures import retry_conflicts
 from dra_driver.kube.informer import Changes, Informer
-from dra_driver.kubeapi import retry_conflicts
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kubelet.calls import ClaimRef
 from kubeletplugin.prepare.service import PrepareService
 from kubeletplugin.realize_before_bind import Realizer
 from migdra_devcluster.apiserver import LocalAPIServer

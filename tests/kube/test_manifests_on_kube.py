@@ -19,7 +19,6 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.kube.client import CLAIM_TEMPLATES, CLAIMS, DEVICE_CLASSES, PODS, Client, Kind
-from dra_driver.kubeapi import call_json
 from migdra_devcluster.apiserver import LocalAPIServer
 from tests.kube.cluster import kube_cluster
 from tests.sim_cluster import REPO
@@ -56,10 +55,10 @@ def local(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Client]:
 
 def dry_run_create(client: Client, document: dict[str, Any]) -> dict[str, Any]:
     kind: Kind = KINDS[document["kind"]]
-    namespace = (document.get("metadata") or {}).get("namespace") or ("default" if kind.namespaced else None)
-    return call_json(
-        client.api_client, "POST", kind.path(namespace), query={"dryRun": "All"}, body=document, timeout=client.timeout
-    )
+    metadata = document.get("metadata") or {}
+    if kind.namespaced and not metadata.get("namespace"):  # where `kubectl create` would put it
+        document = {**document, "metadata": {**metadata, "namespace": "default"}}
+    return client.create(kind, document, dry_run=True)
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=[str(p.relative_to(REPO)) for p in MANIFESTS])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dra_driver.kubeletcalls import ClaimRef, UnprepareResult
+from dra_driver.kubelet.calls import ClaimRef, UnprepareResult
 from dra_driver.nvml.backend import Nvml
 from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import result, simulated_node

@@ -10,7 +10,7 @@ import pytest
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.kubeapi import (
+from dra_driver.kube.failures import (
     ApiFailure,
     ApiRequestError,
     Backoff,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from dra_driver.kubeletapi import pluginregistration_v1_pb2 as registration_pb2
+from dra_driver.kubelet.protos import pluginregistration_v1_pb2 as registration_pb2
 from kubeletplugin.grpc.registration import RegistrationServicer
 from kubeletplugin.metrics import MIG_INSTANCE_INFO, MigInstance, register_mig_instances
 

@@ -1,4 +1,4 @@
-"""Every proto of protos/ has its committed generated code in dra_driver/kubeletapi (that the code is what
+"""Every proto of protos/ has its committed generated code in dra_driver/kubelet/protos (that the code is what
 hack/gen_protos.py makes of it today: tests/integration/test_generated_files.py)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = REPO / "dra_driver" / "kubeletapi"
+COMMITTED = REPO / "dra_driver" / "kubelet" / "protos"
 
 
 def test_every_proto_has_generated_code() -> None:

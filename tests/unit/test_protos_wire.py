@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FieldDescriptor
 
-from dra_driver.kubeletapi import dra_health_v1alpha1_pb2, dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_v1_pb2
+from dra_driver.kubelet.protos import dra_health_v1alpha1_pb2, dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_v1_pb2
 
 DRA_V1 = "k8s.io.kubelet.pkg.apis.dra.v1"
 DRA_V1BETA1 = "k8s.io.kubelet.pkg.apis.dra.v1beta1"

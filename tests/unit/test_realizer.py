@@ -9,7 +9,7 @@ import pytest
 
 from dra_driver import claimstatus
 from dra_driver.claimstatus import PLUGIN, EntryUpdate, realizer_writer
-from dra_driver.kubeletcalls import ClaimRef
+from dra_driver.kubelet.calls import ClaimRef
 from kubeletplugin.prepare.claims import ResourceClaimView
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
 from kubeletplugin.prepare.reporter import compute_cleared_devices, compute_converged_devices

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dra_driver.kube.client import LEASES, NODES, Client, status_code
-from dra_driver.kubeapi import describe_failure
+from dra_driver.kube.failures import describe_failure
 from migdra_devcluster.kubelet.node import now_rfc3339
 
 log = logging.getLogger(__name__)

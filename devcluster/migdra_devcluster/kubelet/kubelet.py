@@ -50,9 +50,9 @@ from typing import Any
 
 from dra_driver.kube.client import CLAIMS, NODES, PODS, SLICES, Client, status_code
 from dra_driver.kube.events import NORMAL, WARNING, EventRecorder
+from dra_driver.kube.failures import BackoffPolicy, describe_failure
 from dra_driver.kube.informer import Changes, Informer
-from dra_driver.kubeapi import BackoffPolicy, describe_failure
-from dra_driver.kubeletcalls import ClaimRef, PreparedDevice
+from dra_driver.kubelet.calls import ClaimRef, PreparedDevice
 from migdra_devcluster.kubelet.heartbeat import NodeHeartbeat
 from migdra_devcluster.kubelet.node import node_labels, node_status
 from migdra_devcluster.kubelet.pluginclient import CALL_TIMEOUT_SECONDS

@@ -21,10 +21,10 @@ from typing import Any
 
 import grpc
 
-from dra_driver.kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
-from dra_driver.kubeletapi import pluginregistration_v1_pb2 as registration_pb2
-from dra_driver.kubeletapi import pluginregistration_v1_pb2_grpc as registration_grpc
-from dra_driver.kubeletcalls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
+from dra_driver.kubelet.calls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
+from dra_driver.kubelet.protos import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+from dra_driver.kubelet.protos import pluginregistration_v1_pb2 as registration_pb2
+from dra_driver.kubelet.protos import pluginregistration_v1_pb2_grpc as registration_grpc
 
 DRA_PLUGIN_TYPE = "DRAPlugin"
 """``PluginInfo.type`` routed to kubelet's DRA handler (Go ``registerapi.DRAPlugin``)."""

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import grpc
 
+from dra_driver.kube.failures import BackoffPolicy
 from dra_driver.kube.informer import Changes
-from dra_driver.kubeapi import BackoffPolicy
 from migdra_devcluster.kubelet.pluginclient import (
     CALL_TIMEOUT_SECONDS,
     KNOWN_VERSIONS,

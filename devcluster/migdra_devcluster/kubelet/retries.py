@@ -3,7 +3,7 @@
 Why not sleep in the loop: the kubelet looks at every pod after every change; a pod whose prepare
 failed must not be retried on each unrelated change (that would hammer a broken plugin) nor delay the
 others.  So each key (a pod UID and what is being done to it) carries its own capped exponential
-backoff (:class:`dra_driver.kubeapi.BackoffPolicy`) and a not-before time; the loop asks
+backoff (:class:`dra_driver.kube.failures.BackoffPolicy`) and a not-before time; the loop asks
 :meth:`RetryTracker.due` before acting and sleeps at most until :meth:`RetryTracker.next_due`.
 The clock is injectable so the bookkeeping is tested without waiting.
 """
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from dra_driver.kubeapi import Backoff, BackoffPolicy
+from dra_driver.kube.failures import Backoff, BackoffPolicy
 
 
 @dataclass

@@ -33,9 +33,9 @@ from dra_driver.allocation.explain import explain
 from dra_driver.allocation.nodes import selector_matches
 from dra_driver.kube.client import CLAIMS, DEVICE_CLASSES, NODES, PODS, SLICES, Client
 from dra_driver.kube.events import NORMAL, WARNING, EventRecorder
+from dra_driver.kube.failures import DEFAULT_CONFLICT_RETRIES, ApiFailure, classify_failure, describe_failure
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
-from dra_driver.kubeapi import DEFAULT_CONFLICT_RETRIES, ApiFailure, classify_failure, describe_failure
 from migdra_devcluster.claimcontroller import DELETE_PROTECTION_FINALIZER
 from migdra_devcluster.scheduler.binding import Binding, binding_state
 from migdra_devcluster.scheduler.extended import (

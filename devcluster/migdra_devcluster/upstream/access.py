@@ -26,7 +26,6 @@ import yaml
 
 from dra_driver.errors import ConfigurationError
 from dra_driver.kube.client import PODS, Client, Kind
-from dra_driver.kubeapi import call_json
 from migdra_devcluster.apiserver.kubeconfig import write_kubeconfig
 
 CHART_DIR = Path(__file__).resolve().parents[3] / "helm" / "migdra"
@@ -148,8 +147,7 @@ def request_token(client: Client, service_account: str, bound_pod: dict[str, Any
         meta = bound_pod["metadata"]
         spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-    path = SERVICE_ACCOUNTS.path(RELEASE_NAMESPACE, service_account, "token")
-    answer = call_json(client.api_client, "POST", path, body=body, timeout=client.timeout)
+    answer = client.create_subresource(SERVICE_ACCOUNTS, RELEASE_NAMESPACE, service_account, "token", body)
     return str(answer["status"]["token"])
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from dra_driver.kube.client import CLAIMS, EVENTS, NODES, PODS, SLICES, Client
-from dra_driver.kubeapi import BackoffPolicy
+from dra_driver.kube.failures import BackoffPolicy
 from dra_driver.nvml import sim
 from migdra_devcluster.apiserver import LocalAPIServer
 from migdra_devcluster.kubelet import CDI_ANNOTATION, FAILED_PREPARE, FAILED_UNPREPARE, Kubelet

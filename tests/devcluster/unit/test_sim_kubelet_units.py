@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.kubeapi import BackoffPolicy
-from dra_driver.kubeletapi import pluginregistration_v1_pb2 as registration_pb2
+from dra_driver.kube.failures import BackoffPolicy
+from dra_driver.kubelet.protos import pluginregistration_v1_pb2 as registration_pb2
 from migdra_devcluster.kubelet.pluginclient import KNOWN_VERSIONS, choose_version, validate_plugin_info
 from migdra_devcluster.kubelet.pluginwatcher import _socket_identities
 from migdra_devcluster.kubelet.retries import RetryTracker

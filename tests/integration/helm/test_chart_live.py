@@ -27,8 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.kube.client import Kind
-from dra_driver.kubeapi import call_json
+from dra_driver.kube.client import Client, Kind
 from migdra_devcluster.apiserver import LocalAPIServer
 from tests.integration.helm.chart import CHART, NAMESPACE, Rendered, bound_rules, container_env, render
 from tests.kubelet_client import KubeletClient, short_socket_dir
@@ -135,7 +134,7 @@ def _create(api: LocalAPIServer, api_client: client.ApiClient, obj: dict[str, An
     resource = api.registry.by_kind(obj["apiVersion"], obj["kind"])
     assert resource is not None, f"{obj['kind']} is not served"
     kind = Kind(resource.group, resource.version, resource.plural, resource.namespaced, resource.kind)
-    call_json(api_client, "POST", kind.path(obj["metadata"].get("namespace")), body=obj, timeout=30)
+    Client(api_client=api_client, timeout=30).create(kind, obj)
 
 
 def _stop(process: subprocess.Popen[str]) -> str:

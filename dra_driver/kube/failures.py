@@ -1,12 +1,8 @@
-"""Reaching the Kubernetes API with the official client: configuration, one-line failures, retries.
+"""What a failed request to the API server means and what to do about it: one-line descriptions,
+the failure table, backoff and retries.
 
 Owns, for every caller that talks to the API server:
 
-- loading the client's configuration -- a kubeconfig file, the usual rules (``KUBECONFIG``, then
-  ``~/.kube/config``) or the pod's service account -- with every way that can fail (a missing, binary
-  or garbage file, a ``current-context`` that does not exist, no kubeconfig outside a cluster) turned
-  into a :class:`~dra_driver.errors.ConfigurationError` that names the file or flag and says what
-  would work;
 - describing a failed request in one line: the status, reason and message of the ``Status`` the
   server answered with, or the server and why it could not be reached.  Logs and error lines use
   these descriptions, never the client's multi-line dump of headers and body;
@@ -30,14 +26,12 @@ Owns, for every caller that talks to the API server:
   the node plugin must keep preparing and unpreparing from its checkpoint while the API server is
   away, and pick up where it was when it comes back.
 
-Must never: read configuration from the environment (the client reads ``KUBECONFIG`` and the
-in-cluster variables; we only learn where it looked), or decide for a caller what a failure means
-beyond this table (whether a refused publish stops the process is the publisher's call).
+Must never: decide for a caller what a failure means beyond this table (whether a refused publish
+stops the process is the publisher's call).
 
 Errors::
 
     MigdraError
-     ├── ConfigurationError     dra_driver.errors: the kubeconfig (or its absence) cannot be used
      └── ApiRequestError        a request failed: an error answer, or the server could not be reached;
                                 ``.failure`` says which kind (TRANSIENT and CONFLICT are retryable)
 """
@@ -52,26 +46,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import urllib3
 import urllib3.exceptions
-import urllib3.util
-import yaml
-from kubernetes import client
-from kubernetes import config as kube_config_module
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config import kube_config
-from kubernetes.config.config_exception import ConfigException
 
-from dra_driver.errors import ConfigurationError, MigdraError, describe_yaml_error
+from dra_driver.errors import MigdraError
 
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-_DEFAULT_KUBECONFIG = "~/.kube/config"
-_loaders: Any = kube_config_module  # the client's loaders carry no type annotations
 
 
 class ApiFailure(enum.Enum):
@@ -104,132 +89,8 @@ class ApiRequestError(MigdraError):
         self.retryable = self.failure is not ApiFailure.PERMANENT
 
 
-def load_kubeconfig_file(path: Path, *, what: str) -> client.Configuration:
-    """The client configuration of one kubeconfig file; ``what`` names it in errors (``--kubeconfig x``)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except IsADirectoryError:
-        raise ConfigurationError(f"{what}: is a directory; give a kubeconfig file") from None
-    except FileNotFoundError:
-        raise ConfigurationError(f"{what}: no such file; give the path of a kubeconfig file") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigurationError(f"{what}: not a kubeconfig (not UTF-8 text: {exc.reason})") from exc
-    except OSError as exc:
-        raise ConfigurationError(f"{what}: cannot read it: {exc.strerror or exc}") from exc
-    try:
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigurationError(f"{what}: not a kubeconfig (not valid YAML: {describe_yaml_error(exc)})") from exc
-    if not isinstance(loaded, dict):
-        got = "an empty file" if loaded is None else f"a {type(loaded).__name__}"
-        raise ConfigurationError(
-            f"{what}: not a kubeconfig (expected a mapping with clusters, users, contexts and current-context; "
-            f"got {got})"
-        )
-    return _load(what, config_file=str(path))
-
-
-def load_client_configuration(kubeconfig: Path | None, *, flag: str, usual_rules: bool) -> client.Configuration:
-    """The configuration to reach the API server with, loaded completely before any request is sent.
-
-    With ``kubeconfig``, that file.  Without, ``usual_rules`` means kubectl's: ``KUBECONFIG`` or
-    ``~/.kube/config`` when there is one, else the pod's service account; without ``usual_rules``
-    only the service account (the node plugin runs in a pod or is given its kubeconfig).  ``flag`` is
-    how the user gives a kubeconfig (``--kubeconfig (MIGDRA_KUBECONFIG)``), for the error lines.
-    """
-    if kubeconfig is not None:
-        return load_kubeconfig_file(kubeconfig, what=f"{flag} {kubeconfig}")
-    if usual_rules:
-        location = str(kube_config.KUBE_CONFIG_DEFAULT_LOCATION)
-        source = "~/.kube/config" if location == _DEFAULT_KUBECONFIG else f"KUBECONFIG={location}"
-        paths = [Path(p).expanduser() for p in location.split(kube_config.ENV_KUBECONFIG_PATH_SEPARATOR) if p]
-        if len(paths) == 1 and paths[0].exists():
-            return load_kubeconfig_file(paths[0], what=f"kubeconfig {paths[0]} (from {source})")
-        if any(p.exists() for p in paths):
-            return _load(f"kubeconfig {source}", config_file=None)
-        if location != _DEFAULT_KUBECONFIG:
-            raise ConfigurationError(
-                f"KUBECONFIG names {location}, which does not exist; or give {flag.partition(' ')[0]} FILE"
-            )
-    configuration = client.Configuration()
-    try:
-        _loaders.load_incluster_config(client_configuration=configuration)
-    except ConfigException as exc:
-        if usual_rules:
-            raise ConfigurationError(
-                f"no kubeconfig: give {flag.partition(' ')[0]} FILE, set KUBECONFIG, or create ~/.kube/config "
-                f"(in-cluster configuration: {exc})"
-            ) from exc
-        raise ConfigurationError(
-            f"no kubeconfig: {flag} is not set and this is not a pod with a service account "
-            f"(in-cluster configuration: {exc}); give {flag.partition(' ')[0]} FILE"
-        ) from exc
-    return configuration
-
-
-def _load(what: str, *, config_file: str | None) -> client.Configuration:
-    configuration = client.Configuration()
-    try:
-        _loaders.load_kube_config(config_file=config_file, client_configuration=configuration, persist_config=False)
-    except ConfigException as exc:
-        raise ConfigurationError(f"{what}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigurationError(f"{what}: not a kubeconfig (not valid YAML: {describe_yaml_error(exc)})") from exc
-    except OSError as exc:  # a certificate or token file the kubeconfig names
-        raise ConfigurationError(f"{what}: {exc.strerror or exc}: {exc.filename}") from exc
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a field of the wrong shape
-        raise ConfigurationError(f"{what}: not a usable kubeconfig ({type(exc).__name__}: {exc})") from exc
-    if not configuration.host:
-        raise ConfigurationError(f"{what}: the current context's cluster has no server")
-    return configuration
-
-
 def _first_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
-
-
-def new_api_client(configuration: client.Configuration, *, retries: int | None = None) -> client.ApiClient:
-    """An API client; ``retries=0`` makes a transport failure fail at once (for one-shot commands)."""
-    if retries is not None:
-        configuration.retries = urllib3.util.Retry(total=retries, connect=retries, read=retries, redirect=3)
-    return client.ApiClient(configuration)
-
-
-def call_json(
-    api_client: client.ApiClient,
-    method: str,
-    path: str,
-    *,
-    query: dict[str, str | int] | None = None,
-    body: dict[str, Any] | list[Any] | None = None,
-    timeout: float,
-    content_type: str = "application/json",
-) -> dict[str, Any]:
-    """One request as raw JSON through the client's transport (auth, TLS, timeouts), without its models.
-
-    Why: the client's models drop fields they do not know on the way in and refuse them on the way
-    out, so a read-modify-write through them loses what a newer API server added.  A failed answer is
-    raised as the client's :class:`ApiException` (so :func:`classify_failure` reads it).
-    """
-    headers = {"Accept": "application/json"}
-    if body is not None:
-        headers["Content-Type"] = content_type  # a PATCH names its patch type here
-    request = api_client.param_serialize(
-        method=method,
-        resource_path=path,
-        query_params=list((query or {}).items()),
-        header_params=headers,
-        body=body,
-        auth_settings=["BearerToken"],
-    )
-    response = api_client.call_api(*request, _request_timeout=timeout)
-    payload = response.read()  # type: ignore[no-untyped-call]
-    if not 200 <= response.status <= 299:
-        raise ApiException.from_response(http_resp=response, body=None, data=None)
-    document = json.loads(payload or b"null")
-    if not isinstance(document, dict):
-        raise ValueError(f"{method} {path}: the API server answered with a {type(document).__name__}")
-    return document
 
 
 def describe_failure(exc: BaseException, server: str | None = None) -> str:
