@@ -64,6 +64,8 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python hack/gen_mig_catalog.py --check
+	$(BIN)/python hack/gen_protos.py --check
+	$(BIN)/python hack/gen_config_docs.py --check
 	$(BIN)/python hack/bench/render.py --check
 	$(BIN)/python hack/check_self_contained.py
 
