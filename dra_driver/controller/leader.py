@@ -16,6 +16,11 @@ The rules (client-go's, so a Go controller and this one could even share a Lease
   (Kubernetes restarts it as a follower).  ``on_stopped_leading`` is that exit.
 - On a clean stop the leader releases the Lease (holder cleared, duration 1 s), so the other replica
   takes over at its next retry instead of after a whole lease duration.
+
+It is a thread of its own, not a :class:`~dra_driver.kube.loop.ControlLoop`: a control loop converges
+a set of keys from a cache and may retry any key later, while an election is one timed state machine
+(follow, acquire, renew before a deadline, or stop leading) whose deadline must not wait behind a
+queue -- the shape client-go gives it too.
 """
 
 from __future__ import annotations

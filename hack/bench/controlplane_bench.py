@@ -147,10 +147,10 @@ class RunningWatch:
             f"{c['type']}={c['status']}" + (f" ({c['message']})" if c.get("message") else "")
             for c in status.get("conditions") or []
         ]
+        selector = f"involvedObject.kind=Pod,involvedObject.name={name}"  # the API server filters, not we
         events = [
             f"{e['reason']}: {e.get('message', '')}"
-            for e in self.client.list(EVENTS, NAMESPACE)[0]
-            if e["involvedObject"]["name"] == name
+            for e in self.client.list(EVENTS, NAMESPACE, field_selector=selector)[0]
         ]
         return (
             f"{name} phase={status.get('phase')} node={(pod.get('spec') or {}).get('nodeName')} "

@@ -232,7 +232,11 @@ def rescan_worker(kubeconfig: Path, runs: int, rescans: int, state: Path) -> Non
         # kubeletplugin/settings.py holds the settings; a baseline tree from before it kept them in app.py.
         settings_module = app if hasattr(app, "PluginSettings") else importlib.import_module("kubeletplugin.settings")
         plugin_settings = settings_module.PluginSettings(node_name=NODE)
-        publishing = app._Publishing(plugin_settings, CollectorRegistry(), worker_threading.Event())
+        # kubeletplugin/publishing.py holds the publishing part; a baseline tree from before it kept it in app.py.
+        publishing_class = getattr(app, "_Publishing", None)
+        if publishing_class is None:
+            publishing_class = importlib.import_module("kubeletplugin.publishing").Publishing
+        publishing = publishing_class(plugin_settings, CollectorRegistry(), worker_threading.Event())
         # The publisher talks through the one JSON client; a baseline tree from before it took the API client.
         if next(iter(inspect.signature(publisher.SlicePublisher).parameters)) == "client":
             kube = importlib.import_module("dra_driver.kube.client")

@@ -137,8 +137,7 @@ class LockTimeoutError(PrepareError):
     """A lock file of the state directory (or its in-process lock) stayed held past the timeout.
 
     The message names the lock file and, where the kernel says, the process holding it: typically the
-    other plugin pod of a rolling update that is stuck, or a migdra from before per-operation locking
-    (which holds ``prepare.lock`` for its whole life).  Kubelet retries the claim.
+    other plugin pod of a rolling update that is stuck.  Kubelet retries the claim.
     """
 
     retryable = True

@@ -161,9 +161,8 @@ def describe_lock_timeout(path: Path, what: str, waited: float) -> str:
     held_by = f"held by {holders}" if holders else "held by another process"
     return (
         f"waited {waited:g} s for {what} ({path}), {held_by}: another migdra kubelet plugin on this node is "
-        "working under it -- during a rolling update the other plugin pod, or a migdra from before per-operation "
-        "locking, which holds prepare.lock for as long as it runs.  If that process is stuck or is such an old "
-        f"plugin, stop it (find it with `fuser -v {path}`)"
+        "working under it (during a rolling update, the other plugin pod).  If that process is stuck, stop it "
+        f"(find it with `fuser -v {path}`)"
     )
 
 

@@ -25,8 +25,8 @@ from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
-from kubeletplugin.app import _Publishing
 from kubeletplugin.publisher import InventoryReader, PublishLoop, PublishResult, SlicePublisher
+from kubeletplugin.publishing import Publishing
 from kubeletplugin.settings import PluginSettings
 from migdra_devcluster.apiserver import LocalAPIServer
 
@@ -86,7 +86,7 @@ def nvml(tmp_path: Path, nvml_calls: list[str], monkeypatch: pytest.MonkeyPatch)
 
 def _loop(api: LocalAPIServer, api_client: client.ApiClient, nvml: Nvml) -> PublishLoop:
     """The plugin's own publish round (publish-only: no prepare service), run with ``publish_now``."""
-    publishing = _Publishing(PluginSettings(node_name=NODE), CollectorRegistry(), threading.Event())
+    publishing = Publishing(PluginSettings(node_name=NODE), CollectorRegistry(), threading.Event())
     reader = InventoryReader()
     return PublishLoop(
         SlicePublisher(Client(api_client=api_client), NODE, DRIVER),

@@ -21,11 +21,11 @@ from dra_driver.devicemodel.policy import DEFAULT_POLICY, PLACEMENT_POLICIES
 from dra_driver.devicemodel.pool import build_pool
 from dra_driver.kube.client import CLAIMS, Client
 from dra_driver.kube.informer import Changes, Informer
-from kubeletplugin.app import _Publishing
 from kubeletplugin.metrics import PublishMetrics
 from kubeletplugin.occupancy import ClaimOccupancy, RepublishGate, compute_allocated_devices
 from kubeletplugin.prepare.claims import parse_claims
 from kubeletplugin.publisher import PublishResult
+from kubeletplugin.publishing import Publishing
 from kubeletplugin.settings import PluginSettings
 
 DRIVER = "gpu.migdra.io"
@@ -278,15 +278,15 @@ def test_negative_placement_times_are_refused(field: str) -> None:
 
 
 def test_a_baseline_policy_is_accepted_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="kubeletplugin.app"):
-        publishing = _Publishing(
+    with caplog.at_level(logging.WARNING, logger="kubeletplugin.publishing"):
+        publishing = Publishing(
             PluginSettings(node_name=NODE, placement_policy="hami"), CollectorRegistry(), threading.Event()
         )
     assert publishing.policy.name == "hami"
     assert "comparison baseline" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="kubeletplugin.app"):
-        _Publishing(PluginSettings(node_name=NODE, placement_policy="static"), CollectorRegistry(), threading.Event())
+    with caplog.at_level(logging.WARNING, logger="kubeletplugin.publishing"):
+        Publishing(PluginSettings(node_name=NODE, placement_policy="static"), CollectorRegistry(), threading.Event())
     assert caplog.text == ""
 
 
@@ -303,7 +303,7 @@ def test_placement_republishes_are_counted_with_their_writes() -> None:
 
 def test_the_plugin_counts_a_round_for_the_occupancy_alone_and_no_other() -> None:
     registry = CollectorRegistry()
-    publishing = _Publishing(PluginSettings(node_name=NODE), registry, threading.Event())
+    publishing = Publishing(PluginSettings(node_name=NODE), registry, threading.Event())
     pool = build_pool(example_inventory(["H100"]), DeviceModelConfig())
     publishing.on_round(pool, PublishResult(created=2, generation=1))  # the first publish
     publishing.on_round(pool, PublishResult(updated=2, generation=2, occupancy_only=True))
