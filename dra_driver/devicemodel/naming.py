@@ -7,6 +7,9 @@ Scheme (the same as NVIDIA's DRA driver, so tooling and habits carry over):
   the profile name lower-cased with dots removed and any other character outside ``[a-z0-9-]``
   turned into ``-``: ``1g.10gb`` -> ``1g10gb``, ``1g.10gb+me`` -> ``1g10gb-me``.
   Example: ``gpu-0-mig-1g20gb-15-6`` is H100 GPU minor 0, profile 1g.20gb (ID 15), memory slices 6-7.
+- shared GPU instance (one GPU instance, several claims, each its own compute instance; docs/sharing.md):
+  ``gpu-<minor>-shared-<profile>-<gi profile id>-<placement start>``, the same placement as the
+  exclusive device ``gpu-<minor>-mig-…`` with the same suffix.  Example: ``gpu-0-shared-4g40gb-5-0``.
 - counter set of a GPU: ``gpu-<minor>-counter-set``
 
 The node name is the pool name and the prefix of every slice name, so it must be a name Kubernetes
@@ -27,6 +30,7 @@ from dra_driver.nvml.types import GpuInstanceProfileInfo
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _NAME = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")
+_SHARED_NAME = re.compile(r"^gpu-(\d+)-shared-(.+)-(\d+)-(\d+)$")
 DNS_SUBDOMAIN_RULE = (
     "lower-case letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit"
 )
@@ -106,6 +110,14 @@ def mig_device_name(minor: int, profile_name: str, profile_id: int, placement_st
     return name
 
 
+def shared_device_name(minor: int, profile_name: str, profile_id: int, placement_start: int) -> str:
+    """The shared GPU-instance device of the placement :func:`mig_device_name` names exclusively."""
+    name = f"gpu-{minor}-shared-{profile_token(profile_name)}-{profile_id}-{placement_start}"
+    if len(name) > 63 or not _DNS_LABEL.match(name):
+        raise ValueError(f"device name {name!r} is not a DNS label")
+    return name
+
+
 def counter_set_name(minor: int) -> str:
     return f"gpu-{minor}-counter-set"
 
@@ -113,6 +125,14 @@ def counter_set_name(minor: int) -> str:
 def parse_mig_device_name(name: str) -> tuple[int, int, int] | None:
     """``gpu-0-mig-1g20gb-15-6`` -> (minor 0, profile id 15, start 6); None if not a MIG device name."""
     match = _NAME.match(name)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(3)), int(match.group(4))
+
+
+def parse_shared_device_name(name: str) -> tuple[int, int, int] | None:
+    """``gpu-0-shared-4g40gb-5-0`` -> (minor 0, profile id 5, start 0); None if not a shared device name."""
+    match = _SHARED_NAME.match(name)
     if match is None:
         return None
     return int(match.group(1)), int(match.group(3)), int(match.group(4))

@@ -195,6 +195,30 @@ class GpuInstanceProfile(_Frozen):
     def placement_at(self, start: int) -> Placement | None:
         return next((p for p in self.placements if p.start == start), None)
 
+    @property
+    def share_sizes(self) -> tuple[int, ...]:
+        """The compute-instance sizes (compute slices, ascending) one shared GPU instance of this profile
+        can give a share; empty when the GI holds only one compute instance at a time (nothing to share).
+
+        One size per distinct slice count: where two CI profiles have the same slice count (H100's
+        ``1c.1g.20gb`` and ``1g.20gb``) the share gets :meth:`compute_instance_for_share`'s."""
+        sizes = tuple(sorted({ci.slice_count for ci in self.compute_instance_profiles}))
+        if not sizes or self.compute_instance_for_share(sizes[0]).instance_count < 2:
+            return ()
+        return sizes
+
+    def compute_instance_for_share(self, slices: int) -> ComputeInstanceProfile:
+        """The CI profile a share of ``slices`` compute slices gets: the GI's full-size default CI when
+        ``slices`` is all of it, else the lowest profile index of that size (the plain ``Nc`` profile,
+        not a revision).  KeyError when no CI profile has that size."""
+        if slices == self.slice_count:
+            return self.default_compute_instance
+        matching = [ci for ci in self.compute_instance_profiles if ci.slice_count == slices]
+        if not matching:
+            sizes = ", ".join(str(size) for size in sorted({ci.slice_count for ci in self.compute_instance_profiles}))
+            raise KeyError(f"GI profile {self.name} has no compute instance of {slices} slices (sizes: {sizes})")
+        return min(matching, key=lambda ci: ci.ci_profile_index)
+
 
 class GpuModel(_Frozen):
     """A GPU model that supports MIG."""
