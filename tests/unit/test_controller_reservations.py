@@ -308,3 +308,55 @@ def test_share_metrics_count_shares_and_slices_per_device_and_drop_to_zero() -> 
     metrics.observe(compute_reservations(claims[2:], slices, DRIVER))
     assert registry.get_sample_value("migdra_gpu_instance_shares", labels) == 0
     assert registry.get_sample_value("migdra_gpu_instance_share_compute_slices", labels) == 0
+
+
+class _ConflictingClient:
+    """A stand-in API client: every status write answers 409, and reading the claim again fails
+    ``read_failures`` times (a timeout) before it answers."""
+
+    def __init__(self, claim: dict[str, Any], read_failures: int) -> None:
+        self.claim = claim
+        self.read_failures = read_failures
+        self.writes = 0
+
+    def fork(self) -> _ConflictingClient:
+        return self
+
+    def update(self, kind: object, body: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+
+        self.writes += 1
+        raise ApiException(status=409, reason="Conflict")
+
+    def get(self, kind: object, namespace: str, name: str) -> dict[str, Any]:
+        if self.read_failures > 0:
+            self.read_failures -= 1
+            raise TimeoutError("read timed out")
+        return copy.deepcopy(self.claim)
+
+
+def _controller(client: _ConflictingClient) -> Any:
+    from dra_driver.controller.controller import ReservationController
+    from dra_driver.kube.events import EventRecorder
+
+    recorder = EventRecorder(client, "migdra-controller")  # type: ignore[arg-type]
+    return ReservationController(
+        client,  # type: ignore[arg-type]
+        DRIVER,
+        recorder,
+        ReservationMetrics(CollectorRegistry()),
+        is_leader=lambda: True,
+    )
+
+
+@pytest.mark.parametrize(("read_failures", "writes"), [(1, 1), (0, 5)], ids=["re-read fails", "five conflicts"])
+def test_a_claim_whose_status_write_keeps_failing_is_backed_off_alone(read_failures: int, writes: int) -> None:
+    claim = _allocated("a", THREE_G_AT_4)
+    client = _ConflictingClient(claim, read_failures)
+    controller = _controller(client)
+    held = compute_reservations([claim], SLICES, DRIVER)
+    controller._converge(copy.deepcopy(claim), held, controller._desired(claim, held))  # raises nothing
+    assert client.writes == writes
+    assert "uid-a" in controller._backoffs, "the claim is backed off, to be tried again later"
+    assert controller.metrics.writes.labels(result="conflict")._value.get() == writes
+    assert controller.metrics.writes.labels(result="error")._value.get() == 1
