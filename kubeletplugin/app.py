@@ -61,6 +61,7 @@ from dra_driver.errors import ConfigurationError
 from dra_driver.kube.client import CLAIMS, Client
 from dra_driver.kube.config import new_api_client
 from dra_driver.kube.informer import Changes, Informer
+from dra_driver.kube.loop import ControlLoop
 from dra_driver.logs import set_node
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import NvmlSettings
@@ -119,7 +120,7 @@ def run_publish_only(
     )
     with (
         serving_metrics(plugin.metrics_address, registry),
-        serving_liveness(plugin.healthcheck_address, lambda: publish_problem(plugin, publishing)),
+        serving_liveness(plugin.healthcheck_address, lambda: _publishing_problem(plugin, publishing)),
         api_connection(configuration, DEFAULT_REQUEST_TIMEOUT) as client,
         open_nvml(nvml_settings) as nvml,
         claim_informer(client) if publishing.policy.uses_occupancy else nullcontext() as claims,
@@ -173,9 +174,10 @@ def run_plugin(
     metrics = PrepareMetrics(registry)
     publishing.fault_metrics = FaultMetrics(registry) if plugin.device_taints else None
     served: list[PluginServers] = []  # once kubelet's sockets are served: what the liveness check calls
+    loops: list[ControlLoop] = []  # every background loop once started: the liveness check asks each
     with (
         serving_metrics(plugin.metrics_address, registry),
-        serving_liveness(plugin.healthcheck_address, lambda: _liveness_problem(plugin, publishing, served)),
+        serving_liveness(plugin.healthcheck_address, lambda: _liveness_problem(plugin, publishing, served, loops)),
         api_connection(configuration, prepare.api_timeout) as client,
         open_nvml(nvml_settings, observe_call=metrics.observe_nvml_call) as nvml,
         claim_informer(client) as claims,
@@ -247,10 +249,13 @@ def run_plugin(
             # (see the module docstring).  A socket path taken since the start-up check: SocketPathError.
             servers.start()
             served.append(servers)
+            loops.append(reporter)
             if realizer is not None:  # after recovery: it releases records realized ahead that lost their claim
                 realizer.start()
+                loops.append(realizer)
             if faults is not None:
                 faults.start((gpu.uuid, gpu.index) for gpu in nvml.list_gpus())
+                loops.append(faults)
             with publishing.running(client, nvml, ownership=service, claims=claims):
                 publishing.announce_when_published(
                     announce,
@@ -273,11 +278,26 @@ def run_plugin(
     return publishing.exit_code()
 
 
-def _liveness_problem(plugin: PluginSettings, publishing: Publishing, served: list[PluginServers]) -> str | None:
-    """Why the node process is not alive, or None: kubelet's sockets answer and publishing is not stuck."""
+def _liveness_problem(
+    plugin: PluginSettings, publishing: Publishing, served: list[PluginServers], loops: list[ControlLoop]
+) -> str | None:
+    """Why the node process is not alive, or None: kubelet's sockets answer, publishing is not stuck,
+    and every other background loop (claim status reporter, occupancy, realizer, fault watcher) and
+    the informers they read have a running thread and finish passes."""
     if not served:
         return "starting: kubelet's sockets are not served yet"
-    return probe_sockets(served[0].paths) or publish_problem(plugin, publishing)
+    problem = probe_sockets(served[0].paths) or _publishing_problem(plugin, publishing)
+    for loop in loops:
+        problem = problem or loop.liveness_problem()
+    return problem
+
+
+def _publishing_problem(plugin: PluginSettings, publishing: Publishing) -> str | None:
+    """Why publishing is not alive (the publish loop stuck, or its occupancy loop dead), or None."""
+    problem = publish_problem(plugin, publishing)
+    for loop in publishing.loops():
+        problem = problem or loop.liveness_problem()
+    return problem
 
 
 def _log_registration(servers: PluginServers, stop: threading.Event) -> None:
