@@ -2,9 +2,11 @@
 
 This is the only place the kubelet plugin's parts are assembled; each part stays testable alone.
 
-Start-up checks everything it can before it touches the API server or the hardware
-(:mod:`kubeletplugin.start_up`; the metrics and liveness ports are bound first), so a bad flag stops
-the process with one line and never leaves half-published slices behind.  Publishing, shared by both
+Start-up checks everything it can before it touches the API server or the hardware -- the device
+configuration (loaded by :class:`~kubeletplugin.publishing.Publishing`), then the directories, socket
+paths and kubeconfig (:mod:`kubeletplugin.start_up`), then the driver's files, then the metrics and
+liveness ports (bound) -- so a bad flag stops the process with one line and never leaves half-published
+slices behind.  Publishing, shared by both
 run modes, is one part (:mod:`kubeletplugin.publishing`).  Once the slices are published (and,
 in the full plugin, kubelet's sockets are served) one line says so through ``announce``; otherwise
 the process stays quiet unless something goes wrong.
