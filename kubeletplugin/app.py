@@ -76,7 +76,6 @@ from kubeletplugin.metrics import FaultMetrics, PrepareMetrics, RealizeMetrics, 
 from kubeletplugin.prepare.driver_files import check_driver_version, load_driver_edits
 from kubeletplugin.prepare.reporter import ClaimReporter
 from kubeletplugin.prepare.service import PrepareService
-from kubeletplugin.publisher import DEFAULT_REQUEST_TIMEOUT
 from kubeletplugin.publishing import Publishing, publish_problem
 from kubeletplugin.realize_before_bind import Realizer
 from kubeletplugin.settings import PluginSettings, PrepareSettings
@@ -123,7 +122,7 @@ def run_publish_only(
     with (
         serving_metrics(plugin.metrics_address, registry),
         serving_liveness(plugin.healthcheck_address, lambda: _publishing_problem(plugin, publishing)),
-        api_connection(configuration, DEFAULT_REQUEST_TIMEOUT) as client,
+        api_connection(configuration, plugin.api_timeout) as client,
         open_nvml(nvml_settings) as nvml,
         claim_informer(client) if publishing.policy.uses_occupancy else nullcontext() as claims,
         publishing.running(client, nvml, ownership=None, claims=claims),
@@ -180,7 +179,7 @@ def run_plugin(
     with (
         serving_metrics(plugin.metrics_address, registry),
         serving_liveness(plugin.healthcheck_address, lambda: _liveness_problem(plugin, publishing, served, loops)),
-        api_connection(configuration, prepare.api_timeout) as client,
+        api_connection(configuration, plugin.api_timeout) as client,
         open_nvml(nvml_settings, observe_call=metrics.observe_nvml_call) as nvml,
         claim_informer(client) as claims,
     ):

@@ -80,7 +80,6 @@ from dra_driver.nvml.types import GpuInfo, GpuInventory, NodeInventory
 
 log = logging.getLogger(__name__)
 
-DEFAULT_REQUEST_TIMEOUT = 10.0
 # NVML operations that read the GPU's instances: a GI or CI destroyed between the listing and the read
 # of its info makes them fail with INVALID_ARGUMENT (a stale handle) or NOT_FOUND.
 _INSTANCE_READS = ("nvmlDeviceGetGpuInstances", "nvmlGpuInstance", "nvmlComputeInstance")
