@@ -146,6 +146,8 @@ class Informer:
                 stream.close()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        if not self._thread.is_alive():  # its own connection pool (``fork``): closed once nothing uses it
+            self._client.close()
 
     def _run(self) -> None:
         backoff = _RELIST_BACKOFF.start()
