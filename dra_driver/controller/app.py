@@ -15,9 +15,10 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
+from dra_driver.clusterview import compute_cluster_occupancy
 from dra_driver.controller.controller import ReservationController
 from dra_driver.controller.leader import LeaderElector, LeaseTiming
-from dra_driver.controller.metrics import OccupancyMetrics, compute_cluster_occupancy
+from dra_driver.controller.occupancy_metrics import OccupancyMetrics
 from dra_driver.controller.ratelimit import TokenBucket
 from dra_driver.controller.reservation_metrics import ReservationMetrics
 from dra_driver.controller.settings import ControllerSettings

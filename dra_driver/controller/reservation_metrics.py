@@ -1,7 +1,7 @@
 """Prometheus metrics of the reservation controller's own work, on a registry passed in.
 
 The per-GPU occupancy series (free slices, largest allocatable profile, fragmentation) are
-:mod:`dra_driver.controller.metrics`'s; these say what the controller decided and wrote.
+:mod:`dra_driver.controller.occupancy_metrics`'s; these say what the controller decided and wrote.
 """
 
 from __future__ import annotations
