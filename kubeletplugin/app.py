@@ -111,7 +111,6 @@ def run_publish_only(
     registry = CollectorRegistry()
     publishing = Publishing(plugin, registry, stop)
     configuration = check_start_up(plugin, prepare=None)
-    publishing.server = str(configuration.host)
     publishing.announce_when_published(
         announce,
         lambda: (
@@ -165,15 +164,14 @@ def run_plugin(
     kept failing stop it with a :class:`MigdraError` too."""
     set_node(plugin.node_name)
     registry = CollectorRegistry()
-    publishing = Publishing(plugin, registry, stop)
-    publishing.realize_before_bind = plugin.realize_before_bind
+    publishing = Publishing(
+        plugin, registry, stop, fault_metrics=FaultMetrics(registry) if plugin.device_taints else None
+    )
     driver_name = publishing.device_config.driver_name
     configuration = check_start_up(plugin, prepare)
     simulated = nvml_settings.nvml == "simulated"
     driver_files = load_driver_edits(prepare, simulated=simulated)  # before the API or the hardware
-    publishing.server = str(configuration.host)
     metrics = PrepareMetrics(registry)
-    publishing.fault_metrics = FaultMetrics(registry) if plugin.device_taints else None
     served: list[PluginServers] = []  # once kubelet's sockets are served: what the liveness check calls
     loops: list[ControlLoop] = []  # every background loop once started: the liveness check asks each
     with (
@@ -221,7 +219,6 @@ def run_plugin(
         )
         if faults is not None:
             faults.load()  # before the first publish; a corrupt store stops us: TaintStoreError
-            publishing.faults = faults.faults
         register_mig_instances(registry, plugin.node_name, service.prepared_instances)
         servers = PluginServers(
             driver_name,
@@ -257,7 +254,9 @@ def run_plugin(
             if faults is not None:
                 faults.start((gpu.uuid, gpu.index) for gpu in nvml.list_gpus())
                 loops.append(faults)
-            with publishing.running(client, nvml, ownership=service, claims=claims):
+            with publishing.running(
+                client, nvml, ownership=service, claims=claims, faults=faults.faults if faults is not None else None
+            ):
                 publishing.announce_when_published(
                     announce,
                     lambda: (

@@ -66,7 +66,16 @@ class Ownership(Protocol):
 class Publishing:
     """The publish loop with its metrics and fatal-error handling, shared by both run modes."""
 
-    def __init__(self, plugin: PluginSettings, registry: CollectorRegistry, stop: threading.Event) -> None:
+    def __init__(
+        self,
+        plugin: PluginSettings,
+        registry: CollectorRegistry,
+        stop: threading.Event,
+        *,
+        fault_metrics: FaultMetrics | None = None,
+    ) -> None:
+        """Everything publishing needs is known here, but the API server (from :meth:`running`'s client)
+        and the GPU faults to render as taints (given to :meth:`running` once the fault store loaded)."""
         self.plugin = plugin
         self.device_config: DeviceModelConfig = load_device_model_config(
             plugin.device_config, driver_name=plugin.driver_name
@@ -86,17 +95,17 @@ class Publishing:
         self.last_round_finished = time.monotonic()
         self.last_pool: NodePool | None = None
         self.last_result = PublishResult()
-        self.server = ""
+        self.server = ""  # the API server's URL, for messages: set by running()
         self._stop = stop
         self._lock = threading.Lock()
         self._pending_announcement: Callable[[], None] | None = None
         # The last pool and what it was built from: an unchanged rescan builds no new pool.
         self._built: tuple[object, NodePool] | None = None
-        # Only the full plugin realizes, so only it publishes the binding conditions (run_plugin sets it).
-        self.realize_before_bind = False
-        # The GPU faults to render as device taints (run_plugin sets it with --device-taints).
+        # Only the full plugin realizes (publish-only refuses the flag), so only it publishes the binding conditions.
+        self.realize_before_bind = plugin.realize_before_bind
+        # The GPU faults to render as device taints (with --device-taints; given to running()).
         self.faults: Callable[[], tuple[GpuFault, ...]] | None = None
-        self.fault_metrics: FaultMetrics | None = None
+        self.fault_metrics = fault_metrics
         self._loop: PublishLoop | None = None
         self._occupancy: ClaimOccupancy | None = None
 
@@ -190,9 +199,13 @@ class Publishing:
         nvml: Nvml,
         ownership: Ownership | None,
         claims: Informer | None,
+        faults: Callable[[], tuple[GpuFault, ...]] | None = None,
     ) -> Iterator[SlicePublisher]:
         """Publish until the block ends; ``claims``: the process's claim informer (needed by an
-        occupancy-aware policy, which re-publishes as claims come and go)."""
+        occupancy-aware policy, which re-publishes as claims come and go); ``faults``: the GPU faults
+        to render as device taints (the fault watcher's, with --device-taints)."""
+        self.server = client.server
+        self.faults = faults
 
         def republish() -> None:  # the loop below: it needs the publisher, which needs the occupancy
             loop.trigger()
