@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from dra_driver.devicemodel.faults import ECC_TAINT, GPU_LOST_TAINT, XID_TAINT, GpuFault
-from dra_driver.kube.informer import Changes
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.nvml.backend import Nvml, NvmlEventWatch
 from dra_driver.nvml.errors import NvmlError
@@ -108,7 +107,7 @@ class GpuFaultWatcher(ControlLoop):
         self._watch: NvmlEventWatch | None = None
         self._next_round = 0.0  # when the store is looked at again while events keep coming
         self._failed = False  # the last round failed: wait a round before the next
-        super().__init__("gpu-faults", Changes(), (), resync=round_interval)
+        super().__init__("gpu-faults", resync=round_interval)
 
     def load(self) -> None:
         """Read the store (before the first publish).  Raises :class:`TaintStoreError` when corrupt."""

@@ -71,7 +71,6 @@ from dra_driver.kube.failures import (
     describe_failure,
     retry_conflicts,
 )
-from dra_driver.kube.informer import Changes
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError, NvmlInvalidArgument, NvmlNotFound
@@ -452,7 +451,7 @@ class PublishLoop(ControlLoop):
         self._reported = 0  # of them, those an operator was warned about (not a read that came too early)
         self.rounds = 0
         self.last_result: PublishResult | None = None
-        super().__init__("slice-publisher", Changes(), (), resync=interval)
+        super().__init__("slice-publisher", resync=interval)
 
     def publish_now(self) -> PublishResult:
         """One synchronous round on the caller's thread (start-up, tests)."""

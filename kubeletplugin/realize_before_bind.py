@@ -51,7 +51,7 @@ from dra_driver.claimstatus import (
 from dra_driver.devicemodel.vocabulary import realize_before_bind_conditions
 from dra_driver.kube.client import CLAIMS, Client
 from dra_driver.kube.failures import describe_failure, retry_conflicts
-from dra_driver.kube.informer import Changes, Informer
+from dra_driver.kube.informer import Informer
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubelet.calls import ClaimRef, PrepareResult
 from dra_driver.logs import log_context
@@ -197,7 +197,7 @@ class Realizer(ControlLoop):
         self._metrics = metrics
         self.claims = claims
         self.passes = 0  # completed passes (tests wait on it)
-        super().__init__("migdra-realizer", Changes(), (), resync, shared=(claims,))
+        super().__init__("migdra-realizer", resync=resync, shared=(claims,))
 
     def sync(self) -> None:
         if not self.claims.wait_synced(0):

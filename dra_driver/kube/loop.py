@@ -39,25 +39,27 @@ STUCK_AFTER_RESYNCS = 3
 
 
 class ControlLoop(ABC):
-    """Subclasses create ``changes`` and their informers, call ``super().__init__``, and implement
-    :meth:`sync`; :meth:`next_wake` may shorten the wait (a deadline of their own)."""
+    """Subclasses call ``super().__init__`` -- with the informers they own and start (and the
+    ``changes`` those report to), or the process's ``shared`` informers they only listen to, or none
+    (a loop driven by :meth:`trigger` and its resync) -- and implement :meth:`sync`; :meth:`next_wake`
+    may shorten the wait (a deadline of their own)."""
 
     def __init__(
         self,
         name: str,
-        changes: Changes,
-        informers: Sequence[Informer],
-        resync: float,
+        changes: Changes | None = None,
+        informers: Sequence[Informer] = (),
+        resync: float = 60.0,
         *,
         shared: Sequence[Informer] = (),
     ) -> None:
         self.name = name
-        self.changes = changes
+        self.changes = changes if changes is not None else Changes()
         self.resync = resync
         self._informers = tuple(informers)
         self._shared = tuple(shared)
         for informer in self._shared:
-            informer.listen(changes)
+            informer.listen(self.changes)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._last_pass = time.monotonic()  # a pass finished, or the loop started
