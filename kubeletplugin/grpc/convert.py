@@ -51,7 +51,7 @@ def share_id_problem(claim_uid: str, devices: Sequence[PreparedDevice]) -> str |
         if device.share_id is not None and not _SHARE_ID.match(device.share_id):
             return (
                 f"claim {claim_uid}: devices[{position}].share_id: {device.share_id!r} of device "
-                f"{device.device_name} is not a UUID in normalized form (lower-case xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"
+                f"{device.device_name} is not a UUID in normalized form (lower-case 8-4-4-4-12 hex digits)"
             )
     return None
 
