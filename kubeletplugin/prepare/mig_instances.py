@@ -103,7 +103,12 @@ class PlacementConflict:
         return (
             f"device {intent.device_name}: placement {intent.placement} on GPU {intent.gpu_uuid} is occupied by "
             f"GPU instance {occupant.gpu_instance_id} (profile {occupant.profile_id} at {occupant.placement}) "
-            f"{who}; migdra never falls back to another placement"
+            f"{who}; "
+            + (
+                "a share joins only a GPU instance migdra created for shares of this device"
+                if intent.is_share
+                else "migdra never falls back to another placement"
+            )
         )
 
 

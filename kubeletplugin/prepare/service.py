@@ -434,11 +434,13 @@ class PrepareService:
                 env = compute_device_config(configs, requests)
                 share = shares.get(device_name) if not admin_access else None
                 if share is not None:
-                    problem = targets[device_name].share_size_problem(share[1])
-                    if problem is not None or not targets[device_name].shared:
+                    if not targets[device_name].shared:
                         raise DeviceResolutionError(
-                            problem or f"device {device_name}: a shareID was allocated, but it is not a shared device"
+                            f"device {device_name}: a shareID was allocated, but it is not a shared device"
                         )
+                    problem = targets[device_name].share_size_problem(share[1])
+                    if problem is not None:
+                        raise DeviceResolutionError(problem)
                 intents.append(_intent_of(targets[device_name], requests, admin_access, env, share))
             self._check_placements_free(ref, intents)
 
