@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -151,7 +151,7 @@ class AllocatedDevice:
     admin_access: bool
     share_id: str | None = None  # a share of a multi-allocatable device (DRAConsumableCapacity)
     share_size: int | None = None  # its consumedCapacity computeSlices
-    position: int = 0  # in status.allocation.devices.results, for errors naming the field
+    position: int = field(default=0, compare=False)  # in status.allocation.devices.results, for errors
 
 
 SHARE_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
