@@ -36,7 +36,9 @@ A shared key stays while either writer still holds it, as a field with two manag
 server-side apply: the controller holds its keys while its ``Reserved`` condition stands, so the
 plugin's unprepare removes the shared keys only from an entry without ``Reserved``.  Keys and
 condition types of anyone else (another controller, an admin) are never touched, nor are entries of
-other drivers or pools, nor entries with a ``shareID`` (migdra never shares a device).
+other drivers or pools.  An entry is keyed by driver, pool, device *and* ``shareID``, as the API server
+keys it: a share of a shared GPU instance (docs/prepare.md, "Shares") has an entry of its own carrying
+its ``shareID``, and a write for one share never touches the entry of another key.
 Consumers read ``schemaVersion`` first: keys are only ever added within one version.
 
 Everything here is pure: it computes the new ``status.devices`` from the one read.
@@ -110,16 +112,26 @@ class EntryUpdate:
     device_name: str
     data: Mapping[str, Any]
     conditions: Sequence[Mapping[str, Any]]
+    share_id: str | None = None  # the allocation result's shareID: the entry of that share
 
 
 def is_ours(entry: Mapping[str, Any], driver: str, pool: str) -> bool:
-    """An entry migdra writes: this driver, this pool, no ``shareID``."""
-    return entry.get("driver") == driver and entry.get("pool") == pool and entry.get("shareID") is None
+    """An entry migdra writes: this driver, this pool (with or without a ``shareID``)."""
+    return entry.get("driver") == driver and entry.get("pool") == pool
 
 
-def find_entry(entries: Sequence[Mapping[str, Any]], driver: str, pool: str, device: str) -> int | None:
+def entry_key(entry: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(device, shareID or None): what tells two entries of one driver and pool apart."""
+    share = entry.get("shareID")
+    return str(entry.get("device")), share if isinstance(share, str) else None
+
+
+def find_entry(
+    entries: Sequence[Mapping[str, Any]], driver: str, pool: str, device: str, share_id: str | None = None
+) -> int | None:
+    """The index of our entry of ``device`` and ``share_id`` (None: the entry without a shareID)."""
     for index, entry in enumerate(entries):
-        if is_ours(entry, driver, pool) and entry.get("device") == device:
+        if is_ours(entry, driver, pool) and entry_key(entry) == (device, share_id):
             return index
     return None
 
@@ -159,9 +171,12 @@ def compute_merged_devices(
         foreign = [key for key in update.data if key not in writer.keys]
         if foreign:
             raise ValueError(f"{writer.name} does not own data keys {foreign}")
-        index = find_entry(result, driver, pool, update.device_name)
+        index = find_entry(result, driver, pool, update.device_name, update.share_id)
         if index is None:
-            result.append({"driver": driver, "pool": pool, "device": update.device_name})
+            added: dict[str, Any] = {"driver": driver, "pool": pool, "device": update.device_name}
+            if update.share_id is not None:
+                added["shareID"] = update.share_id
+            result.append(added)
             index = len(result) - 1
         entry = result[index]
         old_data = entry.get("data")
@@ -184,16 +199,22 @@ def compute_cleared_devices(
     pool: str,
     writer: Writer,
     device_names: Collection[str] | None = None,
+    keys: Collection[tuple[str, str | None]] | None = None,
 ) -> list[dict[str, Any]]:
     """``status.devices`` without ``writer``'s keys and conditions in our entries of these devices
-    (``None``: every device of this driver in this pool); pure.
+    (``None``: every device of this driver in this pool; ``keys``: only the entries of these (device,
+    shareID) keys); pure.
 
     Shared keys stay in an entry where the co-writer's marker condition stands (it still holds them).
-    An entry left with nothing but its identifying fields goes.
+    An entry left with nothing but its identifying fields (driver, pool, device, shareID) goes.
     """
     result: list[dict[str, Any]] = []
     for entry in existing:
-        if not is_ours(entry, driver, pool) or (device_names is not None and entry.get("device") not in device_names):
+        if (
+            not is_ours(entry, driver, pool)
+            or (device_names is not None and entry.get("device") not in device_names)
+            or (keys is not None and entry_key(entry) not in keys)
+        ):
             result.append(dict(entry))
             continue
         co_written = condition_of(entry, writer.co_writer_marker) is not None
@@ -205,7 +226,9 @@ def compute_cleared_devices(
             for c in entry.get("conditions") or []
             if isinstance(c, Mapping) and c.get("type") not in writer.conditions
         ]
-        others = {k: v for k, v in entry.items() if k not in {"driver", "pool", "device", "data", "conditions"}}
+        others = {
+            k: v for k, v in entry.items() if k not in {"driver", "pool", "device", "shareID", "data", "conditions"}
+        }
         if not kept_data and not kept_conditions and not others:
             continue
         cleared = {k: v for k, v in entry.items() if k not in {"data", "conditions"}}

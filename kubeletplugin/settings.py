@@ -45,7 +45,10 @@ class CrashPoint(enum.StrEnum):
     AFTER_CHECKPOINT_REQUESTED = "after-checkpoint-requested"  # the GI request recorded, NVML not called yet
     AFTER_GPU_INSTANCE = "after-gpu-instance"  # the GI exists, its ID is not recorded yet
     AFTER_CHECKPOINT_GPU_INSTANCE = "after-checkpoint-gpu-instance"  # the GI ID recorded, no CI yet
+    # a share: its CI request (placement, the CIs standing) recorded, NVML not called yet
+    AFTER_CHECKPOINT_COMPUTE_INSTANCE_REQUESTED = "after-checkpoint-compute-instance-requested"
     AFTER_COMPUTE_INSTANCE = "after-compute-instance"
+    AFTER_CHECKPOINT_COMPUTE_INSTANCE = "after-checkpoint-compute-instance"  # a share: its CI's identity recorded
     AFTER_CDI = "after-cdi"
     AFTER_CHECKPOINT_COMPLETED = "after-checkpoint-completed"
 

@@ -40,7 +40,7 @@ class PreparedDevice:
     device_name: str
     request_names: tuple[str, ...] = ()
     cdi_device_ids: tuple[str, ...] = ()
-    share_id: str | None = None  # v1 only (DRAConsumableCapacity); never set by migdra today
+    share_id: str | None = None  # v1 only (DRAConsumableCapacity): the allocation's shareID of a share
 
 
 @dataclass(frozen=True, slots=True)

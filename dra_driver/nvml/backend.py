@@ -455,6 +455,66 @@ class Nvml:
             ci_handle = pynvml.nvmlGpuInstanceCreateComputeInstance(gi_handle, int(info.id))
         return self._compute_instance_info(gpu_uuid, gpu_instance_id, ci_handle)
 
+    def create_compute_instance_at(
+        self, gpu_uuid: str, gpu_instance_id: int, ci_profile_index: int, placement: Placement
+    ) -> ComputeInstanceInfo:
+        """Create a CI of ``NVML_COMPUTE_INSTANCE_PROFILE_*`` ``ci_profile_index`` at exactly ``placement``
+        (compute slices of the GI) with ``nvmlGpuInstanceCreateComputeInstanceWithPlacement``; never anywhere
+        else: a shared GI's CIs are placed by migdra (``dra_driver.mig.compute_placement``) so that larger
+        shares stay placeable, which NVML's own first-fit choice does not do.
+
+        Raises :class:`NvmlInsufficientResources` when the placement overlaps a CI of the GI and
+        :class:`NvmlInvalidArgument` when it is not a placement of the CI profile.  The created CI is read
+        back and one NVML put elsewhere is an :class:`NvmlUnexpectedError`, as for GPU instances.
+        """
+        gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
+        c_placement = pynvml.c_nvmlComputeInstancePlacement_t()
+        c_placement.start = placement.start
+        c_placement.size = placement.size
+        operation = (
+            f"nvmlGpuInstanceCreateComputeInstanceWithPlacement(GI {gpu_instance_id}, CI profile {ci_profile_index}, "
+            f"placement {placement})"
+        )
+        with self._calling(operation, gpu_uuid):
+            info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gi_handle, ci_profile_index, _CI_ENGINE_SHARED, 2
+            )
+            ci_handle = pynvml.nvmlGpuInstanceCreateComputeInstanceWithPlacement(
+                gi_handle, int(info.id), ctypes.byref(c_placement)
+            )
+        created = self._compute_instance_info(gpu_uuid, gpu_instance_id, ci_handle)
+        if created.placement != placement:
+            raise NvmlUnexpectedError(
+                operation,
+                pynvml.NVML_ERROR_UNKNOWN,
+                f"NVML created CI {created.compute_instance_id} of GI {gpu_instance_id} at {created.placement}",
+                gpu_uuid,
+            )
+        return created
+
+    def compute_instance_possible_placements(
+        self, gpu_uuid: str, gpu_instance_id: int, ci_profile_index: int
+    ) -> tuple[Placement, ...]:
+        """Every placement (compute slices of the GI) a CI of ``ci_profile_index`` may have in this GI, free
+        or not (``nvmlGpuInstanceGetComputeInstancePossiblePlacements``, asked twice: count, then the list)."""
+        gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
+        operation = "nvmlGpuInstanceGetComputeInstancePossiblePlacements"
+        with self._calling(operation, gpu_uuid):
+            info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gi_handle, ci_profile_index, _CI_ENGINE_SHARED, 2
+            )
+            count = ctypes.c_uint(0)
+            pynvml.nvmlGpuInstanceGetComputeInstancePossiblePlacements(
+                gi_handle, int(info.id), None, ctypes.byref(count)
+            )
+            if count.value == 0:
+                return ()
+            array = (pynvml.c_nvmlComputeInstancePlacement_t * count.value)()
+            pynvml.nvmlGpuInstanceGetComputeInstancePossiblePlacements(
+                gi_handle, int(info.id), array, ctypes.byref(count)
+            )
+        return tuple(Placement(start=int(array[i].start), size=int(array[i].size)) for i in range(count.value))
+
     def compute_instances(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstanceInfo]:
         return list(self.gpu_instance(gpu_uuid, gpu_instance_id).compute_instances)
 

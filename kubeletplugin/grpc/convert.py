@@ -8,6 +8,7 @@ guards that premise.  Pure functions: no I/O, no logging, no gRPC calls.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, TypeAlias, TypeVar
 
@@ -37,13 +38,32 @@ def _device(device: PreparedDevice) -> v1.Device:
     return message
 
 
+_SHARE_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def share_id_problem(claim_uid: str, devices: Sequence[PreparedDevice]) -> str | None:
+    """Why a claim's devices cannot go to kubelet with their share IDs (one line naming the field), or None.
+
+    kubelet keys what it prepared by driver, pool, device and share ID (a UUID in normalized form, as
+    the API server validates ``shareID``); a share ID that is not one would make kubelet track a share
+    that does not exist, so that claim fails alone and the others of the call are answered."""
+    for position, device in enumerate(devices):
+        if device.share_id is not None and not _SHARE_ID.match(device.share_id):
+            return (
+                f"claim {claim_uid}: devices[{position}].share_id: {device.share_id!r} of device "
+                f"{device.device_name} is not a UUID in normalized form (lower-case 8-4-4-4-12 hex digits)"
+            )
+    return None
+
+
 def prepare_response(results: Mapping[str, PrepareResult]) -> v1.NodePrepareResourcesResponse:
     """One entry per claim UID; a failed claim carries only its error (kubelet ignores its devices)."""
     response = v1.NodePrepareResourcesResponse()
     for claim_uid, result in results.items():
         entry = response.claims[claim_uid]
-        if result.error:
-            entry.error = result.error
+        problem = None if result.error else share_id_problem(claim_uid, result.devices)
+        if result.error or problem:
+            entry.error = result.error or problem or ""
         else:
             entry.devices.extend(_device(device) for device in result.devices)
     return response

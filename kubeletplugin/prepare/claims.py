@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -66,6 +66,8 @@ class DeviceRequestAllocationResult(_ApiView):
     device: str
     admin_access: bool | None = Field(default=None, alias="adminAccess")
     binding_conditions: tuple[str, ...] = Field(default=(), alias="bindingConditions")
+    share_id: Any = Field(default=None, alias="shareID", description="checked by compute_claim_allocation")
+    consumed_capacity: Any = Field(default=None, alias="consumedCapacity", description="checked there too")
 
 
 class DeviceAllocationResult(_ApiView):
@@ -147,6 +149,49 @@ class AllocatedDevice:
     request: str
     device_name: str
     admin_access: bool
+    share_id: str | None = None  # a share of a multi-allocatable device (DRAConsumableCapacity)
+    share_size: int | None = None  # its consumedCapacity computeSlices
+    position: int = field(default=0, compare=False)  # in status.allocation.devices.results, for errors
+
+
+SHARE_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+"""A share ID as the API server validates it: an RFC 4122 UUID in normalized form (36 characters, lower case)."""
+COMPUTE_SLICES = "computeSlices"
+
+
+def compute_share(
+    result: DeviceRequestAllocationResult, position: int, driver_name: str
+) -> tuple[str | None, int | None]:
+    """(shareID, consumed compute slices) of one of our results; pure.  (None, None) without a shareID.
+
+    The slices come from ``consumedCapacity`` under ``computeSlices`` or ``<driver>/computeSlices``
+    (both spellings reach a driver); a share must name them.  Anything malformed is a
+    :class:`ClaimMismatchError` naming the field, so that claim fails alone.
+    """
+    where = f"status.allocation.devices.results[{position}]"
+    if result.share_id is None:
+        return None, None
+    if not isinstance(result.share_id, str) or not SHARE_ID.match(result.share_id):
+        raise ClaimMismatchError(
+            f"{where}.shareID: {result.share_id!r} is not a UUID in normalized form (xxxxxxxx-xxxx-xxxx-xxxx-"
+            f"xxxxxxxxxxxx, lower-case hex) (device {result.device})"
+        )
+    consumed = result.consumed_capacity if isinstance(result.consumed_capacity, Mapping) else {}
+    keys = [k for k in (COMPUTE_SLICES, f"{driver_name}/{COMPUTE_SLICES}") if k in consumed]
+    if not keys:
+        raise ClaimMismatchError(
+            f"{where}.consumedCapacity: a share (shareID {result.share_id}) of device {result.device} must name "
+            f"{COMPUTE_SLICES}; found {sorted(consumed) if consumed else 'none'}"
+        )
+    values = {str(consumed[k]) for k in keys}
+    text = values.pop() if len(values) == 1 else None
+    if text is None or not text.isdigit() or int(text) <= 0:
+        shown = ", ".join(f"{k}={consumed[k]!r}" for k in keys)
+        raise ClaimMismatchError(
+            f"{where}.consumedCapacity.{keys[0]}: {shown} is not one positive whole number of compute slices "
+            f"(device {result.device})"
+        )
+    return result.share_id, int(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +294,10 @@ def compute_claim_allocation(
                 f"status.allocation.devices.results[{position}]: device {result.device} of driver {driver_name} "
                 f"is in pool {result.pool!r}, but this node's pool is {pool_name!r}"
             )
-        ours.append(AllocatedDevice(result.request, result.device, bool(result.admin_access)))
+        share_id, share_size = compute_share(result, position, driver_name)
+        ours.append(
+            AllocatedDevice(result.request, result.device, bool(result.admin_access), share_id, share_size, position)
+        )
     configs = tuple(
         DriverConfigEntry(position, entry.source, entry.requests, entry.opaque.parameters)
         for position, entry in enumerate(devices.config)

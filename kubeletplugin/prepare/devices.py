@@ -1,7 +1,9 @@
 """Resolve an allocated device name to the hardware it means: GPU, GI profile and exact placement.
 
 ``gpu-<minor>-mig-<profile>-<gi profile id>-<start>`` names one legal (profile, placement) of the GPU
-with that minor number; ``gpu-<minor>`` names a whole GPU with MIG disabled (nothing to create).
+with that minor number, ``gpu-<minor>-shared-...`` the shared GPU instance of the same placement (one
+GI, a compute instance per share, on GPU models the catalog knows); ``gpu-<minor>`` names a whole GPU
+with MIG disabled (nothing to create).
 Names are parsed with :mod:`dra_driver.devicemodel.naming`, the one place that defines them, and
 checked against what **NVML** reports now (the GPU exists, the profile exists on it, the placement is
 one of NVML's possible placements): a stale or forged name is a per-claim error naming the device.
@@ -17,8 +19,15 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dra_driver.devicemodel.naming import gpu_device_name, mig_device_name, parse_mig_device_name, profile_name
-from dra_driver.mig.catalog import MigCatalog, Placement, load_catalog
+from dra_driver.devicemodel.naming import (
+    gpu_device_name,
+    mig_device_name,
+    parse_mig_device_name,
+    parse_shared_device_name,
+    profile_name,
+    shared_device_name,
+)
+from dra_driver.mig.catalog import GpuInstanceProfile, MigCatalog, Placement, load_catalog
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.types import GpuInfo, GpuInstanceProfileInfo
 from kubeletplugin.prepare.errors import DeviceResolutionError
@@ -45,10 +54,32 @@ class DeviceTarget:
     profile: GpuInstanceProfileInfo | None
     placement: Placement | None
     profile_name: str | None = None
+    shared: bool = False  # a shared device (gpu-<minor>-shared-...): the GI may hold several shares
+    catalog_profile: GpuInstanceProfile | None = None  # the catalog's GI profile of a shared device
 
     @property
     def is_mig(self) -> bool:
         return self.profile is not None
+
+    def share_size_problem(self, size: int) -> str | None:
+        """Why a share of ``size`` compute slices cannot be had on this shared device; None if it can."""
+        sizes = self.catalog_profile.share_sizes if self.catalog_profile is not None else ()
+        if size in sizes:
+            return None
+        valid = ", ".join(str(s) for s in sizes) or "none"
+        return (
+            f"device {self.device_name}: a share of {size} compute slice(s) was allocated, but a share of "
+            f"{self.profile_name} can have {valid} (consumedCapacity computeSlices)"
+        )
+
+
+def parse_any_mig_device_name(name: str) -> tuple[int, int, int, bool] | None:
+    """(minor, GI profile ID, start, shared?) of an exclusive or a shared MIG device name; None otherwise."""
+    exclusive = parse_mig_device_name(name)
+    if exclusive is not None:
+        return (*exclusive, False)
+    shared = parse_shared_device_name(name)
+    return (*shared, True) if shared is not None else None
 
 
 class NodeGpus:
@@ -91,7 +122,7 @@ class NodeGpus:
         names = set(device_names)
         for attempt in (1, 2):
             gpus = self._gpus()
-            named = {parsed[0] for parsed in map(parse_mig_device_name, names) if parsed is not None}
+            named = {parsed[0] for parsed in map(parse_any_mig_device_name, names) if parsed is not None}
             named |= {gpu.minor_number for gpu in gpus if gpu_device_name(gpu.minor_number) in names}
             entries = []
             for gpu in gpus:
@@ -122,7 +153,7 @@ def compute_device_target(
     allocation of ``gpu-<minor>`` needs MIG off, and a MIG device needs MIG on.
     """
     by_minor = {entry.gpu.minor_number: entry for entry in topology}
-    parsed = parse_mig_device_name(device_name)
+    parsed = parse_any_mig_device_name(device_name)
     if parsed is None:
         for entry in topology:
             if gpu_device_name(entry.gpu.minor_number) == device_name:
@@ -134,9 +165,9 @@ def compute_device_target(
                 return DeviceTarget(device_name, entry.gpu.uuid, entry.gpu.minor_number, None, None)
         raise DeviceResolutionError(
             f"device {device_name}: not a device of this node (no GPU with that minor number, and not a MIG "
-            "device name gpu-<minor>-mig-<profile>-<profile id>-<start>)"
+            "device name gpu-<minor>-mig-<profile>-<profile id>-<start> or gpu-<minor>-shared-...)"
         )
-    minor, profile_id, start = parsed
+    minor, profile_id, start, shared = parsed
     found = by_minor.get(minor)
     if found is None:
         known = ", ".join(str(m) for m in sorted(by_minor)) or "none"
@@ -149,7 +180,8 @@ def compute_device_target(
             f"device {device_name}: GPU {entry.gpu.uuid} has no GPU-instance profile {profile_id} (profiles: {known})"
         )
     catalog = catalog or load_catalog()
-    name = profile_name(profile, catalog.identify(entry.gpu.pci_device_id, entry.gpu.name))
+    model = catalog.identify(entry.gpu.pci_device_id, entry.gpu.name)
+    name = profile_name(profile, model)
     placement = next((p for p in profile.placements if p.start == start), None)
     if placement is None:
         legal = ", ".join(str(p) for p in profile.placements)
@@ -157,11 +189,21 @@ def compute_device_target(
             f"device {device_name}: start {start} is not a legal placement of {name} (profile {profile_id}) "
             f"on GPU {entry.gpu.uuid}; NVML's placements: {legal}"
         )
-    expected = mig_device_name(minor, name, profile_id, start)
+    expected = (shared_device_name if shared else mig_device_name)(minor, name, profile_id, start)
     if expected != device_name:
         raise DeviceResolutionError(
             f"device {device_name}: profile {profile_id} of GPU {minor} is {name}; the device is named {expected}"
         )
     if not entry.gpu.mig_enabled and not admin_access:
         raise DeviceResolutionError(f"device {device_name}: MIG mode is disabled on GPU {entry.gpu.uuid}")
-    return DeviceTarget(device_name, entry.gpu.uuid, minor, profile, placement, name)
+    catalog_profile = None
+    if shared:
+        catalog_profile = (
+            next((p for p in model.gpu_instance_profiles if p.profile_id == profile_id), None) if model else None
+        )
+        if catalog_profile is None or not catalog_profile.share_sizes:
+            raise DeviceResolutionError(
+                f"device {device_name}: GPU {entry.gpu.uuid} ({entry.gpu.name}) has no shared {name} device "
+                "(its model is not in migdra's MIG catalog, or the profile holds one compute instance at a time)"
+            )
+    return DeviceTarget(device_name, entry.gpu.uuid, minor, profile, placement, name, shared, catalog_profile)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from dra_driver.logs import log_context
 from dra_driver.mig.catalog import Placement
+from dra_driver.mig.compute_placement import describe_compute_instances
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError, NvmlInsufficientResources, NvmlInUse, NvmlNotFound
 from dra_driver.nvml.types import ComputeInstanceInfo, ComputeInstanceProfileInfo, GpuInstanceInfo
@@ -102,7 +103,12 @@ class PlacementConflict:
         return (
             f"device {intent.device_name}: placement {intent.placement} on GPU {intent.gpu_uuid} is occupied by "
             f"GPU instance {occupant.gpu_instance_id} (profile {occupant.profile_id} at {occupant.placement}) "
-            f"{who}; migdra never falls back to another placement"
+            f"{who}; "
+            + (
+                "a share joins only a GPU instance migdra created for shares of this device"
+                if intent.is_share
+                else "migdra never falls back to another placement"
+            )
         )
 
 
@@ -123,6 +129,8 @@ def compute_placement_conflict(
     occupant = find_overlapping_instance(instances, intent.placement)
     if occupant is None:
         return None
+    if intent.is_share and find_share_holders(occupant, intent, records, claim_uid):
+        return None  # the shared GI of this device, held by other shares: this share joins it
     holder = next(
         (
             record
@@ -133,6 +141,28 @@ def compute_placement_conflict(
         None,
     )
     return PlacementConflict(occupant, holder)
+
+
+def find_share_holders(
+    gi: GpuInstanceInfo, intent: DeviceIntent, records: Iterable[ClaimRecord], claim_uid: str
+) -> list[tuple[ClaimRecord, DeviceRecord]]:
+    """The shares of other claims whose records name ``gi`` as the shared GPU instance of ``intent``'s
+    device; pure.  Empty when ``gi`` is not exactly that device's GI (profile, placement) or no live
+    share record names it -- then it is someone else's (foreign, or an exclusive claim's) and a share
+    must not join it.  Every GI a share record names was created by migdra for shares of that device:
+    a share records only the GI it created or the GI another share's record named."""
+    if gi.profile_id != intent.profile_id or gi.placement != intent.placement:
+        return []
+    return [
+        (record, device)
+        for record in records
+        if record.claim_uid != claim_uid
+        for device in record.devices
+        if device.intent.is_share
+        and device.intent.gpu_uuid == intent.gpu_uuid
+        and device.intent.device_name == intent.device_name
+        and device.gpu_instance_id == gi.gpu_instance_id
+    ]
 
 
 def records_gpu_instance(device: DeviceRecord, gi: GpuInstanceInfo) -> bool:
@@ -255,6 +285,89 @@ def check_delivered_sms(
     )
 
 
+def find_shared_gpu_instance(
+    standing: Sequence[GpuInstanceInfo],
+    target: DeviceTarget,
+    intent: DeviceIntent,
+    records: Iterable[ClaimRecord],
+    claim_uid: str,
+) -> GpuInstanceInfo | None:
+    """The shared GI this share joins (None: none stands, create it); pure.  Raises
+    :class:`DeviceConflictError` when anything else occupies the placement: a GI of another profile or
+    placement, or one at exactly the placement that no other share's record names (an instance migdra
+    did not create, or an exclusive claim's): a share never joins a GI migdra did not create for shares."""
+    profile_name, placement = _mig_target(target)
+    in_the_way = [gi for gi in standing if gi.placement.overlaps(placement)]
+    if not in_the_way:
+        return None
+    gi = in_the_way[0]
+    if len(in_the_way) == 1 and find_share_holders(gi, intent, records, claim_uid):
+        return gi
+    holder = next(
+        (
+            r
+            for r in records
+            if r.claim_uid != claim_uid
+            for d in r.devices
+            if d.intent.gpu_uuid == target.gpu_uuid and records_gpu_instance(d, gi)
+        ),
+        None,
+    )
+    whose = f"prepared for claim {holder.label} (UID {holder.claim_uid})" if holder else "that migdra did not create"
+    raise DeviceConflictError(
+        f"{_where(target)} placement {placement} of {profile_name} is occupied by GPU instance {gi.gpu_instance_id} "
+        f"(profile {gi.profile_id} at {gi.placement}) {whose}; a share joins only a GPU instance migdra created for "
+        "shares of this device"
+    )
+
+
+def describe_share_refusal(target: DeviceTarget, gi: GpuInstanceInfo, size: int) -> str:
+    """The one-line error of a share that finds no free CI placement in its GI: device, size, CIs, why."""
+    assert target.catalog_profile is not None
+    profile = target.catalog_profile
+    present = [ci.placement for ci in gi.compute_instances]
+    free = profile.slice_count - sum(p.size for p in present)
+    legal = ", ".join(str(p) for p in profile.compute_instance_for_share(size).placements)
+    why = (
+        f"the free compute slices are not contiguous at a legal placement of a {size}-slice CI ({legal}): the GPU "
+        "instance is fragmented"
+        if free >= size
+        else f"only {free} of its {profile.slice_count} compute slices are free"
+    )
+    return (
+        f"device {target.device_name}: no free placement for a share of {size} compute slice(s) in GI "
+        f"{gi.gpu_instance_id} on GPU {target.gpu_uuid} ({describe_compute_instances(present)}): {why}"
+    )
+
+
+def create_share_compute_instance(
+    nvml: Nvml, target: DeviceTarget, gpu_instance_id: int, ci_profile_index: int, placement: Placement
+) -> ComputeInstanceInfo:
+    """The share's CI at exactly ``placement`` in the shared GI; raises :class:`DeviceConflictError`
+    (occupied) or :class:`RealizeError`."""
+    try:
+        ci = nvml.create_compute_instance_at(target.gpu_uuid, gpu_instance_id, ci_profile_index, placement)
+    except NvmlInsufficientResources as e:
+        raise DeviceConflictError(
+            f"{_where(target)}: compute-instance placement {placement} in GI {gpu_instance_id} is occupied "
+            f"(NVML: {e.nvml_message})"
+        ) from e
+    except NvmlError as e:
+        raise RealizeError(f"{_where(target)}: creating the share's compute instance failed: {e}") from e
+    log.info(
+        "created CI %d (CI profile %d at %s, %d SMs, %s) in shared GI %d on GPU %s for device %s",
+        ci.compute_instance_id,
+        ci_profile_index,
+        placement,
+        ci.multiprocessor_count,
+        ci.mig_uuid,
+        gpu_instance_id,
+        target.gpu_uuid,
+        target.device_name,
+    )
+    return ci
+
+
 def _mig_target(target: DeviceTarget) -> tuple[str, Placement]:
     """``target``'s profile name and placement; only MIG targets are created."""
     assert target.profile is not None, "only a MIG target has an instance to create"
@@ -284,7 +397,10 @@ def destroy_created_instance(
 
 
 def release_device(
-    nvml: Nvml, device: DeviceRecord, record_progress: Callable[[DeviceRecord], None] | None = None
+    nvml: Nvml,
+    device: DeviceRecord,
+    record_progress: Callable[[DeviceRecord], None] | None = None,
+    others: Sequence[ClaimRecord] = (),
 ) -> None:
     """Destroy the instance ``device`` records (CI first, then GI), checking it is still ours.
 
@@ -304,6 +420,10 @@ def release_device(
     ``record_progress`` is told, once identity is proven and before anything is destroyed, the device
     as it will be while its compute instance goes: the GI's ID and no CI identity.  A crash or a
     refused GI destroy after the CI is gone is then retried against the GI, which is still ours.
+    A share with its GI's ID recorded is released by :func:`release_share` (``others``: every other
+    claim's record, read under the GPU's lock): its own CI, and the GI only when no other record names it.
+    A share without a GI ID is released like an exclusive device (its GI, if migdra made it, is empty).
+
     Raises :class:`ReleaseError` when NVML refuses (a process holds the device: kubelet retries).
     """
     intent = device.intent
@@ -313,6 +433,9 @@ def release_device(
     assert intent.profile_id is not None
     gpu_uuid = intent.gpu_uuid
     where = f"device {intent.device_name}: GPU {gpu_uuid}"
+    if intent.is_share and device.gpu_instance_id is not None:
+        release_share(nvml, device, others, record_progress)
+        return
     try:
         gi = _find_recorded_gpu_instance(nvml, device)
         if gi is None:
@@ -354,6 +477,115 @@ def release_device(
         raise ReleaseError(f"{where}: the MIG device is still in use ({e}); kubelet retries") from e
     except NvmlError as e:
         raise ReleaseError(f"{where}: destroying the instance at {intent.placement} failed: {e}") from e
+
+
+def release_share(
+    nvml: Nvml,
+    device: DeviceRecord,
+    others: Sequence[ClaimRecord],
+    record_progress: Callable[[DeviceRecord], None] | None = None,
+) -> None:
+    """Release one share: destroy its own compute instance, then the shared GPU instance only if no other
+    claim's record names it (the last share) and it holds no compute instance at all.
+
+    Identity first, as for exclusive devices: the GI with the recorded ID must still be the recorded
+    profile at the recorded placement (else it is not migdra's any more: nothing is destroyed).  The
+    share's CI is the one with the recorded MIG UUID; with none recorded (a crash between asking NVML
+    for the CI and recording it) the CI at exactly the recorded CI placement that was not in the GI
+    then (``computeInstancesBefore``) and that no other record names; with no request recorded, the
+    share has no CI.  Once the CI is gone the record says so (``record_progress``: the GI alone), so a
+    crash or a refusal after it never looks for that CI again -- another share may get its placement.
+    A CI no record names inside the GI (someone else's) keeps the GI, loudly.  Raises
+    :class:`ReleaseError` when NVML refuses.
+    """
+    intent = device.intent
+    gpu_uuid = intent.gpu_uuid
+    where = f"device {intent.device_name}: GPU {gpu_uuid}"
+    try:
+        gi = _find_recorded_gpu_instance(nvml, device)
+        if gi is None:
+            log.info("%s: shared GI %s is gone, nothing to destroy", where, device.gpu_instance_id)
+            return
+        named: set[tuple[int | None, str | None]] = {
+            (d.gpu_instance_id, d.mig_uuid)
+            for record in others
+            for d in record.devices
+            if d.intent.gpu_uuid == gpu_uuid and d.mig_uuid is not None
+        }
+        ours = _find_share_compute_instance(device, gi, named)
+        if ours is not None:
+            _destroy_compute_instance(nvml, gpu_uuid, gi.gpu_instance_id, ours.compute_instance_id)
+            log.info(
+                "%s: destroyed the share's CI %d (%s) in GI %d",
+                where,
+                ours.compute_instance_id,
+                ours.mig_uuid,
+                gi.gpu_instance_id,
+            )
+        released = device.model_copy(
+            update={
+                "compute_instance_id": None,
+                "compute_instance_profile_id": None,
+                "mig_uuid": None,
+                "compute_instances_before": None,
+                "compute_instance_placement": None,
+            }
+        )
+        if record_progress is not None and released != device:
+            record_progress(released)
+        sharers = [
+            r.label
+            for r in others
+            if any(d.intent.gpu_uuid == gpu_uuid and d.gpu_instance_id == gi.gpu_instance_id for d in r.devices)
+        ]
+        if sharers:
+            log.info("%s: shared GI %d stays, claims %s still use it", where, gi.gpu_instance_id, ", ".join(sharers))
+            return
+        left = list(nvml.gpu_instance(gpu_uuid, gi.gpu_instance_id).compute_instances)
+        if left:
+            log.error(
+                "NOT DESTROYED: %s: shared GI %d holds compute instance(s) %s that no claim of migdra's names; "
+                "leaving it alone",
+                where,
+                gi.gpu_instance_id,
+                ", ".join(ci.mig_uuid for ci in left),
+            )
+            return
+        _destroy_gpu_instance(nvml, gpu_uuid, gi.gpu_instance_id)
+        log.info("%s: destroyed shared GI %d at %s (its last share)", where, gi.gpu_instance_id, intent.placement)
+    except NvmlInUse as e:
+        raise ReleaseError(f"{where}: the MIG device is still in use ({e}); kubelet retries") from e
+    except NvmlError as e:
+        raise ReleaseError(f"{where}: releasing the share at {intent.placement} failed: {e}") from e
+
+
+def _find_share_compute_instance(
+    device: DeviceRecord, gi: GpuInstanceInfo, named: set[tuple[int | None, str | None]]
+) -> ComputeInstanceInfo | None:
+    """The CI of the share ``device`` records in ``gi`` (see :func:`release_share`); None: it has none."""
+    if device.mig_uuid is not None:
+        return next((ci for ci in gi.compute_instances if ci.mig_uuid == device.mig_uuid), None)
+    if device.compute_instances_before is None or device.compute_instance_placement is None:
+        return None  # NVML was never asked for this share's CI
+    candidate = next((ci for ci in gi.compute_instances if ci.placement == device.compute_instance_placement), None)
+    if candidate is None:
+        return None
+    if candidate.compute_instance_id in device.compute_instances_before or (
+        (gi.gpu_instance_id, candidate.mig_uuid) in named
+    ):
+        log.warning(
+            "device %s: CI %d (%s) at %s in GI %d is not this share's (it stood before, or another claim names it); "
+            "left alone",
+            device.intent.device_name,
+            candidate.compute_instance_id,
+            candidate.mig_uuid,
+            candidate.placement,
+            gi.gpu_instance_id,
+        )
+        return None
+    if device.compute_instance_profile_id is not None and candidate.profile_id != device.compute_instance_profile_id:
+        return None
+    return candidate
 
 
 def _find_recorded_gpu_instance(nvml: Nvml, device: DeviceRecord) -> GpuInstanceInfo | None:
@@ -538,7 +770,9 @@ def release_record(
                 log_context(claim_uid=record.claim_uid, claim=record.label, gpu_uuid=gpu_uuid),
                 gpu_locks.hold(gpu_uuid),
             ):
-                release_device(nvml, record.devices[index], progress)
+                shares = record.devices[index].intent.is_share
+                others = [r for r in store.records() if r.claim_uid != record.claim_uid] if shares else []
+                release_device(nvml, record.devices[index], progress, others)
         except (ReleaseError, LockTimeoutError) as e:
             log.error("claim %s (UID %s): %s", record.label, record.claim_uid, e.message)
             remaining.insert(0, current[0])

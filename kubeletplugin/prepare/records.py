@@ -10,7 +10,8 @@ Every file is one checksummed document::
 
     {"checksum": "sha256:<hex>", "data": {"schemaVersion": N, ...}}
 
-Schema version 2, one file per claim, so that a change of a claim rewrites that claim alone:
+Schema version 2, one file per claim, so that a change of a claim rewrites that claim alone (a record
+holding a share of a shared GPU instance is version 3, :data:`SHARE_RECORD_SCHEMA_VERSION` says why):
 
 - ``<state dir>/claims/<boot ID>/<claim UID>.json``: ``data`` = ``{"schemaVersion": 2, "nodeBootID":
   "...", "claim": {<ClaimRecord>}}`` (:func:`build_claim_file` / :func:`parse_claim_file`);
@@ -47,6 +48,12 @@ _M = TypeVar("_M", bound=BaseModel)
 
 CHECKPOINT_SCHEMA_VERSION = 2
 """One file per claim, and ``checkpoint.json`` the marker saying so."""
+SHARE_RECORD_SCHEMA_VERSION = 3
+"""A claim record holding a share of a shared GPU instance (docs/prepare.md, "Shares").  Version 2
+readers must refuse it, not ignore its new fields: one would release a share as an exclusive device,
+destroying every compute instance of the shared GI and the GI itself, other claims' included.  Records
+without a share stay version 2, so a downgrade works wherever no share is prepared."""
+CLAIM_SCHEMA_VERSIONS = (CHECKPOINT_SCHEMA_VERSION, SHARE_RECORD_SCHEMA_VERSION)
 CLAIMS_DIRECTORY = "claims"
 
 
@@ -76,10 +83,24 @@ class DeviceIntent(_Record):
         default=None, alias="multiprocessorCount", description="SMs the GI profile advertises"
     )
     env: dict[str, str] = Field(default_factory=dict, description="effective opaque-config environment")
+    share_id: str | None = Field(
+        default=None,
+        alias="shareID",
+        description="the allocation result's shareID of a share of a shared GPU instance; None: not a share (a "
+        "shared device allocated without shareID is the whole GI, like an exclusive device)",
+    )
+    share_size: int | None = Field(
+        default=None, alias="shareComputeSlices", gt=0, description="compute slices of the share's CI"
+    )
 
     @property
     def is_mig(self) -> bool:
         return self.profile_id is not None and self.placement is not None
+
+    @property
+    def is_share(self) -> bool:
+        """A share of a shared GPU instance: its own compute instance in a GI other claims may share."""
+        return self.share_id is not None and self.is_mig and not self.admin_access
 
 
 class DeviceRecord(_Record):
@@ -96,6 +117,21 @@ class DeviceRecord(_Record):
         alias="gpuInstancesBefore",
         description="IDs of the GIs on the GPU when migdra, holding the GPU's lock and having found the placement "
         "free, was about to ask NVML for this device's GI; None: NVML was never asked",
+    )
+
+    created_gpu_instance: bool = Field(
+        default=False,
+        alias="createdGpuInstance",
+        description="a share: this claim created the shared GI (else it reused the GI of another share's record)",
+    )
+    compute_instances_before: tuple[int, ...] | None = Field(
+        default=None,
+        alias="computeInstancesBefore",
+        description="a share: IDs of the CIs in the GI when migdra, holding the GPU's lock, was about to ask NVML "
+        "for this share's CI at computeInstancePlacement; None: NVML was never asked",
+    )
+    compute_instance_placement: Placement | None = Field(
+        default=None, alias="computeInstancePlacement", description="a share: its CI's placement in the GI"
     )
 
     @property
@@ -146,7 +182,7 @@ class ClaimRecord(_Record):
 class ClaimFile(_Record):
     """One claim's record file (schema version 2), stamped with the boot that wrote it."""
 
-    schema_version: Literal[2] = Field(default=2, alias="schemaVersion")
+    schema_version: Literal[2, 3] = Field(default=2, alias="schemaVersion")
     node_boot_id: str = Field(alias="nodeBootID")
     claim: ClaimRecord
 
@@ -171,7 +207,10 @@ def _build_document(model: BaseModel) -> bytes:
 
 
 def build_claim_file(node_boot_id: str, record: ClaimRecord) -> bytes:
-    return _build_document(ClaimFile(node_boot_id=node_boot_id, claim=record))
+    """The record's file: schema version 3 when it holds a share, else 2 (see SHARE_RECORD_SCHEMA_VERSION)."""
+    shares = any(device.intent.is_share for device in record.devices)
+    version = SHARE_RECORD_SCHEMA_VERSION if shares else CHECKPOINT_SCHEMA_VERSION
+    return _build_document(ClaimFile(schema_version=version, node_boot_id=node_boot_id, claim=record))
 
 
 def build_checkpoint_marker() -> bytes:
@@ -219,9 +258,10 @@ def parse_checkpoint_marker(raw: bytes, source: Path) -> CheckpointMarker:
 def parse_claim_file(raw: bytes, source: Path) -> ClaimFile:
     """One claim's record file, verified; every problem is a :class:`CheckpointError` naming it."""
     data, version = _verified_data(raw, source)
-    if version != CHECKPOINT_SCHEMA_VERSION:
+    if version not in CLAIM_SCHEMA_VERSIONS:
+        readable = " and ".join(str(v) for v in CLAIM_SCHEMA_VERSIONS)
         raise CheckpointError(
-            f"checkpoint record {source} has schema version {version!r}; this migdra reads {CHECKPOINT_SCHEMA_VERSION}"
+            f"checkpoint record {source} has schema version {version!r}; this migdra reads {readable}"
         )
     return _validated(ClaimFile, data, source, version)
 
@@ -234,6 +274,8 @@ def compute_conflicting_device(intent: DeviceIntent, others: Iterable[DeviceReco
         held = other.intent
         if held.admin_access or held.gpu_uuid != intent.gpu_uuid:
             continue
+        if intent.is_share and held.is_share and held.device_name == intent.device_name:
+            continue  # two shares of one shared GPU instance: each gets a compute instance of its own
         if held.placement is None or intent.placement is None:  # a whole GPU overlaps everything on it
             return other
         if held.placement.overlaps(intent.placement):

@@ -57,7 +57,7 @@ from typing import Any, Protocol
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver import claimstatus
-from dra_driver.claimstatus import PLUGIN, READY, SCHEMA_VERSION, EntryUpdate, is_ours, rfc3339
+from dra_driver.claimstatus import PLUGIN, READY, SCHEMA_VERSION, EntryUpdate, entry_key, is_ours, rfc3339
 from dra_driver.kube.client import CLAIMS, EVENTS, Client
 from dra_driver.kube.failures import (
     DEFAULT_CONFLICT_RETRIES,
@@ -109,8 +109,11 @@ def build_ready_condition(device: DeviceRecord, generation: int | None, now: str
         reason, message = "AdminAccessReady", "admin access to what exists; migdra created nothing for this claim"
     elif intent.is_mig:
         reason = "MigInstanceReady"
+        share = (
+            f"share {intent.share_id} ({intent.share_size} compute slices) of " if intent.share_id is not None else ""
+        )
         message = (
-            f"{intent.profile_name} at placement {intent.placement}: GI {device.gpu_instance_id}, "
+            f"{share}{intent.profile_name} at placement {intent.placement}: GI {device.gpu_instance_id}, "
             f"CI {device.compute_instance_id}, {device.mig_uuid}"
         )
     else:
@@ -134,6 +137,7 @@ class DeviceStatusUpdate:
     device_name: str
     data: Mapping[str, Any]
     condition: Mapping[str, Any]
+    share_id: str | None = None  # a share's entry is keyed by its shareID too
 
 
 def build_status_updates(
@@ -144,6 +148,7 @@ def build_status_updates(
             device.intent.device_name,
             build_device_data(device, node_name),
             build_ready_condition(device, generation, now),
+            device.intent.share_id,
         )
         for device in record.devices
     ]
@@ -164,7 +169,7 @@ def compute_merged_devices(
         driver_name,
         pool_name,
         PLUGIN,
-        [EntryUpdate(update.device_name, update.data, [update.condition]) for update in updates],
+        [EntryUpdate(update.device_name, update.data, [update.condition], update.share_id) for update in updates],
     )
 
 
@@ -173,11 +178,13 @@ def compute_cleared_devices(
     driver_name: str,
     pool_name: str,
     device_names: Collection[str] | None = None,
+    keys: Collection[tuple[str, str | None]] | None = None,
 ) -> list[dict[str, Any]]:
     """``status.devices`` without the plugin's data keys and ``Ready`` in our entries of these devices
-    (``None``: every device of this driver in this pool); pure.  The keys shared with the reservation
-    controller stay where its ``Reserved`` condition stands (docs/claim-status.md)."""
-    return claimstatus.compute_cleared_devices(existing, driver_name, pool_name, PLUGIN, device_names)
+    (``None``: every device of this driver in this pool; ``keys``: exactly these (device, shareID)
+    entries); pure.  The keys shared with the reservation controller stay where its ``Reserved``
+    condition stands (docs/claim-status.md)."""
+    return claimstatus.compute_cleared_devices(existing, driver_name, pool_name, PLUGIN, device_names, keys)
 
 
 def is_prepared(record: ClaimRecord | None) -> bool:
@@ -208,13 +215,11 @@ def compute_converged_devices(
         return compute_cleared_devices(existing, driver_name, node_name)
     updates = build_status_updates(record, node_name, generation, now)
     merged = compute_merged_devices(existing, driver_name, node_name, updates)
-    held = {update.device_name for update in updates}
+    held = {(update.device_name, update.share_id) for update in updates}
     elsewhere = {
-        str(entry.get("device"))
-        for entry in merged
-        if is_ours(entry, driver_name, node_name) and entry.get("device") not in held
+        entry_key(entry) for entry in merged if is_ours(entry, driver_name, node_name) and entry_key(entry) not in held
     }
-    return compute_cleared_devices(merged, driver_name, node_name, elsewhere) if elsewhere else merged
+    return compute_cleared_devices(merged, driver_name, node_name, keys=elsewhere) if elsewhere else merged
 
 
 def build_event(

@@ -56,6 +56,7 @@ from dra_driver.kube.client import Client
 from dra_driver.kubelet.calls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 from dra_driver.logs import log_context
 from dra_driver.mig.catalog import Placement
+from dra_driver.mig.compute_placement import choose_compute_placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError
 from dra_driver.nvml.types import GpuInstanceInfo
@@ -81,10 +82,12 @@ from kubeletplugin.prepare.driver_files import DriverEdits
 from kubeletplugin.prepare.errors import (
     CheckpointError,
     DeviceConflictError,
+    DeviceResolutionError,
     LockTimeoutError,
     NodeFileError,
     PrepareError,
     RealizeError,
+    ReleaseError,
     is_file_system_error,
 )
 from kubeletplugin.prepare.locks import LOCKS_DIR, KeyedLocks
@@ -95,10 +98,14 @@ from kubeletplugin.prepare.mig_instances import (
     compute_placement_conflict,
     create_compute_instance,
     create_gpu_instance,
+    create_share_compute_instance,
+    describe_share_refusal,
     destroy_created_instance,
+    find_shared_gpu_instance,
     read_standing_instances,
     read_verification_problems,
     release_record,
+    release_share,
 )
 from kubeletplugin.prepare.records import (
     ClaimRecord,
@@ -406,6 +413,7 @@ class PrepareService:
             allocation = compute_claim_allocation(claim, ref, self.driver_name, self.pool_name)
             configs = parse_driver_configs(allocation.configs, self.driver_name)
             grouped = _group_by_device(allocation.devices)
+            shares = _shares_by_device(allocation.devices)
             if not grouped:
                 log.info(
                     "claim %s (UID %s) has no device of %s (allocated by %s only): nothing to prepare",
@@ -424,7 +432,16 @@ class PrepareService:
             for device_name, (requests, admin_access) in grouped.items():
                 targets[device_name] = compute_device_target(device_name, gpus, admin_access=admin_access)
                 env = compute_device_config(configs, requests)
-                intents.append(_intent_of(targets[device_name], requests, admin_access, env))
+                share = shares.get(device_name) if not admin_access else None
+                if share is not None:
+                    if not targets[device_name].shared:
+                        raise DeviceResolutionError(
+                            f"device {device_name}: a shareID was allocated, but it is not a shared device"
+                        )
+                    problem = targets[device_name].share_size_problem(share[1])
+                    if problem is not None:
+                        raise DeviceResolutionError(problem)
+                intents.append(_intent_of(targets[device_name], requests, admin_access, env, share))
             self._check_placements_free(ref, intents)
 
             started = ClaimRecord(
@@ -446,6 +463,8 @@ class PrepareService:
                         devices.append(self._admin_device(device))
                     elif not device.intent.is_mig:
                         devices.append(device)  # a whole GPU: nothing to create
+                    elif device.intent.is_share:
+                        devices.append(self._create_share(started.claim_uid, index, device, targets))
                     else:
                         instance, realized = self._create_instance(started.claim_uid, index, device, targets)
                         created.append(instance)
@@ -531,6 +550,86 @@ class PrepareService:
             }
         )
 
+    def _create_share(
+        self, claim_uid: str, index: int, device: DeviceRecord, targets: dict[str, DeviceTarget]
+    ) -> DeviceRecord:
+        """Realize device ``index``, a share, under its GPU's lock: join the device's shared GI when another
+        share's record names it, else create the GI (recorded as :meth:`_create_instance` records it:
+        request, then ID), then this share's compute instance at the placement the chooser picks
+        (``dra_driver.mig.compute_placement``), recording the request (the CIs standing, the placement)
+        before NVML is asked and the CI's identity after.  A failure destroys what this call created: the
+        CI, and the GI if this call created it (no other share can have joined it: the lock is held)."""
+        intent = device.intent
+        target = targets[intent.device_name]
+        assert target.catalog_profile is not None
+        assert intent.share_size is not None
+        store = self._require_store()
+        with log_context(gpu_uuid=intent.gpu_uuid), self._gpu_locks.hold(intent.gpu_uuid):
+            try:
+                standing = self.nvml.gpu_instances(intent.gpu_uuid)
+            except NvmlError as e:
+                raise RealizeError(
+                    f"device {intent.device_name}: reading GPU {intent.gpu_uuid} before creating failed: {e}"
+                ) from e
+            joined = find_shared_gpu_instance(standing, target, intent, store.records(), claim_uid)
+            created_gi: int | None = None
+            if joined is None:
+                before = tuple(sorted(gi.gpu_instance_id for gi in standing))
+                device = self._record_step(
+                    claim_uid, index, device, {"gpu_instances_before": before}, "the GPU-instance request"
+                )
+                self._crash(CrashPoint.AFTER_CHECKPOINT_REQUESTED)
+                gi = create_gpu_instance(self.nvml, target)
+                self._crash(CrashPoint.AFTER_GPU_INSTANCE)
+                created_gi = gi.gpu_instance_id
+                update: dict[str, object] = {"gpu_instance_id": gi.gpu_instance_id, "created_gpu_instance": True}
+            else:
+                gi = joined
+                update = {"gpu_instance_id": gi.gpu_instance_id, "created_gpu_instance": False}
+                log.info("device %s: joining shared GI %d", intent.device_name, gi.gpu_instance_id)
+            ci_id: int | None = None
+            try:
+                device = self._record_step(claim_uid, index, device, update, f"GI {gi.gpu_instance_id}")
+                self._crash(CrashPoint.AFTER_CHECKPOINT_GPU_INSTANCE)
+                present = [ci.placement for ci in gi.compute_instances]
+                chosen = choose_compute_placement(target.catalog_profile, present, intent.share_size)
+                if chosen is None:
+                    raise DeviceConflictError(describe_share_refusal(target, gi, intent.share_size))
+                ci_profile = target.catalog_profile.compute_instance_for_share(intent.share_size)
+                request = {
+                    "compute_instances_before": tuple(sorted(ci.compute_instance_id for ci in gi.compute_instances)),
+                    "compute_instance_placement": chosen,
+                    "compute_instance_profile_id": ci_profile.ci_profile_index,
+                }
+                device = self._record_step(claim_uid, index, device, request, "the compute-instance request")
+                self._crash(CrashPoint.AFTER_CHECKPOINT_COMPUTE_INSTANCE_REQUESTED)
+                ci = create_share_compute_instance(
+                    self.nvml, target, gi.gpu_instance_id, ci_profile.ci_profile_index, chosen
+                )
+                ci_id = ci.compute_instance_id
+                self._crash(CrashPoint.AFTER_COMPUTE_INSTANCE)
+                identity = {"compute_instance_id": ci.compute_instance_id, "mig_uuid": ci.mig_uuid}
+                device = self._record_step(claim_uid, index, device, identity, f"CI {ci.compute_instance_id}")
+                self._crash(CrashPoint.AFTER_CHECKPOINT_COMPUTE_INSTANCE)
+            except (RealizeError, DeviceConflictError) as e:
+                failure = self._undo_share(intent, gi.gpu_instance_id, ci_id, created_gi)
+                if failure is None:
+                    raise
+                left = device.model_copy(update={"gpu_instance_id": gi.gpu_instance_id})
+                raise _GpuInstanceLeft(f"{e.message}; rolling back the share failed ({failure})", left) from e
+        return device
+
+    def _undo_share(self, intent: DeviceIntent, gi_id: int, ci_id: int | None, created_gi: int | None) -> str | None:
+        """Destroy what one share's prepare created (its CI; the GI if it created it); the failure text."""
+        try:
+            if ci_id is not None:
+                self.nvml.destroy_compute_instance(intent.gpu_uuid, gi_id, ci_id)
+        except NvmlError as e:
+            return str(e)
+        if created_gi is None:
+            return None
+        return destroy_created_instance(self.nvml, intent.gpu_uuid, created_gi, None)
+
     def _record_step(
         self, claim_uid: str, index: int, device: DeviceRecord, update: dict[str, object], what: str
     ) -> DeviceRecord:
@@ -574,7 +673,17 @@ class PrepareService:
     def _undo(self, started: ClaimRecord, created: list[RealizedInstance], realized: list[DeviceRecord]) -> None:
         """Destroy what this prepare call created; record what could not be destroyed."""
         store = self._require_store()
-        leftovers: list[DeviceRecord] = [d for d in realized if d.owns_instance and d.mig_uuid is None]
+        leftovers: list[DeviceRecord] = [
+            d for d in realized if d.owns_instance and d.mig_uuid is None and not d.intent.is_share
+        ]
+        for share in (d for d in realized if d.intent.is_share and d.gpu_instance_id is not None):
+            try:  # its CI, and its GI unless another claim's share joined it meanwhile
+                with self._gpu_locks.hold(share.intent.gpu_uuid):
+                    others = [r for r in store.records() if r.claim_uid != started.claim_uid]
+                    release_share(self.nvml, share, others)
+            except (ReleaseError, LockTimeoutError) as e:
+                log.error("claim %s: rolling back share %s failed: %s", started.label, share.intent.device_name, e)
+                leftovers.append(share)
         for instance in reversed(created):
             try:
                 with self._gpu_locks.hold(instance.gpu_uuid):
@@ -807,6 +916,7 @@ class PrepareService:
                     device_name=device.intent.device_name,
                     request_names=device.intent.request_names,
                     cdi_device_ids=device.cdi_device_ids,
+                    share_id=device.intent.share_id,
                 )
                 for device in record.devices
             )
@@ -847,8 +957,29 @@ def _group_by_device(devices: Sequence[AllocatedDevice]) -> dict[str, tuple[tupl
     return {name: (tuple(reqs), admin[name]) for name, reqs in requests.items()}
 
 
+def _shares_by_device(devices: Sequence[AllocatedDevice]) -> dict[str, tuple[str, int]]:
+    """(shareID, compute slices) per device name of the results that are shares.  One share per device
+    per claim: two shares of one device in one claim are refused (one CDI device per device name)."""
+    shares: dict[str, tuple[str, int]] = {}
+    for device in devices:
+        if device.share_id is None or device.share_size is None:
+            continue
+        known = shares.setdefault(device.device_name, (device.share_id, device.share_size))
+        if known[0] != device.share_id:
+            raise DeviceResolutionError(
+                f"status.allocation.devices.results[{device.position}].shareID: device {device.device_name} is "
+                f"allocated to this claim twice (shares {known[0]} and {device.share_id}); migdra prepares one "
+                "share of a device per claim"
+            )
+    return shares
+
+
 def _intent_of(
-    target: DeviceTarget, requests: tuple[str, ...], admin_access: bool, env: dict[str, str]
+    target: DeviceTarget,
+    requests: tuple[str, ...],
+    admin_access: bool,
+    env: dict[str, str],
+    share: tuple[str, int] | None = None,
 ) -> DeviceIntent:
     profile = target.profile
     return DeviceIntent(
@@ -862,4 +993,6 @@ def _intent_of(
         placement=target.placement,
         multiprocessor_count=profile.multiprocessor_count if profile is not None else None,
         env=env,
+        share_id=share[0] if share is not None else None,
+        share_size=share[1] if share is not None else None,
     )

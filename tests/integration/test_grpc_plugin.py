@@ -212,7 +212,7 @@ def test_every_requested_claim_gets_exactly_one_entry(base_dir: Path) -> None:
 
 
 def test_share_id_reaches_a_v1_kubelet_and_fails_the_claim_on_v1beta1(base_dir: Path) -> None:
-    shared = PreparedDevice(pool_name="node-1", device_name="gpu-0", share_id="7f3c")
+    shared = PreparedDevice(pool_name="node-1", device_name="gpu-0", share_id="7f3c0c2e-51a4-4f4e-9a53-0b1f3d2e8c11")
     service = RecordingDraService(
         prepare_results={"uid-a": PrepareResult(devices=(shared,)), "uid-b": PrepareResult(devices=(DEVICE_B,))}
     )
@@ -226,6 +226,20 @@ def test_share_id_reaches_a_v1_kubelet_and_fails_the_claim_on_v1beta1(base_dir: 
     assert not prepared["uid-a"].devices
     assert "share_id" in prepared["uid-a"].error
     assert "gpu-0" in prepared["uid-a"].error
+    assert prepared["uid-b"] == PrepareResult(devices=(DEVICE_B,))
+
+
+def test_a_malformed_share_id_over_grpc_fails_that_claim_alone_naming_the_field(base_dir: Path) -> None:
+    malformed = PreparedDevice(pool_name="node-1", device_name="gpu-0", share_id="7F3C0C2E-51A4-4F4E-9A53-0B1F3D2E8C11")
+    service = RecordingDraService(
+        prepare_results={"uid-a": PrepareResult(devices=(malformed,)), "uid-b": PrepareResult(devices=(DEVICE_B,))}
+    )
+    with _servers(base_dir, service) as servers, KubeletClient(servers.paths.registration) as kubelet:
+        kubelet.register()
+        prepared = kubelet.prepare([CLAIM_A, CLAIM_B])
+    assert prepared["uid-a"].devices == ()
+    assert prepared["uid-a"].error.startswith("claim uid-a: devices[0].share_id: '7F3C0C2E-")
+    assert "is not a UUID in normalized form" in prepared["uid-a"].error
     assert prepared["uid-b"] == PrepareResult(devices=(DEVICE_B,))
 
 

@@ -104,8 +104,8 @@ def our_entry(device: str = OURS, pool: str = POOL, **extra: Any) -> dict[str, A
 UNTOUCHABLE = [
     OTHER_DRIVER,
     our_entry(pool="node-b"),  # this driver, another node's pool: that node's plugin writes it
-    our_entry(shareID="9a6f8a3e-6b0e-4ad4-9dbb-0d12c9f7cf2a"),  # a shared device: migdra writes none
 ]
+SHARE = "9a6f8a3e-6b0e-4ad4-9dbb-0d12c9f7cf2a"
 
 
 @pytest.mark.parametrize(
@@ -116,7 +116,7 @@ UNTOUCHABLE = [
 def test_converge_clears_every_entry_of_ours_when_the_claim_is_not_prepared_here(truth: ClaimRecord | None) -> None:
     foreign_keys = our_entry(data={"migUUID": "MIG-gone", "reservedBy": "controller"})
     foreign_keys["conditions"] = [ready("t0"), {"type": "Healthy", "status": "True"}]
-    existing = [*UNTOUCHABLE, foreign_keys, our_entry("gpu-0-mig-1g10gb-19-1")]
+    existing = [*UNTOUCHABLE, foreign_keys, our_entry("gpu-0-mig-1g10gb-19-1"), our_entry(shareID=SHARE)]
     converged = compute_converged_devices(existing, DRIVER, POOL, truth, 1, NOW)
     assert converged == [
         *UNTOUCHABLE,
@@ -138,6 +138,29 @@ def test_converge_writes_identity_and_ready_for_a_prepared_claim_and_clears_devi
     (written,) = converged[len(UNTOUCHABLE) :]
     assert (written["device"], written["data"]["migUUID"], written["data"]["gpuInstanceID"]) == (OURS, "MIG-0", 9)
     assert [(c["type"], c["status"], c["observedGeneration"]) for c in written["conditions"]] == [("Ready", "True", 1)]
+
+
+def test_a_share_has_an_entry_keyed_by_its_share_id_and_other_keys_of_ours_are_cleared() -> None:
+    """status.devices entries are keyed driver/pool/device/shareID: a share's entry carries its shareID,
+    and an entry of the same device without it (or with another share's) is not the share's."""
+    shared = "gpu-0-shared-4g40gb-5-0"
+    base = record(ClaimState.PREPARE_COMPLETED, shared)
+    device = base.devices[0]
+    truth = base.model_copy(
+        update={
+            "devices": (device.model_copy(update={"intent": device.intent.model_copy(update={"share_id": SHARE})}),)
+        }
+    )
+    reserved = {**our_entry(shared, data={"reservedBy": "controller"}), "conditions": [{"type": "Reserved"}]}
+    existing = [*UNTOUCHABLE, our_entry(shared), reserved | {"shareID": "00000000-0000-0000-0000-000000000001"}]
+    converged = compute_converged_devices(existing, DRIVER, POOL, truth, 1, NOW)
+    assert converged[: len(UNTOUCHABLE)] == UNTOUCHABLE
+    rest = converged[len(UNTOUCHABLE) :]
+    # the other share's entry keeps what is not ours; the entry without shareID (ours only) goes
+    assert rest[0] == reserved | {"shareID": "00000000-0000-0000-0000-000000000001"}
+    (written,) = rest[1:]
+    assert (written["device"], written["shareID"], written["data"]["migUUID"]) == (shared, SHARE, "MIG-0")
+    assert compute_converged_devices(converged, DRIVER, POOL, truth, 1, NOW) == converged  # a fixed point
 
 
 def test_converge_is_a_fixed_point_so_an_agreeing_claim_is_never_written() -> None:

@@ -1,0 +1,273 @@
+"""Shares of a shared GPU instance (docs/prepare.md, "Shares"): one GI, several claims, a CI each.
+
+The real PrepareService on the simulated NVML and the local API server.  Claims are built with
+allocation results naming the shared device directly (with ``shareID`` and ``consumedCapacity``), as
+kube-scheduler writes them for a device with ``allowMultipleAllocations``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.kubelet.calls import ClaimRef
+from dra_driver.mig.catalog import Placement
+from dra_driver.nvml import sim
+from kubeletplugin.grpc.convert import prepare_response
+from kubeletplugin.prepare.cdi import spec_path
+from migdra_devcluster.apiserver import LocalAPIServer
+from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, result, simulated_node
+
+H100 = "H100-SXM5-80GB"
+SHARED = "gpu-0-shared-4g40gb-5-0"  # H100 4g.40gb (profile 5) at 0:4; shares of 1, 2 or 4 compute slices
+EXCLUSIVE = "gpu-0-mig-4g40gb-5-0"  # the exclusive device of the same placement
+GI_ID = 1  # NVML's ID of a 4g GI at 0 on H100
+
+
+@pytest.fixture
+def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+    with simulated_node(tmp_path, [H100], api=api_server) as simulated:
+        yield simulated
+
+
+def share(slices: int | str, *, device: str = SHARED, key: str = "computeSlices", **extra: Any) -> dict[str, Any]:
+    """An allocation result for a share of ``slices`` compute slices, with a fresh share ID."""
+    fields: dict[str, Any] = {"shareID": str(uuid.uuid4()), "consumedCapacity": {key: str(slices)}, **extra}
+    return result(device, **fields)
+
+
+def cis(node: Node) -> dict[str, tuple[int, int]]:
+    """MIG UUID -> (CI ID, CI start) of every CI in the shared GI; {} when the GI is gone."""
+    return {
+        ci.uuid: (ci.compute_instance_id, ci.placement.start)
+        for gpu in sim.snapshot(node.state_path).gpus
+        for gi in gpu.gpu_instances
+        if gi.gpu_instance_id == GI_ID
+        for ci in gi.compute_instances
+    }
+
+
+def gi_ids(node: Node) -> list[int]:
+    return [gi[1] for gi in node.instances()]
+
+
+def spec_mig_uuids(node: Node, ref: ClaimRef) -> list[str]:
+    spec = json.loads(spec_path(node.cdi_dir, DRIVER, ref.uid).read_text())
+    return [
+        env.split("=", 1)[1]
+        for d in spec["devices"]
+        for env in d["containerEdits"]["env"]
+        if env.startswith("MIGDRA_MIG_UUID=")
+    ]
+
+
+def prepare_ok(node: Node, service: Any, ref: ClaimRef) -> str:
+    """Prepare ``ref``, expecting success; its MIG UUID (from the checkpoint record)."""
+    outcome = service.prepare([ref])[ref.uid]
+    assert outcome.error == ""
+    (device,) = service._require_store().get(ref.uid).devices
+    assert device.mig_uuid is not None
+    return str(device.mig_uuid)
+
+
+def test_three_shares_of_one_gi_each_get_their_own_compute_instance(node: Node) -> None:
+    service = node.service()
+    refs = [node.claim(f"share-{i}", [share(size)]) for i, size in enumerate((1, 1, 2))]
+    uuids = [prepare_ok(node, service, ref) for ref in refs]
+
+    assert gi_ids(node) == [GI_ID]  # one GI for the three claims
+    placements = {mig: start for mig, (_, start) in cis(node).items()}
+    assert placements == {uuids[0]: 0, uuids[1]: 1, uuids[2]: 2}  # 1c, 1c, then 2c at 2:2 (kept free)
+    assert len(set(uuids)) == 3
+    for ref, mig in zip(refs, uuids, strict=True):
+        assert spec_mig_uuids(node, ref) == [mig]  # its CDI spec exposes its own MIG device only
+        record = service._require_store().get(ref.uid)
+        assert record is not None
+        (device,) = record.devices
+        assert device.created_gpu_instance == (ref is refs[0])
+        result_device = service.prepare([ref])[ref.uid].devices[0]  # prepared again: same answer
+        assert result_device.share_id == device.intent.share_id
+    assert service.flush_reports()
+    for ref, mig in zip(refs, uuids, strict=True):
+        claim = read_claim_json(node.api_client, ref)
+        (entry,) = claim["status"]["devices"]
+        allocated = claim["status"]["allocation"]["devices"]["results"][0]["shareID"]
+        assert (entry["device"], entry["shareID"], entry["data"]["migUUID"]) == (SHARED, allocated, mig)
+        assert entry["data"]["gpuInstanceID"] == GI_ID
+        assert [c["type"] for c in entry["conditions"]] == ["Ready"]
+    # kubelet gets share_id on the wire
+    response = prepare_response(service.prepare(refs))
+    for ref in refs:
+        assert (
+            response.claims[ref.uid].devices[0].share_id
+            == read_claim_json(node.api_client, ref)["status"]["allocation"]["devices"]["results"][0]["shareID"]
+        )
+
+
+def test_the_qualified_capacity_name_is_accepted(node: Node) -> None:
+    service = node.service()
+    ref = node.claim("qualified", [share(2, key=f"{DRIVER}/computeSlices")])
+    mig = prepare_ok(node, service, ref)
+    assert cis(node) == {mig: (0, 0)}
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))), ids=lambda o: "-".join(map(str, o)))
+def test_release_in_any_order_never_destroys_the_gi_early_and_leaves_nothing(
+    node: Node, order: tuple[int, ...]
+) -> None:
+    service = node.service()
+    refs = [node.claim(f"share-{i}", [share(size)]) for i, size in enumerate((1, 1, 2))]
+    uuids = [prepare_ok(node, service, ref) for ref in refs]
+    remaining = set(range(3))
+    for index in order:
+        assert service.unprepare([refs[index]])[refs[index].uid].error == ""
+        remaining.discard(index)
+        assert set(cis(node)) == {uuids[i] for i in remaining}  # the others' CIs untouched
+        assert gi_ids(node) == ([GI_ID] if remaining else [])  # the GI goes with the last share only
+        assert not spec_path(node.cdi_dir, DRIVER, refs[index].uid).exists()
+    assert node.instances() == []
+    assert service._require_store().records() == ()
+
+
+def test_a_fragmented_gi_refuses_a_share_that_its_free_slices_would_hold(node: Node) -> None:
+    service = node.service()
+    refs = [node.claim(f"one-{i}", [share(1)]) for i in range(4)]
+    uuids = [prepare_ok(node, service, ref) for ref in refs]
+    assert sorted(start for _, start in cis(node).values()) == [0, 1, 2, 3]
+    for index in (0, 2):  # free slices 0 and 2: two free slices, no free 2-slice placement
+        assert service.unprepare([refs[index]])[refs[index].uid].error == ""
+    before = node.instances()
+
+    two = node.claim("two", [share(2)])
+    error = service.prepare([two])[two.uid].error
+    assert error == (
+        f"claim default/two: device {SHARED}: no free placement for a share of 2 compute slice(s) in GI {GI_ID} on "
+        f"GPU {node.gpu_uuid()} (CIs at 1:1, 3:1): the free compute slices are not contiguous at a legal placement "
+        "of a 2-slice CI (0:2, 2:2): the GPU instance is fragmented"
+    )
+    assert node.instances() == before  # nothing created, nothing destroyed
+    assert service._require_store().get(two.uid) is None
+    assert set(cis(node)) == {uuids[1], uuids[3]}
+
+
+def test_a_share_the_gi_cannot_hold_names_the_free_slices(node: Node) -> None:
+    service = node.service()
+    prepare_ok(node, service, node.claim("big", [share(2)]))
+    prepare_ok(node, service, node.claim("one", [share(1)]))
+    third = node.claim("third", [share(2)])
+    assert service.prepare([third])[third.uid].error.endswith("only 1 of its 4 compute slices are free")
+
+
+def test_an_exclusive_claim_on_a_shared_placement_is_refused_and_changes_nothing(node: Node) -> None:
+    service = node.service()
+    shared = node.claim("shared", [share(1)])
+    mig = prepare_ok(node, service, shared)
+    before = node.instances()
+    exclusive = node.claim("exclusive", [result(EXCLUSIVE)])
+    error = service.prepare([exclusive])[exclusive.uid].error
+    assert error.startswith(f"claim default/exclusive: device {EXCLUSIVE}: ")
+    assert "prepared for claim default/shared" in error
+    assert node.instances() == before
+    assert set(cis(node)) == {mig}
+
+
+def test_a_share_never_joins_a_gi_migdra_did_not_create_for_shares(node: Node) -> None:
+    service = node.service()
+    exclusive = node.claim("exclusive", [result(EXCLUSIVE)])
+    assert service.prepare([exclusive])[exclusive.uid].error == ""
+    shared = node.claim("shared", [share(1)])
+    error = service.prepare([shared])[shared.uid].error
+    assert "prepared for claim default/exclusive" in error
+    assert service.unprepare([exclusive])[exclusive.uid].error == ""
+
+    foreign = node.nvml.create_gpu_instance(node.gpu_uuid(), 5, Placement(start=0, size=4)).gpu_instance_id
+    error = service.prepare([shared])[shared.uid].error
+    assert error == (
+        f"claim default/shared: device {SHARED}: placement 0:4 on GPU {node.gpu_uuid()} is occupied by GPU "
+        f"instance {foreign} (profile 5 at 0:4) that migdra did not create; a share joins only a GPU instance migdra "
+        "created for shares of this device"
+    )
+    assert cis(node) == {}  # no CI put into the operator's GI
+
+
+def test_a_shared_device_allocated_without_share_id_is_the_whole_gi(node: Node) -> None:
+    service = node.service()
+    ref = node.claim("whole", [result(SHARED)])
+    mig = prepare_ok(node, service, ref)
+    (ci_profile,) = [c[1] for gi in node.instances() for c in gi[4]]
+    assert ci_profile == 3  # 4g.40gb's full CI
+    assert cis(node) == {mig: (0, 0)}
+    other = node.claim("share-after", [share(1)])
+    assert "prepared for claim default/whole" in service.prepare([other])[other.uid].error
+
+
+@pytest.mark.parametrize(
+    ("results", "message"),
+    [
+        pytest.param(
+            [share(3)],
+            f"device {SHARED}: a share of 3 compute slice(s) was allocated, but a share of 4g.40gb can have 1, 2, 4",
+            id="size-not-offered",
+        ),
+        pytest.param(
+            [result(SHARED, shareID="not-a-uuid", consumedCapacity={"computeSlices": "1"})],
+            "status.allocation.devices.results[0].shareID: 'not-a-uuid' is not a UUID in normalized form",
+            id="malformed-share-id",
+        ),
+        pytest.param(
+            [result(SHARED, shareID=str(uuid.uuid4()).upper(), consumedCapacity={"computeSlices": "1"})],
+            "status.allocation.devices.results[0].shareID: ",
+            id="upper-case-share-id",
+        ),
+        pytest.param(
+            [result(SHARED, shareID=str(uuid.uuid4()), consumedCapacity={"memory": "0"})],
+            "status.allocation.devices.results[0].consumedCapacity: a share (shareID ",
+            id="no-compute-slices",
+        ),
+        pytest.param(
+            [share("1500m")],
+            "status.allocation.devices.results[0].consumedCapacity.computeSlices: computeSlices='1500m' is not one "
+            "positive whole number",
+            id="fractional-slices",
+        ),
+        pytest.param(
+            [share(1, device=EXCLUSIVE)],
+            f"device {EXCLUSIVE}: a shareID was allocated, but it is not a shared device",
+            id="share-of-an-exclusive-device",
+        ),
+    ],
+)
+def test_bad_share_input_fails_that_claim_alone_naming_the_field(
+    node: Node, results: list[dict[str, Any]], message: str
+) -> None:
+    service = node.service()
+    bad = node.claim("bad", results)
+    good = node.claim("good", [share(1)])
+    outcome = service.prepare([bad, good])
+    assert message in outcome[bad.uid].error
+    assert outcome[bad.uid].error.startswith("claim default/bad: ")
+    assert "\n" not in outcome[bad.uid].error
+    assert outcome[good.uid].error == ""
+    assert len(cis(node)) == 1  # the good claim's share alone
+    assert service._require_store().get(bad.uid) is None
+
+
+def test_a_malformed_share_id_never_reaches_kubelet(node: Node) -> None:
+    """The gRPC layer's guard: a device whose share_id is not a normalized UUID fails its claim alone."""
+    from dra_driver.kubelet.calls import PreparedDevice, PrepareResult
+
+    good = PrepareResult(devices=(PreparedDevice(NODE, SHARED, share_id=str(uuid.uuid4())),))
+    bad = PrepareResult(devices=(PreparedDevice(NODE, SHARED, share_id="0xdeadbeef"),))
+    response = prepare_response({"a": good, "b": bad})
+    assert response.claims["a"].error == ""
+    assert response.claims["b"].error == (
+        f"claim b: devices[0].share_id: '0xdeadbeef' of device {SHARED} is not a UUID in normalized form "
+        "(lower-case 8-4-4-4-12 hex digits)"
+    )
+    assert list(response.claims["b"].devices) == []
