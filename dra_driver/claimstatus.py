@@ -67,7 +67,7 @@ REASON_PLACEMENT_CONFLICT: Final = "PlacementConflict"
 REASON_DEVICE_GONE: Final = "DeviceGone"
 
 SHARED_KEYS: Final = ("schemaVersion", "node", "gpuUUID", "profile", "placement")
-CONTROLLER_KEYS: Final = ("gpuMinor", "memory", "multiprocessors")
+CONTROLLER_KEYS: Final = ("gpuMinor", "memory", "multiprocessors", "computeSlices")
 IDENTITY_KEYS: Final = ("migUUID", "gpuInstanceID", "computeInstanceID", "adminAccess")
 
 MAX_CONDITIONS: Final = 8  # resource.k8s.io limit per device entry

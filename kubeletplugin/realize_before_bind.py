@@ -89,31 +89,37 @@ def compute_claim_devices(claim: ResourceClaimView, driver_name: str, pool_name:
     return frozenset(result.device for result in claim.results_of(driver_name, pool_name))
 
 
-def compute_binding_devices(claim: ResourceClaimView, driver_name: str, pool_name: str) -> tuple[str, ...]:
+DeviceKey = tuple[str, str | None]
+"""(device name, shareID or None): what a ``status.devices`` entry is keyed by in one driver and pool."""
+
+
+def compute_binding_devices(claim: ResourceClaimView, driver_name: str, pool_name: str) -> tuple[DeviceKey, ...]:
     """The claim's allocated devices of this driver in this pool that wait for ``<driver>/realized``
-    (the allocation copied the binding conditions from the slice), in allocation order; pure."""
+    (the allocation copied the binding conditions from the slice), in allocation order, each with
+    its ``shareID`` (a share's entry carries it); pure."""
     realized = realize_before_bind_conditions(driver_name).conditions[0]
-    names: dict[str, None] = {}
+    keys: dict[DeviceKey, None] = {}
     for result in claim.results_of(driver_name, pool_name):
         if realized in result.binding_conditions:
-            names[result.device] = None
-    return tuple(names)
+            share = result.share_id if isinstance(result.share_id, str) and result.share_id else None
+            keys[(result.device, share)] = None
+    return tuple(keys)
 
 
-def compute_unsettled_devices(claim: ResourceClaimView, driver_name: str, pool_name: str) -> tuple[str, ...]:
+def compute_unsettled_devices(claim: ResourceClaimView, driver_name: str, pool_name: str) -> tuple[DeviceKey, ...]:
     """Of :func:`compute_binding_devices`, those whose entry has neither condition True yet; pure."""
     binding = realize_before_bind_conditions(driver_name)
     entries = claim.status_devices
     unsettled = []
-    for device in compute_binding_devices(claim, driver_name, pool_name):
-        index = find_entry(entries, driver_name, pool_name, device)
+    for device, share_id in compute_binding_devices(claim, driver_name, pool_name):
+        index = find_entry(entries, driver_name, pool_name, device, share_id)
         entry = entries[index] if index is not None else {}
         settled = any(
             (condition := condition_of(entry, condition_type)) is not None and condition.get("status") == "True"
             for condition_type in binding.conditions + binding.failure_conditions
         )
         if not settled:
-            unsettled.append(device)
+            unsettled.append((device, share_id))
     return tuple(unsettled)
 
 
@@ -307,6 +313,6 @@ class Realizer(ControlLoop):
             self.driver_name,
             self.pool_name,
             self._writer,
-            [EntryUpdate(d, {}, [condition]) for d in devices],
+            [EntryUpdate(device, {}, [condition], share_id=share_id) for device, share_id in devices],
         )
         self.claims.assume(self._client.update(CLAIMS, raw, "status"))

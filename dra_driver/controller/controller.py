@@ -145,8 +145,11 @@ class ReservationController(ControlLoop):
         Only devices the claim *as given* still holds are written: a reservation computed from an
         older copy of the claim is dropped rather than written onto a claim allocated differently.
         """
-        still_held = {(str(r.get("pool", "")), str(r.get("device", ""))) for r in allocated_results(claim, self.driver)}
-        current = [r for r in held if (r.pool, r.device_name) in still_held]
+        still_held = {
+            (str(r.get("pool", "")), str(r.get("device", "")), str(r["shareID"]) if r.get("shareID") else None)
+            for r in allocated_results(claim, self.driver)
+        }
+        current = [r for r in held if (r.pool, r.device_name, r.share_id) in still_held]
         if not current:
             return None, []
         status = claim.get("status") or {}

@@ -94,7 +94,14 @@ def build_entry_update(reservation: DeviceReservation, generation: int | None, n
     if reservation.verdict is Verdict.UNKNOWN:
         return None
     data = build_reservation_data(reservation.device) if reservation.device is not None else {}
-    return EntryUpdate(reservation.device_name, data, [build_reserved_condition(reservation, generation, now)])
+    if reservation.share_id is not None and reservation.share_slices is not None:
+        data["computeSlices"] = reservation.share_slices  # the share's part of the shared GPU instance
+    return EntryUpdate(
+        reservation.device_name,
+        data,
+        [build_reserved_condition(reservation, generation, now)],
+        share_id=reservation.share_id,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +129,7 @@ def compute_claim_devices(
         update = build_entry_update(reservation, generation, now)
         if update is None:
             continue
-        index = claimstatus.find_entry(devices, driver, reservation.pool, reservation.device_name)
+        index = claimstatus.find_entry(devices, driver, reservation.pool, reservation.device_name, reservation.share_id)
         before = claimstatus.condition_of(devices[index], RESERVED) if index is not None else None
         devices = claimstatus.compute_merged_devices(devices, driver, reservation.pool, CONTROLLER, [update])
         condition = update.conditions[0]

@@ -360,3 +360,26 @@ def test_a_claim_whose_status_write_keeps_failing_is_backed_off_alone(read_failu
     assert "uid-a" in controller._backoffs, "the claim is backed off, to be tried again later"
     assert controller.metrics.writes.labels(result="conflict")._value.get() == writes
     assert controller.metrics.writes.labels(result="error")._value.get() == 1
+
+
+def test_the_controller_writes_each_share_its_own_entry_keyed_by_share_id() -> None:
+    slices = _slices_with_shared_device()
+    claim = _share("a", SHARED_4G_AT_0, 2, "11111111-1111-4111-8111-111111111111")
+    other_share = {
+        "driver": DRIVER,
+        "pool": "node-1",
+        "device": SHARED_4G_AT_0,
+        "shareID": "22222222-2222-4222-8222-222222222222",
+        "data": {"migUUID": "MIG-other"},
+    }
+    held = compute_reservations([claim], slices, DRIVER)
+    devices, transitions = compute_claim_devices([other_share], DRIVER, held, 1, NOW)
+    assert devices[0] == other_share, "another share's entry is not touched"
+    ours = devices[1]
+    assert (ours["device"], ours["shareID"]) == (SHARED_4G_AT_0, "11111111-1111-4111-8111-111111111111")
+    assert ours["data"]["computeSlices"] == 2
+    assert ours["data"]["placement"] == {"start": 0, "size": 4}
+    assert [c["type"] for c in ours["conditions"]] == [claimstatus.RESERVED]
+    assert [t.reason for t in transitions] == [claimstatus.RESERVED]
+    again, _ = compute_claim_devices(devices, DRIVER, held, 1, NOW)
+    assert again == devices, "the entry is found again by its shareID: no second entry"

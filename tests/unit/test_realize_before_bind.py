@@ -109,7 +109,7 @@ def test_which_claims_need_realizing(the_claim: ResourceClaimView, wanted: bool)
 
 def test_binding_devices_are_ours_with_the_realized_condition_once_each_in_allocation_order() -> None:
     the_claim = claim(results=[result(OTHER), result(DEVICE), result(OTHER), result("eth0", driver="net.example.com")])
-    assert compute_binding_devices(the_claim, DRIVER, NODE) == (OTHER, DEVICE)
+    assert compute_binding_devices(the_claim, DRIVER, NODE) == ((OTHER, None), (DEVICE, None))
 
 
 @pytest.mark.parametrize(
@@ -189,3 +189,19 @@ def test_a_checkpoint_record_without_the_mark_reads_as_claimed_by_kubelet() -> N
     assert data["realizedAhead"] is True
     del data["realizedAhead"]  # a record written by a migdra without realize before bind
     assert ClaimRecord.model_validate(data).realized_ahead is False
+
+
+SHARED = "gpu-0-shared-4g40gb-5-0"
+SHARE = "11111111-1111-4111-8111-111111111111"
+
+
+def test_a_share_is_keyed_by_its_share_id_and_settled_only_by_its_own_entry() -> None:
+    """A share's status entry carries its shareID (the API server keys entries so): the realizer looks
+    for that entry, and an entry of the same device without the shareID does not settle the share."""
+    shared = dict(result(SHARED), shareID=SHARE, consumedCapacity={"computeSlices": "1"})
+    unsettled = claim(results=[shared], devices=[entry(SHARED, condition(REALIZED))])
+    assert compute_binding_devices(unsettled, DRIVER, NODE) == ((SHARED, SHARE),)
+    assert compute_claims_to_realize([unsettled], DRIVER, NODE) == [ClaimRef("default", "c", "uid-c")]
+    settled_entry = dict(entry(SHARED, condition(REALIZED)), shareID=SHARE)
+    settled = claim(results=[shared], devices=[settled_entry])
+    assert compute_claims_to_realize([settled], DRIVER, NODE) == []
