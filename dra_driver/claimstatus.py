@@ -70,8 +70,6 @@ SHARED_KEYS: Final = ("schemaVersion", "node", "gpuUUID", "profile", "placement"
 CONTROLLER_KEYS: Final = ("gpuMinor", "memory", "multiprocessors", "computeSlices")
 IDENTITY_KEYS: Final = ("migUUID", "gpuInstanceID", "computeInstanceID", "adminAccess")
 
-MAX_CONDITIONS: Final = 8  # resource.k8s.io limit per device entry
-
 
 @dataclass(frozen=True, slots=True)
 class Writer:

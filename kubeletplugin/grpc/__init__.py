@@ -1,12 +1,13 @@
 """The kubelet-facing gRPC layer of the node plugin: registration, DRAPlugin v1/v1beta1, health.
 
-The only part of migdra that speaks gRPC (``grpc`` may be imported only under ``kubeletplugin``).
-It converts kubelet's messages to the plain types of :mod:`dra_driver.kubelet.calls` and back and
-calls a :class:`~dra_driver.kubelet.calls.DraService`; it never prepares anything itself.
+The only part of the product that serves gRPC (``grpc`` is imported only here and by the generated
+message modules in :mod:`dra_driver.kubelet.protos`, which ``hack/gen_protos.py`` makes from
+``protos/``).  It converts kubelet's messages to the plain types of :mod:`dra_driver.kubelet.calls`
+and back and calls a :class:`~dra_driver.kubelet.calls.DraService`; it never prepares anything itself.
 
 Modules: ``sockets`` (socket files), ``convert`` (message conversion), ``dra`` / ``registration`` /
-``health`` (one service each), ``servers`` (lifecycle, concurrency model, message sizes), ``gen``
-(generated from ``protos/`` by ``hack/gen_protos.py``; do not edit).
+``health`` (one service each), ``servers`` (lifecycle, concurrency model, message sizes),
+``liveness`` (the process's own gRPC health check on TCP, for a livenessProbe).
 """
 
 from kubeletplugin.grpc.health import DeviceHealthSource

@@ -158,7 +158,7 @@ class ClaimRecord(_Record):
         default=None,
         alias="podClaimName",
         description="the pod's name for a claim generated from a template (its resource.kubernetes.io/pod-claim-name "
-        "annotation): the device metadata's container path; absent for other claims and in older records",
+        "annotation): the device metadata's container path; absent for other claims",
     )
     state: ClaimState
     devices: tuple[DeviceRecord, ...] = ()
@@ -166,8 +166,7 @@ class ClaimRecord(_Record):
         default=False,
         alias="realizedAhead",
         description="realized before the pod was bound (realize before bind) and not yet returned to kubelet's "
-        "NodePrepareResources: the realizer tears it down if the claim loses its allocation; absent in records "
-        "of a migdra without realize before bind (False)",
+        "NodePrepareResources: the realizer tears it down if the claim loses its allocation; absent: False",
     )
 
     @property

@@ -372,7 +372,9 @@ class ClaimReporter(ControlLoop):
             self._next_reconcile = time.monotonic()  # at once: what happened while we were away
         super().start()
 
-    def close(self, timeout: float = 5.0) -> None:
+    def close(self) -> None:
+        """Stop writing: drop what is still queued (logged; the next start's reconciliation writes it)
+        and stop the loop (joined, bounded by :meth:`ControlLoop.stop`)."""
         with self._cond:
             self._closing = True
             pending = [job.describe for job in self._jobs]

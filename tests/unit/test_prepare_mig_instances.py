@@ -1,4 +1,4 @@
-"""Pure rules of realize.py: which GI, at a recorded placement but without a recorded GI ID, migdra may
+"""Pure rules of prepare/mig_instances.py: which GI, at a recorded placement but without a recorded GI ID, migdra may
 destroy; whether a device's placement is taken, and by whose instance."""
 
 from __future__ import annotations
