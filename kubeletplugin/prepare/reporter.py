@@ -154,7 +154,7 @@ def build_status_updates(
     ]
 
 
-def compute_merged_devices(
+def merge_plugin_part(
     existing: Sequence[Mapping[str, Any]], driver_name: str, pool_name: str, updates: Sequence[DeviceStatusUpdate]
 ) -> list[dict[str, Any]]:
     """``status.devices`` with ``updates`` merged in; pure.
@@ -173,7 +173,7 @@ def compute_merged_devices(
     )
 
 
-def compute_cleared_devices(
+def clear_plugin_part(
     existing: Sequence[Mapping[str, Any]],
     driver_name: str,
     pool_name: str,
@@ -212,14 +212,14 @@ def compute_converged_devices(
     node's name.  Equal to ``existing`` (same ``lastTransitionTime`` too) when nothing needs a write.
     """
     if record is None or not is_prepared(record):
-        return compute_cleared_devices(existing, driver_name, node_name)
+        return clear_plugin_part(existing, driver_name, node_name)
     updates = build_status_updates(record, node_name, generation, now)
-    merged = compute_merged_devices(existing, driver_name, node_name, updates)
+    merged = merge_plugin_part(existing, driver_name, node_name, updates)
     held = {(update.device_name, update.share_id) for update in updates}
     elsewhere = {
         entry_key(entry) for entry in merged if is_ours(entry, driver_name, node_name) and entry_key(entry) not in held
     }
-    return compute_cleared_devices(merged, driver_name, node_name, keys=elsewhere) if elsewhere else merged
+    return clear_plugin_part(merged, driver_name, node_name, keys=elsewhere) if elsewhere else merged
 
 
 def build_event(

@@ -21,7 +21,7 @@ from dra_driver import claimstatus
 from dra_driver.controller.reservations import compute_reservations
 from dra_driver.controller.status import compute_claim_devices
 from dra_driver.kube.client import CLAIMS, SLICES, Client, status_code
-from kubeletplugin.prepare.reporter import DeviceStatusUpdate, compute_cleared_devices, compute_merged_devices
+from kubeletplugin.prepare.reporter import DeviceStatusUpdate, clear_plugin_part, merge_plugin_part
 from migdra_devcluster.apiserver import LocalAPIServer
 from tests.sim_objects import DRIVER, H100, node_slices
 
@@ -66,10 +66,10 @@ def client(api_server: LocalAPIServer) -> Iterator[Client]:
 
 def _plugin_change(operation: str, devices: list[dict[str, Any]], gpu_uuid: str) -> list[dict[str, Any]]:
     if operation == "unprepare":
-        return compute_cleared_devices(devices, DRIVER, NODE)
+        return clear_plugin_part(devices, DRIVER, NODE)
     data = {**PLUGIN_IDENTITY, "gpuUUID": gpu_uuid}
     ready = {"type": "Ready", "status": "True", "reason": "MigInstanceReady", "message": "", "lastTransitionTime": NOW}
-    return compute_merged_devices(devices, DRIVER, NODE, [DeviceStatusUpdate(DEVICE, data, ready)])
+    return merge_plugin_part(devices, DRIVER, NODE, [DeviceStatusUpdate(DEVICE, data, ready)])
 
 
 @dataclass

@@ -10,9 +10,9 @@ from dra_driver.mig.catalog import Placement
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
 from kubeletplugin.prepare.reporter import (
     DeviceStatusUpdate,
-    compute_cleared_devices,
+    clear_plugin_part,
     compute_converged_devices,
-    compute_merged_devices,
+    merge_plugin_part,
 )
 
 DRIVER = "gpu.migdra.io"
@@ -28,7 +28,7 @@ UPDATE = DeviceStatusUpdate("gpu-0-mig-1g10gb-19-0", {"migUUID": "MIG-a", "node"
 
 
 def test_merge_adds_our_entry_and_keeps_other_drivers() -> None:
-    merged = compute_merged_devices([OTHER_DRIVER], DRIVER, POOL, [UPDATE])
+    merged = merge_plugin_part([OTHER_DRIVER], DRIVER, POOL, [UPDATE])
     assert merged == [
         OTHER_DRIVER,
         {
@@ -49,17 +49,17 @@ def test_merge_keeps_foreign_conditions_data_keys_and_unchanged_transition_time(
         "conditions": [{"type": "Healthy", "status": "True", "reason": "X", "lastTransitionTime": "t0"}, ready("t1")],
         "data": {"team": "ml", "migUUID": "MIG-old"},
     }
-    (merged,) = compute_merged_devices([existing], DRIVER, POOL, [UPDATE])
+    (merged,) = merge_plugin_part([existing], DRIVER, POOL, [UPDATE])
     assert merged["data"] == {"team": "ml", "migUUID": "MIG-a", "node": POOL}
     assert [c["type"] for c in merged["conditions"]] == ["Healthy", "Ready"]
     assert merged["conditions"][1]["lastTransitionTime"] == "t1"  # Ready was already True
 
 
 def test_clear_removes_only_our_keys_and_condition() -> None:
-    ours = compute_merged_devices([], DRIVER, POOL, [UPDATE])[0]
+    ours = merge_plugin_part([], DRIVER, POOL, [UPDATE])[0]
     shared = {**ours, "data": {**ours["data"], "team": "ml"}}
-    assert compute_cleared_devices([OTHER_DRIVER, ours], DRIVER, POOL, [UPDATE.device_name]) == [OTHER_DRIVER]
-    cleared = compute_cleared_devices([shared], DRIVER, POOL, [UPDATE.device_name])
+    assert clear_plugin_part([OTHER_DRIVER, ours], DRIVER, POOL, [UPDATE.device_name]) == [OTHER_DRIVER]
+    cleared = clear_plugin_part([shared], DRIVER, POOL, [UPDATE.device_name])
     assert cleared == [{"driver": DRIVER, "pool": POOL, "device": UPDATE.device_name, "data": {"team": "ml"}}]
 
 

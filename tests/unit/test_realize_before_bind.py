@@ -12,7 +12,7 @@ from dra_driver.claimstatus import PLUGIN, EntryUpdate, realizer_writer
 from dra_driver.kubelet.calls import ClaimRef
 from kubeletplugin.prepare.claims import ResourceClaimView
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
-from kubeletplugin.prepare.reporter import compute_cleared_devices, compute_converged_devices
+from kubeletplugin.prepare.reporter import clear_plugin_part, compute_converged_devices
 from kubeletplugin.realize_before_bind import (
     build_binding_condition,
     compute_binding_devices,
@@ -170,7 +170,7 @@ def test_the_realizer_writes_its_conditions_alone_and_the_plugin_leaves_them_whe
     with pytest.raises(ValueError, match="does not own condition"):
         claimstatus.compute_merged_devices(existing, DRIVER, NODE, PLUGIN, [EntryUpdate(DEVICE, {}, [realized])])
     # The plugin's unprepare and its reconciliation with an empty checkpoint clear only the plugin's part.
-    cleared = compute_cleared_devices(merged, DRIVER, NODE)
+    cleared = clear_plugin_part(merged, DRIVER, NODE)
     assert cleared[0] == {"driver": DRIVER, "pool": NODE, "device": DEVICE, "conditions": [realized]}
     assert compute_converged_devices(merged, DRIVER, NODE, None, 3, NOW) == cleared
 
