@@ -9,11 +9,12 @@ logged and dropped: Events are best effort in Kubernetes too.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
+from dra_driver.claimstatus import rfc3339
 from dra_driver.kube.client import EVENTS, Client, Kind
 from dra_driver.kube.failures import describe_failure
 
@@ -21,10 +22,42 @@ log = logging.getLogger(__name__)
 NORMAL = "Normal"
 WARNING = "Warning"
 _REMEMBERED = 4096  # distinct (object, reason, message) whose Event is counted rather than repeated
+MAX_MESSAGE = 1024  # what kube-apiserver accepts of a core/v1 Event's message
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def build_event(
+    involved: dict[str, str],
+    event_type: str,
+    reason: str,
+    message: str,
+    *,
+    component: str,
+    host: str | None,
+    now: datetime,
+    reporting_component: str | None = None,
+) -> dict[str, Any]:
+    """A new core/v1 Event about ``involved`` (its ``involvedObject``: apiVersion, kind, name, uid,
+    namespace when namespaced), named as client-go's recorder names them (``<name>.<UnixNano in hex>``,
+    so the names of one object's Events sort in time order): the one way every migdra component builds
+    an Event."""
+    stamp = rfc3339(now)
+    namespace = involved.get("namespace") or "default"
+    source = {"component": component, **({"host": host} if host else {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{involved['name']}.{time.time_ns():x}", "namespace": namespace},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message[:MAX_MESSAGE],
+        "type": event_type,
+        "source": source,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "reportingComponent": reporting_component or component,
+        "reportingInstance": host or component,
+    }
 
 
 class EventRecorder:
@@ -42,7 +75,8 @@ class EventRecorder:
         meta = obj["metadata"]
         namespace = meta.get("namespace") or "default"
         key = (meta.get("uid", ""), event_type, reason, message)
-        now = _now()
+        moment = datetime.now(UTC)
+        now = rfc3339(moment)
         with self._lock:
             seen = self._seen.get(key)
         try:
@@ -52,7 +86,7 @@ class EventRecorder:
                 self.client.merge_patch(EVENTS, namespace, name, patch)
                 self._remember(key, (name, first, count + 1))
                 return
-            body = self._new_event(kind, obj, namespace, event_type, reason, message, now)
+            body = self._new_event(kind, obj, event_type, reason, message, moment)
             created = self.client.create(EVENTS, body)
             self._remember(key, (created["metadata"]["name"], now, 1))
         except Exception as exc:
@@ -74,7 +108,7 @@ class EventRecorder:
             self._seen[key] = value
 
     def _new_event(
-        self, kind: Kind, obj: dict[str, Any], namespace: str, event_type: str, reason: str, message: str, now: str
+        self, kind: Kind, obj: dict[str, Any], event_type: str, reason: str, message: str, now: datetime
     ) -> dict[str, Any]:
         meta = obj["metadata"]
         involved = {
@@ -86,21 +120,4 @@ class EventRecorder:
         }
         if meta.get("namespace"):
             involved["namespace"] = meta["namespace"]
-        source: dict[str, str] = {"component": self.component}
-        if self.host:
-            source["host"] = self.host
-        return {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": namespace},
-            "involvedObject": involved,
-            "reason": reason,
-            "message": message[:1024],
-            "type": event_type,
-            "source": source,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "reportingComponent": self.component,
-            "reportingInstance": self.host or self.component,
-        }
+        return build_event(involved, event_type, reason, message, component=self.component, host=self.host, now=now)

@@ -59,6 +59,7 @@ from kubernetes.client.exceptions import ApiException
 from dra_driver import claimstatus
 from dra_driver.claimstatus import PLUGIN, READY, SCHEMA_VERSION, EntryUpdate, entry_key, is_ours, rfc3339
 from dra_driver.kube.client import CLAIMS, EVENTS, Client
+from dra_driver.kube.events import build_event
 from dra_driver.kube.failures import (
     DEFAULT_CONFLICT_RETRIES,
     ApiFailure,
@@ -83,7 +84,6 @@ EVENT_PREPARED = "MigDevicesPrepared"
 EVENT_PREPARE_FAILED = "MigDevicesPrepareFailed"
 EVENT_UNPREPARED = "MigDevicesUnprepared"
 EVENT_UNPREPARE_FAILED = "MigDevicesUnprepareFailed"
-_MAX_EVENT_MESSAGE = 1024
 
 
 def build_device_data(device: DeviceRecord, node_name: str) -> dict[str, Any]:
@@ -222,32 +222,27 @@ def compute_converged_devices(
     return clear_plugin_part(merged, driver_name, node_name, keys=elsewhere) if elsewhere else merged
 
 
-def build_event(
+def build_claim_event(
     ref: ClaimRef, reason: str, message: str, event_type: str, driver_name: str, node_name: str, now: dt.datetime
 ) -> dict[str, Any]:
-    """A core/v1 Event about the claim, named the way client-go's recorder names them."""
-    stamp = rfc3339(now)
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{ref.name}.{time.time_ns():x}", "namespace": ref.namespace},
-        "involvedObject": {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "name": ref.name,
-            "namespace": ref.namespace,
-            "uid": ref.uid,
-        },
-        "reason": reason,
-        "message": message[:_MAX_EVENT_MESSAGE],
-        "type": event_type,
-        "source": {"component": f"{driver_name}-kubeletplugin", "host": node_name},
-        "reportingComponent": f"{driver_name}/kubeletplugin",
-        "reportingInstance": node_name,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
+    """A core/v1 Event about the claim, from this node's plugin (:func:`dra_driver.kube.events.build_event`)."""
+    involved = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "name": ref.name,
+        "namespace": ref.namespace,
+        "uid": ref.uid,
     }
+    return build_event(
+        involved,
+        event_type,
+        reason,
+        message,
+        component=f"{driver_name}-kubeletplugin",
+        host=node_name,
+        now=now,
+        reporting_component=f"{driver_name}/kubeletplugin",
+    )
 
 
 # -- the writer --------------------------------------------------------------------------------------
@@ -482,7 +477,7 @@ class ClaimReporter(ControlLoop):
         )
 
     def _enqueue_event(self, ref: ClaimRef, reason: str, message: str, event_type: str, now: dt.datetime) -> None:
-        body = build_event(ref, reason, message, event_type, self.driver_name, self.node_name, now)
+        body = build_claim_event(ref, reason, message, event_type, self.driver_name, self.node_name, now)
         describe = f"writing event {reason} on {ref.namespace}/{ref.name}"
         self._enqueue(
             _Job(("event", ref.uid, body["metadata"]["name"]), describe, lambda: self._create_event(body)),
