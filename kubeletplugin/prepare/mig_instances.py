@@ -4,7 +4,7 @@ when a checkpoint record proves they are migdra's, checked against what NVML sho
 Owns the NVML mutations of prepare and unprepare, each one step the service calls in order (the
 service records each step in the checkpoint between them, docs/prepare.md §4):
 
-- :func:`read_standing_instances` reads the GPU's instances right before creating and refuses an
+- :func:`read_instances_with_placement_free` reads the GPU's instances right before creating and refuses an
   occupied placement; :func:`create_gpu_instance` creates the GPU instance of the allocated profile at
   **exactly** the allocated placement (never another: an occupied placement is an error, not a reason
   to move); :func:`create_compute_instance` creates the compute instance that covers the whole GI --
@@ -180,9 +180,10 @@ def _where(target: DeviceTarget) -> str:
     return f"device {target.device_name}: GPU {target.gpu_uuid}"
 
 
-def read_standing_instances(nvml: Nvml, target: DeviceTarget) -> list[GpuInstanceInfo]:
-    """The GPU's instances now, right before creating ``target``'s; raises :class:`DeviceConflictError`
-    when one of them occupies the placement, :class:`RealizeError` when NVML cannot say.
+def read_instances_with_placement_free(nvml: Nvml, target: DeviceTarget) -> list[GpuInstanceInfo]:
+    """The GPU's instances now, right before creating ``target``'s -- checking that ``target``'s
+    placement is still free: raises :class:`DeviceConflictError` when one of them occupies it,
+    :class:`RealizeError` when NVML cannot say.
 
     Under the GPU's lock, so nothing of migdra's changes the GPU between this read, the recorded
     request and the creation.

@@ -102,7 +102,7 @@ from kubeletplugin.prepare.mig_instances import (
     describe_share_refusal,
     destroy_created_instance,
     find_shared_gpu_instance,
-    read_standing_instances,
+    read_instances_with_placement_free,
     read_verification_problems,
     release_record,
     release_share,
@@ -515,7 +515,7 @@ class PrepareService:
         intent = device.intent
         target = targets[intent.device_name]
         with log_context(gpu_uuid=intent.gpu_uuid), self._gpu_locks.hold(intent.gpu_uuid):
-            standing = read_standing_instances(self.nvml, target)
+            standing = read_instances_with_placement_free(self.nvml, target)
             before = tuple(sorted(gi.gpu_instance_id for gi in standing))
             device = self._record_step(
                 claim_uid, index, device, {"gpu_instances_before": before}, "the GPU-instance request"
