@@ -229,7 +229,8 @@ class Client:
         )
 
     def bind(self, namespace: str, pod: str, node: str) -> None:
-        """``pods/binding``: the scheduler's one write to a pod."""
+        """``pods/binding``: the scheduler's one write to a pod (the development cluster's scheduler; no
+        part of the product binds)."""
         body = {
             "apiVersion": "v1",
             "kind": "Binding",

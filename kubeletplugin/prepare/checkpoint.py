@@ -206,7 +206,8 @@ class CheckpointStore:
         self._stats = CheckpointWriteStats()
 
     def claim_path(self, claim_uid: str) -> Path:
-        """The file of the claim's record."""
+        """The file of the claim's record: the layout's answer to "where is claim X" (for tests and
+        tools that inspect a state directory; the store itself works by file name)."""
         return self.directory / claim_file_name(claim_uid)
 
     def write_stats(self) -> CheckpointWriteStats:
