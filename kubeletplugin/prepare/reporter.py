@@ -58,6 +58,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver import claimstatus
 from dra_driver.claimstatus import PLUGIN, READY, SCHEMA_VERSION, EntryUpdate, entry_key, is_ours, rfc3339
+from dra_driver.kube.claims import ResourceClaimView, parse_claims
 from dra_driver.kube.client import CLAIMS, EVENTS, Client
 from dra_driver.kube.events import build_event
 from dra_driver.kube.failures import (
@@ -72,7 +73,6 @@ from dra_driver.kube.failures import (
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubelet.calls import ClaimRef
-from kubeletplugin.prepare.claims import ResourceClaimView, parse_claims
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceRecord
 
 log = logging.getLogger(__name__)

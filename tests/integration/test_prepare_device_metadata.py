@@ -18,11 +18,11 @@ from kubernetes import client
 
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.pool import build_pool
+from dra_driver.kube.claims import ResourceClaimView
 from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.nvml.inventory import read_inventory
 from kubeletplugin.prepare import service as service_module
 from kubeletplugin.prepare.cdi import spec_path
-from kubeletplugin.prepare.claims import ResourceClaimView
 from kubeletplugin.prepare.metadata import (
     build_claim_metadata,
     parse_metadata_stream,

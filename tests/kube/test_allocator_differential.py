@@ -55,12 +55,12 @@ from dra_driver.device_config import load_device_model_config
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.policy import DynamicPlacementPolicy
 from dra_driver.devicemodel.pool import NodePool, build_pool
+from dra_driver.kube.claims import parse_claims
 from dra_driver.kube.client import CLAIMS, EVENTS, PODS, SLICES
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from kubeletplugin.occupancy import compute_allocated_devices
-from kubeletplugin.prepare.claims import parse_claims
 from tests.kube.cluster import kube_cluster
 from tests.sim_cluster import SimCluster
 from tests.waiting import wait_for
