@@ -8,7 +8,8 @@ to the API server.
 Conflicts.  kube-scheduler never double-books a memory slice (the counters forbid it), so a conflict
 means something outside the scheduler's view: stale slices, a second scheduler, an allocation written
 by hand.  Two claims conflict when, on one GPU of one node, the memory slices their devices occupy
-overlap (a whole-GPU device occupies all of them).  A claim naming a device no pool publishes any
+overlap (a whole-GPU device occupies all of them) -- except two shares (results with a ``shareID``) of
+one shared GPU-instance device, which is made to serve several claims.  A claim naming a device no pool publishes any
 more is ``DeviceGone`` -- but only when that pool is completely listed (every slice of its newest
 generation is there): a pool half-way through a re-publish says nothing about what is gone, and the
 controller must never act on a partial read.  Admin-access results create nothing and hold nothing,
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.devicemodel.naming import parse_gpu_device_name, parse_mig_device_name
+from dra_driver.devicemodel.naming import parse_gpu_device_name, parse_mig_device_name, parse_shared_device_name
 
 JSON = Mapping[str, Any]
 
@@ -62,6 +63,7 @@ class PublishedDevice:
     memory_bytes: int | None
     multiprocessors: int | None
     memory_slices: int | None  # how many the GPU has (its counter set), for whole-GPU overlap
+    shared: bool = False  # a shared GPU-instance device: its shares (results with a shareID) are no conflict
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +148,7 @@ def compute_published_devices(slices: Iterable[JSON], driver: str) -> dict[str, 
 
 def _published(pool: str, node: str, device: JSON, memory_slices: Mapping[str, int]) -> PublishedDevice | None:
     name = str(device.get("name", ""))
-    mig = parse_mig_device_name(name)
+    mig = parse_mig_device_name(name) or parse_shared_device_name(name)
     minor = mig[0] if mig is not None else parse_gpu_device_name(name)
     counter_sets = [str(c.get("counterSet")) for c in device.get("consumesCounters") or []]
     slice_count = memory_slices.get(counter_sets[0]) if counter_sets else None
@@ -165,6 +167,7 @@ def _published(pool: str, node: str, device: JSON, memory_slices: Mapping[str, i
             _capacity(device, "memory"),
             _capacity(device, "multiprocessors"),
             slice_count,
+            _attribute(device, "shared") is True and device.get("allowMultipleAllocations") is True,
         )
     return PublishedDevice(
         pool,
@@ -201,6 +204,7 @@ def compute_reservations(claims: Iterable[JSON], slices: Iterable[JSON], driver:
     """
     pools = compute_published_devices(slices, driver)
     held: list[tuple[JSON, str, str, PublishedDevice | None, Verdict]] = []
+    shares: set[int] = set()  # indices into held of results with a shareID
     for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"])):
         seen: set[tuple[str, str]] = set()
         for result in allocated_results(claim, driver):
@@ -220,6 +224,8 @@ def compute_reservations(claims: Iterable[JSON], slices: Iterable[JSON], driver:
                 verdict = Verdict.GONE  # the node's whole pool went (node removed): every other pool is whole
             else:
                 verdict = Verdict.UNKNOWN
+            if result.get("shareID"):
+                shares.add(len(held))
             held.append((claim, key[0], key[1], device, verdict))
 
     by_gpu: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -236,6 +242,8 @@ def compute_reservations(claims: Iterable[JSON], slices: Iterable[JSON], driver:
                 device_a, device_b = held[first][3], held[second][3]
                 assert device_a is not None
                 assert device_b is not None
+                if device_a is device_b and device_a.shared and {first, second} <= shares:
+                    continue  # two shares of one shared GPU instance: what the device is for
                 if _occupied(device_a).overlaps(_occupied(device_b)):
                     conflicts[first].add(_label(claim_b))
                     conflicts[second].add(_label(claim_a))

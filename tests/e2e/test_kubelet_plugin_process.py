@@ -201,7 +201,7 @@ def test_health_stream_reports_every_published_device(plugin: PluginProcess) -> 
         for devices in kubelet.watch_health(timeout=20):
             if devices or time.monotonic() > deadline:
                 break
-    assert len(devices) == 50
+    assert len(devices) == 2 * (25 + 7)  # two H100s: exclusive and shared devices
     assert {d.health for d in devices} == {"HEALTHY"}
     assert {d.pool_name for d in devices} == {NODE}
     _stop(process)

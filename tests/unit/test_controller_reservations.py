@@ -20,7 +20,12 @@ LATER = "2026-12-01T01:00:00Z"
 
 
 def _allocated(
-    name: str, *devices: str, pool: str = "node-1", admin: bool = False, uid: str | None = None
+    name: str,
+    *devices: str,
+    pool: str = "node-1",
+    admin: bool = False,
+    uid: str | None = None,
+    share: str | None = None,
 ) -> dict[str, Any]:
     results = [
         {
@@ -29,6 +34,7 @@ def _allocated(
             "pool": pool,
             "device": device,
             **({"adminAccess": True} if admin else {}),
+            **({"shareID": share, "consumedCapacity": {"computeSlices": "1"}} if share else {}),
         }
         for i, device in enumerate(devices)
     ]
@@ -46,6 +52,9 @@ THREE_G_AT_4 = "gpu-0-mig-3g40gb-9-4"
 FOUR_G_AT_0 = "gpu-0-mig-4g40gb-5-0"
 ONE_G_AT_6 = "gpu-0-mig-1g10gb-19-6"
 ONE_G_AT_0_GPU1 = "gpu-1-mig-1g10gb-19-0"
+SHARED_4G_AT_0 = "gpu-0-shared-4g40gb-5-0"
+SHARE_A = "0b7c4a52-5b1c-4c41-9c55-3e1f2d4b6a70"
+SHARE_B = "5b0f6b1e-3c1a-4d47-9a57-0c7e2a1d9f11"
 
 
 def _verdicts(*claims: dict[str, Any], slices: list[dict[str, Any]] = SLICES) -> dict[tuple[str, str], Verdict]:
@@ -77,6 +86,21 @@ def _verdicts(*claims: dict[str, Any], slices: list[dict[str, Any]] = SLICES) ->
             [_allocated("a", THREE_G_AT_4), _allocated("b", THREE_G_AT_4)],
             {("a", THREE_G_AT_4): Verdict.CONFLICT, ("b", THREE_G_AT_4): Verdict.CONFLICT},
             id="the same device in two claims",
+        ),
+        pytest.param(
+            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", SHARED_4G_AT_0, share=SHARE_B)],
+            {("a", SHARED_4G_AT_0): Verdict.RESERVED, ("b", SHARED_4G_AT_0): Verdict.RESERVED},
+            id="two shares of one shared GPU instance do not conflict",
+        ),
+        pytest.param(
+            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", FOUR_G_AT_0)],
+            {("a", SHARED_4G_AT_0): Verdict.CONFLICT, ("b", FOUR_G_AT_0): Verdict.CONFLICT},
+            id="a share and the exclusive device of its placement conflict",
+        ),
+        pytest.param(
+            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", SHARED_4G_AT_0)],
+            {("a", SHARED_4G_AT_0): Verdict.CONFLICT, ("b", SHARED_4G_AT_0): Verdict.CONFLICT},
+            id="a share and a whole allocation of the shared device (no shareID) conflict",
         ),
         pytest.param(
             [_allocated("a", THREE_G_AT_4), _allocated("b", ONE_G_AT_6, admin=True)],
