@@ -110,7 +110,7 @@ def _read_device_model_file(path: Path) -> dict[str, object]:
     if not isinstance(loaded, dict):
         kind = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
         raise ConfigurationError(
-            f"{what}: expected a mapping of driverName, profiles, excludeGpus at the top level, "
+            f"{what}: expected a mapping of driverName, profiles, excludeGpus, sharedDevices at the top level, "
             f"not {kind.get(type(loaded), type(loaded).__name__)}"
         )
     raw: dict[str, object] = {}

@@ -72,15 +72,16 @@ def node_slices(
 
 
 def migdra_device_classes() -> list[dict[str, Any]]:
-    """The DeviceClasses shipped in ``deviceclasses/*.yaml`` (gpu.migdra.io, mig.migdra.io)."""
+    """The DeviceClasses shipped in ``deviceclasses/*.yaml`` (gpu.migdra.io, mig.migdra.io, mig-shared.migdra.io)."""
     return [yaml.safe_load(path.read_text()) for path in sorted(DEVICECLASS_DIR.glob("*.yaml"))]
 
 
 def profile_class(name: str, profile: str, extended_resource_name: str | None = None) -> dict[str, Any]:
-    """A DeviceClass for one MIG profile, optionally serving an extended resource."""
+    """A DeviceClass for one MIG profile (exclusive devices, as the shipped examples), optionally serving an
+    extended resource."""
     expression = (
         f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'mig' && "
-        f"device.attributes['{DRIVER}'].profile == '{profile}'"
+        f"!('shared' in device.attributes['{DRIVER}']) && device.attributes['{DRIVER}'].profile == '{profile}'"
     )
     spec: dict[str, Any] = {"selectors": [{"cel": {"expression": expression}}]}
     if extended_resource_name:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from dra_driver.cel.lookups import DeviceLookup, device_lookup, device_map
 from dra_driver.cel.syntax import IN, Bind, Call, Comprehension, Has, Ident, Literal, Node, Select
-from dra_driver.devicemodel.vocabulary import ATTRIBUTES, DeviceType
+from dra_driver.devicemodel.vocabulary import ATTRIBUTES, SHARE_CAPACITIES, SHARED_ATTRIBUTE, DeviceType
 
 # A fact is a tuple: ("driver", d) | ("has", kind, d, x) | ("domain", kind, d) | ("type", d, t)
 Fact = tuple[str, ...]
@@ -40,6 +40,7 @@ class Risk(enum.StrEnum):
     FOREIGN_DEVICE = "foreign-device"  # our domain, but the device may belong to another driver
     OPTIONAL = "optional"  # migdra publishes it only when known
     DEVICE_TYPE = "device-type"  # migdra publishes it on one device type only
+    SHARED_ONLY = "shared-only"  # a capacity migdra publishes on shared GPU-instance devices only
     FOREIGN_DOMAIN = "foreign-domain"  # another driver's domain (or a standard name migdra lacks)
 
 
@@ -241,6 +242,9 @@ class GuardAnalysis:
         ours = ("driver", self.driver) in facts
         spec = self.specs.get((lookup.domain, name)) if lookup.kind == "attributes" else None
         if lookup.kind == "capacity" and lookup.domain == self.driver:
+            shared_known = ("has", "attributes", self.driver, SHARED_ATTRIBUTE) in facts
+            if name in {spec.name for spec in SHARE_CAPACITIES} and not shared_known:
+                return RiskyLookup(lookup, Risk.SHARED_ONLY, "")
             return None if ours else RiskyLookup(lookup, Risk.FOREIGN_DEVICE, "")
         if spec is None:
             if lookup.domain == self.driver:

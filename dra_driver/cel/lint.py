@@ -270,6 +270,15 @@ class Linter:
                 f"without it the lookup {raises}",
                 guarded,
             )
+        if risky.risk is Risk.SHARED_ONLY:
+            return Problem(
+                Severity.ERROR if context_known else Severity.WARNING,
+                f"{lookup.describe()}: {self.driver} publishes capacity '{name}' on shared devices only; on "
+                f"the others the lookup {raises} (check 'shared' in device.attributes['{self.driver}'] first"
+                + ("" if context_known else ", unless the request's DeviceClass, not among the inputs, does")
+                + ")",
+                guarded,
+            )
         if risky.risk is Risk.DEVICE_TYPE:
             return Problem(
                 Severity.ERROR if context_known else Severity.WARNING,

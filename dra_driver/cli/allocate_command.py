@@ -300,6 +300,9 @@ def _print_allocation(claims: list[JSON], results: list[dict[str, Any]], node_na
         lines.append(f"  claim {entry['claim']}:")
         for result in entry["allocation"]["devices"]["results"]:
             extra = " (admin access)" if result.get("adminAccess") else ""
+            if result.get("shareID"):
+                consumed = ", ".join(f"{k} {v}" for k, v in (result.get("consumedCapacity") or {}).items())
+                extra += f" (share {result['shareID']}{': ' + consumed if consumed else ''})"
             lines.append(f"    {result['request']}: {result['driver']}/{result['pool']}/{result['device']}{extra}")
     click.echo("\n".join(lines))
 

@@ -1,7 +1,8 @@
 """``migdra slices``: the ResourceSlices this node would publish, computed without a cluster.
 
 Reads the inventory through NVML (real or simulated), runs the pure device model and layout, and
-prints the result as YAML / JSON (exactly what would be sent to the API server) or a table.
+prints the result as YAML / JSON (exactly what would be sent to the API server) or a table, where a
+shared GPU-instance device's row ends with its computeSlices and share sizes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import yaml
 
 from dra_driver.devicemodel.pool import NodePool
+from dra_driver.devicemodel.vocabulary import COMPUTE_SLICES_CAPACITY
 
 
 @contextmanager
@@ -48,6 +50,16 @@ def render(slices: list[dict[str, Any]], pool: NodePool, output: str) -> str:
     return _table(slices, pool)
 
 
+def _shared_marker(device: dict[str, Any]) -> str:
+    """``  shared: computeSlices 4 (shares of 1,2,4)`` after a shared device's row; nothing after any other,
+    so the table of exclusive devices reads as it always has."""
+    if not device.get("allowMultipleAllocations"):
+        return ""
+    slices = device["capacity"].get(COMPUTE_SLICES_CAPACITY) or {}
+    sizes = ",".join((slices.get("requestPolicy") or {}).get("validValues") or ())
+    return f"  shared: {COMPUTE_SLICES_CAPACITY} {slices.get('value', '-')} (shares of {sizes or '-'})"
+
+
 def _table(slices: list[dict[str, Any]], pool: NodePool) -> str:
     lines = []
     for item in slices:
@@ -67,7 +79,8 @@ def _table(slices: list[dict[str, Any]], pool: NodePool) -> str:
             )
             memory = f"{int(capacity['memory']['value']) // 2**20} MiB"
             sms = capacity.get("multiprocessors", {}).get("value", "-")
-            lines.append(f"  {device['name']:<30}{kind:<6}{profile:<16}{placement:>10}{sms:>6}{memory:>12}")
+            line = f"  {device['name']:<30}{kind:<6}{profile:<16}{placement:>10}{sms:>6}{memory:>12}"
+            lines.append(line + _shared_marker(device))
     for foreign in pool.foreign_instances:
         lines.append(
             f"withheld: GPU {foreign.gpu_minor} holds GI {foreign.gpu_instance_id} ({foreign.profile_name} at "

@@ -301,7 +301,7 @@ def _conflicts(held: list[_Held]) -> dict[int, set[str]]:
                     continue
                 assert a.device is not None
                 assert b.device is not None
-                if a.device is b.device and a.device.shared:
+                if a.device is b.device and a.device.shared and a.share_id is not None and b.share_id is not None:
                     continue  # shares of one GPU instance: over-commit is checked below
                 if _occupied(a.device).overlaps(_occupied(b.device)):
                     conflicts[first].add(_label(b.claim))

@@ -11,6 +11,11 @@ Allocated ResourceClaims say which device each holds; what their ``status.device
 uses.  Together they give the picture an operator wants -- a row per GPU, a cell per memory slice --
 and the numbers the controller exports as metrics.
 
+A shared GPU-instance device (``shared`` attribute, docs/device-model.md) is one placement however many
+claims hold it: each allocation result with a ``shareID`` names the shared device and is one
+:class:`Instance` at that placement, its counters are taken once (the allocator pays them once), and it
+is never listed as allocatable beside the exclusive device of the same placement.
+
 What is *allocatable* is decided as kube-scheduler's allocator decides it for partitionable devices:
 a published device fits when, for every counter it consumes, what it consumes is at most the counter
 set's published value minus what the allocated devices consume.  Every number comes from the slices;
@@ -28,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.devicemodel.vocabulary import MEMORY_SLICE_COUNTER_PREFIX, DeviceType
+from dra_driver.devicemodel.vocabulary import MEMORY_SLICE_COUNTER_PREFIX, SHARED_ATTRIBUTE, DeviceType
 
 JSON = Mapping[str, Any]
 FREE = "."
@@ -287,6 +292,8 @@ def occupancy(
         owner = device_gpu.get(key)
         if owner is None or owner not in gpus or key in held or not _fits(key[0], device, remaining):
             continue
+        if _attribute(device, SHARED_ATTRIBUTE) is True:
+            continue  # the exclusive device of the same placement stands for it: one placement, one entry
         gpu = gpus[owner]
         sms = _amount((device.get("capacity") or {}).get("multiprocessors")) or 0
         if gpu.whole_gpu:

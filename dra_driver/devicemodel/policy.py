@@ -11,6 +11,11 @@ order and only the order *inside* each slice is the driver's.  So a policy decid
   are);
 - the **device order** inside each group.
 
+Shared GPU-instance devices (``Device.shared``) come in their own slice runs after every exclusive
+device, ordered inside each run by the rule the policy applies to exclusive devices: claims for the
+exclusive class (``mig.migdra.io``) never select them, and claims for the shared class
+(``mig-shared.migdra.io``) select nothing else, so each kind keeps its own best-first order.
+
 A policy sees the pool and the names of the pool's devices that allocated claims hold (its
 *occupancy*); it must be deterministic: the same pool and occupancy always give the same slices.
 
@@ -45,6 +50,11 @@ class PlacementPolicy(Protocol):
     def slice_groups(self, pool: NodePool, allocated: frozenset[str]) -> DeviceGroups:
         """The devices of each slice, slices in name order, each at most MAX_DEVICES_PER_SLICE long."""
         ...
+
+
+def _split(pool: NodePool) -> tuple[list[Device], list[Device]]:
+    """The pool's exclusive devices (and whole GPUs), then its shared ones, each in pool order."""
+    return [d for d in pool.devices if not d.shared], [d for d in pool.devices if d.shared]
 
 
 def _by_gpu(devices: Iterable[Device]) -> dict[int, list[Device]]:
@@ -95,8 +105,11 @@ class StaticPlacementPolicy:
     uses_occupancy = False
 
     def slice_groups(self, pool: NodePool, allocated: frozenset[str]) -> DeviceGroups:
-        by_gpu = _by_gpu(pool.devices)
-        return pack_runs(self.order_devices(by_gpu[m], _memory_slices(pool, m, by_gpu[m])) for m in sorted(by_gpu))
+        runs: list[list[Device]] = []
+        for devices in _split(pool):
+            by_gpu = _by_gpu(devices)
+            runs.extend(self.order_devices(by_gpu[m], _memory_slices(pool, m, by_gpu[m])) for m in sorted(by_gpu))
+        return pack_runs(runs)
 
     @staticmethod
     def order_devices(devices: Sequence[Device], memory_slices: int) -> list[Device]:
@@ -140,29 +153,38 @@ class DynamicPlacementPolicy:
 
     def slice_groups(self, pool: NodePool, allocated: frozenset[str]) -> DeviceGroups:
         free = free_slices(pool, allocated)
-        by_gpu = _by_gpu(pool.devices)
+        exclusive, shared = _split(pool)
+        by_gpu = _by_gpu(exclusive)
         profiles = {minor: gpu_profiles(devices) for minor, devices in by_gpu.items()}
         slices = {minor: _memory_slices(pool, minor, devices) for minor, devices in by_gpu.items()}
-        whole = [d for d in pool.devices if d.placement is None]
-        runs: dict[tuple[int, int, str], list[Device]] = {}
-        for device in pool.devices:
-            if device.placement is not None:
-                key = (device.placement.size, device.compute_slices, device.profile_name or "")
-                runs.setdefault(key, []).append(device)
+        whole = [d for d in exclusive if d.placement is None]
 
         def order(device: Device) -> tuple[object, ...]:
             placement = device.placement
             assert placement is not None
             minor = device.gpu_minor
             gpu_free = free.get(minor, frozenset())
+            # A shared device that already serves claims costs the GPU nothing more: it comes first.
+            if device.shared and device.name in allocated:
+                return (0, (), 0, 0, minor, device.name)
             if not fits(device, free):
-                return (1, (), 0, 0, minor, device.name)
-            loss = placement_loss(profiles[minor], gpu_free, placement)
-            preference = -placement.start if _is_small(device, slices[minor]) else placement.start
-            return (0, loss, len(gpu_free), preference, minor, device.name)
+                return (2, (), 0, 0, minor, device.name)
+            loss = placement_loss(profiles.get(minor, ()), gpu_free, placement)
+            preference = -placement.start if _is_small(device, slices.get(minor, 0)) else placement.start
+            return (1, loss, len(gpu_free), preference, minor, device.name)
 
-        ordered_runs = [sorted(runs[key], key=order) for key in sorted(runs)]
+        ordered_runs = [*self._profile_runs(exclusive, order), *self._profile_runs(shared, order)]
         return pack_runs([sorted(whole, key=lambda d: d.gpu_minor), *ordered_runs] if whole else ordered_runs)
+
+    @staticmethod
+    def _profile_runs(devices: Iterable[Device], order: Callable[[Device], tuple[object, ...]]) -> list[list[Device]]:
+        """One run per profile (smaller first), each in ``order``."""
+        runs: dict[tuple[int, int, str], list[Device]] = {}
+        for device in devices:
+            if device.placement is not None:
+                key = (device.placement.size, device.compute_slices, device.profile_name or "")
+                runs.setdefault(key, []).append(device)
+        return [sorted(runs[key], key=order) for key in sorted(runs)]
 
 
 class NameOrderPlacementPolicy:
@@ -178,15 +200,16 @@ class NameOrderPlacementPolicy:
     uses_occupancy = False
 
     def slice_groups(self, pool: NodePool, allocated: frozenset[str]) -> DeviceGroups:
-        by_gpu = _by_gpu(pool.devices)
-
-        def generated(minor: int) -> str:
-            uuid = by_gpu[minor][0].gpu_uuid
-            return hashlib.sha256(f"{pool.driver_name}/{uuid}".encode()).hexdigest()
-
         groups: DeviceGroups = []
-        for minor in sorted(by_gpu, key=generated):
-            groups.extend(pack_runs([sorted(by_gpu[minor], key=lambda d: d.name)]))  # never two GPUs in a slice
+        for devices in _split(pool):
+            by_gpu = _by_gpu(devices)
+
+            def generated(minor: int, by_gpu: dict[int, list[Device]] = by_gpu) -> str:
+                uuid = by_gpu[minor][0].gpu_uuid
+                return hashlib.sha256(f"{pool.driver_name}/{uuid}".encode()).hexdigest()
+
+            for minor in sorted(by_gpu, key=generated):
+                groups.extend(pack_runs([sorted(by_gpu[minor], key=lambda d: d.name)]))  # never two GPUs in a slice
         return groups
 
 
@@ -203,8 +226,6 @@ class HamiPlacementPolicy:
     uses_occupancy = False
 
     def slice_groups(self, pool: NodePool, allocated: frozenset[str]) -> DeviceGroups:
-        by_gpu = _by_gpu(pool.devices)
-
         def key(device: Device) -> tuple[int, int, int, int]:
             if device.placement is None:
                 return (0, 0, 0, 0)
@@ -218,8 +239,10 @@ class HamiPlacementPolicy:
             )
 
         groups: DeviceGroups = []
-        for minor in sorted(by_gpu):
-            groups.extend(pack_runs([sorted(by_gpu[minor], key=key)]))
+        for devices in _split(pool):
+            by_gpu = _by_gpu(devices)
+            for minor in sorted(by_gpu):
+                groups.extend(pack_runs([sorted(by_gpu[minor], key=key)]))
         return groups
 
 

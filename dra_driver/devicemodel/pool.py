@@ -15,6 +15,13 @@ What it decides:
   one is withheld, their memory slices are published as used (0) and their SMs, engines and memory
   are taken off the counter set, so whatever remains allocatable is also creatable.  Instances we own
   (from the checkpoint) stay published so their allocations remain valid;
+- where the catalog knows the GPU model and a profile's GPU instance can hold several compute
+  instances (``GpuInstanceProfile.share_sizes``), every published MIG placement is published twice:
+  the exclusive device (the claim gets the whole GPU instance) and a *shared* device of the same
+  placement (``allowMultipleAllocations``: several claims, each its own compute instance, divide the
+  instance's ``computeSlices``).  Both consume the same counters, so they exclude each other through
+  them; a shared device pays them once however many shares it serves.  ``sharedDevices: false`` in
+  the configuration publishes exclusive devices only;
 - with realize before bind (a setting of the node plugin, passed in as ``binding``), every device
   carries the ``<driver>/realized`` binding condition and the ``<driver>/realization-failed``
   binding failure condition.
@@ -28,9 +35,17 @@ from dataclasses import dataclass, field
 
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.faults import DeviceTaint
-from dra_driver.devicemodel.naming import counter_set_name, gpu_device_name, mig_device_name, profile_name
+from dra_driver.devicemodel.naming import (
+    counter_set_name,
+    gpu_device_name,
+    mig_device_name,
+    profile_name,
+    shared_device_name,
+)
 from dra_driver.devicemodel.vocabulary import (
     CAPACITIES,
+    COMPUTE_SLICES_CAPACITY,
+    SHARED_ATTRIBUTE,
     STANDARD_DOMAIN,
     BindingConditions,
     DeviceType,
@@ -60,8 +75,29 @@ AttributeValue = tuple[ValueType, int | bool | str]
 
 
 @dataclass(frozen=True, slots=True)
+class RequestPolicy:
+    """A capacity's ``requestPolicy`` on a shared device: what one share may consume of it.
+
+    kube-scheduler consumes a capacity a request does not name at the policy's ``default`` (in full
+    when there is no policy, which would let one sharer in), and rounds a request up to the next of
+    ``valid_values`` (ascending; above all of them the device does not fit)."""
+
+    default: int
+    valid_values: tuple[int, ...]
+
+    def to_api(self) -> dict[str, object]:
+        return {"default": str(self.default), "validValues": [str(value) for value in self.valid_values]}
+
+
+NOTHING_PER_SHARE = RequestPolicy(0, (0,))
+"""The policy of a shared device's capacities that describe the whole GPU instance (memory, SMs,
+engines): a share consumes none of them, every sharer uses all of the instance's."""
+
+
+@dataclass(frozen=True, slots=True)
 class Device:
-    """One published device: a MIG (profile, placement) or a whole GPU."""
+    """One published device: a MIG (profile, placement) -- exclusive, or shared by several claims -- or a
+    whole GPU."""
 
     name: str
     type: DeviceType
@@ -78,14 +114,25 @@ class Device:
     binding_conditions: tuple[str, ...] = ()
     binding_failure_conditions: tuple[str, ...] = ()
     taints: tuple[DeviceTaint, ...] = ()  # GPU faults (dra_driver.devicemodel.taints.taint_pool)
+    shared: bool = False  # a shared GPU-instance device: allowMultipleAllocations, one CI per claim
+    request_policies: Mapping[str, RequestPolicy] = field(default_factory=dict)  # capacity -> policy (shared)
 
     def to_api(self) -> dict[str, object]:
         """The ``resource.k8s.io/v1`` Device object."""
+        capacity: dict[str, object] = {}
+        for key, value in self.capacity.items():
+            entry: dict[str, object] = {"value": str(value)}
+            policy = self.request_policies.get(key)
+            if policy is not None:
+                entry["requestPolicy"] = policy.to_api()
+            capacity[key] = entry
         body: dict[str, object] = {
             "name": self.name,
             "attributes": {key: {kind.value: value} for key, (kind, value) in self.attributes.items()},
-            "capacity": {key: {"value": str(value)} for key, value in self.capacity.items()},
+            "capacity": capacity,
         }
+        if self.shared:
+            body["allowMultipleAllocations"] = True
         if self.counter_set is not None:
             body["consumesCounters"] = [
                 {"counterSet": self.counter_set, "counters": {k: {"value": str(v)} for k, v in self.consumes.items()}}
@@ -285,6 +332,7 @@ def _mig_devices(
     set_name = counter_set_name(gpu.minor_number)
 
     devices: list[Device] = []
+    shared: list[Device] = []
     profile_filter = config.profile_filter(model.key if model else None)
     for profile in entry.profiles:
         name = names[profile.profile_id]
@@ -322,6 +370,11 @@ def _mig_devices(
                     consumes=consumes,
                 )
             )
+            sizes = _share_sizes(model, profile.profile_id) if config.shared_devices else ()
+            if sizes:
+                name_shared = shared_device_name(gpu.minor_number, name, profile.profile_id, placement.start)
+                shared.append(_shared_device(devices[-1], name_shared, sizes))
+    devices.extend(shared)  # after the GPU's exclusive devices: a stable order for every policy
     foreign = [
         ForeignInstance(
             gpu_uuid=gpu.uuid,
@@ -334,3 +387,29 @@ def _mig_devices(
         for gi in foreign_gis
     ]
     return devices, CounterSet(set_name, gpu.minor_number, slices, counters), foreign
+
+
+def _share_sizes(model: GpuModel | None, profile_id: int) -> tuple[int, ...]:
+    """The share sizes of a GI profile (empty: no shared device): only for a model and profile the catalog
+    knows, since a share's compute-instance profile comes from the catalog."""
+    if model is None:
+        return ()
+    try:
+        return model.profile_by_id(profile_id).share_sizes
+    except KeyError:
+        return ()
+
+
+def _shared_device(exclusive: Device, name: str, sizes: tuple[int, ...]) -> Device:
+    """The shared device ``name`` of ``exclusive``'s placement: its attributes plus ``shared``, its
+    counters, its capacities at no cost per share, and ``computeSlices`` divided among shares of ``sizes``."""
+    policies = dict.fromkeys(exclusive.capacity, NOTHING_PER_SHARE)
+    policies[COMPUTE_SLICES_CAPACITY] = RequestPolicy(sizes[0], sizes)
+    return dataclasses.replace(
+        exclusive,
+        name=name,
+        attributes={**exclusive.attributes, SHARED_ATTRIBUTE: (ValueType.BOOL, True)},
+        capacity={**exclusive.capacity, COMPUTE_SLICES_CAPACITY: exclusive.compute_slices},
+        shared=True,
+        request_policies=policies,
+    )

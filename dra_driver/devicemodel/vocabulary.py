@@ -73,6 +73,14 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec("placementStart", ValueType.INT, _MIG, True, "first memory slice of the placement"),
     AttributeSpec("placementSize", ValueType.INT, _MIG, True, "memory slices the placement occupies"),
     AttributeSpec("computeSlices", ValueType.INT, _MIG, True, "compute slices (the 'Ng' of the profile)"),
+    AttributeSpec(
+        "shared",
+        ValueType.BOOL,
+        _MIG,
+        False,
+        "true on a shared GPU-instance device (several claims, each its own compute instance); "
+        "absent on every other device",
+    ),
     AttributeSpec(f"{STANDARD_DOMAIN}/pciBusID", ValueType.STRING, _BOTH, True, "PCI bus id of the (parent) GPU"),
     AttributeSpec(f"{STANDARD_DOMAIN}/pcieRoot", ValueType.STRING, _BOTH, False, "PCIe root complex, when known"),
     AttributeSpec(f"{STANDARD_DOMAIN}/numaNode", ValueType.INT, _BOTH, False, "NUMA node, when known"),
@@ -86,6 +94,32 @@ CAPACITIES: tuple[CapacitySpec, ...] = (
     CapacitySpec("encoders", "encoders", "encoder_count", _BOTH, "video encoders (NVENC)"),
     CapacitySpec("jpegEngines", "jpeg-engines", "jpeg_count", _BOTH, "JPEG decoders (NVJPG)"),
     CapacitySpec("ofaEngines", "ofa-engines", "ofa_count", _BOTH, "optical flow accelerators (OFA)"),
+)
+
+SHARED_ATTRIBUTE = "shared"
+"""Bool attribute published (``true``) on shared GPU-instance devices only: selectors guard it with
+``'shared' in device.attributes[<driver>]`` (it is absent elsewhere), which compiles on every
+Kubernetes version, unlike ``device.allowMultipleAllocations`` where DRAConsumableCapacity is off."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShareCapacitySpec:
+    """A capacity only shared devices publish: what each share of the GPU instance consumes.
+
+    No counter meters it: a shared device pays its GPU instance's counters once (the first
+    allocation); the shares divide the instance among themselves through this capacity alone."""
+
+    name: str
+    description: str
+
+
+COMPUTE_SLICES_CAPACITY = "computeSlices"
+SHARE_CAPACITIES: tuple[ShareCapacitySpec, ...] = (
+    ShareCapacitySpec(
+        COMPUTE_SLICES_CAPACITY,
+        "compute slices of the GPU instance; each share consumes its compute instance's size "
+        "(requestPolicy validValues: the profile's share sizes)",
+    ),
 )
 
 MEMORY_SLICE_COUNTER_PREFIX = "memory-slice-"
@@ -136,5 +170,6 @@ def published_attribute_ids(driver_name: str) -> dict[str, frozenset[str]]:
 
 
 def published_capacity_ids(driver_name: str) -> dict[str, frozenset[str]]:
-    """Domain -> capacity ids published under it (all in the driver's domain)."""
-    return {driver_name: frozenset(spec.name for spec in CAPACITIES)}
+    """Domain -> capacity ids published under it (all in the driver's domain), shared devices' included."""
+    names = {spec.name for spec in CAPACITIES} | {spec.name for spec in SHARE_CAPACITIES}
+    return {driver_name: frozenset(names)}

@@ -18,6 +18,7 @@ DEVICE_MAX_ATTRIBUTES_AND_CAPACITIES: Final = 32
 DEVICE_MAX_COUNTER_CONSUMPTIONS: Final = 2
 COUNTER_CONSUMPTION_MAX_COUNTERS: Final = 32
 DEVICE_MAX_TAINTS: Final = 16
+CAPACITY_REQUEST_POLICY_MAX_VALID_VALUES: Final = 10  # requestPolicy.validValues (DRAConsumableCapacity)
 DEVICE_MAX_BINDING_CONDITIONS: Final = 4  # each of bindingConditions and bindingFailureConditions
 ATTRIBUTE_MAX_VALUE_BYTES: Final = 64  # string and version attribute values
 DRIVER_NAME_MAX_BYTES: Final = 63

@@ -1,9 +1,11 @@
 """ResourceSlice ``spec`` rules (resource.k8s.io/v1), on create and on update.
 
 Owns: driver and pool, exactly one node-selection field, devices (names unique in the slice, attributes,
-capacity, counter consumption, taints, per-device node selection, binding conditions), shared counter
-sets, the size limits of each, and the immutability of ``driver``, ``pool.name`` and ``nodeName``.
-The order of the checks follows kube's ``validateResourceSliceSpec`` so errors come in the same order.
+capacity -- a ``requestPolicy`` only on a device with ``allowMultipleAllocations``, its rules in
+:mod:`dra_driver.validation.request_policy` --, counter consumption, taints, per-device node selection,
+binding conditions), shared counter sets, the size limits of each, and the immutability of ``driver``,
+``pool.name`` and ``nodeName``.  The order of the checks follows kube's ``validateResourceSliceSpec`` so
+errors come in the same order.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
+from dra_driver.cel.quantity import Quantity
 from dra_driver.validation import limits
-from dra_driver.validation.errors import FieldError, invalid, required, too_long
+from dra_driver.validation.errors import FieldError, forbidden, invalid, required, too_long
 from dra_driver.validation.fields import (
     JSONObject,
     as_object,
@@ -42,6 +45,7 @@ from dra_driver.validation.names import (
 from dra_driver.validation.nodes import validate_node_name, validate_node_selector
 from dra_driver.validation.paths import ROOT, FieldPath
 from dra_driver.validation.quantity import validate_quantity
+from dra_driver.validation.request_policy import validate_request_policy
 from dra_driver.validation.taints import validate_taint
 
 _SEMVER_NUMBER: Final = "(0|[1-9][0-9]*)"
@@ -188,6 +192,7 @@ def _validate_device(value: object, path: FieldPath, per_device_node_selection: 
     device = as_object(value, path, errors) or {}
     errors.extend(validate_dns_label(get_string(device, "name", path, errors) or "", path.child("name")))
 
+    allow_multiple = get_boolean(device, "allowMultipleAllocations", path, errors) is True
     attributes = get_object(device, "attributes", path, errors)
     capacity = get_object(device, "capacity", path, errors)
     total = len(attributes or {}) + len(capacity or {})
@@ -210,9 +215,10 @@ def _validate_device(value: object, path: FieldPath, per_device_node_selection: 
             _QUALIFIED_NAME_SHOWN,
         )
     )
+    capacity_rule = _validate_shareable_capacity if allow_multiple else _validate_capacity
     errors.extend(
         validate_map(
-            capacity, None, validate_qualified_name, _validate_capacity, path.child("capacity"), _QUALIFIED_NAME_SHOWN
+            capacity, None, validate_qualified_name, capacity_rule, path.child("capacity"), _QUALIFIED_NAME_SHOWN
         )
     )
     taints = get_array(device, "taints", path, errors)
@@ -344,9 +350,26 @@ def _validate_version_value(value: str, path: FieldPath) -> list[FieldError]:
 
 
 def _validate_capacity(value: object, path: FieldPath) -> list[FieldError]:
+    """A capacity of a device allocated once: a ``requestPolicy`` (how shares consume it) is forbidden."""
     errors: list[FieldError] = []
     capacity = as_object(value, path, errors) or {}
     errors.extend(validate_quantity(capacity.get("value"), path.child("value")))
+    if capacity.get("requestPolicy") is not None:
+        errors.append(forbidden(path.child("requestPolicy"), "allowMultipleAllocations must be true"))
+    return errors
+
+
+def _validate_shareable_capacity(value: object, path: FieldPath) -> list[FieldError]:
+    """A capacity of a device with ``allowMultipleAllocations``: its ``requestPolicy`` checked against its value."""
+    errors: list[FieldError] = []
+    capacity = as_object(value, path, errors) or {}
+    amount = capacity.get("value")
+    problems = validate_quantity(amount, path.child("value"))
+    errors.extend(problems)
+    policy = capacity.get("requestPolicy")
+    if policy is not None and not problems and isinstance(amount, str | int | float):
+        limit = Quantity.parse(amount if isinstance(amount, str) else repr(amount))
+        errors.extend(validate_request_policy(limit, policy, path.child("requestPolicy")))
     return errors
 
 

@@ -129,7 +129,7 @@ def test_register_prepare_and_unprepare_on_v1_and_v1beta1(plugin: PluginProcess)
         assert plugin.instances() == []
         # our instances are published as usual while they exist; all placements again afterwards
         slices = client.ResourceV1Api(api_client).list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
-        assert sum(len(s.spec.devices or []) for s in slices) == 50
+        assert sum(len(s.spec.devices or []) for s in slices) == 2 * (25 + 7)  # exclusive and shared
     output = _stop(process)
     assert not plugin.registration_socket.exists()
     assert "Traceback" not in output
@@ -201,7 +201,7 @@ def test_health_stream_reports_every_published_device(plugin: PluginProcess) -> 
         for devices in kubelet.watch_health(timeout=20):
             if devices or time.monotonic() > deadline:
                 break
-    assert len(devices) == 50
+    assert len(devices) == 2 * (25 + 7)  # two H100s: exclusive and shared devices
     assert {d.health for d in devices} == {"HEALTHY"}
     assert {d.pool_name for d in devices} == {NODE}
     _stop(process)

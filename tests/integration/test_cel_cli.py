@@ -18,7 +18,7 @@ from migdra_devcluster.apiserver import LocalAPIServer
 MIGDRA = str(Path(sys.executable).with_name("migdra"))
 REPO = Path(__file__).resolve().parents[2]
 D = "device.attributes['gpu.migdra.io']"
-MIG_CLASS = f"device.driver == 'gpu.migdra.io' && {D}.type == 'mig'"
+MIG_CLASS = f"device.driver == 'gpu.migdra.io' && {D}.type == 'mig' && !('shared' in {D})"  # as mig.migdra.io
 
 
 def migdra(*args: str) -> subprocess.CompletedProcess[str]:
@@ -70,10 +70,10 @@ def test_eval_lists_matches_non_matches_and_why(slices_file: Path) -> None:
     assert all("gpu-0-mig-3g40gb" in line for line in lines["MATCH"])
     assert lines["ERROR"] == []
     whole_gpu = next(line for line in lines["NO MATCH"] if "node-b" in line)
-    assert f"clause 2 of 3 is false: {D}.type == 'mig'" in whole_gpu
+    assert f"clause 2 of 4 is false: {D}.type == 'mig'" in whole_gpu
     nvidia = next(line for line in lines["NO MATCH"] if "gpu.nvidia.com" in line)
-    assert "clause 1 of 3 is false: device.driver == 'gpu.migdra.io'" in nvidia
-    assert result.stdout.splitlines()[-1] == "27 devices: 2 match, 25 do not match, 0 errors"
+    assert "clause 1 of 4 is false: device.driver == 'gpu.migdra.io'" in nvidia
+    assert result.stdout.splitlines()[-1] == "34 devices: 2 match, 32 do not match, 0 errors"  # 7 of them shared
 
 
 def test_eval_names_a_bare_literal_clause(slices_file: Path) -> None:
@@ -193,7 +193,7 @@ def test_eval_from_cluster(cluster: Path) -> None:
     lines = device_lines(result.stdout)
     assert len(lines["MATCH"]) == 1
     assert "gpu-0-mig-7g80gb" in lines["MATCH"][0]
-    assert result.stdout.splitlines()[-1] == "26 devices: 1 match, 25 do not match, 0 errors"
+    assert result.stdout.splitlines()[-1] == "33 devices: 1 match, 32 do not match, 0 errors"  # 7 of them shared
     only_nvidia = migdra(
         "eval", MIG_CLASS, "--from-cluster", "--kubeconfig", str(cluster), "--driver", "gpu.nvidia.com"
     )

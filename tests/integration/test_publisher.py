@@ -106,7 +106,7 @@ def test_a_change_bumps_the_generation_in_every_slice_and_removes_surplus_slices
     publisher = SlicePublisher(Client(api_client=api_client), NODE, DRIVER)
     inventory = example_inventory(["H100"] * 3)
     publisher.publish(build_pool(inventory, DeviceModelConfig()))
-    assert len(stored_slices(api_client)) == 3  # counters + 2 device slices (50 + 25 devices)
+    assert len(stored_slices(api_client)) == 3  # counters + 2 device slices (3 x (25 exclusive + 7 shared))
 
     shrunk = DeviceModelConfig(exclude_gpus=(inventory.gpus[1].gpu.uuid, inventory.gpus[2].gpu.uuid))
     result = publisher.publish(build_pool(inventory, shrunk))
@@ -171,7 +171,7 @@ def test_someone_elses_edit_is_reverted_and_a_conflict_is_retried(
     assert raced
     assert result.generation >= 2
     stored = stored_slices(api_client)
-    assert sum(len(s["spec"].get("devices", [])) for s in stored) == 25
+    assert sum(len(s["spec"].get("devices", [])) for s in stored) == 25 + 7  # exclusive + shared
     assert {s["spec"]["pool"]["generation"] for s in stored} == {result.generation}
 
 

@@ -31,6 +31,8 @@ NODE = "node-r"
 DRIVER = "gpu.migdra.io"
 FAST = BackoffPolicy(initial=0.001, maximum=0.01)
 
+TWO_H100 = 2 * (25 + 7)  # published devices of two H100s: 25 exclusive and 7 shared each
+
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[RestartableApiServer]:
@@ -93,7 +95,7 @@ def test_an_api_outage_never_stops_the_publish_loop_and_it_republishes_when_the_
         loop.start()
         try:
             assert round_done.wait(10)
-            assert device_count(published(api)) == 50
+            assert device_count(published(api)) == TWO_H100
             round_done.clear()
 
             api.stop()
@@ -110,7 +112,7 @@ def test_an_api_outage_never_stops_the_publish_loop_and_it_republishes_when_the_
             loop.stop()
     assert not fatal
     assert rounds[-1].generation == 2
-    assert device_count(published(api)) == 25
+    assert device_count(published(api)) == 25 + 7  # one H100: 25 exclusive devices, 7 shared
 
 
 @pytest.fixture
@@ -163,7 +165,10 @@ def test_gpu_instances_destroyed_while_they_are_listed_are_read_again_in_the_sam
         publish_only(_instance_listing_fails(1))
         # The first round must publish: the next rescan is an hour away.
         wait_for(
-            "the first round publishes", lambda: device_count(published(api)) == 50, timeout=20, changes=api.changes
+            "the first round publishes",
+            lambda: device_count(published(api)) == TWO_H100,
+            timeout=20,
+            changes=api.changes,
         )
     records = _plugin_records(caplog)
     assert [r for r in records if r.levelno >= logging.WARNING] == []
@@ -177,7 +182,10 @@ def test_gpu_instances_that_keep_changing_skip_a_round_in_one_line_without_a_tra
     with caplog.at_level(logging.DEBUG):
         publish_only(_instance_listing_fails(4))  # the first read and all three re-reads of the first round
         wait_for(
-            "the next round publishes", lambda: device_count(published(api)) == 50, timeout=20, changes=api.changes
+            "the next round publishes",
+            lambda: device_count(published(api)) == TWO_H100,
+            timeout=20,
+            changes=api.changes,
         )
     records = _plugin_records(caplog)
     assert [r for r in records if r.levelno >= logging.WARNING] == []

@@ -116,6 +116,30 @@ def device(name: str, **fields: Any) -> dict[str, Any]:
     return {"name": name, **fields}
 
 
+def shared_device(
+    name: str, allowMultipleAllocations: bool = True, memory_policy: bool = True, **policy: Any
+) -> dict[str, Any]:
+    """A shared GPU-instance device as migdra publishes it; ``policy`` overrides computeSlices' requestPolicy
+    fields (None removes one).  kube-apiserver visits a map in Go's random order, so a case that breaks a
+    rule of one capacity keeps the others valid (``memory_policy=False`` drops memory's policy)."""
+    memory: dict[str, Any] = {"value": "40Gi"}
+    if memory_policy:
+        memory["requestPolicy"] = {"default": "0", "validValues": ["0"]}
+    request_policy: dict[str, Any] = {"default": "1", "validValues": ["1", "2", "4"], **policy}
+    return device(
+        name,
+        allowMultipleAllocations=allowMultipleAllocations,
+        attributes={"shared": {"bool": True}, "profile": {"string": "4g.40gb"}},
+        capacity={
+            "computeSlices": {
+                "value": "4",
+                "requestPolicy": {k: v for k, v in request_policy.items() if v is not None},
+            },
+            "memory": memory,
+        },
+    )
+
+
 def resource_slice(
     name: str,
     *devices: dict[str, Any],
@@ -536,6 +560,32 @@ CORPUS: tuple[Case, ...] = (
     Case(
         "slice-taint-bad-effect",
         post(SLICES, resource_slice("s-taint", device("gpu-0", taints=[{"key": "k", "effect": "Evict"}]))),
+    ),
+    Case("slice-shared-device", post(SLICES, resource_slice("s-shared", shared_device("gpu-0-shared-4g40gb-5-0")))),
+    Case(
+        "slice-request-policy-without-multiple-allocations",
+        post(
+            SLICES,
+            resource_slice("s-rp-single", shared_device("gpu-0", allowMultipleAllocations=False, memory_policy=False)),
+        ),
+    ),
+    Case(
+        "slice-request-policy-values-and-range",
+        post(SLICES, resource_slice("s-rp-both", shared_device("gpu-0", validRange={"min": "1"}))),
+    ),
+    Case(
+        "slice-request-policy-bad-values",
+        post(SLICES, resource_slice("s-rp-values", shared_device("gpu-0", validValues=["2", "1", "1", "8"]))),
+    ),
+    Case(
+        "slice-request-policy-bad-range",
+        post(
+            SLICES,
+            resource_slice(
+                "s-rp-range",
+                shared_device("gpu-0", default="3", validValues=None, validRange={"min": "2", "max": "9", "step": "2"}),
+            ),
+        ),
     ),
     Case(
         "slice-devices-and-counters",

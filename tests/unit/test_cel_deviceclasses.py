@@ -7,6 +7,7 @@ driver, and then against the device model's own ``example_slices`` for the same 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,10 @@ import yaml
 from dra_driver.cel import CELRuntimeError, Quantity, compile_selector
 from dra_driver.cel.documents import load_documents, selector_sites
 from dra_driver.cel.lint import Linter
-from dra_driver.devicemodel import example_slices
-from dra_driver.devicemodel.vocabulary import ATTRIBUTES, CAPACITIES, DeviceType
+from dra_driver.devicemodel import example_inventory, example_slices
+from dra_driver.devicemodel.config import DeviceModelConfig
+from dra_driver.devicemodel.pool import build_pool
+from dra_driver.devicemodel.vocabulary import ATTRIBUTES, CAPACITIES, SHARE_CAPACITIES, DeviceType
 from dra_driver.mig import load_catalog
 
 DRIVER = "gpu.migdra.io"
@@ -68,6 +71,23 @@ def mig_device(model: str, profile: str, *, driver_version: str = "580.65.6") ->
     }
 
 
+def shared_device(model: str, profile: str) -> dict[str, Any]:
+    """The shared GPU-instance device of ``profile``'s first placement, as the device model publishes it."""
+    device = mig_device(model, profile)
+    info = load_catalog().model(model).profile_by_name(profile)
+    sizes = [str(size) for size in info.share_sizes]
+    device["name"] = device["name"].replace("-mig-", "-shared-")
+    device["attributes"]["shared"] = {"bool": True}
+    device["allowMultipleAllocations"] = True
+    for capacity in device["capacity"].values():
+        capacity["requestPolicy"] = {"default": "0", "validValues": ["0"]}
+    device["capacity"]["computeSlices"] = {
+        "value": str(info.slice_count),
+        "requestPolicy": {"default": sizes[0], "validValues": sizes},
+    }
+    return device
+
+
 def gpu_device(model: str, *, numa_node: int | None = None, driver_version: str = "580.65.6") -> dict[str, Any]:
     gpu = load_catalog().model(model)
     budget = gpu.resource_budget
@@ -107,6 +127,8 @@ DEVICES: dict[str, tuple[str, dict[str, Any]]] = {
     "a100-7g.40gb": (DRIVER, mig_device("A100-SXM4-40GB", "7g.40gb", driver_version="575.57.8")),
     "b200-1g.23gb": (DRIVER, mig_device("B200", "1g.23gb")),
     "b200-3g.90gb": (DRIVER, mig_device("B200", "3g.90gb")),
+    "h100-shared-3g.40gb": (DRIVER, shared_device("H100-SXM5-80GB", "3g.40gb")),
+    "a100-shared-7g.40gb": (DRIVER, shared_device("A100-SXM4-40GB", "7g.40gb")),
     "h100-gpu": (DRIVER, gpu_device("H100-SXM5-80GB", numa_node=0)),
     "a100-gpu": (DRIVER, gpu_device("A100-SXM4-40GB", driver_version="575.57.8")),
     "nvidia-gpu": ("gpu.nvidia.com", {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}}),
@@ -122,8 +144,12 @@ MIG = {
 }
 H100 = {"h100-1g.10gb", "h100-1g.10gb+me", "h100-3g.40gb", "h100-gpu"}
 
+SHARED = {"h100-shared-3g.40gb", "a100-shared-7g.40gb"}
+
+# No class but mig-shared.migdra.io selects a shared device: they all want a device of the claim's own.
 EXPECTED: dict[str, set[str]] = {
     "mig.migdra.io": MIG,
+    "mig-shared.migdra.io": SHARED,
     "gpu.migdra.io": {"h100-gpu", "a100-gpu"},
     "mig-1g-10gb.migdra.io": {"h100-1g.10gb"},
     "mig-3g-40gb.migdra.io": {"h100-3g.40gb"},
@@ -158,7 +184,8 @@ def test_every_file_has_a_header_and_holds_only_v1_device_classes() -> None:
 
 def test_standard_classes_mirror_nvidia() -> None:
     assert CLASSES["mig.migdra.io"] == (
-        "device.driver == 'gpu.migdra.io' && device.attributes['gpu.migdra.io'].type == 'mig'",
+        "device.driver == 'gpu.migdra.io' && device.attributes['gpu.migdra.io'].type == 'mig' && "
+        "!('shared' in device.attributes['gpu.migdra.io'])",
     )
     assert CLASSES["gpu.migdra.io"] == (
         "device.driver == 'gpu.migdra.io' && device.attributes['gpu.migdra.io'].type == 'gpu'",
@@ -209,7 +236,8 @@ def test_hand_written_devices_follow_the_vocabulary() -> None:
         required = {spec.name for spec in ATTRIBUTES if spec.always and device_type in spec.on}
         allowed = {spec.name for spec in ATTRIBUTES if device_type in spec.on}
         assert required <= set(device["attributes"]) <= allowed
-        assert set(device["capacity"]) == {spec.name for spec in CAPACITIES}
+        share = {spec.name for spec in SHARE_CAPACITIES} if "shared" in device["attributes"] else set()
+        assert set(device["capacity"]) == {spec.name for spec in CAPACITIES} | share
 
 
 @pytest.mark.parametrize("mig_enabled", [True, False], ids=["mig-on", "mig-off"])
@@ -230,13 +258,42 @@ def test_classes_against_the_device_model(mig_enabled: bool) -> None:
                 memory = Quantity.parse(device["capacity"]["memory"]["value"])
                 sms = Quantity.parse(device["capacity"]["multiprocessors"]["value"])
                 big = memory >= Quantity.parse("20Gi") and sms >= Quantity.parse("40")
-                assert selected == (device_type == "mig" and big)
+                assert selected == (device_type == "mig" and big and "shared" not in attributes)
             if class_name == "numa0.migdra.io":
-                assert selected == (attributes.get("resource.kubernetes.io/numaNode") == {"int": 0})
+                numa0 = attributes.get("resource.kubernetes.io/numaNode") == {"int": 0}
+                assert selected == (numa0 and "shared" not in attributes)
+            shared = attributes.get("shared") == {"bool": True}
             if class_name == "mig.migdra.io":
-                assert selected == (device_type == "mig")
+                assert selected == (device_type == "mig" and not shared)
+            if class_name == "mig-shared.migdra.io":
+                assert selected == shared
+                assert shared == (device.get("allowMultipleAllocations") is True)
             if class_name == "gpu.migdra.io":
                 assert selected == (device_type == "gpu")
             if class_name.startswith("mig-") and class_name.count("-") == 2 and "gb" in class_name:
                 profile = class_name.removeprefix("mig-").removesuffix(".migdra.io").replace("-", ".")
-                assert selected == (attributes.get("profile", {}).get("string") == profile)
+                assert selected == (attributes.get("profile", {}).get("string") == profile and not shared)
+
+
+def test_each_standard_class_selects_exactly_its_kind_of_device_of_a_built_pool() -> None:
+    """On a node with a MIG H100, a MIG A100 and a MIG-disabled H100, built by build_pool: mig.migdra.io
+    selects the exclusive MIG devices, mig-shared.migdra.io the shared ones, gpu.migdra.io the whole GPU."""
+    inventory = example_inventory(["H100-SXM5-80GB", "A100-SXM4-40GB", "H100-SXM5-80GB"])
+    gpus = list(inventory.gpus)
+    last = gpus[2]
+    gpus[2] = dataclasses.replace(
+        last,
+        gpu=dataclasses.replace(last.gpu, mig_mode=dataclasses.replace(last.gpu.mig_mode, current=0)),  # type: ignore[arg-type]
+    )
+    pool = build_pool(dataclasses.replace(inventory, gpus=tuple(gpus)), DeviceModelConfig())
+    kinds = {
+        "mig.migdra.io": {d.name for d in pool.devices if d.type is DeviceType.MIG and not d.shared},
+        "mig-shared.migdra.io": {d.name for d in pool.devices if d.shared},
+        "gpu.migdra.io": {d.name for d in pool.devices if d.type is DeviceType.GPU},
+    }
+    assert all(kinds.values())
+    assert len(kinds["mig-shared.migdra.io"]) == 7 + 7  # H100 and A100 40GB: 2g x3, 3g x2, 4g, 7g
+    for class_name, expected in kinds.items():
+        programs = [compile_selector(expression) for expression in CLASSES[class_name]]
+        selected = {d.name for d in pool.devices if all(p.matches(d.to_api(), driver=DRIVER) for p in programs)}
+        assert selected == expected, class_name

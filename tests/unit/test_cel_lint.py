@@ -101,6 +101,22 @@ def test_mig_only_attribute_needs_a_type_or_presence_guard() -> None:
     assert lint(device_class("p", finding.suggestion)) == []
 
 
+def test_shared_attribute_and_share_capacity_need_a_guard_that_the_shared_class_gives() -> None:
+    shared = only(lint(device_class("s", f"{GUARD} && {D}.shared == true")))
+    assert "only when it is known" in shared.message
+    assert shared.suggestion is not None
+    assert lint(device_class("s", shared.suggestion)) == []
+    slices = f"device.capacity['{DRIVER}'].computeSlices.compareTo(quantity('2')) >= 0"
+    capacity = only(lint(device_class("c", f"{GUARD} && {slices}")))
+    assert capacity.severity is Severity.ERROR
+    assert "capacity 'computeSlices' on shared devices only" in capacity.message
+    assert lint(device_class("c", f"{GUARD} && 'shared' in {D} && {slices}")) == []
+    # A claim of the shared class may look at computeSlices: the class checked 'shared' already.
+    shared_class = device_class("mig-shared.migdra.io", f"{GUARD} && 'shared' in {D} && {D}.shared == true")
+    assert lint(shared_class, claim([exactly("mig-shared.migdra.io", slices)])) == []
+    assert only(lint(claim([exactly("mig.migdra.io", slices)]))).severity is Severity.WARNING
+
+
 def test_foreign_domain_lookup_raises_on_our_devices() -> None:
     finding = only(lint(device_class("f", "device.attributes['nvidia.com'].type == 'gpu'")))
     assert "on every device that lacks it" in finding.message

@@ -22,7 +22,12 @@ LATER = "2026-12-01T01:00:00Z"
 
 
 def _allocated(
-    name: str, *devices: str, pool: str = "node-1", admin: bool = False, uid: str | None = None
+    name: str,
+    *devices: str,
+    pool: str = "node-1",
+    admin: bool = False,
+    uid: str | None = None,
+    share: str | None = None,
 ) -> dict[str, Any]:
     results = [
         {
@@ -31,6 +36,7 @@ def _allocated(
             "pool": pool,
             "device": device,
             **({"adminAccess": True} if admin else {}),
+            **({"shareID": share, "consumedCapacity": {"computeSlices": "1"}} if share else {}),
         }
         for i, device in enumerate(devices)
     ]
@@ -48,6 +54,9 @@ THREE_G_AT_4 = "gpu-0-mig-3g40gb-9-4"
 FOUR_G_AT_0 = "gpu-0-mig-4g40gb-5-0"
 ONE_G_AT_6 = "gpu-0-mig-1g10gb-19-6"
 ONE_G_AT_0_GPU1 = "gpu-1-mig-1g10gb-19-0"
+SHARED_4G_AT_0 = "gpu-0-shared-4g40gb-5-0"
+SHARE_A = "0b7c4a52-5b1c-4c41-9c55-3e1f2d4b6a70"
+SHARE_B = "5b0f6b1e-3c1a-4d47-9a57-0c7e2a1d9f11"
 
 
 def _verdicts(*claims: dict[str, Any], slices: list[dict[str, Any]] = SLICES) -> dict[tuple[str, str], Verdict]:
@@ -79,6 +88,21 @@ def _verdicts(*claims: dict[str, Any], slices: list[dict[str, Any]] = SLICES) ->
             [_allocated("a", THREE_G_AT_4), _allocated("b", THREE_G_AT_4)],
             {("a", THREE_G_AT_4): Verdict.CONFLICT, ("b", THREE_G_AT_4): Verdict.CONFLICT},
             id="the same device in two claims",
+        ),
+        pytest.param(
+            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", SHARED_4G_AT_0, share=SHARE_B)],
+            {("a", SHARED_4G_AT_0): Verdict.RESERVED, ("b", SHARED_4G_AT_0): Verdict.RESERVED},
+            id="two shares of one shared GPU instance do not conflict",
+        ),
+        pytest.param(
+            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", FOUR_G_AT_0)],
+            {("a", SHARED_4G_AT_0): Verdict.CONFLICT, ("b", FOUR_G_AT_0): Verdict.CONFLICT},
+            id="a share and the exclusive device of its placement conflict",
+        ),
+        pytest.param(
+            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", SHARED_4G_AT_0)],
+            {("a", SHARED_4G_AT_0): Verdict.CONFLICT, ("b", SHARED_4G_AT_0): Verdict.CONFLICT},
+            id="a share and a whole allocation of the shared device (no shareID) conflict",
         ),
         pytest.param(
             [_allocated("a", THREE_G_AT_4), _allocated("b", ONE_G_AT_6, admin=True)],
@@ -215,26 +239,8 @@ def _share(name: str, device: str, slices: int, share_id: str, *, qualified: boo
     return claim
 
 
-def _slices_with_shared_device() -> list[dict[str, Any]]:
-    """SLICES plus the shared device of 4g.40gb at 0 on GPU 0, as the device model publishes it."""
-    slices = copy.deepcopy(SLICES)
-    for resource_slice in slices:
-        devices = resource_slice["spec"].get("devices") or []
-        exclusive = next((d for d in devices if d["name"] == FOUR_G_AT_0), None)
-        if exclusive is None:
-            continue
-        shared = copy.deepcopy(exclusive)
-        shared["name"] = SHARED_4G_AT_0
-        shared["allowMultipleAllocations"] = True
-        shared["attributes"]["shared"] = {"bool": True}
-        shared["capacity"]["computeSlices"] = {"value": "4"}
-        devices.append(shared)
-        return slices
-    raise AssertionError(f"{FOUR_G_AT_0} is not in the test slices")
-
-
 def test_shares_of_one_device_are_reserved_together() -> None:
-    slices = _slices_with_shared_device()
+    slices = SLICES  # the device model publishes the shared device beside the exclusive one
     claims = [
         _share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111"),
         _share("b", SHARED_4G_AT_0, 1, "22222222-2222-4222-8222-222222222222", qualified=True),
@@ -257,7 +263,7 @@ def test_shares_of_one_device_are_reserved_together() -> None:
 
 
 def test_shares_over_the_compute_slices_conflict_with_each_other() -> None:
-    slices = _slices_with_shared_device()
+    slices = SLICES  # the device model publishes the shared device beside the exclusive one
     claims = [
         _share("a", SHARED_4G_AT_0, 2, "11111111-1111-4111-8111-111111111111"),
         _share("b", SHARED_4G_AT_0, 2, "22222222-2222-4222-8222-222222222222"),
@@ -270,7 +276,7 @@ def test_shares_over_the_compute_slices_conflict_with_each_other() -> None:
 
 @pytest.mark.parametrize("exclusive", [FOUR_G_AT_0, "gpu-0-mig-1g10gb-19-3", "gpu-0-mig-3g40gb-9-4"])
 def test_a_share_conflicts_with_an_overlapping_exclusive_device(exclusive: str) -> None:
-    slices = _slices_with_shared_device()
+    slices = SLICES  # the device model publishes the shared device beside the exclusive one
     claims = [_share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111"), _allocated("x", exclusive)]
     verdicts = _verdicts(*claims, slices=slices)
     overlaps = exclusive != "gpu-0-mig-3g40gb-9-4"  # 3g.40gb at 4 is beside 4g.40gb at 0
@@ -279,7 +285,7 @@ def test_a_share_conflicts_with_an_overlapping_exclusive_device(exclusive: str) 
 
 
 def test_one_claim_with_two_shares_of_one_device_is_two_reservations() -> None:
-    slices = _slices_with_shared_device()
+    slices = SLICES  # the device model publishes the shared device beside the exclusive one
     claim = _share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111")
     second = dict(claim["status"]["allocation"]["devices"]["results"][0], request="r1")
     second["shareID"] = "22222222-2222-4222-8222-222222222222"
@@ -294,7 +300,7 @@ def test_one_claim_with_two_shares_of_one_device_is_two_reservations() -> None:
 def test_share_metrics_count_shares_and_slices_per_device_and_drop_to_zero() -> None:
     registry = CollectorRegistry()
     metrics = ReservationMetrics(registry)
-    slices = _slices_with_shared_device()
+    slices = SLICES  # the device model publishes the shared device beside the exclusive one
     claims = [
         _share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111"),
         _share("b", SHARED_4G_AT_0, 2, "22222222-2222-4222-8222-222222222222"),
@@ -363,7 +369,7 @@ def test_a_claim_whose_status_write_keeps_failing_is_backed_off_alone(read_failu
 
 
 def test_the_controller_writes_each_share_its_own_entry_keyed_by_share_id() -> None:
-    slices = _slices_with_shared_device()
+    slices = SLICES  # the device model publishes the shared device beside the exclusive one
     claim = _share("a", SHARED_4G_AT_0, 2, "11111111-1111-4111-8111-111111111111")
     other_share = {
         "driver": DRIVER,

@@ -59,7 +59,7 @@ def test_a_whole_gpu_fault_taints_every_device_of_that_gpu_only(pool: NodePool) 
     assert device.to_api()["taints"] == [
         {"key": f"{DRIVER}/xid", "value": "79", "effect": "NoSchedule", "timeAdded": "2026-12-02T00:00:00Z"}
     ]
-    assert tainted_devices(tainted) == {(_uuid(pool, 1), f"{DRIVER}/xid"): 25}
+    assert tainted_devices(tainted) == {(_uuid(pool, 1), f"{DRIVER}/xid"): 25 + 7}  # exclusive and shared
     assert taint_pool(pool, []) is pool
 
 

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_deviceclasses_are_installed_from_both_directories_with_the_driver_substituted_in_selectors_only() -> None:
     default = deviceclass_documents(REPO / "deviceclasses", "gpu.migdra.io")
     names = {d["metadata"]["name"] for d in default}
-    assert {"mig.migdra.io", "gpu.migdra.io", "mig-1g-10gb.migdra.io"} <= names
+    assert {"mig.migdra.io", "mig-shared.migdra.io", "gpu.migdra.io", "mig-1g-10gb.migdra.io"} <= names
     renamed = deviceclass_documents(REPO / "deviceclasses", "mig.example.com")
     assert {d["metadata"]["name"] for d in renamed} == names
     for document in renamed:

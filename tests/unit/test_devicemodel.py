@@ -41,11 +41,12 @@ def pool_of(*models: str, config: DeviceModelConfig | None = None, mig_enabled: 
 def test_one_device_per_legal_profile_placement(model_key: str) -> None:
     model = CATALOG.model(model_key)
     pool = pool_of(model_key)
+    exclusive = [d for d in pool.devices if not d.shared]
     expected = {(p.profile_id, pl.start) for p in model.gpu_instance_profiles for pl in p.placements}
-    assert {(d.profile_id, d.placement.start) for d in pool.devices if d.placement} == expected
-    assert len(pool.devices) == len(expected)
+    assert {(d.profile_id, d.placement.start) for d in exclusive if d.placement} == expected
+    assert len(exclusive) == len(expected)
     assert all(d.type is DeviceType.MIG for d in pool.devices)
-    for device in pool.devices:
+    for device in exclusive:
         assert parse_mig_device_name(device.name) == (0, device.profile_id, device.placement.start)  # type: ignore[union-attr]
 
 
@@ -99,7 +100,7 @@ def test_every_full_packing_of_one_profile_fits_the_counters(model_key: str) -> 
     """All placements of a non-media profile together fit (e.g. 7x 1g); a second +me never does."""
     pool = pool_of(model_key)
     by_profile: dict[int, list[Device]] = {}
-    for device in pool.devices:
+    for device in (d for d in pool.devices if not d.shared):
         by_profile.setdefault(device.profile_id or 0, []).append(device)
     model = CATALOG.model(model_key)
     for profile_id, devices in by_profile.items():
@@ -193,7 +194,7 @@ def test_attributes_and_capacities_follow_the_vocabulary() -> None:
 def test_static_policy_lists_small_profiles_from_the_top_and_large_from_the_bottom() -> None:
     devices = render_slices(pool_of("H100-SXM5-80GB"), "node-a", generation=1)[1]["spec"]["devices"]
     starts = {}
-    for device in devices:
+    for device in (d for d in devices if "shared" not in d["attributes"]):
         starts.setdefault(device["attributes"]["profile"]["string"], []).append(
             device["attributes"]["placementStart"]["int"]
         )
@@ -223,7 +224,8 @@ def test_eight_gpus_of_each_model_stay_within_the_api_limits(model_key: str) -> 
 def test_several_gpus_share_a_device_slice() -> None:
     slices = example_slices(["H100"] * 3)
     device_slices = [s for s in slices if "devices" in s["spec"]]
-    assert [len(s["spec"]["devices"]) for s in device_slices] == [50, 25]  # 25 per H100, 64 per slice at most
+    # 25 exclusive devices per H100, then 7 shared ones per H100 in runs of their own; 64 per slice at most
+    assert [len(s["spec"]["devices"]) for s in device_slices] == [50, 25 + 3 * 7]
 
 
 @pytest.mark.parametrize("model_key", MODELS)
@@ -325,7 +327,7 @@ def test_an_instance_being_created_at_a_recorded_placement_is_not_foreign() -> N
     node = dataclasses.replace(inventory, gpus=(dataclasses.replace(entry, gpu_instances=(creating,)),))
     ours = build_pool(node, DeviceModelConfig(), owned_placements={(entry.gpu.uuid, 9, placement)})
     assert ours.foreign_instances == ()
-    assert len(ours.devices) == 25
+    assert len(ours.devices) == 25 + 7  # every exclusive device and every shared one (2g x3, 3g x2, 4g, 7g)
     elsewhere = {(entry.gpu.uuid, 5, Placement(start=0, size=4))}  # another profile, another placement
     other_profile = build_pool(node, DeviceModelConfig(), owned_placements=elsewhere)
     assert [f.gpu_instance_id for f in other_profile.foreign_instances] == [2]

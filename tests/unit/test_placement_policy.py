@@ -46,7 +46,10 @@ def first(policy: str, pool: NodePool, profile: str, allocated: frozenset[str] =
     groups = placement_policy(policy).slice_groups(pool, allocated)
     by_name = {d.name: d for d in pool.devices}
     free_first = [
-        d for group in groups for d in group if d.profile_name == profile and _free(d, [by_name[n] for n in allocated])
+        d
+        for group in groups
+        for d in group
+        if d.profile_name == profile and not d.shared and _free(d, [by_name[n] for n in allocated])
     ]
     return free_first[0]
 
@@ -107,7 +110,8 @@ def test_static_small_from_the_top_large_from_slice_zero_gpus_in_minor_order() -
 def test_name_order_is_one_slice_per_gpu_devices_by_name() -> None:
     pool = pool_of(H100, H100, H100)
     groups = placement_policy("name-order").slice_groups(pool, frozenset())
-    assert len(groups) == 3
+    assert len(groups) == 3 + 3  # each GPU's exclusive devices, then each GPU's shared ones
+    assert [any(d.shared for d in group) for group in groups] == [False] * 3 + [True] * 3
     for group in groups:
         assert len({d.gpu_minor for d in group}) == 1
         assert [d.name for d in group] == sorted(d.name for d in group)
@@ -121,7 +125,8 @@ def test_hami_1g_and_3g_from_the_highest_start_others_from_the_lowest_fixed_gpu_
     assert first("hami", pool, "2g.20gb").name == name(0, "2g.20gb", 0)
     assert first("hami", pool, "1g.20gb").name == name(0, "1g.20gb", 6)
     groups = placement_policy("hami").slice_groups(pool, frozenset())
-    assert [group[0].gpu_minor for group in groups] == [0, 1]
+    assert [group[0].gpu_minor for group in groups] == [0, 1, 0, 1]  # exclusive slices, then shared ones
+    assert [all(d.shared for d in group) for group in groups] == [False, False, True, True]
 
 
 @pytest.mark.parametrize("policy", list(PLACEMENT_POLICIES))
@@ -138,19 +143,20 @@ def test_every_policy_lists_each_device_once_within_the_slice_limit(policy: str)
 def test_dynamic_keeps_each_profile_in_one_slice_so_the_1_35_shuffle_cannot_reorder_it() -> None:
     pool = pool_of(*[H100] * 8)
     groups = DynamicPlacementPolicy().slice_groups(pool, frozenset())
-    for profile in {d.profile_name for d in pool.devices}:
-        holding = {index for index, group in enumerate(groups) for d in group if d.profile_name == profile}
-        assert len(holding) == 1, profile
+    for profile, shared in {(d.profile_name, d.shared) for d in pool.devices}:
+        kind = (profile, shared)
+        holding = {index for index, group in enumerate(groups) for d in group if (d.profile_name, d.shared) == kind}
+        assert len(holding) == 1, (profile, shared)
 
 
 def test_slice_names_sort_as_the_policy_lists_them_beyond_ten_slices() -> None:
     pool = pool_of(*[H100] * 12)
     contents = plan_slices(pool, "node-a", placement_policy("name-order"))
     device_slices = [c.name for c in contents if c.devices]
-    assert len(device_slices) == 12
+    assert len(device_slices) == 24  # one per GPU for its exclusive devices, then one per GPU for its shared ones
     assert sorted(device_slices) == device_slices
     assert device_slices[0].endswith("-devices-000")
-    assert device_slices[11].endswith("-devices-011")
+    assert device_slices[23].endswith("-devices-023")
 
 
 def test_unknown_policy_names_the_known_ones() -> None:

@@ -39,13 +39,14 @@ def test_foreign_instances_are_logged_on_change_and_counted(caplog: pytest.LogCa
     assert "GPU instance 2 (3g.40gb at 4:4)" in warnings[0].getMessage()
     assert value("migdra_foreign_gpu_instances", gpu_uuid=gpu0.gpu.uuid) == 1
     assert value("migdra_foreign_gpu_instances", gpu_uuid=inventory.gpus[1].gpu.uuid) == 0
-    assert value("migdra_published_devices", type="mig") == 25 + 25 - 11  # 11 placements overlap 4:4
+    # 11 exclusive placements overlap 4:4, and 3 shared ones (2g at 4, 3g at 4, 7g); 7 shared per H100
+    assert value("migdra_published_devices", type="mig") == 25 + 25 - 11 + 7 + 7 - 3
 
     caplog.clear()
     reporter.report_pool(build_pool(inventory, DeviceModelConfig()))
     assert [r.levelno for r in caplog.records] == [logging.INFO]
     assert value("migdra_foreign_gpu_instances", gpu_uuid=gpu0.gpu.uuid) == 0
-    assert value("migdra_published_devices", type="mig") == 50
+    assert value("migdra_published_devices", type="mig") == 2 * (25 + 7)
 
     reporter.report_publish(PublishResult(created=2, updated=1, deleted=0, generation=3))
     assert value("migdra_resourceslice_writes_total", operation="create") == 2

@@ -143,13 +143,18 @@ def test_the_failed_scheduling_summary_counts_reasons_as_kube_does() -> None:
     assert long.endswith("...")
 
 
+# As the shipped mig.migdra.io: exclusive devices only (a shared device of the same placement would be
+# eligible too, and two of them never fit together).
+EXCLUSIVE = "device.driver == 'gpu.migdra.io' && !('shared' in device.attributes['gpu.migdra.io'])"
+
+
 def test_the_explanation_clause_names_the_request_that_cannot_be_satisfied() -> None:
     slices = example_slices(["H100-SXM5-80GB"], True, "gpu.migdra.io", "n1")
     node = {"metadata": {"name": "n1"}}
     classes = [
         {
             "metadata": {"name": "mig.migdra.io"},
-            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.migdra.io'"}}]},
+            "spec": {"selectors": [{"cel": {"expression": EXCLUSIVE}}]},
         }
     ]
     claim = {
@@ -186,7 +191,7 @@ def test_the_explanation_clause_names_the_counter_set_allocated_claims_over_cons
     classes = [
         {
             "metadata": {"name": "mig.migdra.io"},
-            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.migdra.io'"}}]},
+            "spec": {"selectors": [{"cel": {"expression": EXCLUSIVE}}]},
         }
     ]
 
