@@ -1,4 +1,6 @@
-"""The DeviceClasses migdra ships (``deviceclasses/`` of a source checkout), as the Helm chart installs them.
+"""The DeviceClasses migdra ships, as the Helm chart installs them: package data
+(``dra_driver/data/deviceclasses/``; ``deviceclasses/`` of a source checkout and the chart's
+``deviceclasses`` link point there), so an installed migdra -- wheel or image -- reads the same files.
 
 Owns reading ``deviceclasses/*.yaml`` and ``deviceclasses/examples/*.yaml`` and putting another driver
 name into their CEL selectors, as the chart does for ``driverName``.  ``migdra plan`` and ``migdra bench``
@@ -18,8 +20,9 @@ import yaml
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ConfigurationError
 
-# The classes are data of the repository, not of the package: the chart and the demo read the same files.
-DEVICECLASS_DIR = Path(__file__).resolve().parents[1] / "deviceclasses"
+# Package data: `migdra plan` and `migdra bench placement` of an installed migdra, the chart (through its
+# link) and the development cluster read the same files.
+DEVICECLASS_DIR = Path(__file__).resolve().parent / "data" / "deviceclasses"
 
 
 def substitute_driver(document: dict[str, Any], driver: str) -> dict[str, Any]:
@@ -36,7 +39,7 @@ def substitute_driver(document: dict[str, Any], driver: str) -> dict[str, Any]:
 def deviceclass_documents(directory: Path, driver: str) -> list[dict[str, Any]]:
     """Every DeviceClass under ``directory`` (``*.yaml``, then ``examples/*.yaml``)."""
     if not directory.is_dir():
-        raise ConfigurationError(f"DeviceClass directory {directory}: not found (run from a migdra source checkout)")
+        raise ConfigurationError(f"DeviceClass directory {directory}: not found")
     documents = []
     for path in sorted(directory.glob("*.yaml")) + sorted(directory.glob("examples/*.yaml")):
         for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):

@@ -40,8 +40,10 @@ def test_the_build_context_has_what_the_package_reads_at_run_time() -> None:
         line[1:].rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines() if line.startswith("!")
     }
     assert {"pyproject.toml", "README.md", "dra_driver", "kubeletplugin"} <= allowed
-    # the one data file the running code reads (the MIG catalog) lives inside a package
+    # the data files the running code reads (the MIG catalog; the DeviceClasses `migdra plan` and
+    # `migdra bench placement` allocate against) live inside a package
     assert (REPO / "dra_driver" / "mig" / "data" / "mig-catalog.yaml").is_file()
+    assert (REPO / "dra_driver" / "data" / "deviceclasses" / "mig.migdra.io.yaml").is_file()
     packaged = re.search(r"packages = \[(.*?)\]", (REPO / "pyproject.toml").read_text())
     assert packaged is not None
     assert set(re.findall(r'"([^"]+)"', packaged.group(1))) == {"dra_driver", "kubeletplugin"}
@@ -58,6 +60,7 @@ def test_the_product_wheel_holds_no_development_cluster_code() -> None:
     assert {path.split("/", 1)[0] for path in wheel} == PRODUCT_PACKAGES
     assert "dra_driver/nvml/sim/__init__.py" in wheel  # the NVML simulator is product (`--sim-gpus`)
     assert "dra_driver/validation/__init__.py" in wheel  # and the validation `migdra allocate` runs
+    assert "dra_driver/data/deviceclasses/mig-shared.migdra.io.yaml" in wheel  # and `migdra plan`'s classes
     sources = {path: source.read_bytes() for path, source in wheel.items() if path.endswith(".py")}
     assert sorted(path for path, text in sources.items() if b"migdra_devcluster" in text) == []
     # No module of the development cluster was copied back in under another name.

@@ -15,6 +15,7 @@ import dra_driver.cli.main  # noqa: F401  (imports every settings group the comm
 from dra_driver.controller.settings import ControllerSettings
 from dra_driver.device_config import load_device_model_config
 from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
+from dra_driver.logs import LogSettings
 from dra_driver.nvml.settings import NvmlSettings
 from kubeletplugin.settings import PluginSettings, PrepareSettings
 from tests.integration.helm.chart import CHART, NAMESPACE, VALUES_FILES, container_env, helm, render, values_args
@@ -101,9 +102,9 @@ def test_no_deviceclasses_when_asked_not_to() -> None:
 
 def _settings_env_names() -> set[str]:
     """Every MIGDRA_* variable some settings group of migdra reads."""
-    groups: set[type[BaseSettings]] = {PluginSettings, PrepareSettings, NvmlSettings, ControllerSettings}
+    groups: set[type[BaseSettings]] = {PluginSettings, PrepareSettings, NvmlSettings, ControllerSettings, LogSettings}
     pending = list(BaseSettings.__subclasses__())
-    while pending:  # groups defined elsewhere (logging, health) are imported by the CLI
+    while pending:  # and any other group imported by now (named above too: the test must not depend on what ran before)
         group = pending.pop()
         pending.extend(group.__subclasses__())
         if group.__module__.startswith(("dra_driver.", "kubeletplugin.")):
