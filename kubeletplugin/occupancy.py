@@ -130,6 +130,7 @@ class ClaimOccupancy(ControlLoop):
         self._gate = RepublishGate(debounce, min_interval)
         self._lock = threading.Lock()
         self._allocated: frozenset[str] = frozenset()
+        self._computed = threading.Event()  # a set was computed from a complete list (allocated() is real)
         self.signals = 0  # calls of ``on_change`` (tests and logs)
         self.claims = claims
         super().__init__("migdra-placement-occupancy", Changes(), (), resync, shared=(claims,))
@@ -144,6 +145,17 @@ class ClaimOccupancy(ControlLoop):
             return  # no complete list yet: nothing is decided on a partial view
         claims = parse_claims(self.claims.items())
         self.observe(compute_allocated_devices(claims, self.driver_name, self.pool_name), self._clock())
+        self._computed.set()
+
+    def wait_synced(self, timeout: float) -> bool:
+        """Whether the first set of allocated devices was computed from a complete list within
+        ``timeout`` seconds (the informer listing is not enough: the first publish must read the set,
+        not the empty one before it); :meth:`stop` ends the wait at once."""
+        deadline = time.monotonic() + timeout
+        while not self._computed.wait(min(max(deadline - time.monotonic(), 0.0), 0.1)):  # returns once set
+            if self.stopping or time.monotonic() >= deadline:
+                return False
+        return True
 
     def observe(self, allocated: frozenset[str], now: float) -> None:
         """Take the set computed at ``now``; call ``on_change`` when the gate lets a change through."""
