@@ -11,6 +11,7 @@ wires the occupancy a ``dynamic`` policy reads from the process's claim informer
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -46,6 +47,32 @@ from kubeletplugin.publisher import (
 from kubeletplugin.settings import PluginSettings
 
 log = logging.getLogger(__name__)
+
+SHARED_DEVICES_SINCE = (1, 36, 2)
+"""The oldest Kubernetes whose kube-scheduler counts committed shares when it rebuilds shared counters
+(kubernetes/kubernetes#139040): before it, an exclusive device overlapping a shared one may be allocated
+in a later scheduling cycle (docs/sharing.md, "Kubernetes versions and feature gates")."""
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
+
+
+def shared_devices_problem(git_version: str) -> str | None:
+    """Why shared devices must not be published to an API server of ``git_version``, or None.
+
+    The API server's version stands for the control plane's (kube-scheduler is not asked: it has no
+    API); a version that does not parse is taken as new enough -- a distribution's own numbering --
+    rather than turning a feature off on a guess."""
+    match = _VERSION.match(git_version.strip())
+    if match is None:
+        return None
+    version = tuple(int(part) for part in match.groups())
+    if version >= SHARED_DEVICES_SINCE:
+        return None
+    since = ".".join(str(part) for part in SHARED_DEVICES_SINCE)
+    return (
+        f"the API server is {git_version}: before {since} kube-scheduler may allocate an exclusive device "
+        "overlapping a shared one (kubernetes/kubernetes#139040), so shared GPU-instance devices are not "
+        f"published; upgrade the control plane to {since} or later, or set sharedDevices: false to say so"
+    )
 
 
 class PublishingError(MigdraError):
@@ -108,6 +135,8 @@ class Publishing:
         self.fault_metrics = fault_metrics
         self._loop: PublishLoop | None = None
         self._occupancy: ClaimOccupancy | None = None
+        self._client: Client | None = None  # running()'s: asked for the API server's version
+        self._shared_devices_allowed: bool | None = None  # None: the version is not known yet
 
     def loops(self) -> tuple[ClaimOccupancy, ...]:
         """The background loops publishing runs besides its own (the occupancy of a ``dynamic`` policy),
@@ -177,20 +206,40 @@ class Publishing:
             inventory = read_settled_inventory(nvml, read)
             owned = (frozenset(before | ownership.owned_instances()), frozenset(ownership.owned_placements()))
         faults = self.faults() if self.faults is not None else ()
-        key = (inventory, owned, faults)
+        config = self._effective_config()
+        key = (inventory, owned, faults, config.shared_devices)
         built = self._built
         if built is not None and built[0] == key:
             return built[1]
-        binding = realize_before_bind_conditions(self.device_config.driver_name) if self.realize_before_bind else None
+        binding = realize_before_bind_conditions(config.driver_name) if self.realize_before_bind else None
         if ownership is None:
-            pool = build_pool(inventory, self.device_config, binding=binding)
+            pool = build_pool(inventory, config, binding=binding)
         else:
-            pool = build_pool(
-                inventory, self.device_config, owned_instances=owned[0], owned_placements=owned[1], binding=binding
-            )
+            pool = build_pool(inventory, config, owned_instances=owned[0], owned_placements=owned[1], binding=binding)
         pool = taint_pool(pool, faults)
         self._built = (key, pool)
         return pool
+
+    def _effective_config(self) -> DeviceModelConfig:
+        """The device configuration a round publishes: shared devices only once the API server's version
+        is known to be new enough (:func:`shared_devices_problem`).  Until the version could be read (an
+        API outage at start) rounds publish without them and ask again; once known, the answer stays.
+        Outside :meth:`running` (no API server to ask: a benchmark, a test) the configuration is as given."""
+        client = self._client
+        if not self.device_config.shared_devices or self._shared_devices_allowed or client is None:
+            return self.device_config
+        if self._shared_devices_allowed is None:
+            try:
+                problem = shared_devices_problem(client.server_version())
+            except Exception as exc:  # an outage or an error answer: no shared devices this round
+                log.debug("API server version not read (%s): no shared devices this round", describe_failure(exc))
+            else:
+                self._shared_devices_allowed = problem is None
+                if problem is not None:
+                    log.warning("%s", problem)
+                if problem is None:
+                    return self.device_config
+        return self.device_config.model_copy(update={"shared_devices": False})
 
     @contextmanager
     def running(
@@ -206,6 +255,7 @@ class Publishing:
         to render as device taints (the fault watcher's, with --device-taints)."""
         self.server = client.server
         self.faults = faults
+        self._client = client
 
         def republish() -> None:  # the loop below: it needs the publisher, which needs the occupancy
             loop.trigger()

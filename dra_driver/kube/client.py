@@ -228,6 +228,11 @@ class Client:
             content_type="application/merge-patch+json",
         )
 
+    def server_version(self) -> str:
+        """The API server's ``gitVersion`` (``GET /version``), e.g. ``v1.36.5``."""
+        answer = _call_json(self.api_client, "GET", "/version", timeout=self.timeout)
+        return str(answer.get("gitVersion", ""))
+
     def bind(self, namespace: str, pod: str, node: str) -> None:
         """``pods/binding``: the scheduler's one write to a pod (the development cluster's scheduler; no
         part of the product binds)."""

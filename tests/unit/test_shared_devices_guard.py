@@ -1,0 +1,86 @@
+"""The node plugin publishes shared GPU-instance devices only to a control plane whose kube-scheduler
+counts committed shares when it rebuilds counters (kubernetes#139040, Kubernetes 1.36.2): before that an
+exclusive device overlapping a shared one may be allocated in a later scheduling cycle."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from dra_driver.devicemodel import example_inventory
+from dra_driver.devicemodel.pool import build_pool
+from kubeletplugin.publishing import Publishing, shared_devices_problem
+from kubeletplugin.settings import PluginSettings
+
+
+@pytest.mark.parametrize(
+    ("version", "allowed"),
+    [
+        ("v1.36.2", True),
+        ("v1.36.5", True),
+        ("v1.37.0-alpha.1", True),
+        ("v1.37.0-migdra-local", True),
+        ("v2.0.0", True),
+        ("v1.36.1", False),
+        ("v1.36.0", False),
+        ("v1.35.4+k3s1", False),
+        ("v1.34.9-gke.100", False),
+        ("not-a-version", True),  # a distribution's own numbering: not turned off on a guess
+    ],
+)
+def test_which_versions_get_shared_devices(version: str, allowed: bool) -> None:
+    problem = shared_devices_problem(version)
+    assert (problem is None) is allowed
+    if problem is not None:
+        assert version in problem
+        assert "kubernetes/kubernetes#139040" in problem
+        assert "sharedDevices: false" in problem
+
+
+class _Server:
+    """The API client as publishing asks it: the server's version, or an outage."""
+
+    def __init__(self, version: str | None) -> None:
+        self.version = version
+        self.asked = 0
+
+    def server_version(self) -> str:
+        self.asked += 1
+        if self.version is None:
+            raise ConnectionRefusedError("connection refused")
+        return self.version
+
+
+def _shared_names(publishing: Publishing) -> set[str]:
+    config = publishing._effective_config()
+    pool = build_pool(example_inventory(["H100"]), config)
+    return {device.name for device in pool.devices if "-shared-" in device.name}
+
+
+@pytest.fixture
+def publishing() -> Publishing:
+    return Publishing(PluginSettings(node_name="node-1"), CollectorRegistry(), threading.Event())
+
+
+def test_an_old_control_plane_gets_no_shared_devices_and_is_asked_once(publishing: Publishing) -> None:
+    server = _Server("v1.36.1")
+    publishing._client = server  # type: ignore[assignment]
+    assert _shared_names(publishing) == set()
+    assert _shared_names(publishing) == set()
+    assert server.asked == 1
+
+
+def test_a_new_control_plane_gets_them(publishing: Publishing) -> None:
+    publishing._client = _Server("v1.36.5")  # type: ignore[assignment]
+    assert _shared_names(publishing), "an H100 of the example inventory has shareable profiles"
+
+
+def test_an_outage_publishes_without_them_until_the_version_is_known(publishing: Publishing) -> None:
+    server = _Server(None)
+    publishing._client = server  # type: ignore[assignment]
+    assert _shared_names(publishing) == set()
+    server.version = "v1.37.2"
+    assert _shared_names(publishing)
+    assert server.asked == 2
