@@ -17,11 +17,14 @@ from dra_driver.claimstatus import READY, RESERVED, condition_of, find_entry
 from dra_driver.devicemodel.occupancy import DeviceState, GpuOccupancy, occupancy
 
 
-def read_device_state(claim: Mapping[str, Any], driver: str, pool: str, device: str) -> DeviceState:
-    """What ``claim``'s ``status.devices[]`` entry of this device says: realized (``Ready`` True), its
-    MIG identity, and a conflict when ``Reserved`` is False (``PlacementConflict``, ``DeviceGone``)."""
+def read_device_state(
+    claim: Mapping[str, Any], driver: str, pool: str, device: str, share_id: str | None = None
+) -> DeviceState:
+    """What ``claim``'s ``status.devices[]`` entry of this device (and share) says: realized (``Ready``
+    True), its MIG identity, and a conflict when ``Reserved`` is False (``PlacementConflict``,
+    ``DeviceGone``)."""
     entries = [e for e in (claim.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)]
-    index = find_entry(entries, driver, pool, device)
+    index = find_entry(entries, driver, pool, device, share_id)
     if index is None:
         return DeviceState()
     entry = entries[index]

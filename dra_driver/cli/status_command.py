@@ -124,6 +124,8 @@ def _instance_document(instance: Instance) -> dict[str, Any]:
         "gpuInstanceID": instance.gpu_instance_id,
         "computeInstanceID": instance.compute_instance_id,
         "conflict": instance.conflict,
+        "shareID": instance.share_id,
+        "computeSlices": instance.share_slices,
     }
 
 
@@ -200,6 +202,8 @@ def _allocatable_summary(gpu: GpuOccupancy) -> str:
 def _instance_line(letter: str, instance: Instance) -> str:
     whole = instance.profile == WHOLE_GPU_PROFILE
     where = "whole GPU" if whole else f"{instance.profile} at {instance.placement_start}"
+    if instance.share_id is not None:
+        where += f", share of {instance.share_slices} compute slice{'' if instance.share_slices == 1 else 's'}"
     if instance.conflict is not None:
         state = f"CONFLICT (Reserved=False): {instance.conflict}"
     elif instance.realized:
@@ -247,7 +251,7 @@ def render_status(gpus: Sequence[GpuOccupancy], driver_name: str) -> str:
             fits = _placements(largest.profile, gpu.largest_placements)
         lines.append(f"    {'largest fit':<14} {fits}; fragmentation {gpu.fragmentation:.2f}")
         lines.append(f"    {'allocatable':<14} {_allocatable_summary(gpu)}")
-        lines += [_instance_line(letters.get(i.claim, "?"), i) for i in gpu.instances]
+        lines += [_instance_line(letters.get(i.holder, "?"), i) for i in gpu.instances]
         lines.append("")
     lines += [
         f"legend: {FREE} free memory slice   {FOREIGN} held by an instance migdra did not create (foreign)",

@@ -28,6 +28,7 @@ metrics use it).  Never reads NVML or the API.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -55,11 +56,12 @@ class DeviceState:
     conflict: str | None = None  # "<reason>: <message>" when the controller's Reserved condition is False
 
 
-StatusReader = Callable[[JSON, str, str, str], DeviceState]
-"""(claim, driver, pool, device name) -> what the claim's status says of that device."""
+StatusReader = Callable[[JSON, str, str, str, str | None], DeviceState]
+"""(claim, driver, pool, device name, shareID or None) -> what the claim's status says of that device
+(of that share, for a share of a shared GPU instance)."""
 
 
-def _no_status(claim: JSON, driver: str, pool: str, device: str) -> DeviceState:
+def _no_status(claim: JSON, driver: str, pool: str, device: str, share_id: str | None) -> DeviceState:
     return DeviceState()
 
 
@@ -77,6 +79,14 @@ class Instance:
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
     conflict: str | None = None  # "<reason>: <message>" when the controller's Reserved condition is False
+    share_id: str | None = None  # a share of a shared GPU instance: its shareID ...
+    share_slices: int | None = None  # ... and the compute slices its own compute instance has
+
+    @property
+    def holder(self) -> str:
+        """What holds this instance's memory slices: the claim, or for a share the shared GPU instance
+        (``shared <device>``), which several claims hold together."""
+        return f"shared {self.device}" if self.share_id is not None else self.claim
 
 
 @dataclass(frozen=True)
@@ -192,6 +202,16 @@ def _current_slices(slices: Iterable[JSON], driver: str) -> list[JSON]:
     ]
 
 
+def _share_slices(result: JSON, driver: str) -> int | None:
+    """The ``computeSlices`` a share's allocation result consumed (bare or qualified name), or None."""
+    consumed = result.get("consumedCapacity") or {}
+    value = consumed.get("computeSlices", consumed.get(f"{driver}/computeSlices"))
+    try:
+        return int(str(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
 def _instance(label: str, device: JSON, whole_gpu: bool, state: DeviceState) -> Instance | None:
     if whole_gpu:
         profile, start, size = WHOLE_GPU_PROFILE, 0, 1
@@ -271,15 +291,19 @@ def occupancy(
             if device is None or owner is None or owner not in gpus:
                 continue
             gpu = gpus[owner]
-            instance = _instance(label, device, gpu.whole_gpu, read_status(claim, driver, key[0], key[1]))
+            share_id = str(result["shareID"]) if result.get("shareID") else None
+            state = read_status(claim, driver, key[0], key[1], share_id)
+            instance = _instance(label, device, gpu.whole_gpu, state)
             if instance is None:
                 continue
+            if share_id is not None:
+                instance = dataclasses.replace(instance, share_id=share_id, share_slices=_share_slices(result, driver))
             held.add(key)
             gpu.instances.append(instance)
             for index in range(
                 instance.placement_start, min(instance.placement_start + instance.placement_size, len(gpu.slices))
             ):
-                gpu.slices[index] = label
+                gpu.slices[index] = instance.holder
 
     remaining = {key: dict(counters) for key, counters in published.items()}
     for key in held:
@@ -351,12 +375,18 @@ def render_occupancy(gpus: Iterable[GpuOccupancy]) -> str:
     listed = list(gpus)
     letters = claim_letters(listed)
     rows: list[str] = []
-    conflicts = {i.claim for gpu in listed for i in gpu.instances if i.conflict is not None}
+    conflicts = {i.holder for gpu in listed for i in gpu.instances if i.conflict is not None}
+    sharers: dict[str, list[str]] = {}
+    for gpu in listed:
+        for instance in gpu.instances:
+            if instance.share_id is not None:
+                sharers.setdefault(instance.holder, []).append(f"{instance.claim} ({instance.share_slices}c)")
     for gpu in listed:
         cells = " ".join(slice_cells(gpu, letters))
         rows.append(f"{gpu.node:<10} {gpu.name:<8} [{cells}]  {gpu.free_slices}/{len(gpu.slices)} free")
     legend = [
-        f"  {letter} = {holder}{'  ' + CONFLICT_MARK + ' conflict (Reserved=False)' if holder in conflicts else ''}"
+        f"  {letter} = {holder}{': ' + ', '.join(sharers[holder]) if holder in sharers else ''}"
+        f"{'  ' + CONFLICT_MARK + ' conflict (Reserved=False)' if holder in conflicts else ''}"
         for holder, letter in letters.items()
     ]
     if any(gpu.foreign_slices for gpu in listed):

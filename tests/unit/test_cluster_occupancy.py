@@ -19,6 +19,7 @@ from dra_driver.devicemodel.occupancy import GpuOccupancy, render_occupancy
 from dra_driver.devicemodel.pool import build_pool
 from dra_driver.mig import Placement, load_catalog
 from dra_driver.nvml.types import GpuInstanceInfo
+from tests.sim_objects import node_slices
 
 DRIVER = "gpu.migdra.io"
 NODE = "n1"
@@ -310,6 +311,8 @@ def test_status_json_document_schema() -> None:
             "gpuInstanceID": 2,
             "computeInstanceID": None,
             "conflict": None,
+            "shareID": None,
+            "computeSlices": None,
         }
     ]
     assert (gpu0["reserved"], gpu0["realized"]) == ({"3g.40gb": 1}, {"3g.40gb": 1})
@@ -324,3 +327,57 @@ def test_status_json_document_schema() -> None:
         "allocatable"
     ]
     assert (gpu1["freeMemorySlices"], gpu1["largestProfile"]["profile"], gpu1["fragmentation"]) == (8, "7g.80gb", 0.0)
+
+
+def test_shares_of_one_gpu_instance_hold_its_slices_together_and_each_is_listed() -> None:
+    """Three claims sharing one 4g.40gb GI: one holder of its four memory slices, three instances with
+    their own compute slices, share IDs and (from each share's own status entry) their own CI."""
+    shared = "gpu-0-shared-4g40gb-5-0"
+    claims = []
+    for number, size in enumerate((1, 1, 2)):
+        share_id = f"{number + 1}" * 8 + "-1111-4111-8111-111111111111"
+        claims.append(
+            {
+                "metadata": {"namespace": "default", "name": f"infer-{number}", "uid": f"uid-{number}"},
+                "status": {
+                    "allocation": {
+                        "devices": {
+                            "results": [
+                                {
+                                    "request": "share",
+                                    "driver": DRIVER,
+                                    "pool": "node-1",
+                                    "device": shared,
+                                    "shareID": share_id,
+                                    "consumedCapacity": {"computeSlices": str(size)},
+                                }
+                            ]
+                        }
+                    },
+                    "devices": [
+                        {
+                            "driver": DRIVER,
+                            "pool": "node-1",
+                            "device": shared,
+                            "shareID": share_id,
+                            "data": {"migUUID": f"MIG-{number}", "gpuInstanceID": 1, "computeInstanceID": number},
+                            "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared", "message": ""}],
+                        }
+                    ],
+                },
+            }
+        )
+    gpus = compute_cluster_occupancy(node_slices("node-1", ["H100"]), claims, DRIVER)
+    gpu = gpus[0]
+    assert gpu.slices[:4] == [f"shared {shared}"] * 4
+    assert [(i.claim, i.share_slices, i.compute_instance_id, i.realized) for i in gpu.instances] == [
+        ("default/infer-0", 1, 0, True),
+        ("default/infer-1", 1, 1, True),
+        ("default/infer-2", 2, 2, True),
+    ]
+    text = render_status(gpus, DRIVER)
+    assert "default/infer-2  4g.40gb at 0, share of 2 compute slices" in text
+    assert text.count("A  default/infer-") == 3, "one letter for the shared GPU instance"
+    document = status_document(gpus, DRIVER)["nodes"][0]["gpus"][0]
+    assert [i["computeSlices"] for i in document["instances"]] == [1, 1, 2]
+    assert document["instances"][0]["shareID"] == "11111111-1111-4111-8111-111111111111"
