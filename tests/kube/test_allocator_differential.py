@@ -15,7 +15,9 @@ scheduler's answer -- the claim's ``status.allocation``, or the pod ``Unschedula
 ``FailedScheduling`` Event -- and compare.  Claims are seeded random mixes of the vocabulary of demo/
 and deviceclasses/: MIG profiles of every model, CEL selectors on attributes and capacity, counts,
 several requests with ``matchAttribute``/``distinctAttribute``, ``firstAvailable``, ``allocationMode:
-All``, admin access, claim configs, and pods of two claims (allocated together).  Allocated claims
+All``, admin access, claim configs, shares of shared GPU instances (``mig-shared.migdra.io`` with a
+``computeSlices`` capacity request: valid sizes, sizes the request policy rounds up, sizes above every
+valid one, none), and pods of two claims (allocated together).  Allocated claims
 stay, so nodes fill up; some are deleted at random, so they fragment.
 
 Each step places one pod on every node at once: a node's pool holds only that node's GPUs, so claims
@@ -119,6 +121,9 @@ CLASSES = [
     "h100.migdra.io",
     "driver-580-cc90.migdra.io",
 ]
+# GI profiles with shared devices (docs/sharing.md), and the computeSlices a share asks (None: the default).
+SHARED_PROFILES = ["4g.40gb", "7g.80gb", "3g.40gb", "2g.20gb", "4g.20gb", "7g.40gb", "3g.20gb", "4g.24gb", "2g.12gb"]
+SHARE_SIZES = [None, 1, 1, 1, 2, 2, 3, 4, 7, 8]
 ATTRIBUTE = f"device.attributes['{DOMAIN}']"
 CAPACITY = f"device.capacity['{DOMAIN}']"
 
@@ -143,6 +148,8 @@ class ClaimGenerator:
 
     def exactly(self, count: int = 1) -> dict[str, Any]:
         rng = self.rng
+        if rng.random() < 0.15:
+            return self.share(count)
         request: dict[str, Any] = {"deviceClassName": "mig.migdra.io"}
         if rng.random() < 0.2:
             request["deviceClassName"] = rng.choice(CLASSES)
@@ -155,6 +162,23 @@ class ClaimGenerator:
             request["count"] = count
         if rng.random() < 0.04:
             request["adminAccess"] = True
+        return request
+
+    def share(self, count: int = 1) -> dict[str, Any]:
+        """A request for a share of a shared GPU instance: its profile, and a computeSlices size or none."""
+        rng = self.rng
+        names = [name for name in SHARED_PROFILES if name in self.local_profiles] or SHARED_PROFILES
+        if rng.random() < 0.2:
+            names = SHARED_PROFILES
+        request: dict[str, Any] = {
+            "deviceClassName": "mig-shared.migdra.io",
+            "selectors": [{"cel": {"expression": f"{ATTRIBUTE}.profile == '{rng.choice(names)}'"}}],
+        }
+        size = rng.choice(SHARE_SIZES)
+        if size is not None:
+            request["capacity"] = {"requests": {"computeSlices": str(size)}}
+        if count > 1:
+            request["count"] = count
         return request
 
     def claim_spec(self) -> dict[str, Any]:
@@ -392,8 +416,12 @@ def comparable(allocation: dict[str, Any]) -> dict[str, Any]:
     """What both sides decide: the devices (in result order, with their request names), the configs and
     the node selector."""
     devices = allocation.get("devices") or {}
+    results = [
+        dict(result, shareID="<a share>") if result.get("shareID") else result  # a fresh UUID on each side
+        for result in devices.get("results") or []
+    ]
     return {
-        "results": devices.get("results") or [],
+        "results": results,
         "config": devices.get("config") or [],
         "nodeSelector": allocation.get("nodeSelector"),
     }

@@ -1,0 +1,128 @@
+"""Shares of one GPU instance on `migdra sim up`: three pods, each with a claim of the
+``mig-shared.migdra.io`` class for 1, 1 and 2 compute slices of a 4g.40gb, run on one GPU instance, each
+on its own compute instance (its own MIG UUID, CDI device and status entry keyed by its shareID); the
+GPU instance stays while one share remains and goes with the last.  Real processes, real kubectl."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dra_driver.kube.client import CLAIMS
+from dra_driver.nvml.session import open_nvml
+from dra_driver.nvml.settings import build_nvml_settings
+from tests.kubelet_client import short_socket_dir
+from tests.sim_cluster import SimCluster, start_cluster, stop_cluster
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.xdist_group("e2e-shared-gpu-instance")
+
+SHARE = """
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: {name}
+spec:
+  devices:
+    requests:
+    - name: share
+      exactly:
+        deviceClassName: mig-shared.migdra.io
+        selectors:
+        - cel:
+            expression: device.attributes['gpu.migdra.io'].profile == '4g.40gb'
+        capacity:
+          requests:
+            computeSlices: "{slices}"
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  nodeSelector:
+    kubernetes.io/hostname: {node}
+  containers:
+  - name: app
+    image: registry.example/infer:latest
+    resources:
+      claims:
+      - name: gpu
+  resourceClaims:
+  - name: gpu
+    resourceClaimName: {name}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SimCluster]:
+    with short_socket_dir() as root:
+        sim = start_cluster(root / "sim", "--nodes", "1", "--gpus", "H100-SXM5-80GB:1")
+        try:
+            yield sim
+        finally:
+            stop_cluster(sim)
+
+
+def _compute_instances(cluster: SimCluster, node: str) -> dict[int, list[str]]:
+    """GPU instance ID -> the MIG UUIDs of its compute instances, as the node's simulated NVML holds them."""
+    state = cluster.workdir / "nodes" / node / "nvml-state.json"
+    with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
+        return {
+            gi.gpu_instance_id: sorted(ci.mig_uuid for ci in gi.compute_instances)
+            for gpu in nvml.list_gpus()
+            for gi in nvml.gpu_instances(gpu.uuid)
+        }
+
+
+def _share_entry(claim: dict[str, Any]) -> dict[str, Any] | None:
+    """The claim's status entry of its share once the plugin wrote it Ready (and the controller Reserved)."""
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    for entry in claim.get("status", {}).get("devices") or []:
+        conditions = {c["type"]: c["status"] for c in entry.get("conditions") or []}
+        if entry.get("shareID") == result["shareID"] and conditions.get("Ready") == "True" and "Reserved" in conditions:
+            return dict(entry)
+    return None
+
+
+def test_three_shares_run_on_one_gpu_instance_each_on_its_own_compute_instance(cluster: SimCluster) -> None:
+    node = cluster.kubectl("get", "nodes", "-o", "jsonpath={.items[0].metadata.name}").stdout.strip()
+    namespace = cluster.namespace("shares")
+    sizes = {"infer-a": 1, "infer-b": 1, "infer-c": 2}
+    cluster.apply(namespace, "".join(SHARE.format(name=n, slices=s, node=node) for n, s in sizes.items()))
+    pods = wait_for("the three pods to run", lambda: cluster.running(namespace, set(sizes)))
+
+    claims = {c["metadata"]["name"]: c for c in cluster.claims(namespace)}
+    results = {name: claim["status"]["allocation"]["devices"]["results"][0] for name, claim in claims.items()}
+    (device,) = {r["device"] for r in results.values()}
+    assert device.startswith("gpu-0-shared-4g40gb-")
+    assert len({r["shareID"] for r in results.values()}) == 3
+    assert {n: int(r["consumedCapacity"]["computeSlices"]) for n, r in results.items()} == sizes
+
+    def entries() -> dict[str, dict[str, Any]] | None:
+        current = {c["metadata"]["name"]: _share_entry(c) for c in cluster.claims(namespace)}
+        return current if all(current.values()) else None  # type: ignore[return-value]
+
+    written = wait_for("each share's Ready and Reserved entry", entries)
+    assert len({e["data"]["migUUID"] for e in written.values()}) == 3, "a MIG device of its own per share"
+    assert len({e["data"]["gpuInstanceID"] for e in written.values()}) == 1, "one GPU instance"
+    assert len({e["data"]["computeInstanceID"] for e in written.values()}) == 3
+    assert {n: e["data"]["computeSlices"] for n, e in written.items()} == sizes
+    gi = next(iter(written.values()))["data"]["gpuInstanceID"]
+    assert _compute_instances(cluster, node) == {gi: sorted(e["data"]["migUUID"] for e in written.values())}
+    cdi = {n: json.loads(p["metadata"]["annotations"]["sim.migdra.io/cdi-devices"]) for n, p in pods.items()}
+    assert len({json.dumps(ids, sort_keys=True) for ids in cdi.values()}) == 3, "each pod sees only its own"
+
+    cluster.kubectl("delete", "pod", "infer-c", "-n", namespace, "--wait=true", "--timeout=60s")
+    cluster.kubectl("delete", "resourceclaim", "infer-c", "-n", namespace, "--wait=true", "--timeout=60s")
+    left = sorted(written[n]["data"]["migUUID"] for n in ("infer-a", "infer-b"))
+    wait_for("infer-c's compute instance to go", lambda: _compute_instances(cluster, node) == {gi: left})
+
+    cluster.delete_all(namespace)
+    cluster.kubectl("delete", "resourceclaims", "--all", "-n", namespace, "--wait=true", "--timeout=60s")
+    wait_for("the GPU instance to go with its last share", lambda: _compute_instances(cluster, node) == {})
+    assert cluster.client.list(CLAIMS, namespace)[0] == []
