@@ -2,9 +2,11 @@
 
 This is the only place the kubelet plugin's parts are assembled; each part stays testable alone.
 
-Start-up checks everything it can before it touches the API server or the hardware
-(:mod:`kubeletplugin.start_up`; the metrics and liveness ports are bound first), so a bad flag stops
-the process with one line and never leaves half-published slices behind.  Publishing, shared by both
+Start-up checks everything it can before it touches the API server or the hardware -- the device
+configuration (loaded by :class:`~kubeletplugin.publishing.Publishing`), then the directories, socket
+paths and kubeconfig (:mod:`kubeletplugin.start_up`), then the driver's files, then the metrics and
+liveness ports (bound) -- so a bad flag stops the process with one line and never leaves half-published
+slices behind.  Publishing, shared by both
 run modes, is one part (:mod:`kubeletplugin.publishing`).  Once the slices are published (and,
 in the full plugin, kubelet's sockets are served) one line says so through ``announce``; otherwise
 the process stays quiet unless something goes wrong.
@@ -61,6 +63,7 @@ from dra_driver.errors import ConfigurationError
 from dra_driver.kube.client import CLAIMS, Client
 from dra_driver.kube.config import new_api_client
 from dra_driver.kube.informer import Changes, Informer
+from dra_driver.kube.loop import ControlLoop
 from dra_driver.logs import set_node
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import NvmlSettings
@@ -73,7 +76,6 @@ from kubeletplugin.metrics import FaultMetrics, PrepareMetrics, RealizeMetrics, 
 from kubeletplugin.prepare.driver_files import check_driver_version, load_driver_edits
 from kubeletplugin.prepare.reporter import ClaimReporter
 from kubeletplugin.prepare.service import PrepareService
-from kubeletplugin.publisher import DEFAULT_REQUEST_TIMEOUT
 from kubeletplugin.publishing import Publishing, publish_problem
 from kubeletplugin.realize_before_bind import Realizer
 from kubeletplugin.settings import PluginSettings, PrepareSettings
@@ -119,8 +121,8 @@ def run_publish_only(
     )
     with (
         serving_metrics(plugin.metrics_address, registry),
-        serving_liveness(plugin.healthcheck_address, lambda: publish_problem(plugin, publishing)),
-        api_connection(configuration, DEFAULT_REQUEST_TIMEOUT) as client,
+        serving_liveness(plugin.healthcheck_address, lambda: _publishing_problem(plugin, publishing)),
+        api_connection(configuration, plugin.api_timeout) as client,
         open_nvml(nvml_settings) as nvml,
         claim_informer(client) if publishing.policy.uses_occupancy else nullcontext() as claims,
         publishing.running(client, nvml, ownership=None, claims=claims),
@@ -173,10 +175,11 @@ def run_plugin(
     metrics = PrepareMetrics(registry)
     publishing.fault_metrics = FaultMetrics(registry) if plugin.device_taints else None
     served: list[PluginServers] = []  # once kubelet's sockets are served: what the liveness check calls
+    loops: list[ControlLoop] = []  # every background loop once started: the liveness check asks each
     with (
         serving_metrics(plugin.metrics_address, registry),
-        serving_liveness(plugin.healthcheck_address, lambda: _liveness_problem(plugin, publishing, served)),
-        api_connection(configuration, prepare.api_timeout) as client,
+        serving_liveness(plugin.healthcheck_address, lambda: _liveness_problem(plugin, publishing, served, loops)),
+        api_connection(configuration, plugin.api_timeout) as client,
         open_nvml(nvml_settings, observe_call=metrics.observe_nvml_call) as nvml,
         claim_informer(client) as claims,
     ):
@@ -247,10 +250,13 @@ def run_plugin(
             # (see the module docstring).  A socket path taken since the start-up check: SocketPathError.
             servers.start()
             served.append(servers)
+            loops.append(reporter)
             if realizer is not None:  # after recovery: it releases records realized ahead that lost their claim
                 realizer.start()
+                loops.append(realizer)
             if faults is not None:
                 faults.start((gpu.uuid, gpu.index) for gpu in nvml.list_gpus())
+                loops.append(faults)
             with publishing.running(client, nvml, ownership=service, claims=claims):
                 publishing.announce_when_published(
                     announce,
@@ -273,11 +279,26 @@ def run_plugin(
     return publishing.exit_code()
 
 
-def _liveness_problem(plugin: PluginSettings, publishing: Publishing, served: list[PluginServers]) -> str | None:
-    """Why the node process is not alive, or None: kubelet's sockets answer and publishing is not stuck."""
+def _liveness_problem(
+    plugin: PluginSettings, publishing: Publishing, served: list[PluginServers], loops: list[ControlLoop]
+) -> str | None:
+    """Why the node process is not alive, or None: kubelet's sockets answer, publishing is not stuck,
+    and every other background loop (claim status reporter, occupancy, realizer, fault watcher) and
+    the informers they read have a running thread and finish passes."""
     if not served:
         return "starting: kubelet's sockets are not served yet"
-    return probe_sockets(served[0].paths) or publish_problem(plugin, publishing)
+    problem = probe_sockets(served[0].paths) or _publishing_problem(plugin, publishing)
+    for loop in loops:
+        problem = problem or loop.liveness_problem()
+    return problem
+
+
+def _publishing_problem(plugin: PluginSettings, publishing: Publishing) -> str | None:
+    """Why publishing is not alive (the publish loop stuck, or its occupancy loop dead), or None."""
+    problem = publish_problem(plugin, publishing)
+    for loop in publishing.loops():
+        problem = problem or loop.liveness_problem()
+    return problem
 
 
 def _log_registration(servers: PluginServers, stop: threading.Event) -> None:

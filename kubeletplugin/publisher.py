@@ -33,11 +33,11 @@ slices: one LIST, no write.
 
 The slices' grouping and order come from the placement policy, which may look at the pool's occupancy
 (the devices allocated claims hold): ``allocated``, a callable the publisher asks once per round
-(:class:`kubeletplugin.occupancy.ClaimOccupancy` in the plugin; app.py wires the two, this module knows
-no informer).  An occupancy that changes the order is a change like any other: a new generation, new
-content first, deletions last, so a consumer sees the old pool complete, then the new pool incomplete
-(skipped), then the new pool complete -- never one device in two slices of one generation.  An
-occupancy change that leaves the slices as they are makes no write.
+(:class:`kubeletplugin.occupancy.ClaimOccupancy` in the plugin; :mod:`kubeletplugin.publishing` wires
+the two, this module knows no informer).  An occupancy that changes the order is a change like any
+other: a new generation, new content first, deletions last, so a consumer sees the old pool
+complete, then the new pool incomplete (skipped), then the new pool complete -- never one device in
+two slices of one generation.  An occupancy change that leaves the slices as they are makes no write.
 """
 
 from __future__ import annotations
@@ -80,7 +80,6 @@ from dra_driver.nvml.types import GpuInfo, GpuInventory, NodeInventory
 
 log = logging.getLogger(__name__)
 
-DEFAULT_REQUEST_TIMEOUT = 10.0
 # NVML operations that read the GPU's instances: a GI or CI destroyed between the listing and the read
 # of its info makes them fail with INVALID_ARGUMENT (a stale handle) or NOT_FOUND.
 _INSTANCE_READS = ("nvmlDeviceGetGpuInstances", "nvmlGpuInstance", "nvmlComputeInstance")

@@ -98,6 +98,12 @@ class Publishing:
         self.faults: Callable[[], tuple[GpuFault, ...]] | None = None
         self.fault_metrics: FaultMetrics | None = None
         self._loop: PublishLoop | None = None
+        self._occupancy: ClaimOccupancy | None = None
+
+    def loops(self) -> tuple[ClaimOccupancy, ...]:
+        """The background loops publishing runs besides its own (the occupancy of a ``dynamic`` policy),
+        for the liveness check; the publish loop's own measure is :func:`publish_problem`."""
+        return (self._occupancy,) if self._occupancy is not None else ()
 
     def trigger(self) -> None:
         """Re-publish now (a GPU fault came or went), if publishing has started."""
@@ -226,6 +232,7 @@ class Publishing:
         try:
             if occupancy is not None:
                 occupancy.start()
+                self._occupancy = occupancy
                 # The first publish in the order for the claims already allocated, not for an empty node
                 # (one more generation written at every restart); bounded: an API outage delays it 5 s at most.
                 if not occupancy.wait_synced(FIRST_LIST_WAIT_SECONDS):

@@ -81,8 +81,11 @@ class AheadService(Protocol):
 # -- pure ------------------------------------------------------------------------------------------
 
 
-def compute_allocated_devices(claim: ResourceClaimView, driver_name: str, pool_name: str) -> frozenset[str]:
-    """Names of the devices of this driver in this pool that the claim's allocation holds; pure."""
+def compute_claim_devices(claim: ResourceClaimView, driver_name: str, pool_name: str) -> frozenset[str]:
+    """Names of the devices of this driver in this pool that one claim's allocation names, its
+    ``adminAccess`` results included (a realized record covers them too); pure.  Not
+    :func:`kubeletplugin.occupancy.compute_allocated_devices`, which is over many claims and leaves
+    admin access out (it holds no hardware)."""
     return frozenset(result.device for result in claim.results_of(driver_name, pool_name))
 
 
@@ -132,7 +135,7 @@ def compute_still_allocated(
     if claim is None or claim.metadata.uid != record.claim_uid:
         return False
     recorded = frozenset(device.intent.device_name for device in record.devices)
-    return compute_allocated_devices(claim, driver_name, pool_name) == recorded
+    return compute_claim_devices(claim, driver_name, pool_name) == recorded
 
 
 def compute_records_to_release(
@@ -291,7 +294,7 @@ class Realizer(ControlLoop):
         if claim.metadata.uid != ref.uid:
             return
         ok = realized is not None
-        if realized is not None and compute_allocated_devices(claim, self.driver_name, self.pool_name) != realized:
+        if realized is not None and compute_claim_devices(claim, self.driver_name, self.pool_name) != realized:
             return
         # Only devices the allocation still waits on: a condition on a deallocated claim would outlive it.
         devices = compute_unsettled_devices(claim, self.driver_name, self.pool_name)

@@ -60,6 +60,9 @@ class PluginSettings(BaseSettings):
     kubeconfig: Path | None = Field(default=None, description="kubeconfig file; in-cluster config when unset")
     device_config: Path | None = Field(default=None, description="device model configuration (YAML)")
     rescan_interval: float = Field(default=60.0, gt=0, description="seconds between NVML rescans")
+    api_timeout: float = Field(
+        default=10.0, gt=0, description="seconds per API server request (the process's one API client: every part)"
+    )
     cleanup_on_exit: bool = Field(default=False, description="delete this node's ResourceSlices on exit")
     metrics_address: str | None = Field(
         default=None, description="serve Prometheus metrics on HOST:PORT (e.g. 0.0.0.0:9400); off when unset"
@@ -67,7 +70,8 @@ class PluginSettings(BaseSettings):
     healthcheck_address: str | None = Field(
         default=None,
         description="serve the liveness check (gRPC grpc.health.v1.Health, for a livenessProbe: grpc) on HOST:PORT "
-        "(e.g. :51515): SERVING while kubelet's sockets answer and the publish loop finishes rounds; off when unset",
+        "(e.g. :51515): SERVING while kubelet's sockets answer and the publish loop and every other background "
+        "loop run; off when unset",
     )
     registry_dir: Path = Field(default=KUBELET_REGISTRY_DIR, description="kubelet's plugin registration directory")
     plugin_dir: Path | None = Field(
@@ -281,7 +285,6 @@ class PrepareSettings(BaseSettings):
         "another thread or plugin process holds; then that claim fails and kubelet retries it (at start-up: the "
         "plugin stops)",
     )
-    api_timeout: float = Field(default=10.0, gt=0, description="seconds per API server request")
     test_crash_at: CrashPoint | None = Field(
         default=None, description="TESTS ONLY: SIGKILL this process at that point of prepare"
     )

@@ -1,9 +1,9 @@
-"""Start-up checks of the node process: everything that can be checked before it touches the API
-server or the hardware.
+"""Start-up checks of the node process that need no part of it yet: every directory the plugin will
+write to, the socket paths and the kubeconfig (loaded, not yet used).
 
-The names (settings validators), the device configuration, every directory the plugin will write to,
-the socket paths and the kubeconfig (loaded, not yet used) are checked here, and the metrics and
-liveness ports are bound by :mod:`kubeletplugin.app` before anything else, so a bad flag stops the
+With the names (settings validators), the device configuration (loaded before these) and the metrics
+and liveness ports (bound after them) this is everything checked before the process touches the API
+server or the hardware (:mod:`kubeletplugin.app` runs them in that order), so a bad flag stops the
 process with one line and never leaves half-published slices behind.
 """
 

@@ -2,7 +2,7 @@
 instances, what is realized, what is still allocatable -- read from the API alone.
 
 Reads ``driver``'s ResourceSlices and every ResourceClaim (two LISTs, nothing written), computes the
-picture with :func:`dra_driver.controller.metrics.compute_cluster_occupancy` (pure; the controller's
+picture with :func:`dra_driver.clusterview.compute_cluster_occupancy` (pure; the controller's
 metrics are the same numbers) and prints it as a text map
 (``-o table``) or as the stable JSON document :func:`status_document` builds (``-o json``,
 ``schemaVersion`` ``v1``; docs/operations.md, "Cluster view").  Exit status 0; 2 for an input that
@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from dra_driver.controller.metrics import compute_cluster_occupancy
+from dra_driver.clusterview import compute_cluster_occupancy
 from dra_driver.devicemodel.naming import driver_name_problem, node_name_problem
 from dra_driver.devicemodel.occupancy import (
     CONFLICT_MARK,

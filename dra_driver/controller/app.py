@@ -15,21 +15,22 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
+from dra_driver.clusterview import compute_cluster_occupancy
 from dra_driver.controller.controller import ReservationController
 from dra_driver.controller.leader import LeaderElector, LeaseTiming
-from dra_driver.controller.metrics import OccupancyMetrics, compute_cluster_occupancy
+from dra_driver.controller.occupancy_metrics import OccupancyMetrics
 from dra_driver.controller.ratelimit import TokenBucket
 from dra_driver.controller.reservation_metrics import ReservationMetrics
 from dra_driver.controller.settings import ControllerSettings
 from dra_driver.kube.client import Client
 from dra_driver.kube.config import load_client_configuration
 from dra_driver.kube.events import EventRecorder
+from dra_driver.kube.loop import SYNC_TIMEOUT_SECONDS
 from dra_driver.serving import serving_metrics
 
 log = logging.getLogger(__name__)
 
 EXIT_LOST_LEADERSHIP = 1
-SYNC_TIMEOUT_SECONDS = 60.0
 
 
 def run_controller(settings: ControllerSettings, stop: threading.Event, announce: Callable[[str], None]) -> int:

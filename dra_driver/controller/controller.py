@@ -39,14 +39,20 @@ from dra_driver.controller.reservations import DeviceReservation, allocated_resu
 from dra_driver.controller.status import Transition, compute_claim_devices
 from dra_driver.kube.client import CLAIMS, SLICES, Client, status_code
 from dra_driver.kube.events import EventRecorder
-from dra_driver.kube.failures import ApiFailure, Backoff, BackoffPolicy, classify_failure, describe_failure
+from dra_driver.kube.failures import (
+    ApiFailure,
+    Backoff,
+    BackoffPolicy,
+    classify_failure,
+    describe_failure,
+    retry_conflicts,
+)
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.logs import log_context
 
 log = logging.getLogger(__name__)
 
-_CONFLICT_RETRIES = 5
 WRITE_BACKOFF = BackoffPolicy(initial=0.5, maximum=60.0)
 
 
@@ -157,40 +163,54 @@ class ReservationController(ControlLoop):
         held: Sequence[DeviceReservation],
         desired: tuple[list[dict[str, Any]] | None, list[Transition]],
     ) -> None:
-        """Read-modify-write the claim's status until it says what ``held`` says (409: read again);
-        ``desired`` is what :meth:`_desired` computed from ``claim`` already."""
+        """Read-modify-write the claim's status until it says what ``held`` says (409: read again,
+        :func:`~dra_driver.kube.failures.retry_conflicts`); ``desired`` is what :meth:`_desired`
+        computed from ``claim`` already.  Any failure, the re-read's included, backs this claim off
+        alone (:meth:`_fail`); the pass goes on with the next claim."""
         meta = claim["metadata"]
         uid, namespace, name = str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta["name"])
-        for attempt in range(_CONFLICT_RETRIES):
-            devices, transitions = desired if attempt == 0 else self._desired(claim, held)
+        latest: list[tuple[dict[str, Any], tuple[list[dict[str, Any]] | None, list[Transition]]] | None] = [
+            (claim, desired)
+        ]
+
+        def attempt() -> tuple[dict[str, Any] | None, list[Transition]] | None:
+            """Written claim and transitions; (None, []) when the claim already says it; None to stop."""
+            if latest[0] is None:  # a conflict: read again and recompute
+                fresh = self.client.get(CLAIMS, namespace, name)
+                if fresh is None or str(fresh["metadata"].get("uid", "")) != uid:
+                    return None  # deleted, or re-created as another claim: the watch says so
+                latest[0] = (fresh, self._desired(fresh, held))
+            current, (devices, transitions) = latest[0] or (claim, desired)
             if devices is None:
-                self._backoffs.pop(uid, None)
-                return
+                return None, []
             if not self.is_leader():
-                return
-            body = copy.deepcopy(claim)
+                return None
+            body = copy.deepcopy(current)
             body.setdefault("status", {})["devices"] = devices
             try:
-                written = self.client.update(CLAIMS, body, subresource="status")
+                return self.client.update(CLAIMS, body, subresource="status"), transitions
             except Exception as exc:
-                if status_code(exc) == 404:
-                    return  # deleted meanwhile: the watch says so
                 if classify_failure(exc) is ApiFailure.CONFLICT:
                     self.metrics.writes.labels(result="conflict").inc()
-                    fresh = self.client.get(CLAIMS, namespace, name)
-                    if fresh is None or str(fresh["metadata"].get("uid", "")) != uid:
-                        return  # deleted, or re-created as another claim
-                    claim = fresh
-                    continue
+                    latest[0] = None
+                raise
+
+        try:
+            outcome = retry_conflicts(attempt, what=f"status of claim {namespace}/{name}")
+        except Exception as exc:
+            if status_code(exc) != 404:  # 404: deleted meanwhile, the watch says so
                 self._fail(uid, namespace, name, exc)
-                return
-            self.metrics.writes.labels(result="success").inc()
-            self.claims.assume(written)
-            self._backoffs.pop(uid, None)
-            for transition in transitions:
-                self.recorder.event(CLAIMS, written, transition.event_type, transition.reason, transition.message)
             return
-        self._fail(uid, namespace, name, RuntimeError(f"{_CONFLICT_RETRIES} conflicts in a row"))
+        if outcome is None:
+            return
+        written, transitions = outcome
+        self._backoffs.pop(uid, None)
+        if written is None:
+            return
+        self.metrics.writes.labels(result="success").inc()
+        self.claims.assume(written)
+        for transition in transitions:
+            self.recorder.event(CLAIMS, written, transition.event_type, transition.reason, transition.message)
 
     def _fail(self, uid: str, namespace: str, name: str, exc: BaseException) -> None:
         self.metrics.writes.labels(result="error").inc()

@@ -102,9 +102,6 @@ class LeaderElector:
         if self._thread.is_alive():
             self._thread.join(timeout=self.timing.renew_deadline + 5)
 
-    def wait_leading(self, timeout: float) -> bool:
-        return self._leading.wait(timeout)
-
     # -- the loop ------------------------------------------------------------------------------
 
     def _run(self) -> None:

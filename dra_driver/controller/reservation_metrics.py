@@ -1,7 +1,7 @@
 """Prometheus metrics of the reservation controller's own work, on a registry passed in.
 
 The per-GPU occupancy series (free slices, largest allocatable profile, fragmentation) are
-:mod:`dra_driver.controller.metrics`'s; these say what the controller decided and wrote.
+:mod:`dra_driver.controller.occupancy_metrics`'s; these say what the controller decided and wrote.
 """
 
 from __future__ import annotations
@@ -35,7 +35,20 @@ class ReservationMetrics:
             registry=registry,
         )
         self.leader = Gauge("migdra_controller_leader", "1 while this replica holds the Lease", registry=registry)
+        self.shares = Gauge(
+            "migdra_gpu_instance_shares",
+            "claims sharing one shared GPU-instance device (each with its own compute instance), per device",
+            ["node", "device"],
+            registry=registry,
+        )
+        self.share_slices = Gauge(
+            "migdra_gpu_instance_share_compute_slices",
+            "compute slices the shares of one shared GPU-instance device consume together, per device",
+            ["node", "device"],
+            registry=registry,
+        )
         self._nodes: set[str] = set()
+        self._shared: set[tuple[str, str]] = set()
 
     def observe(self, reservations: Sequence[DeviceReservation]) -> None:
         verdicts = Tally(r.verdict for r in reservations)
@@ -47,3 +60,23 @@ class ReservationMetrics:
         for node, count in per_node.items():
             self.conflicts.labels(node=node).set(count)
         self._nodes |= set(per_node)
+        self._observe_shares(reservations)
+
+    def _observe_shares(self, reservations: Sequence[DeviceReservation]) -> None:
+        """Shares per shared device; a device whose last share went reads 0 (its series is not dropped,
+        so a dashboard sees the drop)."""
+        shares: Tally[tuple[str, str]] = Tally()
+        slices: Tally[tuple[str, str]] = Tally()
+        for reservation in reservations:
+            if reservation.share_id is None or reservation.device is None:
+                continue
+            key = (reservation.device.node, reservation.device_name)
+            shares[key] += 1
+            slices[key] += reservation.share_slices or 0
+        for node, device in self._shared - set(shares):
+            self.shares.labels(node=node, device=device).set(0)
+            self.share_slices.labels(node=node, device=device).set(0)
+        for (node, device), count in shares.items():
+            self.shares.labels(node=node, device=device).set(count)
+            self.share_slices.labels(node=node, device=device).set(slices[(node, device)])
+        self._shared |= set(shares)

@@ -13,6 +13,14 @@ more is ``DeviceGone`` -- but only when that pool is completely listed (every sl
 generation is there): a pool half-way through a re-publish says nothing about what is gone, and the
 controller must never act on a partial read.  Admin-access results create nothing and hold nothing,
 so they neither conflict nor are conflicted with.
+
+Shares.  A shared GPU-instance device (``gpu-<minor>-shared-…``, docs/sharing.md) may be allocated to
+several claims, one result each with its own ``shareID``; each is one reservation.  Shares of the same
+device do not conflict with each other -- they share its GPU instance by design -- unless together
+they consume more ``computeSlices`` than the device has (a second scheduler, a hand-written
+allocation): then every share of that device conflicts with the others.  A share conflicts with any
+other device (exclusive or another shared device) whose memory slices overlap, exactly as exclusive
+devices do.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.devicemodel.naming import parse_gpu_device_name, parse_mig_device_name
+from dra_driver.devicemodel.naming import parse_gpu_device_name, parse_mig_device_name, parse_shared_device_name
 
 JSON = Mapping[str, Any]
 
@@ -62,6 +70,11 @@ class PublishedDevice:
     memory_bytes: int | None
     multiprocessors: int | None
     memory_slices: int | None  # how many the GPU has (its counter set), for whole-GPU overlap
+    compute_slices: int | None = None  # a shared device: the ``computeSlices`` its shares divide; else None
+
+    @property
+    def shared(self) -> bool:
+        return self.compute_slices is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +89,8 @@ class DeviceReservation:
     verdict: Verdict
     device: PublishedDevice | None  # None when the device is not published (gone or unknown)
     conflicts_with: tuple[str, ...] = ()  # "namespace/name" of the other claims
+    share_id: str | None = None  # a share of a shared device: its ``shareID``
+    share_slices: int | None = None  # ... and the ``computeSlices`` it consumes
 
     @property
     def claim_label(self) -> str:
@@ -104,6 +119,16 @@ def _capacity(device: JSON, name: str) -> int | None:
     value = ((device.get("capacity") or {}).get(name) or {}).get("value")
     try:
         return int(str(value))
+    except ValueError:
+        return None
+
+
+def _consumed_slices(result: JSON, driver: str) -> int | None:
+    """The ``computeSlices`` a share's result consumed (the key bare or qualified), or None."""
+    consumed = result.get("consumedCapacity") or {}
+    value = consumed.get("computeSlices", consumed.get(f"{driver}/computeSlices"))
+    try:
+        return int(str(value)) if value is not None else None
     except ValueError:
         return None
 
@@ -146,8 +171,9 @@ def compute_published_devices(slices: Iterable[JSON], driver: str) -> dict[str, 
 
 def _published(pool: str, node: str, device: JSON, memory_slices: Mapping[str, int]) -> PublishedDevice | None:
     name = str(device.get("name", ""))
-    mig = parse_mig_device_name(name)
+    mig = parse_mig_device_name(name) or parse_shared_device_name(name)
     minor = mig[0] if mig is not None else parse_gpu_device_name(name)
+    shared = device.get("allowMultipleAllocations") is True or _attribute(device, "shared") is True
     counter_sets = [str(c.get("counterSet")) for c in device.get("consumesCounters") or []]
     slice_count = memory_slices.get(counter_sets[0]) if counter_sets else None
     if _attribute(device, "type") == "mig":
@@ -165,6 +191,7 @@ def _published(pool: str, node: str, device: JSON, memory_slices: Mapping[str, i
             _capacity(device, "memory"),
             _capacity(device, "multiprocessors"),
             slice_count,
+            (_capacity(device, "computeSlices") or 0) if shared else None,
         )
     return PublishedDevice(
         pool,
@@ -200,16 +227,17 @@ def compute_reservations(claims: Iterable[JSON], slices: Iterable[JSON], driver:
     device of a claim (a device serving two requests is one instance).
     """
     pools = compute_published_devices(slices, driver)
-    held: list[tuple[JSON, str, str, PublishedDevice | None, Verdict]] = []
+    held: list[_Held] = []
     for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"])):
-        seen: set[tuple[str, str]] = set()
+        seen: set[tuple[str, str, str]] = set()
         for result in allocated_results(claim, driver):
             if result.get("adminAccess"):
                 continue
+            share_id = str(result["shareID"]) if result.get("shareID") else None
             key = (str(result.get("pool", "")), str(result.get("device", "")))
-            if key in seen:
+            if (*key, share_id or "") in seen:
                 continue
-            seen.add(key)
+            seen.add((*key, share_id or ""))
             pool = pools.get(key[0])
             device = pool.devices.get(key[1]) if pool is not None else None
             if device is not None:
@@ -220,43 +248,79 @@ def compute_reservations(claims: Iterable[JSON], slices: Iterable[JSON], driver:
                 verdict = Verdict.GONE  # the node's whole pool went (node removed): every other pool is whole
             else:
                 verdict = Verdict.UNKNOWN
-            held.append((claim, key[0], key[1], device, verdict))
+            consumed = _consumed_slices(result, driver) if share_id is not None else None
+            held.append(_Held(claim, key[0], key[1], device, verdict, share_id, consumed))
 
-    by_gpu: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for index, (_, _, _, device, _) in enumerate(held):
-        if device is not None:
-            by_gpu[(device.node, device.gpu_uuid)].append(index)
-    conflicts: dict[int, set[str]] = defaultdict(set)
-    for indices in by_gpu.values():
-        for position, first in enumerate(indices):
-            for second in indices[position + 1 :]:
-                claim_a, claim_b = held[first][0], held[second][0]
-                if _uid(claim_a) == _uid(claim_b):
-                    continue
-                device_a, device_b = held[first][3], held[second][3]
-                assert device_a is not None
-                assert device_b is not None
-                if _occupied(device_a).overlaps(_occupied(device_b)):
-                    conflicts[first].add(_label(claim_b))
-                    conflicts[second].add(_label(claim_a))
-
+    conflicts = _conflicts(held)
     reservations: list[DeviceReservation] = []
-    for index, (claim, pool_name, device_name, device, verdict) in enumerate(held):
-        meta = claim["metadata"]
+    for index, entry in enumerate(held):
+        meta = entry.claim["metadata"]
         others = tuple(sorted(conflicts.get(index, ())))
         reservations.append(
             DeviceReservation(
                 str(meta.get("uid", "")),
                 str(meta.get("namespace", "")),
                 str(meta["name"]),
-                pool_name,
-                device_name,
-                Verdict.CONFLICT if others else verdict,
-                device,
+                entry.pool,
+                entry.device_name,
+                Verdict.CONFLICT if others else entry.verdict,
+                entry.device,
                 others,
+                entry.share_id,
+                entry.share_slices,
             )
         )
     return reservations
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """One allocated device of one claim, before conflicts are known."""
+
+    claim: JSON
+    pool: str
+    device_name: str
+    device: PublishedDevice | None
+    verdict: Verdict
+    share_id: str | None
+    share_slices: int | None
+
+
+def _conflicts(held: list[_Held]) -> dict[int, set[str]]:
+    """Index into ``held`` -> labels of the other claims it conflicts with (see the module docstring)."""
+    by_gpu: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for index, entry in enumerate(held):
+        if entry.device is not None:
+            by_gpu[(entry.device.node, entry.device.gpu_uuid)].append(index)
+    conflicts: dict[int, set[str]] = defaultdict(set)
+    for indices in by_gpu.values():
+        for position, first in enumerate(indices):
+            for second in indices[position + 1 :]:
+                a, b = held[first], held[second]
+                if _uid(a.claim) == _uid(b.claim):
+                    continue
+                assert a.device is not None
+                assert b.device is not None
+                if a.device is b.device and a.device.shared:
+                    continue  # shares of one GPU instance: over-commit is checked below
+                if _occupied(a.device).overlaps(_occupied(b.device)):
+                    conflicts[first].add(_label(b.claim))
+                    conflicts[second].add(_label(a.claim))
+    shares: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for index, entry in enumerate(held):
+        if entry.device is not None and entry.device.shared:
+            shares[(entry.pool, entry.device_name)].append(index)
+    for indices in shares.values():
+        device = held[indices[0]].device
+        assert device is not None
+        consumed = sum(held[index].share_slices or 0 for index in indices)
+        if consumed <= (device.compute_slices or 0):
+            continue
+        for index in indices:  # more compute slices than the GPU instance has: every share conflicts
+            conflicts[index].update(
+                _label(held[other].claim) for other in indices if _uid(held[other].claim) != _uid(held[index].claim)
+            )
+    return conflicts
 
 
 def _complete_listing(pools: Mapping[str, _Pool]) -> bool:

@@ -7,7 +7,7 @@ plus its SMs, engines and memory) and, per (profile, placement) device, what it 
 Allocated ResourceClaims say which device each holds; what their ``status.devices[]`` entries say
 (realized by the plugin, in conflict per the reservation controller) is read by the caller's
 :data:`StatusReader` -- the schema is :mod:`dra_driver.claimstatus`'s, a layer above this one, so
-:func:`dra_driver.controller.metrics.compute_cluster_occupancy` passes the one reader everybody
+:func:`dra_driver.clusterview.compute_cluster_occupancy` passes the one reader everybody
 uses.  Together they give the picture an operator wants -- a row per GPU, a cell per memory slice --
 and the numbers the controller exports as metrics.
 

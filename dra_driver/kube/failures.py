@@ -7,7 +7,7 @@ Owns, for every caller that talks to the API server:
   server answered with, or the server and why it could not be reached.  Logs and error lines use
   these descriptions, never the client's multi-line dump of headers and body;
 - **what to do about a failed request** (:func:`classify_failure`, the one table every writer --
-  slice publisher, claim status reporter, status reconciler -- uses), capped exponential backoff
+  slice publisher, claim status reporter, realizer, reservation controller -- uses), capped exponential backoff
   with jitter (:class:`BackoffPolicy`), and conflict handling by re-running a whole
   read-modify-write (:func:`retry_conflicts`):
 

@@ -1,8 +1,9 @@
 """List-then-watch caches of API objects, and the one change signal the components wait on.
 
-Why level-triggered: every component of the local cluster (claim controller, scheduler, kubelet)
-looks at the whole cached state after any change and does what is missing, so a missed or
-coalesced event can never lose work; the caches only decide *when* to look again.  A watch that the
+Why level-triggered: every loop that reads a cache (the reservation controller; in the node plugin
+the claim status reconciliation, the placement occupancy and realize before bind; the development
+cluster's parts too) looks at the whole cached state after any change and does what is missing, so a
+missed or coalesced event can never lose work; the caches only decide *when* to look again.  A watch that the
 server ends, breaks or refuses as too old (410 Gone) is followed by a fresh list, as client-go's
 reflector does; objects in the cache newer than that list (our own writes, assumed) are kept.
 
@@ -145,6 +146,8 @@ class Informer:
                 stream.close()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        if not self._thread.is_alive():  # its own connection pool (``fork``): closed once nothing uses it
+            self._client.close()
 
     def _run(self) -> None:
         backoff = _RELIST_BACKOFF.start()

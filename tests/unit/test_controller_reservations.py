@@ -7,10 +7,12 @@ import copy
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from dra_driver import claimstatus
 from dra_driver.controller.leader import LeaseTiming
 from dra_driver.controller.ratelimit import TokenBucket
+from dra_driver.controller.reservation_metrics import ReservationMetrics
 from dra_driver.controller.reservations import Placement, Verdict, compute_reservations
 from dra_driver.controller.status import compute_claim_devices
 from tests.sim_objects import DRIVER, H100, node_slices
@@ -197,3 +199,164 @@ def test_lease_timings_that_would_allow_two_leaders_are_refused(
 ) -> None:
     with pytest.raises(ValueError, match="retry period"):
         LeaseTiming(lease_duration, renew_deadline, retry_period)
+
+
+# --- shares of a shared GPU-instance device (docs/sharing.md) ---
+
+SHARED_4G_AT_0 = "gpu-0-shared-4g40gb-5-0"
+
+
+def _share(name: str, device: str, slices: int, share_id: str, *, qualified: bool = False) -> dict[str, Any]:
+    claim = _allocated(name, device)
+    key = f"{DRIVER}/computeSlices" if qualified else "computeSlices"
+    result = claim["status"]["allocation"]["devices"]["results"][0]
+    result["shareID"] = share_id
+    result["consumedCapacity"] = {key: str(slices), "memory": "0"}
+    return claim
+
+
+def _slices_with_shared_device() -> list[dict[str, Any]]:
+    """SLICES plus the shared device of 4g.40gb at 0 on GPU 0, as the device model publishes it."""
+    slices = copy.deepcopy(SLICES)
+    for resource_slice in slices:
+        devices = resource_slice["spec"].get("devices") or []
+        exclusive = next((d for d in devices if d["name"] == FOUR_G_AT_0), None)
+        if exclusive is None:
+            continue
+        shared = copy.deepcopy(exclusive)
+        shared["name"] = SHARED_4G_AT_0
+        shared["allowMultipleAllocations"] = True
+        shared["attributes"]["shared"] = {"bool": True}
+        shared["capacity"]["computeSlices"] = {"value": "4"}
+        devices.append(shared)
+        return slices
+    raise AssertionError(f"{FOUR_G_AT_0} is not in the test slices")
+
+
+def test_shares_of_one_device_are_reserved_together() -> None:
+    slices = _slices_with_shared_device()
+    claims = [
+        _share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111"),
+        _share("b", SHARED_4G_AT_0, 1, "22222222-2222-4222-8222-222222222222", qualified=True),
+        _share("c", SHARED_4G_AT_0, 2, "33333333-3333-4333-8333-333333333333"),
+    ]
+    reservations = compute_reservations(claims, slices, DRIVER)
+    assert [(r.claim_name, r.verdict, r.share_slices) for r in reservations] == [
+        ("a", Verdict.RESERVED, 1),
+        ("b", Verdict.RESERVED, 1),
+        ("c", Verdict.RESERVED, 2),
+    ]
+    assert {r.share_id for r in reservations} == {
+        "11111111-1111-4111-8111-111111111111",
+        "22222222-2222-4222-8222-222222222222",
+        "33333333-3333-4333-8333-333333333333",
+    }
+    assert all(r.device is not None and r.device.shared and r.device.compute_slices == 4 for r in reservations)
+    assert reservations[0].device is not None
+    assert reservations[0].device.placement == Placement(0, 4)
+
+
+def test_shares_over_the_compute_slices_conflict_with_each_other() -> None:
+    slices = _slices_with_shared_device()
+    claims = [
+        _share("a", SHARED_4G_AT_0, 2, "11111111-1111-4111-8111-111111111111"),
+        _share("b", SHARED_4G_AT_0, 2, "22222222-2222-4222-8222-222222222222"),
+        _share("c", SHARED_4G_AT_0, 1, "33333333-3333-4333-8333-333333333333"),
+    ]
+    reservations = {r.claim_name: r for r in compute_reservations(claims, slices, DRIVER)}
+    assert {name: r.verdict for name, r in reservations.items()} == dict.fromkeys("abc", Verdict.CONFLICT)
+    assert reservations["a"].conflicts_with == ("default/b", "default/c")
+
+
+@pytest.mark.parametrize("exclusive", [FOUR_G_AT_0, "gpu-0-mig-1g10gb-19-3", "gpu-0-mig-3g40gb-9-4"])
+def test_a_share_conflicts_with_an_overlapping_exclusive_device(exclusive: str) -> None:
+    slices = _slices_with_shared_device()
+    claims = [_share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111"), _allocated("x", exclusive)]
+    verdicts = _verdicts(*claims, slices=slices)
+    overlaps = exclusive != "gpu-0-mig-3g40gb-9-4"  # 3g.40gb at 4 is beside 4g.40gb at 0
+    expected = Verdict.CONFLICT if overlaps else Verdict.RESERVED
+    assert verdicts == {("a", SHARED_4G_AT_0): expected, ("x", exclusive): expected}
+
+
+def test_one_claim_with_two_shares_of_one_device_is_two_reservations() -> None:
+    slices = _slices_with_shared_device()
+    claim = _share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111")
+    second = dict(claim["status"]["allocation"]["devices"]["results"][0], request="r1")
+    second["shareID"] = "22222222-2222-4222-8222-222222222222"
+    claim["status"]["allocation"]["devices"]["results"].append(second)
+    reservations = compute_reservations([claim], slices, DRIVER)
+    assert [(r.share_id, r.verdict) for r in reservations] == [
+        ("11111111-1111-4111-8111-111111111111", Verdict.RESERVED),
+        ("22222222-2222-4222-8222-222222222222", Verdict.RESERVED),
+    ]
+
+
+def test_share_metrics_count_shares_and_slices_per_device_and_drop_to_zero() -> None:
+    registry = CollectorRegistry()
+    metrics = ReservationMetrics(registry)
+    slices = _slices_with_shared_device()
+    claims = [
+        _share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111"),
+        _share("b", SHARED_4G_AT_0, 2, "22222222-2222-4222-8222-222222222222"),
+        _allocated("x", ONE_G_AT_6),
+    ]
+    labels = {"node": "node-1", "device": SHARED_4G_AT_0}
+    metrics.observe(compute_reservations(claims, slices, DRIVER))
+    assert registry.get_sample_value("migdra_gpu_instance_shares", labels) == 2
+    assert registry.get_sample_value("migdra_gpu_instance_share_compute_slices", labels) == 3
+    assert registry.get_sample_value("migdra_gpu_instance_shares", {"node": "node-1", "device": ONE_G_AT_6}) is None
+    metrics.observe(compute_reservations(claims[2:], slices, DRIVER))
+    assert registry.get_sample_value("migdra_gpu_instance_shares", labels) == 0
+    assert registry.get_sample_value("migdra_gpu_instance_share_compute_slices", labels) == 0
+
+
+class _ConflictingClient:
+    """A stand-in API client: every status write answers 409, and reading the claim again fails
+    ``read_failures`` times (a timeout) before it answers."""
+
+    def __init__(self, claim: dict[str, Any], read_failures: int) -> None:
+        self.claim = claim
+        self.read_failures = read_failures
+        self.writes = 0
+
+    def fork(self) -> _ConflictingClient:
+        return self
+
+    def update(self, kind: object, body: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+
+        self.writes += 1
+        raise ApiException(status=409, reason="Conflict")
+
+    def get(self, kind: object, namespace: str, name: str) -> dict[str, Any]:
+        if self.read_failures > 0:
+            self.read_failures -= 1
+            raise TimeoutError("read timed out")
+        return copy.deepcopy(self.claim)
+
+
+def _controller(client: _ConflictingClient) -> Any:
+    from dra_driver.controller.controller import ReservationController
+    from dra_driver.kube.events import EventRecorder
+
+    recorder = EventRecorder(client, "migdra-controller")  # type: ignore[arg-type]
+    return ReservationController(
+        client,  # type: ignore[arg-type]
+        DRIVER,
+        recorder,
+        ReservationMetrics(CollectorRegistry()),
+        is_leader=lambda: True,
+    )
+
+
+@pytest.mark.parametrize(("read_failures", "writes"), [(1, 1), (0, 5)], ids=["re-read fails", "five conflicts"])
+def test_a_claim_whose_status_write_keeps_failing_is_backed_off_alone(read_failures: int, writes: int) -> None:
+    claim = _allocated("a", THREE_G_AT_4)
+    client = _ConflictingClient(claim, read_failures)
+    controller = _controller(client)
+    held = compute_reservations([claim], SLICES, DRIVER)
+    controller._converge(copy.deepcopy(claim), held, controller._desired(claim, held))  # raises nothing
+    assert client.writes == writes
+    assert "uid-a" in controller._backoffs, "the claim is backed off, to be tried again later"
+    assert controller.metrics.writes.labels(result="conflict")._value.get() == writes
+    assert controller.metrics.writes.labels(result="error")._value.get() == 1

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from dra_driver.controller.metrics import OccupancyMetrics
+from dra_driver.controller.occupancy_metrics import OccupancyMetrics
 from dra_driver.controller.reservation_metrics import ReservationMetrics
 from kubeletplugin.grpc.registration import RegistrationServicer
 from kubeletplugin.metrics import FaultMetrics, PrepareMetrics, PublishMetrics, RealizeMetrics, register_mig_instances

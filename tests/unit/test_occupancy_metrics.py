@@ -10,7 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dra_driver.controller.metrics import OccupancyMetrics, compute_cluster_occupancy
+from dra_driver.clusterview import compute_cluster_occupancy
+from dra_driver.controller.occupancy_metrics import OccupancyMetrics
 from dra_driver.devicemodel import example_slices
 
 DRIVER = "gpu.migdra.io"

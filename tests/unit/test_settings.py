@@ -8,6 +8,7 @@ import pytest
 
 from dra_driver.errors import ConfigurationError
 from dra_driver.nvml.settings import build_nvml_settings, parse_sim_gpus
+from kubeletplugin.settings import PluginSettings, PrepareSettings
 
 
 def test_sim_gpus_expand_counts_and_normalise_aliases() -> None:
@@ -108,3 +109,11 @@ def test_an_empty_variable_is_unset_and_an_empty_path_is_refused(monkeypatch: py
     assert build_nvml_settings().sim_state is None  # not the current directory
     with pytest.raises(ConfigurationError, match=r"--sim-state \(MIGDRA_SIM_STATE\): is empty"):
         build_nvml_settings(sim_state="")
+
+
+def test_the_api_timeout_is_the_whole_node_processs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MIGDRA_API_TIMEOUT sets the one API client's timeout in both run modes (it is a setting of the
+    node process, not of prepare alone: --publish-only honours it too)."""
+    monkeypatch.setenv("MIGDRA_API_TIMEOUT", "2.5")
+    assert PluginSettings(node_name="node-1").api_timeout == 2.5
+    assert "api_timeout" not in PrepareSettings.model_fields

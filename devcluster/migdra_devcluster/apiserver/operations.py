@@ -112,7 +112,6 @@ _JSON_PATCH_FAILED = "the server rejected our request due to an error in our req
 """What kube-apiserver answers (422) for a JSON patch that cannot be applied: a failed ``test``, a
 missing path (apimachinery's default text for the code, the reason lost)."""
 _GO_MAP = "map[string]interface {}"
-_GO_PATCH_OPS = "[]handlers.jsonPatchOp"
 
 
 def _go_unmarshal_error(value: Any, go_type: str) -> str:

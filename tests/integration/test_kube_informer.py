@@ -1,5 +1,5 @@
-"""The local cluster's informers against the local API server: read-your-writes without losing them to
-a late list or reviving deleted objects, and a prompt stop."""
+"""The product's informer (dra_driver.kube.informer) against the local API server: read-your-writes
+without losing them to a late list or reviving deleted objects, and a prompt stop."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""The cluster's occupancy, per node and GPU, as Prometheus gauges; and the one way to compute it.
+"""The cluster's occupancy, per node and GPU, as Prometheus gauges.
 
-:func:`compute_cluster_occupancy` is :func:`dra_driver.devicemodel.occupancy.occupancy` with the claim
-status read as :mod:`dra_driver.claimstatus` defines it (``Ready`` + ``migUUID`` from the plugin,
-``Reserved`` from this controller); ``migdra status`` prints the same result.  :class:`OccupancyMetrics`
-turns it into gauges on a registry passed in (tests use a fresh one).  Names follow the node plugin's
-conventions (``migdra_`` prefix, base units, ``_ratio`` for a fraction; docs/metrics.md):
+:class:`OccupancyMetrics` turns :func:`dra_driver.clusterview.compute_cluster_occupancy` (what
+``migdra status`` prints too) into gauges on a registry passed in (tests use a fresh one).  Names
+follow the node plugin's conventions (``migdra_`` prefix, base units, ``_ratio`` for a fraction;
+docs/metrics.md):
 
 - ``migdra_gpu_reserved_instances{node,gpu,profile}``: devices allocated claims hold;
 - ``migdra_gpu_realized_instances{node,gpu,profile}``: of those, the ones the plugin created (0 while
@@ -22,48 +21,14 @@ Never reads the API itself; never writes anything but the registry.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from dra_driver.claimstatus import READY, RESERVED, condition_of, find_entry
-from dra_driver.devicemodel.occupancy import DeviceState, GpuOccupancy, occupancy
+from dra_driver.devicemodel.occupancy import GpuOccupancy
 
 _GPU_LABELS = ("node", "gpu")
 _PROFILE_LABELS = ("node", "gpu", "profile")
-
-
-def read_device_state(claim: Mapping[str, Any], driver: str, pool: str, device: str) -> DeviceState:
-    """What ``claim``'s ``status.devices[]`` entry of this device says: realized (``Ready`` True), its
-    MIG identity, and a conflict when ``Reserved`` is False (``PlacementConflict``, ``DeviceGone``)."""
-    entries = [e for e in (claim.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)]
-    index = find_entry(entries, driver, pool, device)
-    if index is None:
-        return DeviceState()
-    entry = entries[index]
-    raw_data = entry.get("data")
-    data: Mapping[str, Any] = raw_data if isinstance(raw_data, Mapping) else {}
-    ready, reserved = condition_of(entry, READY), condition_of(entry, RESERVED)
-    conflict = None
-    if reserved is not None and reserved.get("status") == "False":
-        reason, message = reserved.get("reason") or "Unknown", reserved.get("message") or ""
-        conflict = f"{reason}: {message}" if message else str(reason)
-    mig_uuid, gi, ci = data.get("migUUID"), data.get("gpuInstanceID"), data.get("computeInstanceID")
-    return DeviceState(
-        realized=ready is not None and ready.get("status") == "True",
-        mig_uuid=mig_uuid if isinstance(mig_uuid, str) and mig_uuid else None,
-        gpu_instance_id=gi if isinstance(gi, int) else None,
-        compute_instance_id=ci if isinstance(ci, int) else None,
-        conflict=conflict,
-    )
-
-
-def compute_cluster_occupancy(
-    slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]], driver: str
-) -> list[GpuOccupancy]:
-    """Every GPU of ``driver``: held slices, foreign slices, realized instances, what still fits; pure."""
-    return occupancy(slices, claims, driver, read_device_state)
 
 
 class OccupancyMetrics:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dra_driver.cli.status_command import render_status, status_document
-from dra_driver.controller.metrics import compute_cluster_occupancy
+from dra_driver.clusterview import compute_cluster_occupancy
 from dra_driver.devicemodel import example_inventory, example_slices
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
