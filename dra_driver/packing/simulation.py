@@ -223,11 +223,16 @@ class SimNode:
     def _compute_slices(self, result: JSON) -> int:
         """A share: the compute slices it consumed (its compute instance); else the device's GPU instance's."""
         if result.get("shareID"):
-            consumed = result.get("consumedCapacity") or {}
-            driver = str(result.get("driver", ""))
-            value = consumed.get(COMPUTE_SLICES_CAPACITY, consumed.get(f"{driver}/{COMPUTE_SLICES_CAPACITY}", 0))
-            return int(str(value))
+            return self.share_size(result)
         return self.by_name[str(result["device"])].compute_slices
+
+    @staticmethod
+    def share_size(result: JSON) -> int:
+        """The compute slices a share's result consumed (``computeSlices``, bare or driver-qualified)."""
+        consumed = result.get("consumedCapacity") or {}
+        driver = str(result.get("driver", ""))
+        value = consumed.get(COMPUTE_SLICES_CAPACITY, consumed.get(f"{driver}/{COMPUTE_SLICES_CAPACITY}", 0))
+        return int(str(value))
 
     def remove(self, uid: str) -> None:
         self.claims.pop(uid, None)
@@ -385,6 +390,19 @@ def accepted_profiles(
                 if d.profile_name is not None and all(p.matches(d.to_api(), driver=driver) for p in compiled)
             )
     return [RequestType(name, profiles) for name, profiles in accepted.items()]
+
+
+def selects_shared(
+    shape: ClusterShape, selectors: Mapping[str, Sequence[str]], driver: str = DEFAULT_DRIVER_NAME
+) -> bool:
+    """Whether some name's CEL ``selectors`` all accept a shared GPU-instance device of the cluster's models."""
+    programs = [[compile_selector(e) for e in expressions] for expressions in selectors.values()]
+    for model in sorted(set(shape.gpu_models)):
+        pool = build_pool(example_inventory([model]), DeviceModelConfig(driver_name=driver))
+        for device in pool.devices:
+            if device.shared and any(all(p.matches(device.to_api(), driver=driver) for p in c) for c in programs):
+                return True
+    return False
 
 
 def run_oracle(
