@@ -115,7 +115,7 @@ def _metrics(outcome: Outcome, oracle: Outcome | None, bound: Outcome | None = N
     }
     if outcome.fill:
         values["pods_per_gpu"] = outcome.pods_per_gpu
-    if bound is not None:
+    if bound is not None and outcome.total_compute_slices:  # the oracle packs GPU instances: no compute count
         values["compute_use"] = outcome.compute_use
         values["of_bound"] = outcome.allocations / bound.allocations if bound.allocations else 1.0
     if oracle is not None:
