@@ -115,9 +115,10 @@ def _metrics(outcome: Outcome, oracle: Outcome | None, bound: Outcome | None = N
     }
     if outcome.fill:
         values["pods_per_gpu"] = outcome.pods_per_gpu
-    if bound is not None and outcome.total_compute_slices:  # the oracle packs GPU instances: no compute count
-        values["compute_use"] = outcome.compute_use
+    if bound is not None:
         values["of_bound"] = outcome.allocations / bound.allocations if bound.allocations else 1.0
+        if outcome.total_compute_slices:  # the oracle packs GPU instances: it has no compute count
+            values["compute_use"] = outcome.compute_use
     if oracle is not None:
         denominator = oracle.utilisation if _is_fill(oracle) else oracle.acceptance
         numerator = outcome.utilisation if _is_fill(oracle) else outcome.acceptance
