@@ -24,10 +24,10 @@ def bench() -> None:
     """Measurements anyone can re-run."""
 
 
-def _workload_names() -> list[str]:
-    from dra_driver.packing.workloads import standard_workloads  # noqa: PLC0415
+def _workload_names(sharing: bool = False) -> list[str]:
+    from dra_driver.packing.workloads import all_workloads, sharing_workloads  # noqa: PLC0415
 
-    return [w.name for w in standard_workloads()]
+    return [w.name for w in (sharing_workloads() if sharing else all_workloads())]
 
 
 @bench.command("placement")
@@ -48,7 +48,13 @@ def _workload_names() -> list[str]:
     show_default=True,
     help="allocations before a re-publish is visible to the scheduler",
 )
-@click.option("--workload", "workloads", multiple=True, help="only these workloads (repeatable) [all]")
+@click.option("--workload", "workloads", multiple=True, help="only these workloads (repeatable) [all standard ones]")
+@click.option(
+    "--sharing",
+    is_flag=True,
+    help="the sharing comparison: the same pods asked for exclusively and as shares of a GPU instance, "
+    "pods per GPU against a compute and memory bound",
+)
 @click.option(
     "--policy",
     "policies",
@@ -73,6 +79,7 @@ def placement(
     load: float,
     lag: int,
     workloads: tuple[str, ...],
+    sharing: bool,
     policies: tuple[str, ...],
     orders: tuple[str, ...],
     jobs: int,
@@ -81,12 +88,20 @@ def placement(
 ) -> None:
     """Placement policies side by side against the repacking oracle, with 95 % confidence intervals."""
     from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents  # noqa: PLC0415
-    from dra_driver.packing.bench import COMPARED_POLICIES, BenchConfig, run_bench, table_rows  # noqa: PLC0415
+    from dra_driver.packing.bench import (  # noqa: PLC0415
+        COMPARED_POLICIES,
+        BenchConfig,
+        pods_rows,
+        run_bench,
+        table_rows,
+    )
 
     known = _workload_names()
     for name in workloads:
         if name not in known:
             raise click.BadParameter(f"unknown workload {name!r}; known: {', '.join(known)}", param_hint="--workload")
+    if sharing:
+        workloads = (*workloads, *(name for name in _workload_names(sharing=True) if name not in workloads))
     classes = [c for c in deviceclass_documents(DEVICECLASS_DIR, DEFAULT_DRIVER_NAME) if _is_mig_class(c)]
     config = BenchConfig(
         seeds=seeds,
@@ -112,14 +127,31 @@ def placement(
         click.echo()
         return
     for order in config.orders:
-        click.echo(f"\nallocator order {order}: acceptance (95 % CI) and share of the oracle's; fill-*: utilisation")
-        header = ["workload", "oracle", *config.policies]
         rows = table_rows(report, order)
-        widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-        for row in [header, *rows]:
-            click.echo("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        if rows:
+            click.echo(
+                f"\nallocator order {order}: acceptance (95 % CI) and share of the oracle's; fill-*: utilisation"
+            )
+            _echo_table(["workload", "oracle", *config.policies], rows)
+        pods = pods_rows(report, order)
+        if pods:
+            click.echo(
+                f"\nallocator order {order}: pods per GPU at the first rejected pod, median (min-max) over the seeds; "
+                "bound: compute slices and memory; oracle: exclusive devices only"
+            )
+            _echo_table(["workload", "bound", "oracle", *config.policies], pods)
+
+
+def _echo_table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+_MIG_CLASSES = ("mig.migdra.io", "mig-shared.migdra.io")
 
 
 def _is_mig_class(document: dict[str, object]) -> bool:
+    """The classes the workloads name: exclusive MIG devices and shared GPU instances."""
     metadata = document.get("metadata")
-    return isinstance(metadata, dict) and metadata.get("name") == "mig.migdra.io"
+    return isinstance(metadata, dict) and metadata.get("name") in _MIG_CLASSES

@@ -239,6 +239,16 @@ def plan_document(result: Any) -> dict[str, Any]:
         },
         "firstFailure": None if failure is None else {"claim": failure[0], "copy": failure[1], **_why(result)},
         "placedOn": {node: dict(counter) for node, counter in result.nodes_used.items()},
+        "sharedDevices": [
+            {
+                "node": use.node,
+                "device": use.device,
+                "computeSlices": use.compute_slices,
+                "usedComputeSlices": use.used,
+                "shares": [{"claim": claim, "computeSlices": size} for claim, size in use.shares],
+            }
+            for use in result.shares
+        ],
         "occupancy": status_document(result.gpus, result.driver)["nodes"],
     }
 
@@ -287,9 +297,14 @@ def render_plan(result: Any) -> str:
         reason = {
             "fragmentation": "fragmentation: a different packing of the same instances would fit it",
             "capacity": "capacity: no packing of these instances fits it",
-            "unknown": "the repacking oracle handles single-device claims only",
+            "unknown": "the repacking oracle handles claims for one exclusive MIG device only, not shares",
         }[verdict]
         lines.append(f"first that does not fit: {name} #{copy} ({reason})")
         lines += ["", result.why.rstrip()]
     lines += ["", render_occupancy(result.gpus).rstrip()]
+    if result.shares:
+        lines += ["", "shared GPU instances (compute slices used of the instance's; each share's claim and size):"]
+        for use in result.shares:
+            shares = ", ".join(f"{claim} {size}" for claim, size in use.shares)
+            lines.append(f"  {use.node}  {use.device}  {use.used}/{use.compute_slices}: {shares}")
     return "\n".join(lines) + "\n"

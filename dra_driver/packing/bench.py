@@ -12,6 +12,13 @@ The JSON report (``-o json``) is ``{"schema": 1, "params": {...}, "workloads": {
 {"acceptance": x, "ci95": [lo, hi], "of_oracle": ..., "utilisation": ..., "seven_g": ...,
 "writes_per_allocation": ..., "seeds": n}}}}``; the 1.35 runs are under ``"<policy>@1.35"`` and the
 oracle under ``"oracle"``.
+
+The sharing workloads (:func:`~dra_driver.packing.workloads.sharing_workloads`, ``--sharing``) are
+pods with compute and memory needs filled until the first reject; they add ``pods_per_gpu`` (mean,
+``pods_per_gpu_median``, ``pods_per_gpu_range`` [min, max] over the seeds), ``compute_use`` and
+``of_bound`` to every run, and a ``"bound"`` run: the compute and memory upper bound
+(:func:`~dra_driver.packing.simulation.run_bound`).  The oracle runs only where it can model every kind:
+exclusive devices, not shares.
 """
 
 from __future__ import annotations
@@ -24,12 +31,21 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.packing.simulation import ALLOCATOR_ORDERS, SHUFFLED, SORTED, Outcome, run_oracle, run_policy
-from dra_driver.packing.workloads import Workload, standard_workloads, workload_named
+from dra_driver.packing.simulation import (
+    ALLOCATOR_ORDERS,
+    SHUFFLED,
+    SORTED,
+    Outcome,
+    run_bound,
+    run_oracle,
+    run_policy,
+)
+from dra_driver.packing.workloads import PodKind, Workload, all_workloads, standard_workloads, workload_named
 
 SCHEMA = 1
 COMPARED_POLICIES = ("dynamic", "static", "hami", "name-order")
 ORACLE = "oracle"
+BOUND = "bound"
 METRICS = (
     "acceptance",
     "slice_acceptance",
@@ -38,7 +54,11 @@ METRICS = (
     "writes_per_allocation",
     "of_oracle",
     "slices_of_oracle",
+    "pods_per_gpu",
+    "compute_use",
+    "of_bound",
 )
+UNBOUNDED = ("writes_per_allocation", "pods_per_gpu", "of_oracle", "slices_of_oracle", "of_bound")  # not shares
 
 # Two-sided 95 % Student's t quantiles by degrees of freedom; beyond the table, the normal 1.96.
 _T95 = {
@@ -78,11 +98,14 @@ class BenchConfig:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def chosen(self) -> list[Workload]:
-        every = standard_workloads(self.lag)
-        return [workload_named(name, every) for name in self.workloads] if self.workloads else every
+        """The named workloads (standard or sharing), or every standard one."""
+        if not self.workloads:
+            return standard_workloads(self.lag)
+        every = all_workloads(self.lag)
+        return [workload_named(name, every) for name in self.workloads]
 
 
-def _metrics(outcome: Outcome, oracle: Outcome | None) -> dict[str, float]:
+def _metrics(outcome: Outcome, oracle: Outcome | None, bound: Outcome | None = None) -> dict[str, float]:
     values = {
         "acceptance": outcome.acceptance,
         "slice_acceptance": outcome.slice_acceptance,
@@ -90,6 +113,12 @@ def _metrics(outcome: Outcome, oracle: Outcome | None) -> dict[str, float]:
         "seven_g": outcome.seven_g,
         "writes_per_allocation": outcome.writes_per_allocation,
     }
+    if outcome.fill:
+        values["pods_per_gpu"] = outcome.pods_per_gpu
+    if bound is not None:
+        values["of_bound"] = outcome.allocations / bound.allocations if bound.allocations else 1.0
+        if outcome.total_compute_slices:  # the oracle packs GPU instances: it has no compute count
+            values["compute_use"] = outcome.compute_use
     if oracle is not None:
         denominator = oracle.utilisation if _is_fill(oracle) else oracle.acceptance
         numerator = outcome.utilisation if _is_fill(oracle) else outcome.acceptance
@@ -109,13 +138,23 @@ def run_seed(
 ) -> dict[str, dict[str, float]]:
     """One seed of one workload: the oracle and every (policy, order); metric values by run label."""
     trace = workload.trace(seed, config.arrivals, config.load)
-    oracle = run_oracle(trace, workload.cluster)
-    out = {ORACLE: _metrics(oracle, None)}
+    out: dict[str, dict[str, float]] = {}
+    bound = None
+    if workload.pods and workload.fill:
+        pods = {name: kind for name, kind in workload.kinds.items() if isinstance(kind, PodKind)}
+        bound = run_bound(trace, workload.cluster, pods)
+        out[BOUND] = _metrics(bound, None, bound)
+    oracle = None
+    if workload.oracle_models_it:
+        oracle = run_oracle(trace, workload.cluster, kinds=workload.kinds)
+        out[ORACLE] = _metrics(oracle, None, bound)
     for policy in config.policies:
         for order in config.orders:
             label = policy if order == SORTED else f"{policy}@{SHUFFLED}"
-            outcome = run_policy(trace, workload.cluster, policy, classes, order=order, seed=seed, lag=workload.lag)
-            out[label] = _metrics(outcome, oracle)
+            outcome = run_policy(
+                trace, workload.cluster, policy, classes, order=order, seed=seed, lag=workload.lag, kinds=workload.kinds
+            )
+            out[label] = _metrics(outcome, oracle, bound)
     return out
 
 
@@ -135,10 +174,15 @@ def summarise(per_seed: Sequence[Mapping[str, Mapping[str, float]]]) -> dict[str
             if not samples:
                 continue
             mean, low, high = mean_ci(samples)
-            if metric != "writes_per_allocation":  # shares: the interval of a share stays within [0, 1]
-                low, high = max(0.0, low), min(1.0, high) if metric not in ("of_oracle", "slices_of_oracle") else high
+            if metric not in UNBOUNDED:  # shares: the interval of a share stays within [0, 1]
+                low, high = max(0.0, low), min(1.0, high)
+            elif metric != "writes_per_allocation":
+                low = max(0.0, low)
             entry[metric] = round(mean, 4)
             entry[f"{metric}_ci95" if metric != "acceptance" else "ci95"] = [round(low, 4), round(high, 4)]
+            if metric == "pods_per_gpu":  # the spread the seeds give, beside the mean's interval
+                entry["pods_per_gpu_median"] = round(statistics.median(samples), 4)
+                entry["pods_per_gpu_range"] = [round(min(samples), 4), round(max(samples), 4)]
         summary[label] = entry
     return summary
 
@@ -186,6 +230,7 @@ def run_bench(
                     "nodes": [list(node) for node in w.cluster.nodes],
                     "fill": w.fill,
                     "description": w.mix.description,
+                    **_pods_params(w),
                 }
                 for w in workloads
             },
@@ -194,11 +239,30 @@ def run_bench(
     }
 
 
+def _pods_params(workload: Workload) -> dict[str, Any]:
+    """A sharing workload's pods: per kind its compute slices, memory, how it asks and its weight."""
+    if not workload.pods:
+        return {}
+    pods = {
+        name: {
+            "computeSlices": kind.compute_slices,
+            "memoryGiB": kind.memory_gib,
+            "asked": kind.asked.value,
+            "weight": workload.mix.weights.get(name, 0),
+        }
+        for name, kind in workload.kinds.items()
+        if isinstance(kind, PodKind)
+    }
+    return {"pods": pods, "oracle": workload.oracle_models_it}
+
+
 def table_rows(report: Mapping[str, Any], order: str = SORTED) -> list[list[str]]:
     """Rows for a text/markdown table: workload, oracle, then each policy's acceptance (% of oracle)."""
     rows = []
     policies = report["params"]["policies"]
     for name, runs in report["workloads"].items():
+        if ORACLE not in runs or BOUND in runs:
+            continue  # the sharing workloads: pods_rows
         fill = report["params"]["workloads"][name]["fill"]
         metric = "utilisation" if fill else "acceptance"
         oracle = runs[ORACLE]
@@ -217,3 +281,22 @@ def table_rows(report: Mapping[str, Any], order: str = SORTED) -> list[list[str]
 
 def _pct(value: float) -> str:
     return f"{value * 100:.1f}%"
+
+
+def pods_rows(report: Mapping[str, Any], order: str = SORTED) -> list[list[str]]:
+    """Rows for the sharing workloads: workload, the bound, the oracle (exclusive only), then each
+    policy's pods per GPU: median (min-max over the seeds)."""
+    rows = []
+    policies = report["params"]["policies"]
+    for name, runs in report["workloads"].items():
+        if BOUND not in runs:
+            continue
+        labels = [BOUND, ORACLE] + [policy if order == SORTED else f"{policy}@{SHUFFLED}" for policy in policies]
+        rows.append([name, *(pods_cell(runs[label]) if label in runs else "-" for label in labels)])
+    return rows
+
+
+def pods_cell(run: Mapping[str, Any]) -> str:
+    """Pods per GPU: the median over the seeds and their range."""
+    low, high = run["pods_per_gpu_range"]
+    return f"{run['pods_per_gpu_median']:.2f} ({low:.2f}-{high:.2f})"

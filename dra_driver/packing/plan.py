@@ -6,9 +6,15 @@ after the other, in the order given, by kube-scheduler's allocator (ported) on t
 would publish under the policy -- re-published after every allocation when the policy follows
 occupancy, exactly as in the packing benchmark -- each on the first node (in name order) where it
 fits.  The answer: how many of each fit, the first that does not and the allocator's explanation
-why, the occupancy map, and -- when every claim asks for one MIG device -- how many the repacking
-oracle could place, which says whether a failure is fragmentation (a better order would fit it) or
-capacity (nothing would).
+why, the occupancy map, and -- when every claim asks for one exclusive MIG device -- how many the
+repacking oracle could place, which says whether a failure is fragmentation (a better order would fit
+it) or capacity (nothing would).
+
+Claims for shares of a shared GPU instance (``mig-shared.migdra.io``, ``capacity.requests``) are placed
+the same way, by the allocator with DRAConsumableCapacity on: several on one shared device while its
+``computeSlices`` last.  The answer lists every shared device in use with its shares and the compute
+slices they take.  The oracle packs GPU instances, not compute instances inside them, so a workload
+with shares gets no oracle count and no fragmentation/capacity verdict.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ConfigurationError
 from dra_driver.mig.catalog import MigCatalog, load_catalog
 from dra_driver.packing.oracle import RepackingOracle
-from dra_driver.packing.simulation import SimNode, accepted_profiles
+from dra_driver.packing.simulation import SimNode, accepted_profiles, selects_shared
 from dra_driver.packing.workloads import ClusterShape
 
 JSON = Mapping[str, Any]
@@ -104,6 +110,35 @@ def claims_from_documents(
     return planned
 
 
+@dataclass(frozen=True, slots=True)
+class SharedUse:
+    """One shared device in use: its node and name, its compute slices, and each share's (claim, size)."""
+
+    node: str
+    device: str
+    compute_slices: int
+    shares: tuple[tuple[str, int], ...]
+
+    @property
+    def used(self) -> int:
+        return sum(size for _, size in self.shares)
+
+
+def shared_uses(nodes: Sequence[SimNode]) -> list[SharedUse]:
+    """Every shared device the nodes' allocated claims hold, with its shares (claim order)."""
+    uses: list[SharedUse] = []
+    for node in nodes:
+        by_device: dict[str, list[tuple[str, int]]] = {}
+        for uid, claim in node.claims.items():
+            for result in claim["status"]["allocation"]["devices"]["results"]:
+                if result.get("shareID"):
+                    by_device.setdefault(str(result["device"]), []).append((uid, node.share_size(result)))
+        for name in sorted(by_device):
+            device = node.by_name[name]
+            uses.append(SharedUse(node.name, name, device.compute_slices, tuple(by_device[name])))
+    return uses
+
+
 @dataclass
 class PlanResult:
     shape: ClusterShape
@@ -117,6 +152,7 @@ class PlanResult:
     oracle_placed: dict[str, int] | None = None  # per claim, what the repacking oracle would place (in order)
     requested: dict[str, int] = field(default_factory=dict)
     driver: str = DEFAULT_DRIVER_NAME
+    shares: list[SharedUse] = field(default_factory=list)
 
     @property
     def fits(self) -> bool:
@@ -170,17 +206,21 @@ def plan(
     slices = [s for node in nodes for s in node.visible]
     allocated = [c for node in nodes for c in node.claims.values()]
     result.gpus = occupancy(slices, allocated, driver)
+    result.shares = shared_uses(nodes)
     result.oracle_placed = _oracle_placed(shape, claims, classes, driver)
     return result
 
 
 def _single_device_selectors(spec: Mapping[str, Any], classes: Sequence[JSON]) -> list[str] | None:
-    """The CEL selectors (class first) of a claim that asks for exactly one device; None for any other shape."""
+    """The CEL selectors (class first) of a claim that asks for exactly one device; None for any other
+    shape, and for a share (a request with ``capacity``)."""
     requests = ((spec.get("devices") or {}).get("requests")) or []
     if len(requests) != 1 or (spec.get("devices") or {}).get("constraints"):
         return None
     exactly = requests[0].get("exactly")
     if not exactly or int(exactly.get("count", 1)) != 1 or exactly.get("allocationMode", "ExactCount") != "ExactCount":
+        return None
+    if exactly.get("capacity") is not None:
         return None
     by_name = {str((c.get("metadata") or {}).get("name")): c for c in classes}
     device_class = by_name.get(str(exactly.get("deviceClassName")))
@@ -197,11 +237,14 @@ def plan_oracle(
     shape: ClusterShape, claims: Sequence[PlannedClaim], classes: Sequence[JSON], driver: str
 ) -> RepackingOracle | None:
     """The repacking oracle of these claims (each a request type: the profiles its class's and its own
-    selectors accept on each model); None when a claim is not a single MIG device."""
+    selectors accept on each model); None when a claim is not a single exclusive MIG device (a claim
+    whose selectors accept a shared device may be a share: the oracle cannot model compute instances)."""
     selectors = {c.name: _single_device_selectors(c.spec, classes) for c in claims}
     if any(s is None for s in selectors.values()):
         return None
     known = {name: expressions or [] for name, expressions in selectors.items()}
+    if selects_shared(shape, known, driver):
+        return None
     return RepackingOracle(shape.gpu_models, accepted_profiles(shape, known, driver))
 
 

@@ -15,8 +15,17 @@ run replays the same trace with repacking: an arrival is accepted whenever *some
 live instance and the new one exists (:class:`~dra_driver.packing.oracle.RepackingOracle`), an upper
 bound no placement policy can beat.
 
+Claims for shared GPU-instance devices (``mig-shared.migdra.io``) go through the same allocator with
+DRAConsumableCapacity on, as in kube-scheduler 1.36: the allocated claims handed to it carry each
+share's ``shareID`` and ``consumedCapacity``, so a shared device takes further shares while its
+``computeSlices`` last and pays its counters once.  A node counts a shared device's memory slices once
+however many shares hold it, and the compute slices in use as the shares' sizes (an exclusive device:
+its GPU instance's).  The repacking oracle models exclusive devices only; for shares the comparison is
+:func:`run_bound`, a simple upper bound from compute slices and memory.
+
 Measured over the arrivals after the warm-up: acceptance, time-averaged memory-slice utilisation,
-the share of time a 7g could have been placed, and the slice writes per allocation.
+the share of time a 7g could have been placed, and the slice writes per allocation; fill traces also
+give the pods placed per GPU and the share of the compute slices in use at the first reject.
 """
 
 from __future__ import annotations
@@ -36,9 +45,9 @@ from dra_driver.devicemodel.fragmentation import fits, free_slices
 from dra_driver.devicemodel.layout import plan_slices, render_planned
 from dra_driver.devicemodel.policy import PlacementPolicy, placement_policy
 from dra_driver.devicemodel.pool import Device, NodePool, build_pool
-from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
+from dra_driver.devicemodel.vocabulary import COMPUTE_SLICES_CAPACITY, DEFAULT_DRIVER_NAME
 from dra_driver.packing.oracle import RepackingOracle, RequestType
-from dra_driver.packing.workloads import KINDS, SEVEN_G, ClaimKind, ClaimShape, ClusterShape, Trace
+from dra_driver.packing.workloads import KINDS, SEVEN_G, Asked, ClaimKind, ClaimShape, ClusterShape, PodKind, Trace
 
 JSON = Mapping[str, Any]
 SORTED = "1.36"  # pools and slices by name
@@ -65,6 +74,19 @@ class Outcome:
     accepted_by_kind: Counter[str] = field(default_factory=Counter)
     offered_slices: int = 0  # memory slices the measured arrivals asked for
     accepted_slices: int = 0  # of them, those placed
+    gpus: int = 0
+    total_compute_slices: int = 0
+    filled_compute_slices: int = 0  # fill traces: compute slices in use at the first reject
+
+    @property
+    def pods_per_gpu(self) -> float:
+        """Fill traces: the claims placed before the first reject, per GPU (each claim is one pod)."""
+        return self.allocations / self.gpus if self.fill and self.gpus else 0.0
+
+    @property
+    def compute_use(self) -> float:
+        """Fill traces: the share of the cluster's compute slices in use at the first reject."""
+        return self.filled_compute_slices / self.total_compute_slices if self.total_compute_slices else 0.0
 
     @property
     def slice_acceptance(self) -> float:
@@ -145,6 +167,7 @@ class SimNode:
         self.by_name: dict[str, Device] = {device.name: device for device in self.pool.devices}
         self.claims: dict[str, dict[str, Any]] = {}  # uid -> allocated claim
         self.held: dict[str, tuple[str, ...]] = {}  # uid -> device names
+        self.computing: dict[str, int] = {}  # uid -> compute slices its compute instances have
         self.generation = 0
         self.visible: list[dict[str, Any]] = []
         self._pending: list[tuple[int, list[dict[str, Any]]]] = []
@@ -193,19 +216,39 @@ class SimNode:
     def add(self, uid: str, claim: JSON, allocation: dict[str, Any]) -> None:
         allocated = {**claim, "status": {"allocation": allocation}}
         self.claims[uid] = allocated
-        self.held[uid] = tuple(str(r["device"]) for r in allocation["devices"]["results"])
+        results = allocation["devices"]["results"]
+        self.held[uid] = tuple(str(r["device"]) for r in results)
+        self.computing[uid] = sum(self._compute_slices(r) for r in results)
+
+    def _compute_slices(self, result: JSON) -> int:
+        """A share: the compute slices it consumed (its compute instance); else the device's GPU instance's."""
+        if result.get("shareID"):
+            return self.share_size(result)
+        return self.by_name[str(result["device"])].compute_slices
+
+    @staticmethod
+    def share_size(result: JSON) -> int:
+        """The compute slices a share's result consumed (``computeSlices``, bare or driver-qualified)."""
+        consumed = result.get("consumedCapacity") or {}
+        driver = str(result.get("driver", ""))
+        value = consumed.get(COMPUTE_SLICES_CAPACITY, consumed.get(f"{driver}/{COMPUTE_SLICES_CAPACITY}", 0))
+        return int(str(value))
 
     def remove(self, uid: str) -> None:
         self.claims.pop(uid, None)
         self.held.pop(uid, None)
+        self.computing.pop(uid, None)
 
     def used_slices(self) -> int:
+        """Memory slices the held devices cover: a shared device once, however many shares hold it."""
         total = 0
-        for names in self.held.values():
-            for name in names:
-                placement = self.by_name[name].placement
-                total += placement.size if placement is not None else 0
+        for name in self.allocated:
+            placement = self.by_name[name].placement
+            total += placement.size if placement is not None else 0
         return total
+
+    def used_compute_slices(self) -> int:
+        return sum(self.computing.values())
 
     def can_place(self, wanted: Iterable[Device]) -> bool:
         """Whether any of ``wanted`` (this pool's devices) fits the memory slices now."""
@@ -257,7 +300,12 @@ def run_policy(
         if isinstance(seven_kind, ClaimKind)
         else [[] for _ in cluster.nodes]
     )
-    outcome = Outcome(total_slices=sum(node.memory_slices for node in cluster.nodes), fill=not trace.departures)
+    outcome = Outcome(
+        total_slices=sum(node.memory_slices for node in cluster.nodes),
+        fill=not trace.departures,
+        gpus=len(shape.gpu_models),
+        total_compute_slices=shape.compute_slices(),
+    )
     departures: list[tuple[float, int, int, str]] = []
     window = _Window(outcome, trace.measured_from)
     count = 0
@@ -299,7 +347,6 @@ def run_policy(
         outcome.offered_by_kind[arrival.kind] += measured
         if placed is None:
             if not trace.departures:  # fill until the first reject
-                outcome.filled_slices = sum(node.used_slices() for node in cluster.nodes)
                 break
             continue
         outcome.accepted += measured
@@ -312,9 +359,9 @@ def run_policy(
             node.publish(count)
         if trace.departures:
             heapq.heappush(departures, (arrival.time + arrival.lifetime, index, placed, uid))
-    else:
-        if not trace.departures:
-            outcome.filled_slices = sum(node.used_slices() for node in cluster.nodes)
+    if not trace.departures:
+        outcome.filled_slices = sum(node.used_slices() for node in cluster.nodes)
+        outcome.filled_compute_slices = sum(node.used_compute_slices() for node in cluster.nodes)
     outcome.allocations = count
     outcome.republishes = sum(node.republishes for node in cluster.nodes)
     outcome.slice_writes = sum(node.slice_writes for node in cluster.nodes)
@@ -322,7 +369,7 @@ def run_policy(
 
 
 def request_types(
-    shape: ClusterShape, kinds: Mapping[str, ClaimKind], driver: str = DEFAULT_DRIVER_NAME
+    shape: ClusterShape, kinds: Mapping[str, ClaimKind | PodKind], driver: str = DEFAULT_DRIVER_NAME
 ) -> list[RequestType]:
     """Per kind, the profiles its selector accepts on each GPU model of the cluster (evaluated, not assumed)."""
     return accepted_profiles(shape, {name: [kind.expression(driver)] for name, kind in kinds.items()}, driver)
@@ -345,6 +392,19 @@ def accepted_profiles(
     return [RequestType(name, profiles) for name, profiles in accepted.items()]
 
 
+def selects_shared(
+    shape: ClusterShape, selectors: Mapping[str, Sequence[str]], driver: str = DEFAULT_DRIVER_NAME
+) -> bool:
+    """Whether some name's CEL ``selectors`` all accept a shared GPU-instance device of the cluster's models."""
+    programs = [[compile_selector(e) for e in expressions] for expressions in selectors.values()]
+    for model in sorted(set(shape.gpu_models)):
+        pool = build_pool(example_inventory([model]), DeviceModelConfig(driver_name=driver))
+        for device in pool.devices:
+            if device.shared and any(all(p.matches(device.to_api(), driver=driver) for p in c) for c in programs):
+                return True
+    return False
+
+
 def run_oracle(
     trace: Trace,
     shape: ClusterShape,
@@ -356,7 +416,7 @@ def run_oracle(
     """Replay ``trace`` with repacking: accept whenever some packing of the live instances and the new one exists."""
     oracle = oracle or RepackingOracle(shape.gpu_models, request_types(shape, _selector_kinds(kinds), driver))
     live: Counter[str] = Counter()
-    outcome = Outcome(total_slices=shape.memory_slices(), fill=not trace.departures)
+    outcome = Outcome(total_slices=shape.memory_slices(), fill=not trace.departures, gpus=len(shape.gpu_models))
     departures: list[tuple[float, int, str]] = []
     window = _Window(outcome, trace.measured_from)
     seven_possible = isinstance(kinds.get(SEVEN_G), ClaimKind) and oracle_accepts(oracle, {SEVEN_G: 1})
@@ -398,12 +458,50 @@ def run_oracle(
     return outcome
 
 
-def _selector_kinds(kinds: Mapping[str, ClaimShape]) -> dict[str, ClaimKind]:
-    """The kinds given by a selector (the oracle needs one; a user's claims come with their own oracle)."""
-    selectors = {name: kind for name, kind in kinds.items() if isinstance(kind, ClaimKind)}
+def _selector_kinds(kinds: Mapping[str, ClaimShape]) -> dict[str, ClaimKind | PodKind]:
+    """The kinds given by one exclusive device's selector (the oracle needs one; a user's claims come with
+    their own oracle, and shares have none: the oracle packs GPU instances, not compute instances)."""
+    selectors: dict[str, ClaimKind | PodKind] = {
+        name: kind
+        for name, kind in kinds.items()
+        if isinstance(kind, ClaimKind) or (isinstance(kind, PodKind) and kind.asked is Asked.EXCLUSIVE)
+    }
     if len(selectors) != len(kinds):
-        raise ValueError("the oracle of claims without a kind's selector must be given (oracle=...)")
+        raise ValueError(
+            "the repacking oracle models exclusive devices given by a selector only; for others pass oracle=..."
+        )
     return selectors
+
+
+def run_bound(trace: Trace, shape: ClusterShape, kinds: Mapping[str, PodKind]) -> Outcome:
+    """A fill trace of pods against a simple upper bound: the longest prefix whose compute slices and
+    memory fit the cluster's totals (every pod's compute instance has at least its compute slices, and
+    the compute instances of a GPU have at most the GPU's; every pod's memory lies in GPU instances whose
+    memory adds up to at most the GPU's largest instance's).  No placement -- exclusive or shared, any
+    policy, any repacking -- places more of the trace; it ignores placements, memory slices and how many
+    instances of a profile fit, so it may be well above what any could place."""
+    if trace.departures:
+        raise ValueError("the compute and memory bound is defined for fill traces (nothing leaves) only")
+    compute = shape.compute_slices()
+    memory = shape.mig_memory_gib()
+    outcome = Outcome(
+        total_slices=shape.memory_slices(), fill=True, gpus=len(shape.gpu_models), total_compute_slices=compute
+    )
+    used_compute = 0
+    used_memory = 0.0
+    for arrival in trace.arrivals:
+        kind = kinds[arrival.kind]
+        outcome.arrivals += 1
+        outcome.offered_by_kind[arrival.kind] += 1
+        if used_compute + kind.compute_slices > compute or used_memory + kind.memory_gib > memory:
+            break
+        used_compute += kind.compute_slices
+        used_memory += kind.memory_gib
+        outcome.accepted += 1
+        outcome.accepted_by_kind[arrival.kind] += 1
+        outcome.allocations += 1
+    outcome.filled_compute_slices = used_compute
+    return outcome
 
 
 def oracle_accepts(oracle: RepackingOracle, demand: Mapping[str, int]) -> bool:

@@ -7,6 +7,16 @@ of a GPU on every model (``1g`` is 1g.10gb on an H100, 1g.5gb on an A100-40GB, 1
 mixed cluster needs no per-model workload.  ``+me``/``+gfx`` variants are left out: they differ only
 in engines.
 
+A *pod kind* (:class:`PodKind`) is a pod's need instead -- N compute slices and M GiB of GPU memory,
+each pod its own compute instance (full SM isolation) -- asked for in one of three ways: an exclusive
+MIG device (``mig.migdra.io``, at least N compute slices and M GiB), a *share* of a shared GPU
+instance (``mig-shared.migdra.io``, ``capacity.requests.computeSlices: N``), or a share if one fits
+and else an exclusive device (``firstAvailable``).  A share's memory is the GPU instance's, pooled
+and not isolated, so the share's selector asks for GPU instances whose memory per compute slice is at
+least M/N: if every sharer asks so, the sharers' needs add up to at most the instance's memory, and
+each can count on its proportional part (memory x N / the instance's compute slices) as long as the
+others keep to theirs.  The sharing workloads run the same pods all three ways side by side.
+
 A *trace* is the same sequence of arrivals for every policy of a run (same seed): arrival times
 (Poisson, or Poisson bursts), exponential lifetimes, kinds drawn by weight, and per arrival the order
 in which nodes are tried -- kube-scheduler's choice between nodes is not DRA's (no DRA scoring), and
@@ -16,6 +26,8 @@ those that fit: a random permutation tried in order gives exactly that.
 
 from __future__ import annotations
 
+import enum
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -102,6 +114,111 @@ KINDS: dict[str, ClaimKind] = {
 }
 SEVEN_G = "7g"
 
+SHARED_CLASS = "mig-shared.migdra.io"
+GIB = 1 << 30
+
+
+class Asked(enum.StrEnum):
+    """How a pod asks for its compute instance."""
+
+    EXCLUSIVE = "exclusive"  # its own GPU instance (mig.migdra.io)
+    SHARED = "shared"  # a compute instance in a shared GPU instance (mig-shared.migdra.io)
+    SHARED_OR_EXCLUSIVE = "shared-or-exclusive"  # firstAvailable: a share, else its own GPU instance
+    SHARED_7G = "shared-7g"  # a compute instance in a shared 7g GPU instance (the whole GPU)
+
+
+@dataclass(frozen=True, slots=True)
+class PodKind:
+    """A pod that needs ``compute_slices`` compute slices and ``memory_gib`` GiB of GPU memory, asked
+    for as ``asked`` says (module docstring: what a sharer's memory selector guarantees)."""
+
+    name: str
+    compute_slices: int
+    memory_gib: float
+    asked: Asked = Asked.EXCLUSIVE
+
+    @property
+    def memory_slices(self) -> int:
+        """Its memory in units of an H100 memory slice (10 GB), rounded up: its size for the offered load."""
+        return max(1, math.ceil(self.memory_gib / 10))
+
+    def exclusive_expression(self, driver: str = DEFAULT_DRIVER_NAME) -> str:
+        """An exclusive MIG device with at least the pod's compute slices and memory (no ``+me`` variants)."""
+        attributes = f"device.attributes['{driver}']"
+        return (
+            f"{attributes}.computeSlices >= {self.compute_slices} && "
+            f"device.capacity['{driver}'].memory.compareTo(quantity('{_mebibytes(self.memory_gib)}Mi')) >= 0 && "
+            f"!{attributes}.profile.contains('+')"
+        )
+
+    def share_expression(self, driver: str = DEFAULT_DRIVER_NAME) -> str:
+        """A shared GPU instance with at least the pod's memory per compute slice (its proportional part)."""
+        per_slice = self.memory_gib * GIB / self.compute_slices
+        expression = (
+            f"device.capacity['{driver}'].memory.asApproximateFloat() >= "
+            f"{per_slice:.1f} * double(device.attributes['{driver}'].computeSlices)"
+        )
+        if self.asked is Asked.SHARED_7G:
+            expression += f" && device.attributes['{driver}'].computeSlices == 7"
+        return expression
+
+    def _exclusive(self, driver: str) -> dict[str, Any]:
+        return {"deviceClassName": MIG_CLASS, "selectors": [{"cel": {"expression": self.exclusive_expression(driver)}}]}
+
+    def _share(self, driver: str) -> dict[str, Any]:
+        return {
+            "deviceClassName": SHARED_CLASS,
+            "selectors": [{"cel": {"expression": self.share_expression(driver)}}],
+            "capacity": {"requests": {"computeSlices": str(self.compute_slices)}},
+        }
+
+    def spec(self, driver: str = DEFAULT_DRIVER_NAME) -> dict[str, Any]:
+        """The claim's spec, as a user would write it."""
+        if self.asked is Asked.EXCLUSIVE:
+            request: dict[str, Any] = {"name": "mig", "exactly": self._exclusive(driver)}
+        elif self.asked in (Asked.SHARED, Asked.SHARED_7G):
+            request = {"name": "mig", "exactly": self._share(driver)}
+        else:
+            request = {
+                "name": "mig",
+                "firstAvailable": [
+                    {"name": "share", **self._share(driver)},
+                    {"name": "exclusive", **self._exclusive(driver)},
+                ],
+            }
+        return {"devices": {"requests": [request]}}
+
+    def expression(self, driver: str = DEFAULT_DRIVER_NAME) -> str:
+        """The selector the repacking oracle reads: exclusive kinds only (it cannot model shares)."""
+        if self.asked is not Asked.EXCLUSIVE:
+            raise ValueError(f"{self.name}: the repacking oracle models exclusive devices only, not shares")
+        return self.exclusive_expression(driver)
+
+
+def _mebibytes(gib: float) -> int:
+    return math.ceil(gib * 1024)
+
+
+def pod_kinds(needs: Mapping[str, tuple[int, float]], asked: Asked) -> dict[str, PodKind]:
+    """The same pods (name -> (compute slices, GiB)) asked for one way."""
+    return {name: PodKind(name, slices, gib, asked) for name, (slices, gib) in needs.items()}
+
+
+# Inference pods of one or two compute slices needing 5-18 GiB.  "memory": a third of the pods need more
+# memory per compute slice than a 1g.10gb has (9.75 GiB on an H100), which sharing a 3g or 7g GPU
+# instance gives them at one compute slice each; "small": every pod fits the smallest GPU instance of its
+# compute size, where sharing has nothing to win but the freedom of mixing sizes in one instance.
+POD_NEEDS: dict[str, dict[str, tuple[int, float]]] = {
+    "memory": {
+        "1c-6g": (1, 6), "1c-9g": (1, 9), "1c-12g": (1, 12), "1c-18g": (1, 18), "2c-12g": (2, 12), "2c-18g": (2, 18)
+    },
+    "small": {"1c-5g": (1, 5), "1c-8g": (1, 8), "2c-10g": (2, 10), "2c-16g": (2, 16)},
+}  # fmt: skip
+POD_WEIGHTS: dict[str, dict[str, float]] = {
+    "memory": {"1c-6g": 0.25, "1c-9g": 0.15, "1c-12g": 0.25, "1c-18g": 0.1, "2c-12g": 0.15, "2c-18g": 0.1},
+    "small": {"1c-5g": 0.35, "1c-8g": 0.35, "2c-10g": 0.15, "2c-16g": 0.15},
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Mix:
@@ -162,6 +279,19 @@ class ClusterShape:
         catalog = load_catalog()
         return sum(_memory_slices_of(catalog.model(model)) for model in self.gpu_models)
 
+    def compute_slices(self) -> int:
+        """The cluster's compute slices, from the MIG catalog (an H100 has 7, an A30 4)."""
+        catalog = load_catalog()
+        return sum(catalog.model(model).compute_slices for model in self.gpu_models)
+
+    def mig_memory_gib(self) -> float:
+        """The GPU memory MIG can give out, summed over the GPUs: each GPU's largest GPU instance's."""
+        catalog = load_catalog()
+        return sum(
+            max(p.memory_size_mb for p in catalog.model(model).gpu_instance_profiles) / 1024
+            for model in self.gpu_models
+        )
+
 
 def _memory_slices_of(model: GpuModel) -> int:
     return max(p.end for profile in model.gpu_instance_profiles for p in profile.placements)
@@ -208,7 +338,7 @@ def poisson_trace(
     arrivals: int,
     load: float = 1.0,
     warmup_fraction: float = 0.25,
-    kinds: Mapping[str, ClaimKind] = KINDS,
+    kinds: Mapping[str, ClaimShape] = KINDS,
 ) -> Trace:
     """Arrivals at rate λ (bursts at λ / burst), lifetimes exponential with mean 1, kinds by weight.
 
@@ -282,11 +412,25 @@ class Workload:
     fill: bool = False
     lag: int = 0  # allocations before a re-publish becomes visible
     extra: Mapping[str, Any] = field(default_factory=dict)
+    kinds: Mapping[str, ClaimShape] = field(default_factory=lambda: KINDS)
 
     def trace(self, seed: int, arrivals: int, load: float) -> Trace:
         if self.fill:
             return fill_trace(self.mix, self.cluster, seed, arrivals)
-        return poisson_trace(self.mix, self.cluster, seed, arrivals, load)
+        return poisson_trace(self.mix, self.cluster, seed, arrivals, load, kinds=self.kinds)
+
+    @property
+    def pods(self) -> bool:
+        """Whether the kinds are pods with compute and memory needs (the sharing comparison)."""
+        return all(isinstance(kind, PodKind) for kind in self.kinds.values())
+
+    @property
+    def oracle_models_it(self) -> bool:
+        """Whether the repacking oracle can model every kind: exclusive devices only, never shares."""
+        return all(
+            isinstance(kind, ClaimKind) or (isinstance(kind, PodKind) and kind.asked is Asked.EXCLUSIVE)
+            for kind in self.kinds.values()
+        )
 
 
 def standard_workloads(lag: int = 0) -> list[Workload]:
@@ -303,6 +447,45 @@ def standard_workloads(lag: int = 0) -> list[Workload]:
         for mix in ("uniform",)
     ]
     return workloads
+
+
+SHARING_CLUSTER = "1x8-H100"
+
+
+def sharing_workloads() -> list[Workload]:
+    """The same inference pods asked for exclusively and as shares, filled on one node of 8 H100 until the
+    first pod that does not fit: pods per H100 at full SM isolation (every pod its own compute instance).
+    The "memory" pods as a share if one fits, else exclusive (a sixth of them fit no share's memory); the
+    "small" pods as shares of any GPU instance and as shares of the whole GPU's."""
+    ways = {
+        "memory": (Asked.EXCLUSIVE, Asked.SHARED_OR_EXCLUSIVE),
+        "small": (Asked.EXCLUSIVE, Asked.SHARED, Asked.SHARED_7G),
+    }
+    out = []
+    for needs, asked_ways in ways.items():
+        mix = Mix(f"pods-{needs}", POD_WEIGHTS[needs], description=_POD_MIX_TEXT[needs])
+        for asked in asked_ways:
+            out.append(
+                Workload(
+                    f"fill-pods-{needs}-{asked.value}@{SHARING_CLUSTER}",
+                    mix,
+                    CLUSTERS[SHARING_CLUSTER],
+                    fill=True,
+                    kinds=pod_kinds(POD_NEEDS[needs], asked),
+                )
+            )
+    return out
+
+
+_POD_MIX_TEXT = {
+    "memory": "inference pods of 1-2 compute slices, 6-18 GiB; 35 % need more memory per slice than a 1g.10gb",
+    "small": "inference pods of 1-2 compute slices, 5-16 GiB; each fits the smallest GPU instance of its size",
+}
+
+
+def all_workloads(lag: int = 0) -> list[Workload]:
+    """The standard workloads and the sharing comparison: every name ``--workload`` accepts."""
+    return [*standard_workloads(lag), *sharing_workloads()]
 
 
 def workload_named(name: str, workloads: Sequence[Workload]) -> Workload:

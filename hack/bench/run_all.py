@@ -35,6 +35,7 @@ BENCHES: dict[str, list[str]] = {
     "allocator": [],
     "apiserver": [],
     "placement": [],
+    "sharing": [],
     "controlplane": [],
     "scheduler": [],
 }

@@ -122,3 +122,40 @@ def test_plan_with_arrival_rates(tmp_path: Path) -> None:
     assert four["acceptance"]["mean"] < 0.5
     assert four["oracleAcceptance"]["mean"] < 0.5
     assert 0.0 <= answer["acceptance"]["mean"] <= 1.0
+
+
+SHARES = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: slice, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: share
+        exactly:
+          deviceClassName: mig-shared.migdra.io
+          selectors:
+          - cel: {expression: "device.attributes['gpu.migdra.io'].computeSlices == 7"}
+          capacity:
+            requests: {computeSlices: "1"}
+"""
+
+
+def test_plan_seven_one_slice_shares_of_an_h100(tmp_path: Path) -> None:
+    """Known answer: a 7g.80gb holds seven one-slice compute instances; the 8th share has no compute
+    slice left (capacity), and the answer lists the shares of the one shared device."""
+    workload = tmp_path / "shares.yaml"
+    workload.write_text(SHARES)
+    done = migdra(
+        "plan", "--nodes", "H100-SXM5-80GB=1", "--workload", str(workload), "--count", "slice=8", "-o", "json"
+    )
+    assert done.returncode == 3, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["claims"] == {"slice": {"requested": 8, "placed": 7, "oraclePlaced": None}}
+    failure = answer["firstFailure"]
+    assert (failure["claim"], failure["copy"], failure["verdict"]) == ("slice", 8, "unknown")
+    assert "capacity" in failure["explanation"]["requests"][0]["excluded"]
+    (device,) = answer["sharedDevices"]
+    assert (device["device"], device["computeSlices"], device["usedComputeSlices"]) == ("gpu-0-shared-7g80gb-0-0", 7, 7)
+    assert [share["computeSlices"] for share in device["shares"]] == [1] * 7
