@@ -2,7 +2,8 @@
 when a checkpoint record proves they are migdra's, checked against what NVML shows.
 
 Owns the NVML mutations of prepare and unprepare, each one step the service calls in order (the
-service records each step in the checkpoint between them, docs/prepare.md §4):
+service records each step in the checkpoint between them, docs/prepare.md §4 and §8); no function here
+writes the checkpoint or takes a lock:
 
 - :func:`read_instances_with_placement_free` reads the GPU's instances right before creating and refuses an
   occupied placement; :func:`create_gpu_instance` creates the GPU instance of the allocated profile at
@@ -12,11 +13,14 @@ service records each step in the checkpoint between them, docs/prepare.md §4):
   GIs; NVIDIA #1454/#1480) -- and :func:`check_delivered_sms` checks the created CI delivers those SMs.
   On a failure after the GI exists the service destroys what it created with
   :func:`destroy_created_instance`, CI first (NVIDIA #1452 left the GI behind).
-- :func:`release_record` destroys every instance a checkpoint record names, device by device
-  (:func:`release_device`), checking identity (GI ID, profile, placement, MIG UUID) first; an instance
-  that does not match is someone else's and is left alone.  Without a recorded GI ID, only a GI the
-  record *proves* migdra created is destroyed (:func:`find_unrecorded_gpu_instance`).  An instance
-  already gone counts as released (idempotence).
+- Release, one device at a time, each step returning what the device's record must say next:
+  :func:`find_instance_to_release` checks identity (GI ID, profile, placement, MIG UUID) and says what
+  of an exclusive device's instance is migdra's -- an instance that does not match is someone else's
+  and is left alone; without a recorded GI ID, only a GI the record *proves* migdra created
+  (:func:`find_unrecorded_gpu_instance`) -- and :func:`destroy_instance` destroys it, CI first.  A share
+  is :func:`destroy_share_compute_instance` (its own CI), then :func:`destroy_shared_gpu_instance_if_last`
+  (the GI, only when no other record names it).  An instance already gone counts as released
+  (idempotence).
 - :func:`read_verification_problems` says whether NVML still shows a completed record's instances
   (start-up recovery adopts on it; a prepare of a completed claim checks it).
 - :func:`compute_placement_conflict` (pure) decides whether a device's placement is taken, and by
@@ -30,16 +34,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from dra_driver.logs import log_context
 from dra_driver.mig.catalog import Placement
 from dra_driver.mig.compute_placement import describe_compute_instances
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError, NvmlInsufficientResources, NvmlInUse, NvmlNotFound
 from dra_driver.nvml.types import ComputeInstanceInfo, ComputeInstanceProfileInfo, GpuInstanceInfo
-from kubeletplugin.prepare.checkpoint import CheckpointStore
 from kubeletplugin.prepare.devices import DeviceTarget
 from kubeletplugin.prepare.errors import (
     CapacityMismatchError,
@@ -49,7 +51,7 @@ from kubeletplugin.prepare.errors import (
     ReleaseError,
 )
 from kubeletplugin.prepare.locks import KeyedLocks
-from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
+from kubeletplugin.prepare.records import ClaimRecord, DeviceIntent, DeviceRecord
 
 log = logging.getLogger(__name__)
 
@@ -397,20 +399,47 @@ def destroy_created_instance(
     return None
 
 
-def release_device(
-    nvml: Nvml,
-    device: DeviceRecord,
-    record_progress: Callable[[DeviceRecord], None] | None = None,
-    others: Sequence[ClaimRecord] = (),
-) -> None:
-    """Destroy the instance ``device`` records (CI first, then GI), checking it is still ours.
+# -- release: each NVML step of one device's release, in the order the service calls them ---------------
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceToRelease:
+    """What of an exclusive device's instance is migdra's to destroy, identity proven
+    (:func:`find_instance_to_release`), and the device as its record must say *before* anything goes."""
+
+    device: DeviceRecord  # the GI's ID and no CI identity -- or, with the GI kept, the device as recorded
+    gpu_instance: GpuInstanceInfo
+    compute_instances: tuple[ComputeInstanceInfo, ...]  # destroyed first
+    destroy_gpu_instance: bool  # False: the GI is someone else's; only migdra's own CI in it goes
+
+
+def _release_where(device: DeviceRecord) -> str:
+    return f"device {device.intent.device_name}: GPU {device.intent.gpu_uuid}"
+
+
+@contextlib.contextmanager
+def _release_errors(device: DeviceRecord, doing: str) -> Iterator[None]:
+    """NVML's refusal of a release step as the claim's :class:`ReleaseError`: in use (a process holds
+    the device: kubelet retries), or any other failure of ``doing``."""
+    where = _release_where(device)
+    try:
+        yield
+    except NvmlInUse as e:
+        raise ReleaseError(f"{where}: the MIG device is still in use ({e}); kubelet retries") from e
+    except NvmlError as e:
+        raise ReleaseError(f"{where}: {doing} at {device.intent.placement} failed: {e}") from e
+
+
+def find_instance_to_release(nvml: Nvml, device: DeviceRecord) -> InstanceToRelease | None:
+    """The instance the exclusive MIG ``device`` records, if NVML shows it is still migdra's; None when
+    nothing of migdra's is left to destroy (the device counts as released).  Reads only.
 
     Nothing is destroyed unless the record and NVML agree on identity:
 
-    - GI ID recorded: that GI, if its profile and placement still match; else it is gone (success).
+    - GI ID recorded: that GI, if its profile and placement still match; else it is gone (released).
     - MIG UUID recorded too: the GI must hold the compute instance with that UUID and no other; a GI
       without it is someone else's, even with the same ID (an operator re-created it), and is left
-      alone.
+      alone, loudly -- only migdra's own CI, if the GI still holds it beside another, is destroyed.
     - GI ID unknown (a crash before the ID was recorded): the GI at exactly the recorded placement
       with the recorded profile, only if the record proves migdra created it
       (:func:`find_unrecorded_gpu_instance`); any other GI there is left alone, loudly, and the
@@ -418,95 +447,100 @@ def release_device(
     - With no CI identity recorded (the plugin stopped between creating the GI and recording its
       CI), the CIs inside the (ours) GI are destroyed.
 
-    ``record_progress`` is told, once identity is proven and before anything is destroyed, the device
-    as it will be while its compute instance goes: the GI's ID and no CI identity.  A crash or a
-    refused GI destroy after the CI is gone is then retried against the GI, which is still ours.
-    A share with its GI's ID recorded is released by :func:`release_share` (``others``: every other
-    claim's record, read under the GPU's lock): its own CI, and the GI only when no other record names it.
-    A share without a GI ID is released like an exclusive device (its GI, if migdra made it, is empty).
-
-    Raises :class:`ReleaseError` when NVML refuses (a process holds the device: kubelet retries).
+    The returned ``device`` names the GI alone (its ID, no CI identity): the service records it before
+    :func:`destroy_instance` runs, so a crash or a refused GI destroy after the CI is gone is retried
+    against a GI of migdra's, not against a CI that no longer is (which would make the GI look foreign).
+    A share with its GI's ID recorded is released by :func:`destroy_share_compute_instance` and
+    :func:`destroy_shared_gpu_instance_if_last`; one without is released here, as an exclusive device
+    (its GI, if migdra made it, is empty).  Raises :class:`ReleaseError` when NVML cannot be read.
     """
     intent = device.intent
-    if intent.admin_access or not intent.is_mig:
-        return  # admin access and whole GPUs created nothing
+    assert intent.is_mig, "a whole GPU created nothing"
+    assert not intent.admin_access, "admin access created nothing"
     assert intent.placement is not None
     assert intent.profile_id is not None
-    gpu_uuid = intent.gpu_uuid
-    where = f"device {intent.device_name}: GPU {gpu_uuid}"
-    if intent.is_share and device.gpu_instance_id is not None:
-        release_share(nvml, device, others, record_progress)
-        return
-    try:
+    where = _release_where(device)
+    with _release_errors(device, "destroying the instance"):
         gi = _find_recorded_gpu_instance(nvml, device)
-        if gi is None:
-            log.info("%s: no GPU instance left at %s, nothing to destroy", where, intent.placement)
-            return
-        if device.mig_uuid is not None:
-            theirs = [ci for ci in gi.compute_instances if ci.mig_uuid != device.mig_uuid]
-            ours = [ci for ci in gi.compute_instances if ci.mig_uuid == device.mig_uuid]
-            if theirs or not ours:
-                log.error(
-                    "NOT DESTROYED: %s: GI %d at %s does not hold migdra's compute instance %s (it holds %s); "
-                    "it is not the instance migdra created, leaving it alone",
-                    where,
-                    gi.gpu_instance_id,
-                    intent.placement,
-                    device.mig_uuid,
-                    ", ".join(ci.mig_uuid for ci in gi.compute_instances) or "none",
-                )
-                for ci in ours:
-                    _destroy_compute_instance(nvml, gpu_uuid, gi.gpu_instance_id, ci.compute_instance_id)
-                return
-        releasing = device.model_copy(
-            update={
-                "gpu_instance_id": gi.gpu_instance_id,
-                "compute_instance_id": None,
-                "compute_instance_profile_id": None,
-                "mig_uuid": None,
-            }
-        )
-        if record_progress is not None and releasing != device:
-            # Identity proven: from here the record names the GI alone, so a crash or a refusal after
-            # the compute instance is gone is retried against a GI of ours, not a CI that no longer is.
-            record_progress(releasing)
-        for ci in gi.compute_instances:
+    if gi is None:
+        log.info("%s: no GPU instance left at %s, nothing to destroy", where, intent.placement)
+        return None
+    if device.mig_uuid is not None:
+        theirs = [ci for ci in gi.compute_instances if ci.mig_uuid != device.mig_uuid]
+        ours = [ci for ci in gi.compute_instances if ci.mig_uuid == device.mig_uuid]
+        if theirs or not ours:
+            log.error(
+                "NOT DESTROYED: %s: GI %d at %s does not hold migdra's compute instance %s (it holds %s); "
+                "it is not the instance migdra created, leaving it alone",
+                where,
+                gi.gpu_instance_id,
+                intent.placement,
+                device.mig_uuid,
+                ", ".join(ci.mig_uuid for ci in gi.compute_instances) or "none",
+            )
+            if not ours:
+                return None
+            return InstanceToRelease(device, gi, tuple(ours), destroy_gpu_instance=False)
+    releasing = device.model_copy(
+        update={
+            "gpu_instance_id": gi.gpu_instance_id,
+            "compute_instance_id": None,
+            "compute_instance_profile_id": None,
+            "mig_uuid": None,
+        }
+    )
+    return InstanceToRelease(releasing, gi, tuple(gi.compute_instances), destroy_gpu_instance=True)
+
+
+def destroy_instance(nvml: Nvml, release: InstanceToRelease) -> None:
+    """Destroy what :func:`find_instance_to_release` proved migdra's: the compute instances first, then
+    the GI (unless it is someone else's).  An instance already gone counts as destroyed.  Raises
+    :class:`ReleaseError` when NVML refuses (a process holds the device: kubelet retries)."""
+    device = release.device
+    gi = release.gpu_instance
+    gpu_uuid = device.intent.gpu_uuid
+    with _release_errors(device, "destroying the instance"):
+        for ci in release.compute_instances:
             _destroy_compute_instance(nvml, gpu_uuid, gi.gpu_instance_id, ci.compute_instance_id)
+        if not release.destroy_gpu_instance:
+            return
         _destroy_gpu_instance(nvml, gpu_uuid, gi.gpu_instance_id)
-        log.info("destroyed GI %d at %s on GPU %s (%s)", gi.gpu_instance_id, intent.placement, gpu_uuid, where)
-    except NvmlInUse as e:
-        raise ReleaseError(f"{where}: the MIG device is still in use ({e}); kubelet retries") from e
-    except NvmlError as e:
-        raise ReleaseError(f"{where}: destroying the instance at {intent.placement} failed: {e}") from e
+    log.info(
+        "destroyed GI %d at %s on GPU %s (%s)",
+        gi.gpu_instance_id,
+        device.intent.placement,
+        gpu_uuid,
+        _release_where(device),
+    )
 
 
-def release_share(
-    nvml: Nvml,
-    device: DeviceRecord,
-    others: Sequence[ClaimRecord],
-    record_progress: Callable[[DeviceRecord], None] | None = None,
-) -> None:
-    """Release one share: destroy its own compute instance, then the shared GPU instance only if no other
-    claim's record names it (the last share) and it holds no compute instance at all.
+def destroy_share_compute_instance(
+    nvml: Nvml, device: DeviceRecord, others: Sequence[ClaimRecord]
+) -> DeviceRecord | None:
+    """Destroy the share ``device``'s own compute instance; the device as its record must say now (the
+    shared GI alone, no CI identity), or None when the shared GI is gone (nothing of the share is left).
 
-    Identity first, as for exclusive devices: the GI with the recorded ID must still be the recorded
-    profile at the recorded placement (else it is not migdra's any more: nothing is destroyed).  The
-    share's CI is the one with the recorded MIG UUID; with none recorded (a crash between asking NVML
-    for the CI and recording it) the CI at exactly the recorded CI placement that was not in the GI
-    then (``computeInstancesBefore``) and that no other record names; with no request recorded, the
-    share has no CI.  Once the CI is gone the record says so (``record_progress``: the GI alone), so a
-    crash or a refusal after it never looks for that CI again -- another share may get its placement.
-    A CI no record names inside the GI (someone else's) keeps the GI, loudly.  Raises
-    :class:`ReleaseError` when NVML refuses.
+    ``others``: every other claim's record, read under the GPU's lock.  Identity first, as for
+    exclusive devices: the GI with the recorded ID must still be the recorded profile at the recorded
+    placement (else it is not migdra's any more: nothing is destroyed, None).  The share's CI is the one
+    with the recorded MIG UUID; with none recorded (a crash between asking NVML for the CI and
+    recording it) the CI at exactly the recorded CI placement that was not in the GI then
+    (``computeInstancesBefore``) and that no other record names; with no request recorded, the share
+    has no CI.  The service records the returned device before the GI's turn
+    (:func:`destroy_shared_gpu_instance_if_last`), so a crash or a refusal after the CI is gone never
+    looks for that CI again -- another share may get its placement.  Raises :class:`ReleaseError`
+    when NVML refuses.
     """
     intent = device.intent
+    assert intent.is_share, "an exclusive device is released by find_instance_to_release"
+    assert device.gpu_instance_id is not None, "a share without its GI's ID is released as an exclusive device"
     gpu_uuid = intent.gpu_uuid
-    where = f"device {intent.device_name}: GPU {gpu_uuid}"
-    try:
+    where = _release_where(device)
+    with _release_errors(device, "releasing the share"):
         gi = _find_recorded_gpu_instance(nvml, device)
         if gi is None:
             log.info("%s: shared GI %s is gone, nothing to destroy", where, device.gpu_instance_id)
-            return
+            return None
         named: set[tuple[int | None, str | None]] = {
             (d.gpu_instance_id, d.mig_uuid)
             for record in others
@@ -523,47 +557,57 @@ def release_share(
                 ours.mig_uuid,
                 gi.gpu_instance_id,
             )
-        released = device.model_copy(
-            update={
-                "compute_instance_id": None,
-                "compute_instance_profile_id": None,
-                "mig_uuid": None,
-                "compute_instances_before": None,
-                "compute_instance_placement": None,
-            }
-        )
-        if record_progress is not None and released != device:
-            record_progress(released)
-        sharers = [
-            r.label
-            for r in others
-            if any(d.intent.gpu_uuid == gpu_uuid and d.gpu_instance_id == gi.gpu_instance_id for d in r.devices)
-        ]
-        if sharers:
-            log.info("%s: shared GI %d stays, claims %s still use it", where, gi.gpu_instance_id, ", ".join(sharers))
-            return
-        left = list(nvml.gpu_instance(gpu_uuid, gi.gpu_instance_id).compute_instances)
+    return device.model_copy(
+        update={
+            "compute_instance_id": None,
+            "compute_instance_profile_id": None,
+            "mig_uuid": None,
+            "compute_instances_before": None,
+            "compute_instance_placement": None,
+        }
+    )
+
+
+def destroy_shared_gpu_instance_if_last(nvml: Nvml, device: DeviceRecord, others: Sequence[ClaimRecord]) -> None:
+    """Destroy the shared GI of ``device`` -- a share whose own CI is gone
+    (:func:`destroy_share_compute_instance`) -- only if no other claim's record names it (the last
+    share) and it holds no compute instance at all.
+
+    A CI no record names inside the GI (someone else's) keeps the GI, loudly.  The last share destroys
+    the GI whoever created it: every GI a share record names is migdra's (docs/prepare.md §4b).  Raises
+    :class:`ReleaseError` when NVML refuses.
+    """
+    intent = device.intent
+    assert device.gpu_instance_id is not None
+    gpu_uuid = intent.gpu_uuid
+    gi_id = device.gpu_instance_id
+    where = _release_where(device)
+    sharers = [
+        r.label for r in others if any(d.intent.gpu_uuid == gpu_uuid and d.gpu_instance_id == gi_id for d in r.devices)
+    ]
+    if sharers:
+        log.info("%s: shared GI %d stays, claims %s still use it", where, gi_id, ", ".join(sharers))
+        return
+    with _release_errors(device, "releasing the share"):
+        left = list(nvml.gpu_instance(gpu_uuid, gi_id).compute_instances)
         if left:
             log.error(
                 "NOT DESTROYED: %s: shared GI %d holds compute instance(s) %s that no claim of migdra's names; "
                 "leaving it alone",
                 where,
-                gi.gpu_instance_id,
+                gi_id,
                 ", ".join(ci.mig_uuid for ci in left),
             )
             return
-        _destroy_gpu_instance(nvml, gpu_uuid, gi.gpu_instance_id)
-        log.info("%s: destroyed shared GI %d at %s (its last share)", where, gi.gpu_instance_id, intent.placement)
-    except NvmlInUse as e:
-        raise ReleaseError(f"{where}: the MIG device is still in use ({e}); kubelet retries") from e
-    except NvmlError as e:
-        raise ReleaseError(f"{where}: releasing the share at {intent.placement} failed: {e}") from e
+        _destroy_gpu_instance(nvml, gpu_uuid, gi_id)
+    log.info("%s: destroyed shared GI %d at %s (its last share)", where, gi_id, intent.placement)
 
 
 def _find_share_compute_instance(
     device: DeviceRecord, gi: GpuInstanceInfo, named: set[tuple[int | None, str | None]]
 ) -> ComputeInstanceInfo | None:
-    """The CI of the share ``device`` records in ``gi`` (see :func:`release_share`); None: it has none."""
+    """The CI of the share ``device`` records in ``gi`` (see :func:`destroy_share_compute_instance`); None: it
+    has none."""
     if device.mig_uuid is not None:
         return next((ci for ci in gi.compute_instances if ci.mig_uuid == device.mig_uuid), None)
     if device.compute_instances_before is None or device.compute_instance_placement is None:
@@ -679,7 +723,7 @@ def _destroy_gpu_instance(nvml: Nvml, gpu_uuid: str, gpu_instance_id: int) -> No
         nvml.destroy_gpu_instance(gpu_uuid, gpu_instance_id)
 
 
-# -- a record's instances, as NVML shows them now, and their release -------------------------------
+# -- a record's instances, as NVML shows them now ----------------------------------------------------
 
 
 def compute_verification_problems(record: ClaimRecord, instances: Mapping[str, Sequence[GpuInstanceInfo]]) -> list[str]:
@@ -742,42 +786,3 @@ def read_verification_problems(nvml: Nvml, gpu_locks: KeyedLocks, record: ClaimR
     if unreadable:
         return None
     return compute_verification_problems(record, instances)
-
-
-def release_record(
-    nvml: Nvml, gpu_locks: KeyedLocks, record: ClaimRecord, store: CheckpointStore
-) -> tuple[tuple[DeviceRecord, ...], ReleaseError | None]:
-    """Destroy every instance ``record`` names (last device first); the devices not released, and why.
-
-    The record is marked ``PrepareStarted`` (being released) before anything is destroyed, and each
-    device's record follows every step (compute instance gone, then the GI), so a failure or a crash
-    between two steps never leaves a record naming an instance that no longer exists.  The caller
-    holds the claim's lock.
-    """
-    if record.state is not ClaimState.PREPARE_STARTED:
-        store.put(record.model_copy(update={"state": ClaimState.PREPARE_STARTED}))
-    remaining: list[DeviceRecord] = []
-    first_error: ReleaseError | None = None
-    for index in reversed(range(len(record.devices))):
-        current = [record.devices[index]]
-
-        def progress(device: DeviceRecord, index: int = index, current: list[DeviceRecord] = current) -> None:
-            store.update_device(record.claim_uid, index, device)
-            current[0] = device
-
-        gpu_uuid = record.devices[index].intent.gpu_uuid
-        try:
-            with (
-                log_context(claim_uid=record.claim_uid, claim=record.label, gpu_uuid=gpu_uuid),
-                gpu_locks.hold(gpu_uuid),
-            ):
-                shares = record.devices[index].intent.is_share
-                others = [r for r in store.records() if r.claim_uid != record.claim_uid] if shares else []
-                release_device(nvml, record.devices[index], progress, others)
-        except (ReleaseError, LockTimeoutError) as e:
-            log.error("claim %s (UID %s): %s", record.label, record.claim_uid, e.message)
-            remaining.insert(0, current[0])
-            first_error = first_error or (
-                e if isinstance(e, ReleaseError) else ReleaseError(e.message, names_claim=e.names_claim)
-            )
-    return tuple(remaining), first_error

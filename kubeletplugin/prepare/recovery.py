@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,9 +47,10 @@ from dra_driver.nvml.backend import Nvml
 from kubeletplugin.prepare.cdi import claim_uid_of_spec, list_cdi_spec_claims
 from kubeletplugin.prepare.checkpoint import CheckpointStore, LoadOutcome
 from kubeletplugin.prepare.claim_files import ClaimFiles
+from kubeletplugin.prepare.errors import ReleaseError
 from kubeletplugin.prepare.locks import KeyedLocks
 from kubeletplugin.prepare.metadata import list_metadata_claims, remove_metadata_directory
-from kubeletplugin.prepare.mig_instances import read_verification_problems, release_record
+from kubeletplugin.prepare.mig_instances import read_verification_problems
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState
 from kubeletplugin.prepare.reporter import ClaimReporter
 
@@ -72,9 +74,13 @@ class Outcome(enum.Enum):
     KEPT = "kept"  # rollback incomplete, or a GPU unreadable: still recorded
 
 
-def recover_record(nvml: Nvml, store: CheckpointStore, gpu_locks: KeyedLocks, record: ClaimRecord) -> Outcome:
-    """Adopt ``record`` if it is completed and NVML confirms it, else roll it back.  The caller holds
-    the claim's lock (so no plugin process is working on the claim) and passes the record as stored."""
+def recover_record(
+    nvml: Nvml, gpu_locks: KeyedLocks, record: ClaimRecord, release: Callable[[ClaimRecord], ReleaseError | None]
+) -> Outcome:
+    """Adopt ``record`` if it is completed and NVML confirms it, else roll it back with ``release`` (the
+    service's release path: destroys what the record names step by step, then drops the record or keeps
+    what is left; its error, or None).  The caller holds the claim's lock (so no plugin process is
+    working on the claim) and passes the record as stored."""
     if record.state is ClaimState.PREPARE_COMPLETED:
         problems = read_verification_problems(nvml, gpu_locks, record)
         if problems is None:
@@ -94,12 +100,7 @@ def recover_record(nvml: Nvml, store: CheckpointStore, gpu_locks: KeyedLocks, re
             record.label,
             record.claim_uid,
         )
-    remaining, error = release_record(nvml, gpu_locks, record, store)
-    if error is None:
-        store.drop(record.claim_uid)
-        return Outcome.ROLLED_BACK
-    store.put(record.model_copy(update={"state": ClaimState.PREPARE_STARTED, "devices": remaining}))
-    return Outcome.KEPT
+    return Outcome.ROLLED_BACK if release(record) is None else Outcome.KEPT
 
 
 def recover_node(
@@ -110,8 +111,11 @@ def recover_node(
     claim_locks: KeyedLocks,
     gpu_locks: KeyedLocks,
     reporter: ClaimReporter,
+    *,
+    release: Callable[[ClaimRecord], ReleaseError | None],
 ) -> RecoveryReport:
-    """Adopt verified records, roll back the rest, sweep leftovers; see the module docstring.
+    """Adopt verified records, roll back the rest (``release``: the service's release path, so a rollback
+    at start-up records its steps exactly as an unprepare does), sweep leftovers; see the module docstring.
 
     ``loaded`` is what the store's load found; its records of another boot lose their files here (no
     process of this boot can be working on them).  A record whose claim lock another plugin process
@@ -140,7 +144,7 @@ def recover_node(
             record = store.get(listed.claim_uid)  # as it is now that nobody works on it
             if record is None:
                 continue  # unprepared by the other process in the meantime
-            outcome = recover_record(nvml, store, gpu_locks, record)
+            outcome = recover_record(nvml, gpu_locks, record, release)
             if outcome is Outcome.ADOPTED:
                 adopted.append(record)
                 files.ensure(record, strict=False)

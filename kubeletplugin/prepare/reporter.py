@@ -1,16 +1,10 @@
-"""The plugin's part of a claim's status, and its writer: ``status.devices[]`` entries and Events.
+"""The writer of the plugin's part of a claim's status: ``status.devices[]`` entries and Events.
 
-**What it says** (pure ``build_``/``compute_`` functions, below).  After prepare migdra records on the
-ResourceClaim what each device *is* (NVIDIA #1456): for every device an entry ``{driver, pool, device,
-conditions: [Ready=True], data: {gpuUUID, profile, placement: {start, size}, migUUID, gpuInstanceID,
-computeInstanceID, node}}``, and a core/v1 Event (``involvedObject`` = the claim, so ``kubectl describe
-resourceclaim`` shows it) for prepare success, prepare failure and unprepare.  On unprepare our data
-keys and our ``Ready`` condition are removed again (an entry with nothing left goes).  A prepared
-record gives identity + Ready for each of its devices; no record, or one still being prepared or
-released, gives nothing of ours.  Entries merge through :mod:`dra_driver.claimstatus` (the schema
-and who owns which key, shared with the reservation controller and realize before bind): other
-drivers' entries, other pools' entries, other writers' conditions and data keys are kept; an entry of
-another driver or pool, or one with a ``shareID`` (migdra writes none), is never touched.
+**What it writes** is computed in :mod:`~kubeletplugin.prepare.claim_status` (pure): for a prepared
+record, identity + Ready for each of its devices; no record, or one still being prepared or released,
+nothing of ours (NVIDIA #1456).  Beside the status, a core/v1 Event (``involvedObject`` = the claim, so
+``kubectl describe resourceclaim`` shows it) for prepare success, prepare failure and unprepare
+(:func:`build_claim_event`, over :func:`dra_driver.kube.events.build_event`).
 
 **The checkpoint is the truth; the claim's status follows it.** A status write does not carry what
 to write: it *converges* the claim -- reads the claim, reads the claim's checkpoint record, and makes
@@ -49,15 +43,14 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver import claimstatus
-from dra_driver.claimstatus import PLUGIN, READY, SCHEMA_VERSION, EntryUpdate, entry_key, is_ours, rfc3339
+from dra_driver.claimstatus import rfc3339
 from dra_driver.kube.claims import ResourceClaimView, parse_claims
 from dra_driver.kube.client import CLAIMS, EVENTS, Client
 from dra_driver.kube.events import build_event
@@ -73,153 +66,18 @@ from dra_driver.kube.failures import (
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubelet.calls import ClaimRef
-from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceRecord
+from kubeletplugin.prepare.claim_status import compute_converged_devices
+from kubeletplugin.prepare.records import ClaimRecord
 
 log = logging.getLogger(__name__)
 
 
-# -- what the plugin's part says (pure) -----------------------------------------------------------
+# -- the Events (their bodies are pure) --------------------------------------------------------------
 
 EVENT_PREPARED = "MigDevicesPrepared"
 EVENT_PREPARE_FAILED = "MigDevicesPrepareFailed"
 EVENT_UNPREPARED = "MigDevicesUnprepared"
 EVENT_UNPREPARE_FAILED = "MigDevicesUnprepareFailed"
-
-
-def build_device_data(device: DeviceRecord, node_name: str) -> dict[str, Any]:
-    """The ``data`` object of one prepared device; pure."""
-    intent = device.intent
-    data: dict[str, Any] = {"schemaVersion": SCHEMA_VERSION, "gpuUUID": intent.gpu_uuid, "node": node_name}
-    if intent.is_mig:
-        assert intent.placement is not None
-        data["profile"] = intent.profile_name
-        data["placement"] = {"start": intent.placement.start, "size": intent.placement.size}
-    if device.mig_uuid is not None:
-        data["migUUID"] = device.mig_uuid
-        data["gpuInstanceID"] = device.gpu_instance_id
-        data["computeInstanceID"] = device.compute_instance_id
-    if intent.admin_access:
-        data["adminAccess"] = True
-    return data
-
-
-def build_ready_condition(device: DeviceRecord, generation: int | None, now: str) -> dict[str, Any]:
-    intent = device.intent
-    if intent.admin_access:
-        reason, message = "AdminAccessReady", "admin access to what exists; migdra created nothing for this claim"
-    elif intent.is_mig:
-        reason = "MigInstanceReady"
-        share = (
-            f"share {intent.share_id} ({intent.share_size} compute slices) of " if intent.share_id is not None else ""
-        )
-        message = (
-            f"{share}{intent.profile_name} at placement {intent.placement}: GI {device.gpu_instance_id}, "
-            f"CI {device.compute_instance_id}, {device.mig_uuid}"
-        )
-    else:
-        reason, message = "GpuReady", f"whole GPU {intent.gpu_uuid}"
-    condition: dict[str, Any] = {
-        "type": READY,
-        "status": "True",
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": now,
-    }
-    if generation is not None:
-        condition["observedGeneration"] = generation
-    return condition
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceStatusUpdate:
-    """What migdra wants one device entry to say."""
-
-    device_name: str
-    data: Mapping[str, Any]
-    condition: Mapping[str, Any]
-    share_id: str | None = None  # a share's entry is keyed by its shareID too
-
-
-def build_status_updates(
-    record: ClaimRecord, node_name: str, generation: int | None, now: str
-) -> list[DeviceStatusUpdate]:
-    return [
-        DeviceStatusUpdate(
-            device.intent.device_name,
-            build_device_data(device, node_name),
-            build_ready_condition(device, generation, now),
-            device.intent.share_id,
-        )
-        for device in record.devices
-    ]
-
-
-def merge_plugin_part(
-    existing: Sequence[Mapping[str, Any]], driver_name: str, pool_name: str, updates: Sequence[DeviceStatusUpdate]
-) -> list[dict[str, Any]]:
-    """``status.devices`` with ``updates`` merged in; pure.
-
-    Entries of other drivers / pools / devices are kept as they are.  In ours, only the plugin's data
-    keys and ``Ready`` change (:data:`dra_driver.claimstatus.PLUGIN`); the controller's ``Reserved``
-    and keys, and anyone else's, are kept; ``Ready`` keeps its ``lastTransitionTime`` when its status
-    does not change.
-    """
-    return claimstatus.compute_merged_devices(
-        existing,
-        driver_name,
-        pool_name,
-        PLUGIN,
-        [EntryUpdate(update.device_name, update.data, [update.condition], update.share_id) for update in updates],
-    )
-
-
-def clear_plugin_part(
-    existing: Sequence[Mapping[str, Any]],
-    driver_name: str,
-    pool_name: str,
-    device_names: Collection[str] | None = None,
-    keys: Collection[tuple[str, str | None]] | None = None,
-) -> list[dict[str, Any]]:
-    """``status.devices`` without the plugin's data keys and ``Ready`` in our entries of these devices
-    (``None``: every device of this driver in this pool; ``keys``: exactly these (device, shareID)
-    entries); pure.  The keys shared with the reservation controller stay where its ``Reserved``
-    condition stands (docs/claim-status.md)."""
-    return claimstatus.compute_cleared_devices(existing, driver_name, pool_name, PLUGIN, device_names, keys)
-
-
-def is_prepared(record: ClaimRecord | None) -> bool:
-    """Whether the record says the claim's devices exist and were handed out (``PrepareCompleted``).
-
-    A ``PrepareStarted`` record is a prepare in progress or a release that failed half-way: its
-    devices are not ready, so the claim must not say they are.
-    """
-    return record is not None and record.state is ClaimState.PREPARE_COMPLETED
-
-
-def compute_converged_devices(
-    existing: Sequence[Mapping[str, Any]],
-    driver_name: str,
-    node_name: str,
-    record: ClaimRecord | None,
-    generation: int | None,
-    now: str,
-) -> list[dict[str, Any]]:
-    """``status.devices`` as the checkpoint ``record`` says it must be; pure.
-
-    Prepared: identity + Ready in an entry per device of the record (merged), and our keys cleared in
-    any other entry of this driver in this node's pool (a device the claim no longer holds here).
-    Otherwise: our keys cleared in every entry of this driver in this node's pool.  The pool is the
-    node's name.  Equal to ``existing`` (same ``lastTransitionTime`` too) when nothing needs a write.
-    """
-    if record is None or not is_prepared(record):
-        return clear_plugin_part(existing, driver_name, node_name)
-    updates = build_status_updates(record, node_name, generation, now)
-    merged = merge_plugin_part(existing, driver_name, node_name, updates)
-    held = {(update.device_name, update.share_id) for update in updates}
-    elsewhere = {
-        entry_key(entry) for entry in merged if is_ours(entry, driver_name, node_name) and entry_key(entry) not in held
-    }
-    return clear_plugin_part(merged, driver_name, node_name, keys=elsewhere) if elsewhere else merged
 
 
 def build_claim_event(

@@ -16,8 +16,19 @@ bottom in :meth:`PrepareService._prepare_claim` (docs/prepare.md):
       → checkpoint: GI ID → full CI → its SMs checked
     → CDI spec and device metadata → checkpoint PrepareCompleted → status.devices + Event (background)
 
-Unprepare (:meth:`PrepareService._unprepare_claim`) destroys CI then GI of what the record names,
-drops the record, deletes the claim's files and clears its status.  Around both, one wrapper
+Unprepare (:meth:`PrepareService._unprepare_claim`) releases what the record names, reading top to
+bottom in :meth:`PrepareService._release_record` as creation does (start-up recovery rolls back
+through it too):
+
+    hold the claim's lock; no record?  → remove a CDI spec an earlier unprepare left, report it
+    → checkpoint PrepareStarted (being released)
+    → per device, last first, under its GPU's lock: identity proven → checkpoint: the GI alone
+      → its CIs, then the GI destroyed (a share: its own CI destroyed → checkpoint: the GI alone
+      → the GI destroyed only if no other record names it)
+    → checkpoint: record dropped (a failure: what is left kept as PrepareStarted, the claim's error)
+    → CDI spec and device metadata deleted → status.devices cleared + Event (background)
+
+Around both, one wrapper
 (:meth:`PrepareService._handle`) does what every claim needs: the log context (claim UID and name),
 the per-claim metric, and the one mapping of an exception to the claim's ``error`` (naming claim,
 device and cause) with a Warning Event; one claim never fails another, and an unexpected exception
@@ -101,11 +112,13 @@ from kubeletplugin.prepare.mig_instances import (
     create_share_compute_instance,
     describe_share_refusal,
     destroy_created_instance,
+    destroy_instance,
+    destroy_share_compute_instance,
+    destroy_shared_gpu_instance_if_last,
+    find_instance_to_release,
     find_shared_gpu_instance,
     read_instances_with_placement_free,
     read_verification_problems,
-    release_record,
-    release_share,
 )
 from kubeletplugin.prepare.records import (
     ClaimRecord,
@@ -247,7 +260,14 @@ class PrepareService:
         self._reporter.start(store)  # claim status converges to the checkpoint (and is reconciled with it)
         try:
             report = recover_node(
-                self.nvml, store, loaded, self._files, self._claim_locks, self._gpu_locks, self._reporter
+                self.nvml,
+                store,
+                loaded,
+                self._files,
+                self._claim_locks,
+                self._gpu_locks,
+                self._reporter,
+                release=self._release_record,
             )
         except LockTimeoutError as e:
             self._abandon_start()
@@ -680,7 +700,9 @@ class PrepareService:
             try:  # its CI, and its GI unless another claim's share joined it meanwhile
                 with self._gpu_locks.hold(share.intent.gpu_uuid):
                     others = [r for r in store.records() if r.claim_uid != started.claim_uid]
-                    release_share(self.nvml, share, others)
+                    released = destroy_share_compute_instance(self.nvml, share, others)
+                    if released is not None:  # no record to follow: the claim's record goes as a whole
+                        destroy_shared_gpu_instance_if_last(self.nvml, released, others)
             except (ReleaseError, LockTimeoutError) as e:
                 log.error("claim %s: rolling back share %s failed: %s", started.label, share.intent.device_name, e)
                 leftovers.append(share)
@@ -806,13 +828,78 @@ class PrepareService:
 
     def _release(self, record: ClaimRecord) -> None:
         """Destroy the record's instances and drop it; on failure keep what is left as PrepareStarted and raise."""
+        error = self._release_record(record)
+        if error is not None:
+            raise error
+
+    def _release_record(self, record: ClaimRecord) -> ReleaseError | None:
+        """Destroy every instance ``record`` names, last device first, recording each step; then drop the
+        record, or keep what is left of it as PrepareStarted.  The first device's error (None: all released).
+
+        The release path of a claim, as :meth:`_prepare_claim` is its creation: the record is marked
+        PrepareStarted (being released) before anything is destroyed, and per device, under its GPU's
+        lock, each NVML step of :mod:`~kubeletplugin.prepare.mig_instances` is followed by the write of
+        what the device's record must say next:
+
+            exclusive: identity proven (find_instance_to_release) → checkpoint: the GI alone
+                       → its CIs, then the GI destroyed (destroy_instance)
+            share:     its own CI destroyed (destroy_share_compute_instance) → checkpoint: the GI alone
+                       → the GI destroyed if no other record names it (destroy_shared_gpu_instance_if_last)
+
+        So a failure or a kill -9 between two steps never leaves a record naming an instance that no
+        longer exists (an exclusive GI whose recorded CI is gone would look foreign, and stay; a share's
+        CI placement may be another share's next), nor one that forgets an instance that does.  Start-up
+        recovery rolls records back through this too.  A device that NVML refuses to release (in use) or
+        whose GPU's lock times out is kept as last recorded; the other devices are still released.  The
+        caller holds the claim's lock.
+        """
         store = self._require_store()
-        remaining, error = release_record(self.nvml, self._gpu_locks, record, store)
-        if error is None:
+        if record.state is not ClaimState.PREPARE_STARTED:
+            store.put(record.model_copy(update={"state": ClaimState.PREPARE_STARTED}))
+        remaining: list[DeviceRecord] = []
+        first_error: ReleaseError | None = None
+        for index in reversed(range(len(record.devices))):
+            device = record.devices[index]
+            intent = device.intent
+            try:
+                with (
+                    log_context(claim_uid=record.claim_uid, claim=record.label, gpu_uuid=intent.gpu_uuid),
+                    self._gpu_locks.hold(intent.gpu_uuid),
+                ):
+                    if intent.admin_access or not intent.is_mig:
+                        continue  # admin access and whole GPUs created nothing
+                    if intent.is_share and device.gpu_instance_id is not None:
+                        others = [r for r in store.records() if r.claim_uid != record.claim_uid]
+                        released = destroy_share_compute_instance(self.nvml, device, others)
+                        if released is None:
+                            continue  # the shared GI is gone: nothing of the share is left
+                        device = self._record_release_step(record.claim_uid, index, device, released)
+                        destroy_shared_gpu_instance_if_last(self.nvml, device, others)
+                    else:  # exclusive, or a share whose GI's ID was never recorded (its GI, if any, is empty)
+                        release = find_instance_to_release(self.nvml, device)
+                        if release is None:
+                            continue  # nothing of migdra's stands there
+                        device = self._record_release_step(record.claim_uid, index, device, release.device)
+                        destroy_instance(self.nvml, release)
+            except (ReleaseError, LockTimeoutError) as e:
+                log.error("claim %s (UID %s): %s", record.label, record.claim_uid, e.message)
+                remaining.insert(0, device)
+                first_error = first_error or (
+                    e if isinstance(e, ReleaseError) else ReleaseError(e.message, names_claim=e.names_claim)
+                )
+        if first_error is None:
             store.drop(record.claim_uid)
-            return
-        store.put(record.model_copy(update={"state": ClaimState.PREPARE_STARTED, "devices": remaining}))
-        raise error
+        else:
+            store.put(record.model_copy(update={"state": ClaimState.PREPARE_STARTED, "devices": tuple(remaining)}))
+        return first_error
+
+    def _record_release_step(self, claim_uid: str, index: int, device: DeviceRecord, now: DeviceRecord) -> DeviceRecord:
+        """Device ``index`` of the claim's record as it is ``now``, written when it changed.  A failed write
+        raises before the device's next NVML step, so nothing is destroyed that the record does not
+        account for; the device stays as last recorded, which the next release starts from."""
+        if now != device:
+            self._require_store().update_device(claim_uid, index, now)
+        return now
 
     # -- realize before bind (kubeletplugin.realize_before_bind) ---------------------------------
 

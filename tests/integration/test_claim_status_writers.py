@@ -21,7 +21,7 @@ from dra_driver import claimstatus
 from dra_driver.controller.reservations import compute_reservations
 from dra_driver.controller.status import compute_claim_devices
 from dra_driver.kube.client import CLAIMS, SLICES, Client, status_code
-from kubeletplugin.prepare.reporter import DeviceStatusUpdate, clear_plugin_part, merge_plugin_part
+from kubeletplugin.prepare.claim_status import DeviceStatusUpdate, clear_plugin_part, merge_plugin_part
 from migdra_devcluster.apiserver import LocalAPIServer
 from tests.sim_objects import DRIVER, H100, node_slices
 

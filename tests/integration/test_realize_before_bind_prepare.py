@@ -246,7 +246,12 @@ def test_nothing_is_released_while_the_claim_cannot_be_read(
     assert [r.claim_uid for r in service.realized_ahead()] == [ref.uid]
 
     monkeypatch.setattr(realizer._client, "get", original)
-    wait_for("the release once the claim can be read", lambda: not node.instances())
+    # The instance goes first, then its record: wait for both (between them a loaded machine can stop).
+    wait_for(
+        "the release once the claim can be read",
+        lambda: not node.instances() and service.realized_ahead() == (),
+    )
+    assert not node.instances()
     assert service.realized_ahead() == ()
 
 

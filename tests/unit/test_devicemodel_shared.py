@@ -31,10 +31,10 @@ from dra_driver.devicemodel.vocabulary import (
     published_attribute_ids,
     published_capacity_ids,
 )
+from dra_driver.kube.claims import parse_claims
 from dra_driver.mig import Placement, load_catalog
 from dra_driver.nvml.types import GpuInstanceInfo
 from kubeletplugin.occupancy import compute_allocated_devices
-from kubeletplugin.prepare.claims import parse_claims
 
 CATALOG = load_catalog()
 DRIVER = "gpu.migdra.io"

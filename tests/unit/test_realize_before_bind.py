@@ -11,8 +11,8 @@ from dra_driver import claimstatus
 from dra_driver.claimstatus import PLUGIN, EntryUpdate, realizer_writer
 from dra_driver.kube.claims import ResourceClaimView
 from dra_driver.kubelet.calls import ClaimRef
+from kubeletplugin.prepare.claim_status import clear_plugin_part, compute_converged_devices
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
-from kubeletplugin.prepare.reporter import clear_plugin_part, compute_converged_devices
 from kubeletplugin.realize_before_bind import (
     build_binding_condition,
     compute_binding_devices,

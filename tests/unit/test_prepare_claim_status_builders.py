@@ -1,4 +1,4 @@
-"""Claim status merging (pure): our entries set and cleared, everyone else's kept."""
+"""Claim status merging (prepare/claim_status.py, pure): our entries set and cleared, everyone else's kept."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 
 from dra_driver.mig.catalog import Placement
-from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
-from kubeletplugin.prepare.reporter import (
+from kubeletplugin.prepare.claim_status import (
     DeviceStatusUpdate,
     clear_plugin_part,
     compute_converged_devices,
     merge_plugin_part,
 )
+from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
 
 DRIVER = "gpu.migdra.io"
 POOL = "node-a"
