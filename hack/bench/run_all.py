@@ -36,6 +36,7 @@ BENCHES: dict[str, list[str]] = {
     "apiserver": [],
     "placement": [],
     "sharing": [],
+    "share_prepare": [],
     "controlplane": [],
     "scheduler": [],
 }

@@ -116,7 +116,9 @@ def test_a_good_start_says_so_in_one_line_and_nothing_else(api: LocalAPIServer, 
     try:
         assert process.stderr is not None
         line = process.stderr.readline()  # blocks until the plugin has published and serves kubelet
-        assert line.startswith(f"migdra kubelet-plugin: serving node {NODE} for gpu.migdra.io: 2 GPUs, 50 devices")
+        assert line.startswith(
+            f"migdra kubelet-plugin: serving node {NODE} for gpu.migdra.io: 2 GPUs, 64 devices"
+        )  # 25 + 7 shared per H100
         assert f"to {api.url}; kubelet registration socket {root / 'registry' / 'gpu.migdra.io-reg.sock'}" in line
         assert len(_slices(api)) == 2
         time.sleep(0.5)  # and then it is quiet

@@ -108,7 +108,7 @@ def test_an_unchanged_rescan_lists_once_writes_nothing_renders_nothing_and_rerea
     with client.ApiClient(client.Configuration(host=api.url)) as api_client:
         loop = _loop(api, api_client, nvml)
         first = loop.publish_now()
-        assert (first.created, first.generation) == (5, 1)  # 8 H100s: counters + 4 device slices
+        assert (first.created, first.generation) == (6, 1)  # 8 H100s: counters + 4 device slices + 1 of shared
 
         requests = Requests(api_client, monkeypatch)
         writes: list[Any] = []
