@@ -111,9 +111,7 @@ def test_slices_for_simulated_gpus_need_no_state_file_and_no_cluster(tmp_path: P
     assert result.returncode == 0, result.stderr
     items = json.loads(result.stdout)["items"]
     # per H100: 25 exclusive MIG devices and 7 shared GPU-instance devices
-    assert sum(len(i["spec"].get("devices", [])) for i in items) == 8 * (
-        25 + 7
-    )  # per H100: 25 exclusive MIG devices, 7 shared GPU-instance devices
+    assert sum(len(i["spec"].get("devices", [])) for i in items) == 8 * (25 + 7)
     assert {i["spec"]["pool"]["name"] for i in items} == {"n1"}
     assert list(tmp_path.iterdir()) == []  # nothing left behind
 
