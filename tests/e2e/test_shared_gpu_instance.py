@@ -6,6 +6,7 @@ GPU instance stays while one share remains and goes with the last.  Real process
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,12 +69,13 @@ def cluster() -> Iterator[SimCluster]:
             stop_cluster(sim)
 
 
-def _compute_instances(cluster: SimCluster, node: str) -> dict[int, list[str]]:
-    """GPU instance ID -> the MIG UUIDs of its compute instances, as the node's simulated NVML holds them."""
+def _compute_instances(cluster: SimCluster, node: str) -> dict[tuple[str, int], list[str]]:
+    """(GPU UUID, GPU instance ID) -> the MIG UUIDs of its compute instances, as the node's simulated
+    NVML holds them."""
     state = cluster.workdir / "nodes" / node / "nvml-state.json"
     with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
         return {
-            gi.gpu_instance_id: sorted(ci.mig_uuid for ci in gi.compute_instances)
+            (gpu.uuid, gi.gpu_instance_id): sorted(ci.mig_uuid for ci in gi.compute_instances)
             for gpu in nvml.list_gpus()
             for gi in nvml.gpu_instances(gpu.uuid)
         }
@@ -90,6 +92,7 @@ def _share_entry(claim: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def test_three_shares_run_on_one_gpu_instance_each_on_its_own_compute_instance(cluster: SimCluster) -> None:
+    """(Also run on the upstream control plane: tests/kube/test_sim_cluster_on_kube.py.)"""
     node = cluster.kubectl("get", "nodes", "-o", "jsonpath={.items[0].metadata.name}").stdout.strip()
     namespace = cluster.namespace("shares")
     sizes = {"infer-a": 1, "infer-b": 1, "infer-c": 2}
@@ -99,7 +102,7 @@ def test_three_shares_run_on_one_gpu_instance_each_on_its_own_compute_instance(c
     claims = {c["metadata"]["name"]: c for c in cluster.claims(namespace)}
     results = {name: claim["status"]["allocation"]["devices"]["results"][0] for name, claim in claims.items()}
     (device,) = {r["device"] for r in results.values()}
-    assert device.startswith("gpu-0-shared-4g40gb-")
+    assert re.fullmatch(r"gpu-\d+-shared-4g40gb-5-\d+", device), device
     assert len({r["shareID"] for r in results.values()}) == 3
     assert {n: int(r["consumedCapacity"]["computeSlices"]) for n, r in results.items()} == sizes
 
@@ -112,7 +115,8 @@ def test_three_shares_run_on_one_gpu_instance_each_on_its_own_compute_instance(c
     assert len({e["data"]["gpuInstanceID"] for e in written.values()}) == 1, "one GPU instance"
     assert len({e["data"]["computeInstanceID"] for e in written.values()}) == 3
     assert {n: e["data"]["computeSlices"] for n, e in written.items()} == sizes
-    gi = next(iter(written.values()))["data"]["gpuInstanceID"]
+    first = next(iter(written.values()))["data"]
+    gi = (first["gpuUUID"], first["gpuInstanceID"])
     assert _compute_instances(cluster, node) == {gi: sorted(e["data"]["migUUID"] for e in written.values())}
     cdi = {n: json.loads(p["metadata"]["annotations"]["sim.migdra.io/cdi-devices"]) for n, p in pods.items()}
     assert len({json.dumps(ids, sort_keys=True) for ids in cdi.values()}) == 3, "each pod sees only its own"
