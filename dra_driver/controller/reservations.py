@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.devicemodel.naming import parse_gpu_device_name, parse_mig_device_name, parse_shared_device_name
+from dra_driver.devicemodel.occupancy import share_compute_slices
 
 JSON = Mapping[str, Any]
 
@@ -119,16 +120,6 @@ def _capacity(device: JSON, name: str) -> int | None:
     value = ((device.get("capacity") or {}).get(name) or {}).get("value")
     try:
         return int(str(value))
-    except ValueError:
-        return None
-
-
-def _consumed_slices(result: JSON, driver: str) -> int | None:
-    """The ``computeSlices`` a share's result consumed (the key bare or qualified), or None."""
-    consumed = result.get("consumedCapacity") or {}
-    value = consumed.get("computeSlices", consumed.get(f"{driver}/computeSlices"))
-    try:
-        return int(str(value)) if value is not None else None
     except ValueError:
         return None
 
@@ -248,7 +239,7 @@ def compute_reservations(claims: Iterable[JSON], slices: Iterable[JSON], driver:
                 verdict = Verdict.GONE  # the node's whole pool went (node removed): every other pool is whole
             else:
                 verdict = Verdict.UNKNOWN
-            consumed = _consumed_slices(result, driver) if share_id is not None else None
+            consumed = share_compute_slices(result, driver) if share_id is not None else None
             held.append(_Held(claim, key[0], key[1], device, verdict, share_id, consumed))
 
     conflicts = _conflicts(held)

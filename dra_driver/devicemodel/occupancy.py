@@ -202,8 +202,10 @@ def _current_slices(slices: Iterable[JSON], driver: str) -> list[JSON]:
     ]
 
 
-def _share_slices(result: JSON, driver: str) -> int | None:
-    """The ``computeSlices`` a share's allocation result consumed (bare or qualified name), or None."""
+def share_compute_slices(result: JSON, driver: str) -> int | None:
+    """The ``computeSlices`` a share's allocation result consumed (the name bare or qualified with the
+    driver, as schedulers write it), or None; the one reading of it for the cluster view and the
+    reservation controller."""
     consumed = result.get("consumedCapacity") or {}
     value = consumed.get("computeSlices", consumed.get(f"{driver}/computeSlices"))
     try:
@@ -297,7 +299,9 @@ def occupancy(
             if instance is None:
                 continue
             if share_id is not None:
-                instance = dataclasses.replace(instance, share_id=share_id, share_slices=_share_slices(result, driver))
+                instance = dataclasses.replace(
+                    instance, share_id=share_id, share_slices=share_compute_slices(result, driver)
+                )
             held.add(key)
             gpu.instances.append(instance)
             for index in range(
