@@ -33,6 +33,7 @@ from dra_driver.devicemodel.vocabulary import (
 )
 from dra_driver.kube.claims import parse_claims
 from dra_driver.mig import Placement, load_catalog
+from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import GpuInstanceInfo
 from kubeletplugin.occupancy import compute_allocated_devices
 
@@ -312,3 +313,28 @@ def test_allocate_text_names_the_share(capsys: pytest.CaptureFixture[str]) -> No
         in out
     )
     assert "r1: gpu.migdra.io/n1/gpu-0-mig-1g10gb-19-6\n" in out + "\n"
+
+
+@pytest.mark.parametrize("model_key", sorted(load_catalog().gpus))
+def test_the_request_policy_admits_exactly_the_compute_instance_sizes_nvml_offers_in_the_gpu_instance(
+    model_key: str, simulated_node: Any
+) -> None:
+    """For every GPU model and every shared device it publishes, ``computeSlices``' valid values are the
+    compute-instance sizes the (simulated) NVML reports inside a GPU instance of that profile, and its
+    value the GPU instance's compute slices: what the scheduler may allocate, prepare can create."""
+    with simulated_node(f"{model_key}:1") as nvml:
+        gpu = nvml.list_gpus()[0]
+        pool = build_pool(read_inventory(nvml), DeviceModelConfig())
+        shared = [device for device in pool.devices if device.gpu_uuid == gpu.uuid and "-shared-" in device.name]
+        for device in shared:
+            assert device.profile_id is not None
+            assert device.placement is not None
+            gi = nvml.create_gpu_instance(gpu.uuid, device.profile_id, device.placement).gpu_instance_id
+            offered = {ci.slice_count for ci in nvml.compute_instance_profiles(gpu.uuid, gi)}
+            policy = device.to_api()["capacity"]["computeSlices"]  # type: ignore[index]
+            assert [int(v) for v in policy["requestPolicy"]["validValues"]] == sorted(offered), device.name
+            assert int(policy["value"]) == max(offered), device.name
+            nvml.destroy_gpu_instance(gpu.uuid, gi)
+    models = load_catalog().gpus[model_key]
+    expected = sum(len(profile.placements) for profile in models.gpu_instance_profiles if profile.share_sizes)
+    assert len(shared) == expected
