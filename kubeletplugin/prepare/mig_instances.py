@@ -582,8 +582,19 @@ def destroy_shared_gpu_instance_if_last(nvml: Nvml, device: DeviceRecord, others
     gpu_uuid = intent.gpu_uuid
     gi_id = device.gpu_instance_id
     where = _release_where(device)
+    # Only shares of this very device count: GI IDs are reused, so a stale record of another device
+    # (an exclusive claim whose GI was destroyed before its record was dropped) naming the same ID must
+    # not keep this GI alive -- it would leak once that record is rolled back.
     sharers = [
-        r.label for r in others if any(d.intent.gpu_uuid == gpu_uuid and d.gpu_instance_id == gi_id for d in r.devices)
+        r.label
+        for r in others
+        if any(
+            d.intent.is_share
+            and d.intent.gpu_uuid == gpu_uuid
+            and d.intent.device_name == intent.device_name
+            and d.gpu_instance_id == gi_id
+            for d in r.devices
+        )
     ]
     if sharers:
         log.info("%s: shared GI %d stays, claims %s still use it", where, gi_id, ", ".join(sharers))

@@ -452,7 +452,10 @@ class PrepareService:
             for device_name, (requests, admin_access) in grouped.items():
                 targets[device_name] = compute_device_target(device_name, gpus, admin_access=admin_access)
                 env = compute_device_config(configs, requests)
-                share = shares.get(device_name) if not admin_access else None
+                # Admin access to a shared device gets a shareID too (kube-scheduler gives every result on a
+                # multi-allocatable device one): kept, so its status entry and kubelet's answer carry it;
+                # DeviceIntent.is_share leaves admin access out, so nothing is created for it.
+                share = shares.get(device_name)
                 if share is not None:
                     if not targets[device_name].shared:
                         raise DeviceResolutionError(

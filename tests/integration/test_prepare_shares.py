@@ -21,6 +21,7 @@ from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
 from kubeletplugin.grpc.convert import prepare_response
 from kubeletplugin.prepare.cdi import spec_path
+from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
 from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, result, simulated_node
 
@@ -271,3 +272,55 @@ def test_a_malformed_share_id_never_reaches_kubelet(node: Node) -> None:
         "(lower-case 8-4-4-4-12 hex digits)"
     )
     assert list(response.claims["b"].devices) == []
+
+
+def test_admin_access_to_a_shared_device_keeps_its_share_id_and_creates_nothing(node: Node) -> None:
+    """kube-scheduler gives an admin-access result on a multi-allocatable device a shareID too: the
+    status entry and kubelet's answer must carry it (the API server keys entries by it), and admin
+    access creates no compute instance."""
+    service = node.service()
+    live = node.claim("live", [share(1)])
+    mig = prepare_ok(node, service, live)
+    admin_share = str(uuid.uuid4())
+    admin = node.claim(
+        "monitor", [result(SHARED, adminAccess=True, shareID=admin_share, consumedCapacity={"computeSlices": "1"})]
+    )
+    outcome = service.prepare([admin])[admin.uid]
+    assert outcome.error == ""
+    assert outcome.devices[0].share_id == admin_share
+    assert list(cis(node)) == [mig], "admin access creates no compute instance"
+    assert service.flush_reports()
+    (entry,) = read_claim_json(node.api_client, admin)["status"]["devices"]
+    assert (entry["device"], entry["shareID"]) == (SHARED, admin_share)
+    assert service.unprepare([admin])[admin.uid].error == ""
+    assert list(cis(node)) == [mig], "its unprepare destroys nothing"
+
+
+def test_a_stale_record_of_another_device_naming_the_reused_gi_id_does_not_keep_the_last_shares_gi(
+    node: Node,
+) -> None:
+    """GI IDs are reused: an exclusive claim's record left naming ID 1 (its GI destroyed, the record not
+    yet dropped) is no sharer of this GI, so the last share's unprepare still destroys it."""
+    service = node.service()
+    last = node.claim("last", [share(2)])
+    prepare_ok(node, service, last)
+    (device,) = service._require_store().get(last.uid).devices
+    stale_intent = DeviceIntent(
+        device_name="gpu-0-mig-1g10gb-19-6",
+        request_names=("gpu",),
+        gpu_uuid=device.intent.gpu_uuid,
+        gpu_minor=device.intent.gpu_minor,
+        profile_id=19,
+        profile_name="1g.10gb",
+        placement=Placement(start=6, size=1),
+    )
+    stale = ClaimRecord(
+        claim_uid="uid-stale",
+        namespace="default",
+        name="stale",
+        state=ClaimState.PREPARE_STARTED,
+        devices=(DeviceRecord(intent=stale_intent, gpu_instance_id=GI_ID),),
+    )
+    service._require_store().put(stale)
+    assert service.unprepare([last])[last.uid].error == ""
+    assert GI_ID not in gi_ids(node), "the shared GI went with its last share"
