@@ -19,8 +19,8 @@ can always succeed on the largest GIs: in a 7g GI a first 1-slice share must sit
 slices follow (3c at 0:3 and 4:3) and at slice 6 if 4 + 2 follow (4c at 0:4, 2c at 4:2).  For every
 other GI profile of the catalog the rule never fails a sequence of shares that fits the GI in some
 arrangement (``tests/unit/test_compute_placement.py`` checks both statements over every profile).
-When it does fail, prepare says so in one line (``FragmentedGpuInstance``), and with realize before
-bind the pod is placed elsewhere.
+When it does fail, prepare says so in one line (a ``DeviceConflictError`` naming the device, the
+size and the CIs present), and kubelet retries the claim.
 """
 
 from __future__ import annotations
