@@ -89,6 +89,8 @@ class Ownership(Protocol):
 
     def owned_placements(self) -> set[tuple[str, int, Placement]]: ...
 
+    def live_shares(self) -> int: ...
+
 
 class Publishing:
     """The publish loop with its metrics and fatal-error handling, shared by both run modes."""
@@ -206,7 +208,7 @@ class Publishing:
             inventory = read_settled_inventory(nvml, read)
             owned = (frozenset(before | ownership.owned_instances()), frozenset(ownership.owned_placements()))
         faults = self.faults() if self.faults is not None else ()
-        config = self._effective_config()
+        config = self._effective_config(ownership.live_shares() if ownership is not None else 0)
         key = (inventory, owned, faults, config.shared_devices)
         built = self._built
         if built is not None and built[0] == key:
@@ -220,11 +222,22 @@ class Publishing:
         self._built = (key, pool)
         return pool
 
-    def _effective_config(self) -> DeviceModelConfig:
+    def _effective_config(self, live_shares: int = 0) -> DeviceModelConfig:
         """The device configuration a round publishes: shared devices only once the API server's version
         is known to be new enough (:func:`shared_devices_problem`).  Until the version could be read (an
         API outage at start) rounds publish without them and ask again; once known, the answer stays.
-        Outside :meth:`running` (no API server to ask: a benchmark, a test) the configuration is as given."""
+        Outside :meth:`running` (no API server to ask: a benchmark, a test) the configuration is as given.
+
+        While shares are prepared on the node (``live_shares``) the shared devices stay published,
+        whatever the setting or the version: kube-scheduler counts the counters of an allocated device
+        only while the device is in the slices, so withdrawing a shared device whose shares live would
+        make the exclusive devices overlapping their GPU instance allocatable (the node would refuse
+        them at prepare, and their pods would never start).  ``sharedDevices: false`` takes effect once
+        the last share is gone."""
+        if live_shares and not self.device_config.shared_devices:
+            return self.device_config.model_copy(update={"shared_devices": True})
+        if live_shares:
+            return self.device_config
         client = self._client
         if not self.device_config.shared_devices or self._shared_devices_allowed or client is None:
             return self.device_config

@@ -275,6 +275,11 @@ class CheckpointStore:
             if device.owns_instance and device.gpu_instance_id is not None
         }
 
+    def live_shares(self) -> int:
+        """How many devices of the records are shares of a shared GPU instance (prepared, being
+        prepared or being released): while any is, the shared devices must stay published."""
+        return sum(1 for record in self.records() for device in record.devices if device.intent.is_share)
+
     def owned_placements(self) -> set[tuple[str, int, Placement]]:
         """(GPU UUID, GI profile ID, placement) of every GI NVML is being asked for, whose ID is unknown yet.
 

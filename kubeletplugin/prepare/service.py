@@ -981,6 +981,10 @@ class PrepareService:
         """
         return self._require_store().owned_instances()
 
+    def live_shares(self) -> int:
+        """Devices of the checkpoint that are shares of a shared GPU instance (for the publisher)."""
+        return self._require_store().live_shares()
+
     def owned_placements(self) -> set[tuple[str, int, Placement]]:
         """(GPU UUID, GI profile ID, placement) of every GI being created whose ID is not recorded yet.
 

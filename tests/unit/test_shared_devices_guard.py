@@ -5,6 +5,7 @@ exclusive device overlapping a shared one may be allocated in a later scheduling
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -84,3 +85,50 @@ def test_an_outage_publishes_without_them_until_the_version_is_known(publishing:
     server.version = "v1.37.2"
     assert _shared_names(publishing)
     assert server.asked == 2
+
+
+def test_live_shares_keep_shared_devices_published_whatever_the_setting_or_version(tmp_path: Any) -> None:
+    """kube-scheduler counts an allocated device's counters only while the device is published: while
+    a share lives on the node its shared device stays in the slices, so no overlapping exclusive
+    device becomes allocatable; sharedDevices: false takes effect once the last share is gone."""
+    config_file = tmp_path / "devices.yaml"
+    config_file.write_text("sharedDevices: false\n")
+    off = Publishing(
+        PluginSettings(node_name="node-1", device_config=config_file), CollectorRegistry(), threading.Event()
+    )
+    assert not off._effective_config(live_shares=0).shared_devices
+    assert off._effective_config(live_shares=2).shared_devices
+    old = Publishing(PluginSettings(node_name="node-1"), CollectorRegistry(), threading.Event())
+    server = _Server("v1.36.1")
+    old._client = server  # type: ignore[assignment]
+    assert old._effective_config(live_shares=1).shared_devices
+    assert not old._effective_config(live_shares=0).shared_devices
+
+
+class _Shares:
+    """The prepare service as publishing asks it: nothing owned, ``count`` live shares."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def owned_instances(self) -> set[tuple[str, int]]:
+        return set()
+
+    def owned_placements(self) -> set[Any]:
+        return set()
+
+    def live_shares(self) -> int:
+        return self.count
+
+
+def test_a_round_asks_the_checkpoint_for_live_shares(tmp_path: Any, simulated_node: Any) -> None:
+    config_file = tmp_path / "devices.yaml"
+    config_file.write_text("sharedDevices: false\n")
+    publishing = Publishing(
+        PluginSettings(node_name="node-1", device_config=config_file), CollectorRegistry(), threading.Event()
+    )
+    with simulated_node("H100-SXM5-80GB:1") as nvml:
+        quiet = publishing.compute_pool(nvml, _Shares(0))
+        assert not [d for d in quiet.devices if "-shared-" in d.name]
+        live = publishing.compute_pool(nvml, _Shares(1))
+        assert [d for d in live.devices if "-shared-" in d.name]
