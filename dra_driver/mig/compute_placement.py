@@ -42,10 +42,18 @@ def placeable_counts(profile: GpuInstanceProfile, present: Sequence[Placement]) 
     return tuple(len(free_compute_placements(profile, present, size)) for size in reversed(profile.share_sizes))
 
 
-def choose_compute_placement(profile: GpuInstanceProfile, present: Sequence[Placement], size: int) -> Placement | None:
+def choose_compute_placement(
+    profile: GpuInstanceProfile, present: Sequence[Placement], size: int, legal: Sequence[Placement] | None = None
+) -> Placement | None:
     """The placement a ``size``-slice share's CI gets in a GI of ``profile`` holding CIs at ``present``;
-    None when no legal placement of that size is free.  See the module docstring for the rule."""
+    None when no legal placement of that size is free.  See the module docstring for the rule.
+
+    ``legal``: the placements NVML says a CI of that size may have in this GI (the node asks it), which
+    win over the catalog's for the candidates; the catalog stays the model for scoring what remains
+    placeable of the other sizes."""
     candidates = free_compute_placements(profile, present, size)
+    if legal is not None:
+        candidates = [p for p in legal if not any(p.overlaps(other) for other in present)]
     if not candidates:
         return None
     return max(candidates, key=lambda p: (placeable_counts(profile, [*present, p]), -p.start))

@@ -66,7 +66,7 @@ from typing import TypeVar
 from dra_driver.kube.client import Client
 from dra_driver.kubelet.calls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 from dra_driver.logs import log_context
-from dra_driver.mig.catalog import Placement
+from dra_driver.mig.catalog import ComputeInstanceProfile, Placement
 from dra_driver.mig.compute_placement import choose_compute_placement
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError
@@ -573,6 +573,34 @@ class PrepareService:
             }
         )
 
+    def _compute_instance_placements(
+        self, intent: DeviceIntent, gpu_instance_id: int, ci_profile: ComputeInstanceProfile
+    ) -> tuple[Placement, ...] | None:
+        """Where NVML says a CI of ``ci_profile`` may sit in this GI (the catalog's placements are
+        inferred: NVML is the authority on the hardware); a difference from the catalog is logged.  None
+        (the catalog's, logged) when NVML cannot say."""
+        try:
+            legal = self.nvml.compute_instance_possible_placements(
+                intent.gpu_uuid, gpu_instance_id, ci_profile.ci_profile_index
+            )
+        except NvmlError as e:
+            log.warning(
+                "device %s: NVML did not list the placements of %s (%s); using the catalog's",
+                intent.device_name,
+                ci_profile.name,
+                e,
+            )
+            return None
+        if tuple(legal) != tuple(ci_profile.placements):
+            log.warning(
+                "device %s: NVML places %s at %s, the catalog at %s; NVML's are used",
+                intent.device_name,
+                ci_profile.name,
+                ", ".join(str(p) for p in legal) or "nowhere",
+                ", ".join(str(p) for p in ci_profile.placements),
+            )
+        return tuple(legal)
+
     def _create_share(
         self, claim_uid: str, index: int, device: DeviceRecord, targets: dict[str, DeviceTarget]
     ) -> DeviceRecord:
@@ -615,10 +643,11 @@ class PrepareService:
                 device = self._record_step(claim_uid, index, device, update, f"GI {gi.gpu_instance_id}")
                 self._crash(CrashPoint.AFTER_CHECKPOINT_GPU_INSTANCE)
                 present = [ci.placement for ci in gi.compute_instances]
-                chosen = choose_compute_placement(target.catalog_profile, present, intent.share_size)
+                ci_profile = target.catalog_profile.compute_instance_for_share(intent.share_size)
+                legal = self._compute_instance_placements(intent, gi.gpu_instance_id, ci_profile)
+                chosen = choose_compute_placement(target.catalog_profile, present, intent.share_size, legal)
                 if chosen is None:
                     raise DeviceConflictError(describe_share_refusal(target, gi, intent.share_size))
-                ci_profile = target.catalog_profile.compute_instance_for_share(intent.share_size)
                 request = {
                     "compute_instances_before": tuple(sorted(ci.compute_instance_id for ci in gi.compute_instances)),
                     "compute_instance_placement": chosen,

@@ -324,3 +324,20 @@ def test_a_stale_record_of_another_device_naming_the_reused_gi_id_does_not_keep_
     service._require_store().put(stale)
     assert service.unprepare([last])[last.uid].error == ""
     assert GI_ID not in gi_ids(node), "the shared GI went with its last share"
+
+
+def test_the_compute_instance_goes_where_nvml_says_it_may(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML is asked where a CI may sit in the GI, and its answer wins over the catalog's (logged)."""
+    service = node.service()
+    asked: list[int] = []
+    real = service.nvml.compute_instance_possible_placements
+
+    def only_the_upper_half(gpu_uuid: str, gpu_instance_id: int, ci_profile_index: int) -> tuple[Placement, ...]:
+        asked.append(ci_profile_index)
+        return tuple(p for p in real(gpu_uuid, gpu_instance_id, ci_profile_index) if p.start >= 2)
+
+    monkeypatch.setattr(service.nvml, "compute_instance_possible_placements", only_the_upper_half)
+    ref = node.claim("upper", [share(1)])
+    mig = prepare_ok(node, service, ref)
+    assert asked
+    assert cis(node)[mig][1] >= 2, "placed among NVML's placements, not the catalog's first"

@@ -164,3 +164,13 @@ def test_the_simulator_accepts_exactly_the_placements_the_chooser_may_pick(
                 with pytest.raises(NvmlInvalidArgument):
                     nvml.create_compute_instance_at(gpu, gi, ci_profile.ci_profile_index, placement)
         assert nvml.gpu_instance(gpu, gi).compute_instances == ()
+
+
+def test_nvmls_placements_win_over_the_catalogs_for_the_candidates() -> None:
+    """The node asks NVML where a CI may sit (the catalog's CI placements are inferred): its list, minus
+    what CIs present overlap, is what the chooser picks from."""
+    h100_4g = next(g for g in CATALOG.gpus["H100-SXM5-80GB"].gpu_instance_profiles if g.name == "4g.40gb")
+    assert choose_compute_placement(h100_4g, [], 2) == p(0, 2)
+    assert choose_compute_placement(h100_4g, [], 2, legal=[p(2, 2)]) == p(2, 2)
+    assert choose_compute_placement(h100_4g, [p(2, 1)], 2, legal=[p(2, 2)]) is None
+    assert choose_compute_placement(h100_4g, [], 2, legal=[]) is None
