@@ -316,6 +316,51 @@ class HeldCall:
         delattr(self.target, self.method)
 
 
+class HeldAfter:
+    """Holds the first call of one method *after* it returned, until released: the caller stands right after
+    the NVML call (``node.nvml.create_gpu_instance``: the GI exists, its ID is not recorded yet) while the test
+    lets something else run.  Later calls pass.  Leaving the ``with`` block releases it, as :class:`HeldCall`.
+    """
+
+    def __init__(self, target: object, method: str, timeout: float = 30.0) -> None:
+        self.target = target
+        self.method = method
+        self.timeout = timeout
+        self.returned = threading.Event()
+        self._released = threading.Event()
+        self._original = getattr(target, method)
+        self._claimed = threading.Lock()
+        self._holding = False
+
+    def _held(self, *args: Any, **kwargs: Any) -> Any:
+        value = self._original(*args, **kwargs)
+        with self._claimed:
+            hold = not self._holding
+            self._holding = True
+        if hold:
+            self.returned.set()
+            if not self._released.wait(self.timeout):
+                raise AssertionError(f"the caller of {self.method} was held for {self.timeout} s and never released")
+        return value
+
+    def wait_returned(self) -> None:
+        """Wait (bounded) until the first call returned (its caller is now held)."""
+        assert self.returned.wait(self.timeout), f"no call of {self.method} returned within {self.timeout} s"
+
+    def release(self) -> None:
+        self._released.set()
+
+    def __enter__(self) -> HeldAfter:
+        setattr(self.target, self.method, self._held)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.release()
+        delattr(self.target, self.method)
+
+
 class Background:
     """``service.prepare(refs)`` (or ``unprepare``) on another thread, as kubelet's gRPC call would run it."""
 

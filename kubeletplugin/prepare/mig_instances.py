@@ -124,6 +124,12 @@ def compute_placement_conflict(
     None for admin access and whole GPUs (they create nothing) and for a free placement.  The occupant
     is attributed to the first record of another claim that names it -- by its GI ID, or as the GI of
     that profile at that placement whose creation is in flight -- else to nobody (a foreign instance).
+
+    For a share, None too when the occupant is exactly its device's GI (profile and placement) and a
+    share of the same device in another claim's record names it or is creating it: that is the GI it
+    joins.  The unlocked check must not refuse a share that races the share creating its GI (between
+    NVML's answer and the recorded GI ID); :func:`find_shared_gpu_instance`, under the GPU's lock,
+    decides whether it really joins.
     """
     if intent.admin_access or not intent.is_mig:
         return None
@@ -131,8 +137,9 @@ def compute_placement_conflict(
     occupant = find_overlapping_instance(instances, intent.placement)
     if occupant is None:
         return None
-    if intent.is_share and find_share_holders(occupant, intent, records, claim_uid):
-        return None  # the shared GI of this device, held by other shares: this share joins it
+    records = tuple(records)
+    if intent.is_share and _shares_record_gpu_instance(occupant, intent, records, claim_uid):
+        return None  # the shared GI of this device, held (or being created) by other shares: this share joins it
     holder = next(
         (
             record
@@ -165,6 +172,24 @@ def find_share_holders(
         and device.intent.device_name == intent.device_name
         and device.gpu_instance_id == gi.gpu_instance_id
     ]
+
+
+def _shares_record_gpu_instance(
+    gi: GpuInstanceInfo, intent: DeviceIntent, records: Iterable[ClaimRecord], claim_uid: str
+) -> bool:
+    """Whether ``gi`` is exactly the GI of ``intent``'s shared device (profile, placement) and a share of that
+    device in another claim's record names it by ID or is creating it (its creation in flight); pure."""
+    if gi.profile_id != intent.profile_id or gi.placement != intent.placement:
+        return False
+    return any(
+        device.intent.is_share
+        and device.intent.gpu_uuid == intent.gpu_uuid
+        and device.intent.device_name == intent.device_name
+        and records_gpu_instance(device, gi)
+        for record in records
+        if record.claim_uid != claim_uid
+        for device in record.devices
+    )
 
 
 def records_gpu_instance(device: DeviceRecord, gi: GpuInstanceInfo) -> bool:

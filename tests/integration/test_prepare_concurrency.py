@@ -12,18 +12,24 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
+from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
 from kubeletplugin.prepare.locks import LOCKS_DIR, lock_file_name, release_flock, try_flock
+from kubeletplugin.prepare.records import DeviceIntent
+from kubeletplugin.prepare.service import PrepareService
 from migdra_devcluster.apiserver import LocalAPIServer
-from tests.prepare_harness import Background, HeldCall, Node, result, simulated_node
+from tests.prepare_harness import Background, HeldAfter, HeldCall, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
+SHARED = "gpu-0-shared-4g40gb-5-0"  # shares of an H100 4g.40gb GI at 0:4
+EXCLUSIVE = "gpu-0-mig-4g40gb-5-0"  # the exclusive device of the same placement
 
 
 @pytest.fixture
@@ -169,3 +175,84 @@ def test_close_waits_for_a_one_claim_call_running_in_the_callers_thread(node: No
     assert prepare.join()[ref.uid].error == ""
     (gpu, _gi, profile, start, cis) = node.instances()[0]
     assert (gpu, profile, start, len(cis)) == (1, 19, 0, 1)
+
+
+def share(slices: int) -> dict[str, object]:
+    return result(SHARED, shareID=str(uuid.uuid4()), consumedCapacity={"computeSlices": str(slices)})
+
+
+def test_two_plugins_preparing_shares_of_one_device_at_once_both_join_one_gi(
+    node: Node, other_nvml: Nvml, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rolling update: the old plugin creates the shared GI for one replica's share while the new plugin
+    checks another replica's -- unlocked, between NVML's answer and the recorded GI ID.  Both shares join
+    that GI, each with a CI of its own."""
+    old, new = node.service(nvml=other_nvml), node.service()
+    first, second = node.claim("first", [share(1)]), node.claim("second", [share(2)])
+    check = new._check_placements_free
+    with HeldAfter(other_nvml, "create_gpu_instance") as created:
+
+        def check_then_let_the_creator_go(ref: ClaimRef, intents: Sequence[DeviceIntent]) -> None:
+            try:
+                check(ref, intents)
+            finally:
+                created.release()  # the second share waits for the GPU's lock next
+
+        monkeypatch.setattr(new, "_check_placements_free", check_then_let_the_creator_go)
+        creating = Background(old, [first])
+        created.wait_returned()  # the GI exists; the first claim's record says its creation is in flight
+        in_flight = old._require_store().get(first.uid)
+        assert in_flight is not None
+        assert [d.creation_in_flight for d in in_flight.devices] == [True]
+        joined = new.prepare([second])[second.uid]
+    assert creating.join()[first.uid].error == ""
+    assert joined.error == ""
+    ((_, _, profile, start, cis),) = node.instances()
+    assert (profile, start) == (5, 0)
+    assert len(cis) == 2  # a CI each, in one GI
+    for service, ref in ((new, first), (old, second)):  # either plugin releases either share
+        assert service.unprepare([ref])[ref.uid].error == ""
+    assert node.instances() == []
+
+
+@pytest.mark.parametrize("share_on", ["old", "new"])
+def test_a_share_and_an_exclusive_claim_of_one_placement_in_two_plugins_one_wins(
+    node: Node, other_nvml: Nvml, monkeypatch: pytest.MonkeyPatch, share_on: str
+) -> None:
+    """Both pass the unlocked check before either has a record (nothing stands yet); the checkpoint's begin,
+    one flock-held check and write, lets exactly one through.  Nothing is created for the other."""
+    old, new = node.service(nvml=other_nvml), node.service()
+    shared, exclusive = node.claim("shared", [share(1)]), node.claim("exclusive", [result(EXCLUSIVE)])
+    plugin_of = {shared.uid: old if share_on == "old" else new, exclusive.uid: new if share_on == "old" else old}
+    both_checked = threading.Barrier(2, timeout=30)
+
+    def checked_together(service: PrepareService) -> None:
+        check = service._check_placements_free
+
+        def wait_for_the_other(ref: ClaimRef, intents: Sequence[DeviceIntent]) -> None:
+            check(ref, intents)
+            both_checked.wait()
+
+        monkeypatch.setattr(service, "_check_placements_free", wait_for_the_other)
+
+    checked_together(old)
+    checked_together(new)
+    calls = [Background(plugin_of[ref.uid], [ref]) for ref in (shared, exclusive)]
+    errors = {ref.uid: call.join()[ref.uid].error for ref, call in zip((shared, exclusive), calls, strict=True)}
+
+    winners = [uid for uid, error in errors.items() if error == ""]
+    assert len(winners) == 1, errors
+    (loser,) = set(errors) - set(winners)
+    assert "refusing a double allocation" in errors[loser]
+    assert old._require_store().get(loser) is None
+    ((_, _, profile, start, cis),) = node.instances()
+    assert (profile, start) == (5, 0)
+    ((_, ci_profile, _),) = cis
+    winner_record = old._require_store().get(winners[0])
+    assert winner_record is not None
+    (device,) = winner_record.devices
+    assert ci_profile == device.compute_instance_profile_id  # the winner's CI only: 1c for the share, 4c whole
+    assert device.intent.is_share == (winners[0] == shared.uid)
+    winner = shared if winners[0] == shared.uid else exclusive
+    assert new.unprepare([winner])[winner.uid].error == ""
+    assert node.instances() == []

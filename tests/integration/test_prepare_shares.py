@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from kubeletplugin.grpc.convert import prepare_response
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
 from migdra_devcluster.apiserver import LocalAPIServer
-from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, result, simulated_node
+from tests.prepare_harness import DRIVER, NODE, HeldAfter, Node, read_claim_json, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
 SHARED = "gpu-0-shared-4g40gb-5-0"  # H100 4g.40gb (profile 5) at 0:4; shares of 1, 2 or 4 compute slices
@@ -109,6 +109,42 @@ def test_three_shares_of_one_gi_each_get_their_own_compute_instance(node: Node) 
             response.claims[ref.uid].devices[0].share_id
             == read_claim_json(node.api_client, ref)["status"]["allocation"]["devices"]["results"][0]["shareID"]
         )
+
+
+def test_two_shares_in_one_call_race_their_gi_s_creation_and_both_join_it(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two replicas' claims in one NodePrepareResources call (the worker pool): the second share checks its
+    placement, unlocked, while the first stands between NVML creating the shared GI and recording its ID.
+    That GI is the one it joins, not a conflict; the locked join decides."""
+    service = node.service()
+    first, second = node.claim("first", [share(1)]), node.claim("second", [share(1)])
+    seen: list[DeviceRecord] = []
+    check = service._check_placements_free
+
+    with HeldAfter(node.nvml, "create_gpu_instance") as created:
+
+        def checked_during_the_creation(ref: ClaimRef, intents: Sequence[DeviceIntent]) -> None:
+            if ref.uid == second.uid:  # the second waits until the first's GI exists, unrecorded
+                created.wait_returned()
+                record = service._require_store().get(first.uid)
+                assert record is not None
+                seen.extend(record.devices)
+            try:
+                check(ref, intents)
+            finally:
+                if ref.uid == second.uid:
+                    created.release()
+
+        monkeypatch.setattr(service, "_check_placements_free", checked_during_the_creation)
+        outcome = service.prepare([first, second])
+
+    assert [d.creation_in_flight for d in seen] == [True]  # the race happened: checked against an unrecorded GI
+    assert (outcome[first.uid].error, outcome[second.uid].error) == ("", "")
+    assert gi_ids(node) == [GI_ID]  # one GI, two CIs
+    migs = [prepare_ok(node, service, ref) for ref in (first, second)]  # prepared: the records' MIG UUIDs
+    assert set(cis(node)) == set(migs)
+    assert len(set(migs)) == 2
 
 
 def test_the_qualified_capacity_name_is_accepted(node: Node) -> None:

@@ -125,3 +125,58 @@ def test_admin_access_and_whole_gpus_never_conflict() -> None:
     whole = WANTED.model_copy(update={"profile_id": None, "placement": None})
     assert compute_placement_conflict([gi(5)], admin, [], "a") is None
     assert compute_placement_conflict([gi(5)], whole, [], "a") is None
+
+
+SHARED_DEVICE = "gpu-0-shared-1g20gb-15-4"
+
+
+def share_device(
+    before: tuple[int, ...] | None, gi_id: int | None = None, *, name: str = SHARED_DEVICE
+) -> DeviceRecord:
+    """A share of the shared device ``name`` (1g.20gb at 4:2), as its record stands at a step of its prepare."""
+    base = device(before)
+    intent = base.intent.model_copy(
+        update={"device_name": name, "share_id": "8a2e3c1e-0b4f-4b8e-9a57-3f2b1c0d9e8f", "share_size": 1}
+    )
+    return base.model_copy(update={"intent": intent, "gpu_instance_id": gi_id})
+
+
+SHARE = share_device(None).intent
+
+
+@pytest.mark.parametrize(
+    ("instances", "records", "expected"),
+    [
+        pytest.param([gi(5)], [record("b", share_device((1,), 5))], None, id="the-gi-a-share-names"),
+        # the race of a share with the share creating its GI: NVML shows the GI, the record no ID yet
+        pytest.param([gi(5)], [record("b", share_device((1,)))], None, id="the-gi-a-share-is-creating"),
+        pytest.param([gi(5)], [record("b", device((1,)))], (5, "b"), id="an-exclusive-creation-in-flight"),
+        pytest.param(
+            [gi(5)], [record("b", share_device((1,), name="gpu-0-shared-1g20gb-15-4x"))], (5, "b"), id="another-device"
+        ),
+        pytest.param([gi(5)], [record("b", share_device(None))], (5, None), id="a-share-nvml-was-never-asked-for"),
+        pytest.param([gi(5)], [record("a", share_device((1,), 5))], (5, None), id="own-claim"),
+        pytest.param(
+            [gi(5, profile=14, placement=Placement(start=4, size=4))],
+            [record("b", share_device((1,), 5))],
+            (5, "b"),
+            id="not-the-devices-profile-and-placement",
+        ),
+        pytest.param(
+            [gi(5, placement=Placement(start=5, size=1))],
+            [record("b", share_device((1,)))],
+            (5, None),
+            id="overlapped-beside-a-creation-in-flight",
+        ),
+    ],
+)
+def test_compute_placement_conflict_of_a_share(
+    instances: list[GpuInstanceInfo], records: list[ClaimRecord], expected: tuple[int, str | None] | None
+) -> None:
+    """A share joins its device's shared GI -- named by another share's record or being created by one -- and
+    nothing else; the locked find_shared_gpu_instance decides for real."""
+    conflict = compute_placement_conflict(instances, SHARE, records, claim_uid="a")
+    found = (
+        None if conflict is None else (conflict.occupant.gpu_instance_id, conflict.holder and conflict.holder.claim_uid)
+    )
+    assert found == expected
