@@ -445,6 +445,7 @@ class Nvml:
 
         Reads that one CI profile (for its ID) from NVML, not from the CI table: which cached table
         applies depends on the GI's profile and the GPU's MIG mode, two calls to learn, to save one.
+        A created CI that cannot be read back is destroyed again before the error is raised.
         """
         gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
         operation = f"nvmlGpuInstanceCreateComputeInstance(GI {gpu_instance_id}, CI profile {ci_profile_index})"
@@ -453,7 +454,7 @@ class Nvml:
                 gi_handle, ci_profile_index, _CI_ENGINE_SHARED, 2
             )
             ci_handle = pynvml.nvmlGpuInstanceCreateComputeInstance(gi_handle, int(info.id))
-        return self._compute_instance_info(gpu_uuid, gpu_instance_id, ci_handle)
+        return self._read_back_compute_instance(operation, gpu_uuid, gpu_instance_id, ci_handle)
 
     def create_compute_instance_at(
         self, gpu_uuid: str, gpu_instance_id: int, ci_profile_index: int, placement: Placement
@@ -465,7 +466,10 @@ class Nvml:
 
         Raises :class:`NvmlInsufficientResources` when the placement overlaps a CI of the GI and
         :class:`NvmlInvalidArgument` when it is not a placement of the CI profile.  The created CI is read
-        back and one NVML put elsewhere is an :class:`NvmlUnexpectedError`, as for GPU instances.
+        back and one NVML put elsewhere is an :class:`NvmlUnexpectedError`, as for GPU instances; so is a
+        read-back that fails.  Either way the CI is destroyed again first (its handle is known here, and
+        nowhere else: the caller gets no ID, so it could neither record nor destroy it), and the error
+        says whether that worked.
         """
         gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
         c_placement = pynvml.c_nvmlComputeInstancePlacement_t()
@@ -482,15 +486,42 @@ class Nvml:
             ci_handle = pynvml.nvmlGpuInstanceCreateComputeInstanceWithPlacement(
                 gi_handle, int(info.id), ctypes.byref(c_placement)
             )
-        created = self._compute_instance_info(gpu_uuid, gpu_instance_id, ci_handle)
+        created = self._read_back_compute_instance(operation, gpu_uuid, gpu_instance_id, ci_handle)
         if created.placement != placement:
+            undone = self._destroy_unreturned_compute_instance(gpu_uuid, ci_handle)
             raise NvmlUnexpectedError(
                 operation,
                 pynvml.NVML_ERROR_UNKNOWN,
-                f"NVML created CI {created.compute_instance_id} of GI {gpu_instance_id} at {created.placement}",
+                f"NVML created CI {created.compute_instance_id} of GI {gpu_instance_id} at {created.placement}; "
+                f"{undone}",
                 gpu_uuid,
             )
         return created
+
+    def _read_back_compute_instance(
+        self, operation: str, gpu_uuid: str, gpu_instance_id: int, ci_handle: Any
+    ) -> ComputeInstanceInfo:
+        """The CI just created with ``operation``; a failed read-back destroys it again and raises
+        :class:`NvmlUnexpectedError` (the caller never learns its ID, so it could not undo it)."""
+        try:
+            return self._compute_instance_info(gpu_uuid, gpu_instance_id, ci_handle)
+        except NvmlError as e:
+            undone = self._destroy_unreturned_compute_instance(gpu_uuid, ci_handle)
+            raise NvmlUnexpectedError(
+                operation,
+                e.code,
+                f"reading the created CI of GI {gpu_instance_id} back failed ({e}); {undone}",
+                gpu_uuid,
+            ) from e
+
+    def _destroy_unreturned_compute_instance(self, gpu_uuid: str, ci_handle: Any) -> str:
+        """Destroy a CI this backend created but will not return; what became of it, for the error."""
+        try:
+            with self._calling("nvmlComputeInstanceDestroy", gpu_uuid):
+                pynvml.nvmlComputeInstanceDestroy(ci_handle)
+        except NvmlError as e:
+            return f"destroying it again failed, it is left in the GI ({e})"
+        return "it was destroyed again"
 
     def compute_instance_possible_placements(
         self, gpu_uuid: str, gpu_instance_id: int, ci_profile_index: int

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pynvml
 import pytest
@@ -200,3 +201,53 @@ def test_every_nvml_call_is_told_to_the_observer_with_its_function_and_result(tm
     assert calls.count(("nvmlDeviceCreateGpuInstanceWithPlacement", "success")) == 1
     assert calls.count(("nvmlDeviceCreateGpuInstanceWithPlacement", "NvmlInsufficientResources")) == 1
     assert all(seconds >= 0 for _, seconds, _ in seen)
+
+
+def test_a_compute_instance_the_backend_cannot_hand_back_is_destroyed_again(
+    simulated_node: OpenSimulatedNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Created, but misplaced or not readable back: the caller gets an error, not the CI's ID, so the backend
+    destroys it (its handle is known here alone); else the GI could never be destroyed again."""
+    four_g = load_catalog().model("H100-SXM5-80GB").profile_by_name("4g.40gb")
+    create_at = pynvml.nvmlGpuInstanceCreateComputeInstanceWithPlacement
+    get_info = pynvml.nvmlComputeInstanceGetInfo
+    failing: list[str] = []
+
+    def misplaced(gi_handle: Any, profile_id: int, placement: Any) -> Any:
+        placement._obj.start = 3  # the c_nvmlComputeInstancePlacement_t behind byref(): NVML puts it elsewhere
+        return create_at(gi_handle, profile_id, placement)
+
+    def unreadable(ci_handle: Any) -> Any:
+        if "read-back" in failing:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+        return get_info(ci_handle)
+
+    def undestroyable(ci_handle: Any) -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_IN_USE)
+
+    with simulated_node("H100-SXM5-80GB") as nvml:
+        uuid = nvml.list_gpus()[0].uuid
+        gi = nvml.create_gpu_instance(uuid, four_g.profile_id, Placement(start=0, size=4)).gpu_instance_id
+        monkeypatch.setattr(pynvml, "nvmlGpuInstanceCreateComputeInstanceWithPlacement", misplaced)
+        with pytest.raises(errors.NvmlUnexpectedError, match=r"NVML created CI 0 of GI \d+ at 3:1; it was destroyed"):
+            nvml.create_compute_instance_at(uuid, gi, 0, Placement(start=0, size=1))
+        assert nvml.compute_instances(uuid, gi) == []
+
+        monkeypatch.setattr(pynvml, "nvmlComputeInstanceGetInfo", unreadable)  # armed by ``failing``
+        failing.append("read-back")
+        for create in (
+            lambda: nvml.create_compute_instance(uuid, gi, four_g.default_ci_profile_index),
+            lambda: nvml.create_compute_instance_at(uuid, gi, 0, Placement(start=0, size=1)),
+        ):
+            with pytest.raises(errors.NvmlUnexpectedError, match=r"back failed \(.*\); it was destroyed again"):
+                create()
+            failing.remove("read-back")
+            assert nvml.compute_instances(uuid, gi) == []
+            failing.append("read-back")
+        failing.clear()
+
+        with monkeypatch.context() as patched:
+            patched.setattr(pynvml, "nvmlComputeInstanceDestroy", undestroyable)
+            with pytest.raises(errors.NvmlUnexpectedError, match="destroying it again failed, it is left in the GI"):
+                nvml.create_compute_instance_at(uuid, gi, 0, Placement(start=0, size=1))
+        assert [ci.placement for ci in nvml.compute_instances(uuid, gi)] == [Placement(start=3, size=1)]

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pynvml
 import pytest
 
 from dra_driver.kubelet.calls import ClaimRef
@@ -377,3 +378,76 @@ def test_the_compute_instance_goes_where_nvml_says_it_may(node: Node, monkeypatc
     mig = prepare_ok(node, service, ref)
     assert asked
     assert cis(node)[mig][1] >= 2, "placed among NVML's placements, not the catalog's first"
+
+
+class CiCreationGoesWrong:
+    """NVML misbehaving at the share's CI creation, monkeypatched under the real backend: ``misplace_to`` puts
+    the CI at another start than asked (as ``nvmlGpuInstanceCreateComputeInstanceWithPlacement`` must not, but
+    the backend checks); ``read_back`` fails the read-back of the created CI (``nvmlComputeInstanceGetInfo``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, misplace_to: int | None, read_back: bool) -> None:
+        self.created = 0
+        create = pynvml.nvmlGpuInstanceCreateComputeInstanceWithPlacement
+        get_info = pynvml.nvmlComputeInstanceGetInfo
+        armed: list[bool] = []
+
+        def create_elsewhere(gi_handle: Any, profile_id: int, placement: Any) -> Any:
+            if misplace_to is not None:
+                placement._obj.start = misplace_to  # the c_nvmlComputeInstancePlacement_t behind byref()
+            handle = create(gi_handle, profile_id, placement)
+            self.created += 1
+            armed.append(read_back)
+            return handle
+
+        def read_back_failing(ci_handle: Any) -> Any:
+            if armed and armed.pop():
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+            return get_info(ci_handle)
+
+        monkeypatch.setattr(pynvml, "nvmlGpuInstanceCreateComputeInstanceWithPlacement", create_elsewhere)
+        monkeypatch.setattr(pynvml, "nvmlComputeInstanceGetInfo", read_back_failing)
+
+
+@pytest.mark.parametrize(
+    ("misplace_to", "read_back", "said"),
+    [
+        pytest.param(3, False, "NVML created CI 0 of GI 1 at 3:1; it was destroyed again", id="misplaced"),
+        pytest.param(None, True, "reading the created CI of GI 1 back failed (", id="read-back-failed"),
+        pytest.param(3, True, "reading the created CI of GI 1 back failed (", id="misplaced-and-read-back-failed"),
+    ],
+)
+def test_a_ci_nvml_creates_wrong_is_destroyed_and_so_is_the_gi_the_share_created(
+    node: Node, monkeypatch: pytest.MonkeyPatch, misplace_to: int | None, read_back: bool, said: str
+) -> None:
+    """The CI exists, but the backend hands back no ID (it raises): it must destroy the CI itself, else the
+    rollback could not destroy the GI either (a CI inside) and both would leak as foreign instances."""
+    service = node.service()
+    ref = node.claim("first", [share(1)])
+    with monkeypatch.context() as patched:
+        wrong = CiCreationGoesWrong(patched, misplace_to=misplace_to, read_back=read_back)
+        error = service.prepare([ref])[ref.uid].error
+    assert wrong.created == 1
+    assert error.startswith(
+        f"claim default/first: device {SHARED}: GPU {node.gpu_uuid()}: creating the share's compute instance failed: "
+    )
+    assert said in error
+    assert node.instances() == []  # neither the CI nor the GI this share created
+    assert service._require_store().get(ref.uid) is None
+    mig = prepare_ok(node, service, ref)  # kubelet's retry starts clean
+    assert cis(node) == {mig: (0, 0)}
+
+
+@pytest.mark.parametrize(("misplace_to", "read_back"), [(3, False), (None, True)], ids=["misplaced", "read-back"])
+def test_a_ci_nvml_creates_wrong_for_a_joining_share_is_destroyed_and_the_gi_stays(
+    node: Node, monkeypatch: pytest.MonkeyPatch, misplace_to: int | None, read_back: bool
+) -> None:
+    service = node.service()
+    mig = prepare_ok(node, service, node.claim("first", [share(1)]))
+    joining = node.claim("joining", [share(1)])
+    wrong = CiCreationGoesWrong(monkeypatch, misplace_to=misplace_to, read_back=read_back)
+    error = service.prepare([joining])[joining.uid].error
+    assert wrong.created == 1
+    assert "creating the share's compute instance failed" in error
+    assert gi_ids(node) == [GI_ID]
+    assert cis(node) == {mig: (0, 0)}  # the first share's CI alone: the joiner's is gone
+    assert service._require_store().get(joining.uid) is None
