@@ -370,6 +370,34 @@ def unsettled_nodes(sim: SimCluster, pools: dict[str, NodePool]) -> list[str]:
     return behind
 
 
+def describe_unsettled(sim: SimCluster, pools: dict[str, NodePool]) -> str:
+    """For each node behind: the devices published but not expected, expected but not published, and
+    the first slice whose order differs -- what a timeout must show."""
+    claims = sim.client.list(CLAIMS)[0]
+    slices = sim.client.list(SLICES)[0]
+    lines = []
+    for node, pool in pools.items():
+        allocated = compute_allocated_devices(parse_claims(claims), DRIVER, node)
+        expected = pool_layout(render_slices(pool, node, 0, None, POLICY, allocated))
+        published = published_layout(slices, node)
+        if published == expected:
+            continue
+        if published is None:
+            lines.append(f"{node}: the latest generation is incomplete")
+            continue
+        have = {d for names in published.values() for d in names}
+        want = {d for names in expected.values() for d in names}
+        lines.append(
+            f"{node}: published, not expected {sorted(have - want)}; expected, not published {sorted(want - have)}; "
+            f"allocated {sorted(allocated)}"
+        )
+        for name in sorted(set(expected) | set(published)):
+            if expected.get(name) != published.get(name):
+                lines.append(f"  slice {name}: expected {expected.get(name)}, published {published.get(name)}")
+                break
+    return "\n".join(lines)
+
+
 def wait_settled(sim: SimCluster, pools: dict[str, NodePool]) -> None:
     last: list[str] = []
 
@@ -378,7 +406,12 @@ def wait_settled(sim: SimCluster, pools: dict[str, NodePool]) -> None:
         return not last
 
     try:
-        wait_for("the published pools to follow the allocations", settled, timeout=SETTLE_TIMEOUT)
+        wait_for(
+            "the published pools to follow the allocations",
+            settled,
+            timeout=SETTLE_TIMEOUT,
+            detail=lambda: describe_unsettled(sim, pools),
+        )
     except AssertionError as exc:
         raise AssertionError(f"{exc}; behind: {', '.join(last)}") from exc
 
