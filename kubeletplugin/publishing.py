@@ -225,7 +225,9 @@ class Publishing:
     def _effective_config(self, live_shares: int = 0) -> DeviceModelConfig:
         """The device configuration a round publishes: shared devices only once the API server's version
         is known to be new enough (:func:`shared_devices_problem`).  Until the version could be read (an
-        API outage at start) rounds publish without them and ask again; once known, the answer stays.
+        API outage at start) the round fails as any round the API server does not answer -- retried
+        after the publish loop's backoff, never fatal for an outage -- rather than publish a pool
+        without them that only the next rescan would correct; once known, the answer stays.
         Outside :meth:`running` (no API server to ask: a benchmark, a test) the configuration is as given.
 
         While shares are prepared on the node (``live_shares``) the shared devices stay published,
@@ -242,16 +244,12 @@ class Publishing:
         if not self.device_config.shared_devices or self._shared_devices_allowed or client is None:
             return self.device_config
         if self._shared_devices_allowed is None:
-            try:
-                problem = shared_devices_problem(client.server_version())
-            except Exception as exc:  # an outage or an error answer: no shared devices this round
-                log.debug("API server version not read (%s): no shared devices this round", describe_failure(exc))
+            problem = shared_devices_problem(client.server_version())  # fails the round if unanswered
+            self._shared_devices_allowed = problem is None
+            if problem is not None:
+                log.warning("%s", problem)
             else:
-                self._shared_devices_allowed = problem is None
-                if problem is not None:
-                    log.warning("%s", problem)
-                if problem is None:
-                    return self.device_config
+                return self.device_config
         return self.device_config.model_copy(update={"shared_devices": False})
 
     @contextmanager

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.pool import build_pool
+from kubeletplugin.publisher import RoundFailure, classify_round_failure
 from kubeletplugin.publishing import Publishing, shared_devices_problem
 from kubeletplugin.settings import PluginSettings
 
@@ -78,10 +79,14 @@ def test_a_new_control_plane_gets_them(publishing: Publishing) -> None:
     assert _shared_names(publishing), "an H100 of the example inventory has shareable profiles"
 
 
-def test_an_outage_publishes_without_them_until_the_version_is_known(publishing: Publishing) -> None:
+def test_an_outage_fails_the_round_until_the_version_is_known(publishing: Publishing) -> None:
+    """An unanswered version fails the round (the publish loop retries it after its backoff) instead of
+    publishing a pool without shared devices that only the next rescan would correct."""
     server = _Server(None)
     publishing._client = server  # type: ignore[assignment]
-    assert _shared_names(publishing) == set()
+    with pytest.raises(ConnectionRefusedError):
+        _shared_names(publishing)
+    assert classify_round_failure(ConnectionRefusedError("refused")) is RoundFailure.API_UNAVAILABLE
     server.version = "v1.37.2"
     assert _shared_names(publishing)
     assert server.asked == 2
