@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.kube.client import CLAIMS
+from dra_driver.kube.client import CLAIMS, SLICES
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from tests.kubelet_client import short_socket_dir
@@ -35,7 +35,9 @@ spec:
         deviceClassName: mig-shared.migdra.io
         selectors:
         - cel:
-            expression: device.attributes['gpu.migdra.io'].profile == '4g.40gb'
+            expression: >-
+              device.attributes['gpu.migdra.io'].profile == '4g.40gb' &&
+              device.attributes['gpu.migdra.io'].parentUUID == '{gpu}'
         capacity:
           requests:
             computeSlices: "{slices}"
@@ -94,15 +96,25 @@ def _share_entry(claim: dict[str, Any]) -> dict[str, Any] | None:
 def test_three_shares_run_on_one_gpu_instance_each_on_its_own_compute_instance(cluster: SimCluster) -> None:
     """(Also run on the upstream control plane: tests/kube/test_sim_cluster_on_kube.py.)"""
     node = cluster.kubectl("get", "nodes", "-o", "jsonpath={.items[0].metadata.name}").stdout.strip()
+    # One GPU of the node (an H100 has one 4g.40gb placement): the shares must meet on its GI, whichever
+    # of the node's GPUs a scheduler would pick first for each of them.
+    gpu = next(
+        str(device["attributes"]["parentUUID"]["string"])
+        for resource_slice in cluster.client.list(SLICES)[0]
+        if resource_slice["spec"].get("nodeName") == node
+        for device in resource_slice["spec"].get("devices") or []
+        if device["name"].startswith("gpu-0-shared-4g40gb-")
+    )
     namespace = cluster.namespace("shares")
     sizes = {"infer-a": 1, "infer-b": 1, "infer-c": 2}
-    cluster.apply(namespace, "".join(SHARE.format(name=n, slices=s, node=node) for n, s in sizes.items()))
+    manifest = "".join(SHARE.format(name=n, slices=s, node=node, gpu=gpu) for n, s in sizes.items())
+    cluster.apply(namespace, manifest)
     pods = wait_for("the three pods to run", lambda: cluster.running(namespace, set(sizes)))
 
     claims = {c["metadata"]["name"]: c for c in cluster.claims(namespace)}
     results = {name: claim["status"]["allocation"]["devices"]["results"][0] for name, claim in claims.items()}
     (device,) = {r["device"] for r in results.values()}
-    assert re.fullmatch(r"gpu-\d+-shared-4g40gb-5-\d+", device), device
+    assert re.fullmatch(r"gpu-0-shared-4g40gb-5-0", device), device
     assert len({r["shareID"] for r in results.values()}) == 3
     assert {n: int(r["consumedCapacity"]["computeSlices"]) for n, r in results.items()} == sizes
 
