@@ -23,6 +23,7 @@ from kubeletplugin.prepare.reporter import ClaimReporter
 from migdra_devcluster.apiserver import LocalAPIServer
 from tests.api_outage import RestartableApiServer, restartable_api_server
 from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, read_only_directory, result, simulated_node
+from tests.waiting import wait_for
 
 ONE_G_20 = "gpu-0-mig-1g20gb-15-6"
 NETWORK_ENTRY = {
@@ -268,6 +269,15 @@ def test_the_reconciler_makes_status_say_what_the_checkpoint_says_in_our_entries
     stale["data"] = {**stale["data"], "reservedBy": "scheduler-plugin"}
     set_devices(node, gone, [NETWORK_ENTRY, stale])
     set_devices(node, elsewhere, [OTHER_NODE_ENTRY])
+    # The reconciliation reads the process's claim informer: decide only once it has seen these writes.
+    expected = {kept.uid: [NETWORK_ENTRY], gone.uid: [NETWORK_ENTRY, stale], elsewhere.uid: [OTHER_NODE_ENTRY]}
+    wait_for(
+        "the claim informer to see the drift",
+        lambda: all(
+            ((claims.get(ref.namespace, ref.name) or {}).get("status") or {}).get("devices") == expected[ref.uid]
+            for ref in (kept, gone, elsewhere)
+        ),
+    )
 
     reporter.reconcile_now()
     assert service.flush_reports()
