@@ -15,9 +15,9 @@ scheduler's answer -- the claim's ``status.allocation``, or the pod ``Unschedula
 ``FailedScheduling`` Event -- and compare.  Claims are seeded random mixes of the vocabulary of demo/
 and deviceclasses/: MIG profiles of every model, CEL selectors on attributes and capacity, counts,
 several requests with ``matchAttribute``/``distinctAttribute``, ``firstAvailable``, ``allocationMode:
-All``, admin access, claim configs, shares of shared GPU instances (``mig-shared.migdra.io`` with a
-``computeSlices`` capacity request: valid sizes, sizes the request policy rounds up, sizes above every
-valid one, none), and pods of two claims (allocated together).  Allocated claims
+All``, admin access, claim configs, with ``MIGDRA_DIFFERENTIAL_SHARES`` shares of shared GPU instances
+(``mig-shared.migdra.io`` with a ``computeSlices`` capacity request: valid sizes, sizes the request
+policy rounds up, sizes above every valid one, none), and pods of two claims (allocated together).  Allocated claims
 stay, so nodes fill up; some are deleted at random, so they fragment.
 
 Each step places one pod on every node at once: a node's pool holds only that node's GPUs, so claims
