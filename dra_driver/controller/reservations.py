@@ -33,6 +33,7 @@ from typing import Any
 
 from dra_driver.devicemodel.naming import parse_gpu_device_name, parse_mig_device_name, parse_shared_device_name
 from dra_driver.devicemodel.occupancy import share_compute_slices
+from dra_driver.devicemodel.vocabulary import SHARED_ATTRIBUTE
 
 JSON = Mapping[str, Any]
 
@@ -164,7 +165,7 @@ def _published(pool: str, node: str, device: JSON, memory_slices: Mapping[str, i
     name = str(device.get("name", ""))
     mig = parse_mig_device_name(name) or parse_shared_device_name(name)
     minor = mig[0] if mig is not None else parse_gpu_device_name(name)
-    shared = device.get("allowMultipleAllocations") is True or _attribute(device, "shared") is True
+    shared = device.get("allowMultipleAllocations") is True or _attribute(device, SHARED_ATTRIBUTE) is True
     counter_sets = [str(c.get("counterSet")) for c in device.get("consumesCounters") or []]
     slice_count = memory_slices.get(counter_sets[0]) if counter_sets else None
     if _attribute(device, "type") == "mig":

@@ -152,8 +152,11 @@ def recorded_latency() -> dict[str, float]:
     return sim.recorded_latency(H200_RECORDING)
 
 
-def create_claim(api_client: client.ApiClient, name: str, device: str, node: str = NODE) -> ClaimRef:
-    """An allocated one-device claim in ``node``'s pool, as the scheduler leaves it."""
+def create_claim(
+    api_client: client.ApiClient, name: str, device: str, node: str = NODE, **result_fields: Any
+) -> ClaimRef:
+    """An allocated one-device claim in ``node``'s pool, as the scheduler leaves it; ``result_fields``
+    are added to its allocation result (a share's ``shareID`` and ``consumedCapacity``)."""
     resource = client.ResourceV1Api(api_client)
     created = resource.create_namespaced_resource_claim(
         "default",
@@ -169,7 +172,9 @@ def create_claim(api_client: client.ApiClient, name: str, device: str, node: str
     body = api_client.sanitize_for_serialization(created)
     body["status"] = {
         "allocation": {
-            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": node, "device": device}]},
+            "devices": {
+                "results": [{"request": "gpu", "driver": DRIVER, "pool": node, "device": device, **result_fields}]
+            },
             "nodeSelector": {
                 "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
             },

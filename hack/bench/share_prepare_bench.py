@@ -21,7 +21,7 @@ import uuid
 
 from benchlib import Report, add_common_arguments, check_runs, percentile, ratios, repeat, summary
 from kubernetes import client
-from prepare_bench import DRIVER, NODE, device_name, expect_success, simulated_node
+from prepare_bench import create_claim, device_name, expect_success, simulated_node
 
 from dra_driver.kubelet.calls import ClaimRef
 
@@ -30,40 +30,9 @@ SHARED = "gpu-0-shared-4g40gb-5-0"  # H100 4g.40gb (GI profile ID 5) at memory s
 
 def create_share(api_client: client.ApiClient, name: str, slices: int) -> ClaimRef:
     """An allocated claim holding one share of ``slices`` compute slices of SHARED, as the scheduler leaves it."""
-    resource = client.ResourceV1Api(api_client)
-    created = resource.create_namespaced_resource_claim(
-        "default",
-        client.ResourceV1ResourceClaim.from_dict(
-            {
-                "metadata": {"name": name, "namespace": "default"},
-                "spec": {
-                    "devices": {
-                        "requests": [
-                            {
-                                "name": "gpu",
-                                "exactly": {
-                                    "deviceClassName": "mig-shared.migdra.io",
-                                    "capacity": {"requests": {"computeSlices": str(slices)}},
-                                },
-                            }
-                        ]
-                    }
-                },
-            }
-        ),
+    return create_claim(
+        api_client, name, SHARED, shareID=str(uuid.uuid4()), consumedCapacity={"computeSlices": str(slices)}
     )
-    body = api_client.sanitize_for_serialization(created)
-    result = {
-        "request": "gpu",
-        "driver": DRIVER,
-        "pool": NODE,
-        "device": SHARED,
-        "shareID": str(uuid.uuid4()),
-        "consumedCapacity": {"computeSlices": str(slices)},
-    }
-    body["status"] = {"allocation": {"devices": {"results": [result]}}}
-    resource.replace_namespaced_resource_claim_status(name, "default", body)
-    return ClaimRef("default", name, created.metadata.uid)
 
 
 def run(rounds: int, latency: dict[str, float]) -> dict[str, float]:
