@@ -202,6 +202,7 @@ def run_plugin(
             reporter=reporter,
             metrics=metrics,
             driver_edits=driver_files[1] if driver_files is not None else None,
+            on_shares_changed=publishing.trigger,
         )
         recovery = service.start()  # a checkpoint that cannot be trusted stops us: CheckpointError
         log.info("start-up recovery: %s", recovery)

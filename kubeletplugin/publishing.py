@@ -75,6 +75,11 @@ def shared_devices_problem(git_version: str) -> str | None:
     )
 
 
+def _share_order(item: tuple[tuple[str, int, Placement], tuple[Placement, ...]]) -> tuple[str, int, int]:
+    (gpu_uuid, profile_id, placement), _ = item
+    return gpu_uuid, profile_id, placement.start
+
+
 class PublishingError(MigdraError):
     """Publishing the node's ResourceSlices kept failing for a reason an API outage does not explain
     (the API server refused the slices, NVML failed, a bug) ``fatal_after`` rounds in a row; the
@@ -90,6 +95,8 @@ class Ownership(Protocol):
     def owned_placements(self) -> set[tuple[str, int, Placement]]: ...
 
     def live_shares(self) -> int: ...
+
+    def share_compute_instances(self) -> dict[tuple[str, int, Placement], tuple[Placement, ...]]: ...
 
 
 class Publishing:
@@ -200,6 +207,7 @@ class Publishing:
         shows up as foreign for one round.  The same inventory and ownership as last time give the
         same pool object back (building one is pure), which the publisher recognises at once."""
         read = (reader or InventoryReader()).read
+        shares: dict[tuple[str, int, Placement], tuple[Placement, ...]] = {}
         if ownership is None:
             inventory = read_settled_inventory(nvml, read)
             owned: tuple[frozenset[tuple[str, int]], frozenset[tuple[str, int, Placement]]] = (frozenset(), frozenset())
@@ -207,9 +215,10 @@ class Publishing:
             before = ownership.owned_instances()
             inventory = read_settled_inventory(nvml, read)
             owned = (frozenset(before | ownership.owned_instances()), frozenset(ownership.owned_placements()))
+            shares = ownership.share_compute_instances()
         faults = self.faults() if self.faults is not None else ()
         config = self._effective_config(ownership.live_shares() if ownership is not None else 0)
-        key = (inventory, owned, faults, config.shared_devices)
+        key = (inventory, owned, faults, config.shared_devices, tuple(sorted(shares.items(), key=_share_order)))
         built = self._built
         if built is not None and built[0] == key:
             return built[1]
@@ -217,7 +226,14 @@ class Publishing:
         if ownership is None:
             pool = build_pool(inventory, config, binding=binding)
         else:
-            pool = build_pool(inventory, config, owned_instances=owned[0], owned_placements=owned[1], binding=binding)
+            pool = build_pool(
+                inventory,
+                config,
+                owned_instances=owned[0],
+                owned_placements=owned[1],
+                binding=binding,
+                share_compute_instances=shares,
+            )
         pool = taint_pool(pool, faults)
         self._built = (key, pool)
         return pool

@@ -20,7 +20,9 @@ device do not conflict with each other -- they share its GPU instance by design 
 they consume more ``computeSlices`` than the device has (a second scheduler, a hand-written
 allocation): then every share of that device conflicts with the others.  A share conflicts with any
 other device (exclusive or another shared device) whose memory slices overlap, exactly as exclusive
-devices do.
+devices do.  Two shares of one device in *one* claim (kube-scheduler may give two requests of a claim
+the same shared device) conflict with each other: the node prepares one share of a device per claim
+(one CDI device per device name) and refuses the claim, so the controller must not call it reserved.
 """
 
 from __future__ import annotations
@@ -289,10 +291,13 @@ def _conflicts(held: list[_Held]) -> dict[int, set[str]]:
         for position, first in enumerate(indices):
             for second in indices[position + 1 :]:
                 a, b = held[first], held[second]
-                if _uid(a.claim) == _uid(b.claim):
-                    continue
                 assert a.device is not None
                 assert b.device is not None
+                if _uid(a.claim) == _uid(b.claim):
+                    if a.device is b.device and a.device.shared and a.share_id is not None and b.share_id is not None:
+                        conflicts[first].add(f"{_label(b.claim)} (its other share {b.share_id})")
+                        conflicts[second].add(f"{_label(a.claim)} (its other share {a.share_id})")
+                    continue
                 if a.device is b.device and a.device.shared and a.share_id is not None and b.share_id is not None:
                     continue  # shares of one GPU instance: over-commit is checked below
                 if _occupied(a.device).overlaps(_occupied(b.device)):

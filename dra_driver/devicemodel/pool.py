@@ -20,8 +20,10 @@ What it decides:
   the exclusive device (the claim gets the whole GPU instance) and a *shared* device of the same
   placement (``allowMultipleAllocations``: several claims, each its own compute instance, divide the
   instance's ``computeSlices``).  Both consume the same counters, so they exclude each other through
-  them; a shared device pays them once however many shares it serves.  ``sharedDevices: false`` in
-  the configuration publishes exclusive devices only;
+  them; a shared device pays them once however many shares it serves.  Once shares live in its GPU
+  instance, a shared device admits only the share sizes that still have a free compute-instance
+  placement beside theirs (free slices alone may be scattered).  ``sharedDevices: false`` in the
+  configuration publishes exclusive devices only;
 - with realize before bind (a setting of the node plugin, passed in as ``binding``), every device
   carries the ``<driver>/realized`` binding condition and the ``<driver>/realization-failed``
   binding failure condition.
@@ -30,7 +32,7 @@ What it decides:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dra_driver.devicemodel.config import DeviceModelConfig
@@ -62,6 +64,7 @@ from dra_driver.mig.catalog import (
     resource_amounts,
     resource_budget,
 )
+from dra_driver.mig.compute_placement import placeable_share_sizes
 from dra_driver.nvml.types import GpuInstanceInfo, GpuInstanceProfileInfo, GpuInventory, NodeInventory
 
 # NVML_DEVICE_ARCH_* -> the name published in the `architecture` attribute.
@@ -72,6 +75,8 @@ _CAPACITY_OF_FIELD = {spec.resource_field: spec for spec in CAPACITIES}
 assert set(_CAPACITY_OF_FIELD) == set(RESOURCE_FIELDS), "every GPU resource is published, once"
 
 AttributeValue = tuple[ValueType, int | bool | str]
+SharedGpuInstance = tuple[str, int, Placement]
+"""A shared GPU instance by where it is: (GPU UUID, GI profile ID, GI placement)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,10 +178,12 @@ class ForeignInstance:
 
 @dataclass(frozen=True, slots=True)
 class _Ownership:
-    """Which GPU instances are migdra's: recorded by ID, or being created at a recorded placement."""
+    """Which GPU instances are migdra's: recorded by ID, or being created at a recorded placement; and
+    the compute instances its shares hold in each shared GPU instance."""
 
     instances: frozenset[tuple[str, int]]
     placements: frozenset[tuple[str, int, Placement]]
+    share_compute_instances: Mapping[SharedGpuInstance, tuple[Placement, ...]]
 
     def owns(self, gpu_uuid: str, gi: GpuInstanceInfo) -> bool:
         return (gpu_uuid, gi.gpu_instance_id) in self.instances or (
@@ -204,16 +211,21 @@ def build_pool(
     catalog: MigCatalog | None = None,
     owned_placements: Iterable[tuple[str, int, Placement]] = (),
     binding: BindingConditions | None = None,
+    share_compute_instances: Mapping[SharedGpuInstance, Sequence[Placement]] | None = None,
 ) -> NodePool:
     """The node's devices and counter sets.
 
     ``owned_instances``: (GPU UUID, GI ID) of the GPU instances migdra created; ``owned_placements``:
     (GPU UUID, GI profile ID, placement) of those being created whose ID is not known yet.  Any other
     GPU instance is foreign.  ``binding``: the binding conditions every device carries (realize
-    before bind; None: none, the scheduler binds at once).
+    before bind; None: none, the scheduler binds at once).  ``share_compute_instances``: the CI
+    placements migdra's shares hold (or are about to) in each shared GI, by (GPU UUID, GI profile ID,
+    GI placement): a shared device admits only the share sizes still placeable beside them
+    (:func:`~dra_driver.mig.compute_placement.placeable_share_sizes`).
     """
     catalog = catalog or load_catalog()
-    owned = _Ownership(frozenset(owned_instances), frozenset(owned_placements))
+    shares = {key: tuple(placements) for key, placements in (share_compute_instances or {}).items()}
+    owned = _Ownership(frozenset(owned_instances), frozenset(owned_placements), shares)
     devices: list[Device] = []
     counter_sets: list[CounterSet] = []
     foreign: list[ForeignInstance] = []
@@ -371,7 +383,10 @@ def _mig_devices(
                 )
             )
             sizes = _share_sizes(model, profile.profile_id) if config.shared_devices else ()
-            if sizes:
+            if sizes and model is not None:
+                present = owned.share_compute_instances.get((gpu.uuid, profile.profile_id, placement), ())
+                if present:
+                    sizes = placeable_share_sizes(model.profile_by_id(profile.profile_id), present)
                 name_shared = shared_device_name(gpu.minor_number, name, profile.profile_id, placement.start)
                 shared.append(_shared_device(devices[-1], name_shared, sizes))
     devices.extend(shared)  # after the GPU's exclusive devices: a stable order for every policy

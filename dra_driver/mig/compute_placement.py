@@ -42,6 +42,16 @@ def placeable_counts(profile: GpuInstanceProfile, present: Sequence[Placement]) 
     return tuple(len(free_compute_placements(profile, present, size)) for size in reversed(profile.share_sizes))
 
 
+def placeable_share_sizes(profile: GpuInstanceProfile, present: Sequence[Placement]) -> tuple[int, ...]:
+    """The share sizes of ``profile`` a new CI could still be placed at, with CIs at ``present``: what a
+    shared device admits (its ``computeSlices`` request policy), so kube-scheduler never sends a share
+    to a GI that has the slices but not the placement for it.  When none is (every slice is taken, so
+    the capacity is spent too), every size: a request policy needs a valid value, and the capacity
+    already keeps shares off."""
+    placeable = tuple(size for size in profile.share_sizes if free_compute_placements(profile, present, size))
+    return placeable or profile.share_sizes
+
+
 def choose_compute_placement(
     profile: GpuInstanceProfile, present: Sequence[Placement], size: int, legal: Sequence[Placement] | None = None
 ) -> Placement | None:

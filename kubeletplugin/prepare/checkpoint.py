@@ -280,6 +280,20 @@ class CheckpointStore:
         prepared or being released): while any is, the shared devices must stay published."""
         return sum(1 for record in self.records() for device in record.devices if device.intent.is_share)
 
+    def share_compute_instances(self) -> dict[tuple[str, int, Placement], tuple[Placement, ...]]:
+        """The CI placements shares hold in each shared GI, by (GPU UUID, GI profile ID, GI placement),
+        sorted by start: every share record whose CI placement is recorded (prepared, being created --
+        the placement is recorded before NVML is asked -- or being released), so the publisher never
+        offers a size whose placement one of them takes."""
+        taken: dict[tuple[str, int, Placement], list[Placement]] = {}
+        for record in self.records():
+            for device in record.devices:
+                intent = device.intent
+                placement = device.compute_instance_placement
+                if intent.is_share and placement is not None and intent.profile_id is not None and intent.placement:
+                    taken.setdefault((intent.gpu_uuid, intent.profile_id, intent.placement), []).append(placement)
+        return {key: tuple(sorted(placements, key=lambda p: p.start)) for key, placements in taken.items()}
+
     def owned_placements(self) -> set[tuple[str, int, Placement]]:
         """(GPU UUID, GI profile ID, placement) of every GI NVML is being asked for, whose ID is unknown yet.
 

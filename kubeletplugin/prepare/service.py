@@ -165,8 +165,11 @@ class PrepareService:
         device_metadata: bool = True,
         plugin_data_dir: Path | None = None,
         common_edits: CommonEdits = DEFAULT_COMMON_EDITS,
+        on_shares_changed: Callable[[], None] | None = None,
     ) -> None:
         self._metrics = metrics
+        # Called when a share's CI came or went: the shared device's admitted sizes follow (publishing).
+        self._on_shares_changed = on_shares_changed
         self.nvml = nvml
         self._gpus = NodeGpus(nvml)  # listed once; the GPU a device names is read fresh
         self.node_name = node_name
@@ -215,9 +218,11 @@ class PrepareService:
         reporter: ClaimReporter | None = None,
         metrics: PrepareMetrics | None = None,
         driver_edits: DriverEdits | None = None,
+        on_shares_changed: Callable[[], None] | None = None,
     ) -> PrepareService:
         """The service the node process runs, from its settings (``MIGDRA_CDI_DIR``, ``MIGDRA_STATE_DIR``, ...)
-        and the driver files found at start-up (``driver_edits``; None: the specs carry none)."""
+        and the driver files found at start-up (``driver_edits``; None: the specs carry none);
+        ``on_shares_changed``: called whenever a share's compute instance was created or destroyed."""
         return cls(
             nvml=nvml,
             client=client,
@@ -239,6 +244,7 @@ class PrepareService:
                 mounts=driver_edits.mounts if driver_edits is not None else (),
                 hooks=driver_edits.hooks if driver_edits is not None else (),
             ),
+            on_shares_changed=on_shares_changed,
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -663,13 +669,19 @@ class PrepareService:
                 identity = {"compute_instance_id": ci.compute_instance_id, "mig_uuid": ci.mig_uuid}
                 device = self._record_step(claim_uid, index, device, identity, f"CI {ci.compute_instance_id}")
                 self._crash(CrashPoint.AFTER_CHECKPOINT_COMPUTE_INSTANCE)
+                self._shares_changed()
             except (RealizeError, DeviceConflictError) as e:
                 failure = self._undo_share(intent, gi.gpu_instance_id, ci_id, created_gi)
+                self._shares_changed()
                 if failure is None:
                     raise
                 left = device.model_copy(update={"gpu_instance_id": gi.gpu_instance_id})
                 raise _GpuInstanceLeft(f"{e.message}; rolling back the share failed ({failure})", left) from e
         return device
+
+    def _shares_changed(self) -> None:
+        if self._on_shares_changed is not None:
+            self._on_shares_changed()
 
     def _undo_share(self, intent: DeviceIntent, gi_id: int, ci_id: int | None, created_gi: int | None) -> str | None:
         """Destroy what one share's prepare created (its CI; the GI if it created it); the failure text."""
@@ -906,6 +918,7 @@ class PrepareService:
                         if released is None:
                             continue  # the shared GI is gone: nothing of the share is left
                         device = self._record_release_step(record.claim_uid, index, device, released)
+                        self._shares_changed()
                         destroy_shared_gpu_instance_if_last(self.nvml, device, others)
                     else:  # exclusive, or a share whose GI's ID was never recorded (its GI, if any, is empty)
                         release = find_instance_to_release(self.nvml, device)
@@ -1013,6 +1026,10 @@ class PrepareService:
     def live_shares(self) -> int:
         """Devices of the checkpoint that are shares of a shared GPU instance (for the publisher)."""
         return self._require_store().live_shares()
+
+    def share_compute_instances(self) -> dict[tuple[str, int, Placement], tuple[Placement, ...]]:
+        """The CI placements shares hold in each shared GI (for the publisher: the sizes still placeable)."""
+        return self._require_store().share_compute_instances()
 
     def owned_placements(self) -> set[tuple[str, int, Placement]]:
         """(GPU UUID, GI profile ID, placement) of every GI being created whose ID is not recorded yet.

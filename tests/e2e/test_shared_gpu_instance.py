@@ -83,6 +83,15 @@ def _compute_instances(cluster: SimCluster, node: str) -> dict[tuple[str, int], 
         }
 
 
+def _admitted(cluster: SimCluster, device: str) -> list[str] | None:
+    """The share sizes ``device`` admits as published (its computeSlices request policy's valid values)."""
+    for resource_slice in cluster.client.list(SLICES)[0]:
+        for published in resource_slice["spec"].get("devices") or []:
+            if published["name"] == device:
+                return list(published["capacity"]["computeSlices"]["requestPolicy"]["validValues"])
+    return None
+
+
 def _share_entry(claim: dict[str, Any]) -> dict[str, Any] | None:
     """The claim's status entry of its share once the plugin wrote it Ready (and the controller Reserved)."""
     (result,) = claim["status"]["allocation"]["devices"]["results"]
@@ -106,6 +115,7 @@ def test_three_shares_run_on_one_gpu_instance_each_on_its_own_compute_instance(c
         if device["name"].startswith("gpu-0-shared-4g40gb-")
     )
     namespace = cluster.namespace("shares")
+    assert _admitted(cluster, "gpu-0-shared-4g40gb-5-0") == ["1", "2", "4"]
     sizes = {"infer-a": 1, "infer-b": 1, "infer-c": 2}
     manifest = "".join(SHARE.format(name=n, slices=s, node=node, gpu=gpu) for n, s in sizes.items())
     cluster.apply(namespace, manifest)
@@ -137,6 +147,9 @@ def test_three_shares_run_on_one_gpu_instance_each_on_its_own_compute_instance(c
     cluster.kubectl("delete", "resourceclaim", "infer-c", "-n", namespace, "--wait=true", "--timeout=60s")
     left = sorted(written[n]["data"]["migUUID"] for n in ("infer-a", "infer-b"))
     wait_for("infer-c's compute instance to go", lambda: _compute_instances(cluster, node) == {gi: left})
+    # CIs at 0:1 and 1:1 remain: a 2-slice share still has 2:2, a 4-slice one no placement, so the
+    # published device stops admitting 4 (the plugin re-publishes when a share's CI comes or goes).
+    wait_for("the shared device to admit 1 and 2", lambda: _admitted(cluster, device) == ["1", "2"])
 
     cluster.delete_all(namespace)
     cluster.kubectl("delete", "resourceclaims", "--all", "-n", namespace, "--wait=true", "--timeout=60s")

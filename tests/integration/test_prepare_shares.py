@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -16,13 +17,18 @@ from typing import Any
 
 import pynvml
 import pytest
+from prometheus_client import CollectorRegistry
 
+from dra_driver.devicemodel.vocabulary import COMPUTE_SLICES_CAPACITY
 from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
 from kubeletplugin.grpc.convert import prepare_response
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
+from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.publishing import Publishing
+from kubeletplugin.settings import PluginSettings
 from migdra_devcluster.apiserver import LocalAPIServer
 from tests.prepare_harness import DRIVER, NODE, HeldAfter, Node, read_claim_json, result, simulated_node
 
@@ -173,14 +179,29 @@ def test_release_in_any_order_never_destroys_the_gi_early_and_leaves_nothing(
     assert service._require_store().records() == ()
 
 
+def admitted_sizes(node: Node, service: PrepareService) -> list[int]:
+    """The share sizes the shared device admits in the pool a publish round builds now (with ``service``
+    as what migdra owns): its ``computeSlices`` request policy's valid values."""
+    publishing = Publishing(PluginSettings(node_name=NODE), CollectorRegistry(), threading.Event())
+    (device,) = [d for d in publishing.compute_pool(node.nvml, service).devices if d.name == SHARED]
+    return list(device.request_policies[COMPUTE_SLICES_CAPACITY].valid_values)
+
+
 def test_a_fragmented_gi_refuses_a_share_that_its_free_slices_would_hold(node: Node) -> None:
-    service = node.service()
+    changes: list[int] = []
+    service = node.service(on_shares_changed=lambda: changes.append(1))
+    assert admitted_sizes(node, service) == [1, 2, 4]
     refs = [node.claim(f"one-{i}", [share(1)]) for i in range(4)]
     uuids = [prepare_ok(node, service, ref) for ref in refs]
     assert sorted(start for _, start in cis(node).values()) == [0, 1, 2, 3]
+    assert len(changes) == 4  # every CI that came told publishing
     for index in (0, 2):  # free slices 0 and 2: two free slices, no free 2-slice placement
         assert service.unprepare([refs[index]])[refs[index].uid].error == ""
+    assert len(changes) == 6  # ... and every CI that went
     before = node.instances()
+    # What kube-scheduler is offered follows: a 2-slice share would not fit, so it is not admitted here
+    # (and goes to another GI), though 2 of the 4 compute slices are free.
+    assert admitted_sizes(node, service) == [1]
 
     two = node.claim("two", [share(2)])
     error = service.prepare([two])[two.uid].error

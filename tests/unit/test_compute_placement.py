@@ -20,6 +20,7 @@ from dra_driver.mig.compute_placement import (
     choose_compute_placement,
     describe_compute_instances,
     free_compute_placements,
+    placeable_share_sizes,
 )
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlInsufficientResources, NvmlInvalidArgument
@@ -139,6 +140,42 @@ def test_the_fragmentation_case_of_a_4g_gi_and_the_choices_that_avoid_it() -> No
     assert choose_compute_placement(h100_3g, [], 1) == p(2, 1)
     assert describe_compute_instances([p(3, 1), p(1, 1)]) == "CIs at 1:1, 3:1"
     assert describe_compute_instances([]) == "no CI"
+
+
+@pytest.mark.parametrize(("model", "profile"), SHARED_PROFILES)
+def test_the_admitted_sizes_are_exactly_those_the_chooser_can_still_place(
+    model: str, profile: GpuInstanceProfile
+) -> None:
+    """What a shared device admits (placeable_share_sizes) against the chooser, for every arrangement of
+    CIs that shares reach: a size is admitted exactly when the chooser would place it, unless no size
+    is placeable (then every size, and the capacity keeps shares off: the GI is full)."""
+    for arrangement in reachable_arrangements(profile):
+        placeable = tuple(s for s in profile.share_sizes if choose_compute_placement(profile, arrangement, s))
+        admitted = placeable_share_sizes(profile, arrangement)
+        if placeable:
+            assert admitted == placeable, arrangement
+        else:
+            assert admitted == profile.share_sizes
+            assert sum(c.size for c in arrangement) == profile.slice_count, arrangement
+
+
+def reachable_arrangements(profile: GpuInstanceProfile) -> set[tuple[Placement, ...]]:
+    """Every set of non-overlapping CI placements of ``profile``'s share sizes (what shares coming and
+    going in any order can leave)."""
+    legal = sorted(
+        {pl for size in profile.share_sizes for pl in profile.compute_instance_for_share(size).placements},
+        key=lambda pl: (pl.start, pl.size),
+    )
+    found: set[tuple[Placement, ...]] = set()
+
+    def extend(chosen: tuple[Placement, ...], start_index: int) -> None:
+        found.add(chosen)
+        for index in range(start_index, len(legal)):
+            if not any(legal[index].overlaps(other) for other in chosen):
+                extend((*chosen, legal[index]), index + 1)
+
+    extend((), 0)
+    return found
 
 
 @pytest.mark.parametrize(("model", "profile"), SHARED_PROFILES)

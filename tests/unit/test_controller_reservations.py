@@ -14,7 +14,7 @@ from dra_driver.controller.leader import LeaseTiming
 from dra_driver.controller.ratelimit import TokenBucket
 from dra_driver.controller.reservation_metrics import ReservationMetrics
 from dra_driver.controller.reservations import Placement, Verdict, compute_reservations
-from dra_driver.controller.status import compute_claim_devices
+from dra_driver.controller.status import build_reserved_message, compute_claim_devices
 from tests.sim_objects import DRIVER, H100, node_slices
 
 NOW = "2026-12-01T00:00:00Z"
@@ -284,17 +284,35 @@ def test_a_share_conflicts_with_an_overlapping_exclusive_device(exclusive: str) 
     assert verdicts == {("a", SHARED_4G_AT_0): expected, ("x", exclusive): expected}
 
 
-def test_one_claim_with_two_shares_of_one_device_is_two_reservations() -> None:
+def test_one_claim_with_two_shares_of_one_device_conflicts_with_itself_as_the_node_refuses_it() -> None:
+    """kube-scheduler may give two requests of one claim the same shared device; the node prepares one
+    share of a device per claim, so the controller says conflict, naming the other share."""
     slices = SLICES  # the device model publishes the shared device beside the exclusive one
     claim = _share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111")
     second = dict(claim["status"]["allocation"]["devices"]["results"][0], request="r1")
     second["shareID"] = "22222222-2222-4222-8222-222222222222"
     claim["status"]["allocation"]["devices"]["results"].append(second)
     reservations = compute_reservations([claim], slices, DRIVER)
-    assert [(r.share_id, r.verdict) for r in reservations] == [
-        ("11111111-1111-4111-8111-111111111111", Verdict.RESERVED),
-        ("22222222-2222-4222-8222-222222222222", Verdict.RESERVED),
+    assert [(r.share_id, r.verdict, r.conflicts_with) for r in reservations] == [
+        (
+            "11111111-1111-4111-8111-111111111111",
+            Verdict.CONFLICT,
+            ("default/a (its other share 22222222-2222-4222-8222-222222222222)",),
+        ),
+        (
+            "22222222-2222-4222-8222-222222222222",
+            Verdict.CONFLICT,
+            ("default/a (its other share 11111111-1111-4111-8111-111111111111)",),
+        ),
     ]
+    assert build_reserved_message(reservations[0]).startswith("4g.40gb at memory slices 0\u20133 of ")
+    assert "overlaps what default/a (its other share 22222222-2222-4222-8222-222222222222) holds" in (
+        build_reserved_message(reservations[0])
+    )
+    # Two claims each with one share of the device stay reserved (shares of one GI by design).
+    other = _share("b", SHARED_4G_AT_0, 1, "33333333-3333-4333-8333-333333333333")
+    single = _share("c", SHARED_4G_AT_0, 1, "44444444-4444-4444-8444-444444444444")
+    assert {r.verdict for r in compute_reservations([other, single], slices, DRIVER)} == {Verdict.RESERVED}
 
 
 def test_share_metrics_count_shares_and_slices_per_device_and_drop_to_zero() -> None:

@@ -113,6 +113,29 @@ def test_share_sizes_come_from_the_catalog_profile() -> None:
         assert max(sizes) == device.capacity["computeSlices"]
 
 
+def test_a_shared_device_admits_only_the_sizes_still_placeable_beside_its_shares() -> None:
+    """CIs at 1:1 and 3:1 in the 4g GI at 0 (two 1-slice shares left of four): two slices are free but no
+    2-slice placement, so that device admits 1 only; the same profile elsewhere, and its exclusive twin,
+    stay as they are."""
+    inventory = example_inventory([H100])
+    gpu_uuid = inventory.gpus[0].gpu.uuid
+    gi = Placement(start=0, size=4)
+    shares = {(gpu_uuid, 5, gi): (Placement(start=1, size=1), Placement(start=3, size=1))}
+    pool = build_pool(inventory, DeviceModelConfig(), share_compute_instances=shares)
+    plain = pool_of(H100)
+    changed = [(before, after) for before, after in zip(plain.devices, pool.devices, strict=True) if before != after]
+    ((before, after),) = changed
+    assert after.name == "gpu-0-shared-4g40gb-5-0"
+    assert before.request_policies["computeSlices"].valid_values == (1, 2, 4)
+    assert after.request_policies["computeSlices"].valid_values == (1,)
+    assert after.request_policies["computeSlices"].default == 1
+    one_share = build_pool(
+        inventory, DeviceModelConfig(), share_compute_instances={(gpu_uuid, 5, gi): (Placement(start=0, size=1),)}
+    )
+    (device,) = [d for d in one_share.devices if d.name == "gpu-0-shared-4g40gb-5-0"]
+    assert device.request_policies["computeSlices"].valid_values == (1, 2)  # 2:2 free; 4 is not
+
+
 def test_profiles_without_share_sizes_and_unknown_models_get_no_shared_device() -> None:
     assert not any(d.shared for d in pool_of("RTX-PRO-6000-Blackwell-Server-Edition").devices)
     pool = pool_of(H100)

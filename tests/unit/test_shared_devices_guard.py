@@ -125,6 +125,9 @@ class _Shares:
     def live_shares(self) -> int:
         return self.count
 
+    def share_compute_instances(self) -> dict[Any, Any]:
+        return {}
+
 
 def test_a_round_asks_the_checkpoint_for_live_shares(tmp_path: Any, simulated_node: Any) -> None:
     config_file = tmp_path / "devices.yaml"
