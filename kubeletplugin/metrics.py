@@ -204,6 +204,8 @@ class MigInstance:
     namespace: str
     claim: str
     claim_uid: str
+    share_id: str = ""  # a share of a shared GI: its shareID (its own CI in a GI other shares hold too)
+    compute_slices: int | None = None  # a share: its CI's compute slices; None: the whole GI's CI
 
 
 MIG_INSTANCE_INFO = "migdra_mig_instance_info"
@@ -221,6 +223,9 @@ _MIG_INSTANCE_LABELS = (
     "namespace",
     "claim",
     "claim_uid",
+    # a share (docs/sharing.md): several series name one GI, each its own CI; empty for a GI of one claim
+    "share_id",
+    "compute_slices",
 )
 
 
@@ -261,6 +266,8 @@ class MigInstanceCollector(Collector):
                     i.namespace,
                     i.claim,
                     i.claim_uid,
+                    i.share_id,
+                    str(i.compute_slices) if i.compute_slices is not None else "",
                 ],
                 1,
             )

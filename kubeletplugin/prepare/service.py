@@ -170,6 +170,8 @@ class PrepareService:
         self._metrics = metrics
         # Called when a share's CI came or went: the shared device's admitted sizes follow (publishing).
         self._on_shares_changed = on_shares_changed
+        # CI placements where NVML and the catalog differ, logged once each (GPU, GI profile, CI profile, NVML's).
+        self._placement_differences: set[tuple[str, int | None, str, tuple[Placement, ...]]] = set()
         self.nvml = nvml
         self._gpus = NodeGpus(nvml)  # listed once; the GPU a device names is read fresh
         self.node_name = node_name
@@ -597,7 +599,9 @@ class PrepareService:
                 e,
             )
             return None
-        if tuple(legal) != tuple(ci_profile.placements):
+        difference = (intent.gpu_uuid, intent.profile_id, ci_profile.name, tuple(legal))
+        if tuple(legal) != tuple(ci_profile.placements) and difference not in self._placement_differences:
+            self._placement_differences.add(difference)  # once per GPU and profile: not at every share
             log.warning(
                 "device %s: NVML places %s at %s, the catalog at %s; NVML's are used",
                 intent.device_name,
@@ -912,6 +916,11 @@ class PrepareService:
                 ):
                     if intent.admin_access or not intent.is_mig:
                         continue  # admin access and whole GPUs created nothing
+                    if intent.is_share and device.gpu_instance_id is None and not device.creation_requested:
+                        # It stopped before it either asked NVML for a GI or joined one: nothing of it
+                        # exists, and a GI at its placement is another share's (or not migdra's).
+                        log.info("device %s: the share never had an instance; nothing to release", intent.device_name)
+                        continue
                     if intent.is_share and device.gpu_instance_id is not None:
                         others = [r for r in store.records() if r.claim_uid != record.claim_uid]
                         released = destroy_share_compute_instance(self.nvml, device, others)
@@ -1006,6 +1015,8 @@ class PrepareService:
                 namespace=record.namespace,
                 claim=record.name,
                 claim_uid=record.claim_uid,
+                share_id=(device.intent.share_id or "") if device.intent.is_share else "",
+                compute_slices=device.intent.share_size if device.intent.is_share else None,
             )
             for record in self._require_store().records()
             for device in record.devices

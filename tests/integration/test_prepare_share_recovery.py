@@ -9,6 +9,7 @@ crashed claim prepared and released cleanly afterwards.
 
 from __future__ import annotations
 
+import logging
 import signal
 import uuid
 from collections.abc import Iterator
@@ -90,7 +91,7 @@ PREPARE_STEPS = [
 
 @pytest.mark.parametrize(("crash_at", "faults", "joins"), PREPARE_STEPS)
 def test_a_share_prepare_killed_at_any_step_converges(
-    node: Node, crash_at: str | None, faults: Any, joins: bool
+    node: Node, crash_at: str | None, faults: Any, joins: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     other = share_claim(node, "other", 2)
     before = prepared_in_process(node, other) if joins else []
@@ -99,11 +100,14 @@ def test_a_share_prepare_killed_at_any_step_converges(
     child = run_child(node, [crashy], crash_at=crash_at, faults=faults)
     assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr[-3000:]
 
+    caplog.set_level(logging.INFO)
     service = node.service(start=False)
     report = service.start()
     assert [r.claim_uid for r in report.rolled_back] == [crashy.uid]
     assert [r.claim_uid for r in report.adopted] == ([other.uid] if joins else [])
     assert layout(node) == before  # the crashed share left nothing; the other share's GI and CI untouched
+    # ... and the roll-back never calls the shares' GI someone else's
+    assert not [r.getMessage() for r in caplog.records if "NOT DESTROYED" in r.getMessage()]
     assert not spec_path(node.cdi_dir, DRIVER, crashy.uid).exists()
 
     assert service.prepare([crashy])[crashy.uid].error == ""  # kubelet's retry
@@ -142,16 +146,23 @@ GI_DESTROY = "nvmlGpuInstanceDestroy"
         pytest.param(kill_rule(CI_DESTROY, "kill_after"), id="after-ci-destroy"),
     ],
 )
-def test_unprepare_of_a_share_killed_at_its_ci_destroy_never_touches_the_other_share(node: Node, faults: Any) -> None:
-    other = share_claim(node, "other", 2)
-    crashy = share_claim(node, "crashy", 1)
-    both = prepared_in_process(node, other, crashy)
+@pytest.mark.parametrize("killed", ["joiner", "creator"])
+def test_unprepare_of_a_share_killed_at_its_ci_destroy_never_touches_the_other_share(
+    node: Node, faults: Any, killed: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Either share's unprepare killed -- the one that joined the GI, or the one that created it: the GI
+    belongs to the shares, not to its creator, so it stays for the other one."""
+    creator = share_claim(node, "creator", 2)
+    joiner = share_claim(node, "joiner", 1)
+    both = prepared_in_process(node, creator, joiner)
     ((gi_id, cis),) = both
-    other_ci = cis[0]
+    crashy, other = (joiner, creator) if killed == "joiner" else (creator, joiner)
+    other_ci = cis[0] if killed == "joiner" else cis[1]
 
     child = run_child(node, [crashy], faults=faults, unprepare=True)
     assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr[-3000:]
 
+    caplog.set_level(logging.INFO)
     service = node.service(start=False)
     report = service.start()
     assert [r.claim_uid for r in report.adopted] == [other.uid]
@@ -160,6 +171,7 @@ def test_unprepare_of_a_share_killed_at_its_ci_destroy_never_touches_the_other_s
     assert layout(node) == [(gi_id, [other_ci])]
     assert service.unprepare([other])[other.uid].error == ""
     assert layout(node) == []
+    assert not [r.getMessage() for r in caplog.records if "NOT DESTROYED" in r.getMessage()]
 
 
 @pytest.mark.parametrize(

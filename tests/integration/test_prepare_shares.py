@@ -90,6 +90,11 @@ def test_three_shares_of_one_gi_each_get_their_own_compute_instance(node: Node) 
     uuids = [prepare_ok(node, service, ref) for ref in refs]
 
     assert gi_ids(node) == [GI_ID]  # one GI for the three claims
+    metrics = {i.mig_uuid: (i.gpu_instance_id, i.share_id, i.compute_slices) for i in service.prepared_instances()}
+    assert metrics == {
+        mig: (GI_ID, service._require_store().get(ref.uid).devices[0].intent.share_id, size)  # type: ignore[union-attr]
+        for ref, mig, size in zip(refs, uuids, (1, 1, 2), strict=True)
+    }
     placements = {mig: start for mig, (_, start) in cis(node).items()}
     assert placements == {uuids[0]: 0, uuids[1]: 1, uuids[2]: 2}  # 1c, 1c, then 2c at 2:2 (kept free)
     assert len(set(uuids)) == 3
@@ -384,8 +389,10 @@ def test_a_stale_record_of_another_device_naming_the_reused_gi_id_does_not_keep_
     assert GI_ID not in gi_ids(node), "the shared GI went with its last share"
 
 
-def test_the_compute_instance_goes_where_nvml_says_it_may(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
-    """NVML is asked where a CI may sit in the GI, and its answer wins over the catalog's (logged)."""
+def test_the_compute_instance_goes_where_nvml_says_it_may(
+    node: Node, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """NVML is asked where a CI may sit in the GI, and its answer wins over the catalog's (logged once)."""
     service = node.service()
     asked: list[int] = []
     real = service.nvml.compute_instance_possible_placements
@@ -399,6 +406,13 @@ def test_the_compute_instance_goes_where_nvml_says_it_may(node: Node, monkeypatc
     mig = prepare_ok(node, service, ref)
     assert asked
     assert cis(node)[mig][1] >= 2, "placed among NVML's placements, not the catalog's first"
+    second = node.claim("upper-too", [share(1)])
+    mig_too = prepare_ok(node, service, second)
+    assert cis(node)[mig_too][1] >= 2
+    said = [r.getMessage() for r in caplog.records if "NVML places" in r.getMessage()]
+    assert said == [
+        f"device {SHARED}: NVML places MIG 1c.4g.40gb at 2:1, 3:1, the catalog at 0:1, 1:1, 2:1, 3:1; NVML's are used"
+    ]
 
 
 class CiCreationGoesWrong:

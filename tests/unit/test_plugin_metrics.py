@@ -24,6 +24,20 @@ ONE = MigInstance(
     claim_uid="uid-a",
 )
 TWO = MigInstance("GPU-1", "MIG-b", "1g.10gb", 9, 0, 0, 1, "team-a", "eval", "uid-b")
+SHARE = MigInstance(
+    "GPU-1",
+    "MIG-c",
+    "4g.40gb",
+    5,
+    1,
+    0,
+    4,
+    "team-b",
+    "infer",
+    "uid-c",
+    share_id="11111111-1111-4111-8111-111111111111",
+    compute_slices=2,
+)
 
 
 def test_the_info_series_is_computed_at_every_scrape() -> None:
@@ -42,6 +56,8 @@ def test_the_info_series_is_computed_at_every_scrape() -> None:
         "namespace": "team-a",
         "claim": "train",
         "claim_uid": "uid-a",
+        "share_id": "",
+        "compute_slices": "",
     }
     assert registry.get_sample_value(MIG_INSTANCE_INFO, labels) == 1
     assert registry.get_sample_value(MIG_INSTANCE_INFO, {**labels, "mig_uuid": "MIG-b"}) is None
@@ -49,6 +65,16 @@ def test_the_info_series_is_computed_at_every_scrape() -> None:
     assert registry.get_sample_value(MIG_INSTANCE_INFO, labels) is None
     (family,) = (f for f in registry.collect() if f.name == MIG_INSTANCE_INFO)
     assert [s.labels["mig_uuid"] for s in family.samples] == ["MIG-b"]
+
+
+def test_a_share_says_its_share_id_and_compute_slices() -> None:
+    registry = CollectorRegistry()
+    register_mig_instances(registry, "node-1", lambda: [SHARE])
+    (family,) = (f for f in registry.collect() if f.name == MIG_INSTANCE_INFO)
+    (sample,) = family.samples
+    assert sample.labels["share_id"] == "11111111-1111-4111-8111-111111111111"
+    assert sample.labels["compute_slices"] == "2"
+    assert sample.labels["profile"] == "4g.40gb"  # the shared GI's profile; its CI is compute_slices of it
 
 
 def test_registering_does_not_read_the_instances() -> None:
