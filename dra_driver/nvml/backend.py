@@ -50,6 +50,7 @@ import pynvml
 
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.errors import (
+    NvmlComputeInstanceLeft,
     NvmlError,
     NvmlInsufficientResources,
     NvmlInUse,
@@ -89,6 +90,8 @@ _ERROR_CLASSES: dict[int, type[NvmlError]] = {
 _GI_PROFILE_COUNT: int = pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT
 _CI_PROFILE_COUNT: int = pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT
 _CI_ENGINE_SHARED: int = pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+DESTROYED_AGAIN = "it was destroyed again"
+"""What became of a CI this backend created but does not return, when destroying it worked."""
 
 
 def _translate(operation: str, gpu: str | None, exc: pynvml.NVMLError) -> NvmlError:
@@ -489,13 +492,10 @@ class Nvml:
         created = self._read_back_compute_instance(operation, gpu_uuid, gpu_instance_id, ci_handle)
         if created.placement != placement:
             undone = self._destroy_unreturned_compute_instance(gpu_uuid, ci_handle)
-            raise NvmlUnexpectedError(
-                operation,
-                pynvml.NVML_ERROR_UNKNOWN,
-                f"NVML created CI {created.compute_instance_id} of GI {gpu_instance_id} at {created.placement}; "
-                f"{undone}",
-                gpu_uuid,
-            )
+            message = f"NVML created CI {created.compute_instance_id} of GI {gpu_instance_id} at {created.placement}; "
+            if undone != DESTROYED_AGAIN:
+                raise NvmlComputeInstanceLeft(operation, pynvml.NVML_ERROR_UNKNOWN, message + undone, gpu_uuid, created)
+            raise NvmlUnexpectedError(operation, pynvml.NVML_ERROR_UNKNOWN, message + undone, gpu_uuid)
         return created
 
     def _read_back_compute_instance(
@@ -521,7 +521,7 @@ class Nvml:
                 pynvml.nvmlComputeInstanceDestroy(ci_handle)
         except NvmlError as e:
             return f"destroying it again failed, it is left in the GI ({e})"
-        return "it was destroyed again"
+        return DESTROYED_AGAIN
 
     def compute_instance_possible_placements(
         self, gpu_uuid: str, gpu_instance_id: int, ci_profile_index: int

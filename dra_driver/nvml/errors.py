@@ -12,6 +12,7 @@ NVML return codes are translated to these classes in exactly one place
      ├── NvmlInsufficientResources placement occupied or the profile's instances used up         (permanent*)
      ├── NvmlInUse                 a process or a compute instance still holds it                 (retryable)
      └── NvmlUnexpectedError       any other code (unknown, GPU lost, timeout...)                 (retryable)
+          └── NvmlComputeInstanceLeft  NVML made a CI other than asked, and it could not be destroyed again
 
 *InsufficientResources is permanent for the caller: migdra never falls back to another placement, so
 the fix is to free the placement (or reschedule), not to retry.
@@ -19,7 +20,12 @@ the fix is to free the placement (or reschedule), not to retry.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dra_driver.errors import MigdraError
+
+if TYPE_CHECKING:
+    from dra_driver.nvml.types import ComputeInstanceInfo
 
 
 class NvmlError(MigdraError):
@@ -72,3 +78,15 @@ class NvmlUnexpectedError(NvmlError):
     """Any other NVML failure; worth retrying once the GPU settles."""
 
     retryable = True
+
+
+class NvmlComputeInstanceLeft(NvmlUnexpectedError):
+    """NVML created a compute instance other than the one asked for (elsewhere in the GI), and destroying
+    it again failed: it stands, and ``compute_instance`` says which, so the caller can record it and
+    destroy it later rather than leak it (and the GI it sits in) as someone else's."""
+
+    def __init__(
+        self, operation: str, code: int, message: str, gpu: str | None, compute_instance: ComputeInstanceInfo
+    ) -> None:
+        super().__init__(operation, code, message, gpu)
+        self.compute_instance = compute_instance

@@ -41,6 +41,7 @@ import errno
 from pathlib import Path
 
 from dra_driver.errors import MigdraError
+from dra_driver.nvml.types import ComputeInstanceInfo
 
 
 class PrepareError(MigdraError):
@@ -85,6 +86,15 @@ class RealizeError(PrepareError):
     """NVML refused or failed to create an instance; what this call created was rolled back."""
 
     retryable = True
+
+
+class ComputeInstanceLeftError(RealizeError):
+    """A share's compute instance came out elsewhere than asked and could not be destroyed again: it stands
+    (``compute_instance``), and the share's record must name it so a release destroys it, and then its GI."""
+
+    def __init__(self, message: str, compute_instance: ComputeInstanceInfo) -> None:
+        super().__init__(message)
+        self.compute_instance = compute_instance
 
 
 class CapacityMismatchError(RealizeError):

@@ -40,11 +40,18 @@ from dataclasses import dataclass
 from dra_driver.mig.catalog import Placement
 from dra_driver.mig.compute_placement import describe_compute_instances
 from dra_driver.nvml.backend import Nvml
-from dra_driver.nvml.errors import NvmlError, NvmlInsufficientResources, NvmlInUse, NvmlNotFound
+from dra_driver.nvml.errors import (
+    NvmlComputeInstanceLeft,
+    NvmlError,
+    NvmlInsufficientResources,
+    NvmlInUse,
+    NvmlNotFound,
+)
 from dra_driver.nvml.types import ComputeInstanceInfo, ComputeInstanceProfileInfo, GpuInstanceInfo
 from kubeletplugin.prepare.devices import DeviceTarget
 from kubeletplugin.prepare.errors import (
     CapacityMismatchError,
+    ComputeInstanceLeftError,
     DeviceConflictError,
     LockTimeoutError,
     RealizeError,
@@ -379,6 +386,10 @@ def create_share_compute_instance(
         raise DeviceConflictError(
             f"{_where(target)}: compute-instance placement {placement} in GI {gpu_instance_id} is occupied "
             f"(NVML: {e.nvml_message})"
+        ) from e
+    except NvmlComputeInstanceLeft as e:
+        raise ComputeInstanceLeftError(
+            f"{_where(target)}: creating the share's compute instance failed: {e}", e.compute_instance
         ) from e
     except NvmlError as e:
         raise RealizeError(f"{_where(target)}: creating the share's compute instance failed: {e}") from e

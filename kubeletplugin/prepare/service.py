@@ -92,6 +92,7 @@ from kubeletplugin.prepare.devices import DeviceTarget, NodeGpus, compute_device
 from kubeletplugin.prepare.driver_files import DriverEdits
 from kubeletplugin.prepare.errors import (
     CheckpointError,
+    ComputeInstanceLeftError,
     DeviceConflictError,
     DeviceResolutionError,
     LockTimeoutError,
@@ -675,11 +676,21 @@ class PrepareService:
                 self._crash(CrashPoint.AFTER_CHECKPOINT_COMPUTE_INSTANCE)
                 self._shares_changed()
             except (RealizeError, DeviceConflictError) as e:
-                failure = self._undo_share(intent, gi.gpu_instance_id, ci_id, created_gi)
+                stray = e.compute_instance if isinstance(e, ComputeInstanceLeftError) else None
+                if stray is not None:  # NVML put it elsewhere and would not destroy it: one more try
+                    ci_id = stray.compute_instance_id
+                failure, ci_left = self._undo_share(intent, gi.gpu_instance_id, ci_id, created_gi)
                 self._shares_changed()
                 if failure is None:
                     raise
-                left = device.model_copy(update={"gpu_instance_id": gi.gpu_instance_id})
+                recorded: dict[str, object] = {"gpu_instance_id": gi.gpu_instance_id}
+                if ci_left and stray is not None:  # recorded, so a release destroys it, and then the GI
+                    recorded |= {
+                        "compute_instance_id": stray.compute_instance_id,
+                        "mig_uuid": stray.mig_uuid,
+                        "compute_instance_placement": stray.placement,
+                    }
+                left = device.model_copy(update=recorded)
                 raise _GpuInstanceLeft(f"{e.message}; rolling back the share failed ({failure})", left) from e
         return device
 
@@ -687,16 +698,19 @@ class PrepareService:
         if self._on_shares_changed is not None:
             self._on_shares_changed()
 
-    def _undo_share(self, intent: DeviceIntent, gi_id: int, ci_id: int | None, created_gi: int | None) -> str | None:
-        """Destroy what one share's prepare created (its CI; the GI if it created it); the failure text."""
+    def _undo_share(
+        self, intent: DeviceIntent, gi_id: int, ci_id: int | None, created_gi: int | None
+    ) -> tuple[str | None, bool]:
+        """Destroy what one share's prepare created (its CI; the GI if it created it): the failure text
+        (None: all gone) and whether the CI is still there."""
         try:
             if ci_id is not None:
                 self.nvml.destroy_compute_instance(intent.gpu_uuid, gi_id, ci_id)
         except NvmlError as e:
-            return str(e)
+            return str(e), True
         if created_gi is None:
-            return None
-        return destroy_created_instance(self.nvml, intent.gpu_uuid, created_gi, None)
+            return None, False
+        return destroy_created_instance(self.nvml, intent.gpu_uuid, created_gi, None), False
 
     def _record_step(
         self, claim_uid: str, index: int, device: DeviceRecord, update: dict[str, object], what: str

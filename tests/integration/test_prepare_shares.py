@@ -443,6 +443,21 @@ class CiCreationGoesWrong:
         monkeypatch.setattr(pynvml, "nvmlComputeInstanceGetInfo", read_back_failing)
 
 
+def refuse_ci_destroys(monkeypatch: pytest.MonkeyPatch, times: int) -> list[int]:
+    """``nvmlComputeInstanceDestroy`` answers IN_USE ``times`` times (a process holds the CI); the refusals."""
+    destroy = pynvml.nvmlComputeInstanceDestroy
+    refused: list[int] = []
+
+    def in_use(ci_handle: Any) -> Any:
+        if len(refused) < times:
+            refused.append(1)
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_IN_USE)
+        return destroy(ci_handle)
+
+    monkeypatch.setattr(pynvml, "nvmlComputeInstanceDestroy", in_use)
+    return refused
+
+
 @pytest.mark.parametrize(
     ("misplace_to", "read_back", "said"),
     [
@@ -470,6 +485,32 @@ def test_a_ci_nvml_creates_wrong_is_destroyed_and_so_is_the_gi_the_share_created
     assert service._require_store().get(ref.uid) is None
     mig = prepare_ok(node, service, ref)  # kubelet's retry starts clean
     assert cis(node) == {mig: (0, 0)}
+
+
+def test_a_misplaced_ci_nvml_will_not_destroy_is_recorded_and_released_later_with_its_gi(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML puts the CI elsewhere and refuses to destroy it (three times: the backend's try, the roll-back's,
+    the claim's undo): the share's record names that CI, so the next release finds it and then the GI,
+    instead of leaving both as instances no record names."""
+    service = node.service()
+    ref = node.claim("first", [share(1)])
+    with monkeypatch.context() as patched:
+        CiCreationGoesWrong(patched, misplace_to=3, read_back=False)
+        refused = refuse_ci_destroys(patched, 3)
+        error = service.prepare([ref])[ref.uid].error
+    assert len(refused) == 3
+    assert "NVML created CI 0 of GI 1 at 3:1; destroying it again failed" in error
+    ((_, stray),) = cis(node).values()
+    assert stray == 3
+    record = service._require_store().get(ref.uid)
+    assert record is not None and record.state is ClaimState.PREPARE_STARTED
+    (device,) = record.devices
+    assert (device.gpu_instance_id, device.compute_instance_placement) == (GI_ID, Placement(start=3, size=1))
+    assert device.mig_uuid == next(iter(cis(node)))
+    assert service.unprepare([ref])[ref.uid].error == ""  # NVML lets go now
+    assert node.instances() == []
+    assert service._require_store().get(ref.uid) is None
 
 
 @pytest.mark.parametrize(("misplace_to", "read_back"), [(3, False), (None, True)], ids=["misplaced", "read-back"])

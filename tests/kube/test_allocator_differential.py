@@ -68,6 +68,7 @@ from tests.sim_cluster import SimCluster
 from tests.waiting import wait_for
 
 DRIVER = "gpu.migdra.io"
+FAILED_PREPARE = "FailedPrepareDynamicResources"  # kubelet's Event reason
 DOMAIN = DRIVER
 NAMESPACE = "differential"
 NODE_GPUS = {
@@ -325,30 +326,49 @@ POLICY = DynamicPlacementPolicy()
 
 
 def build_node_pools(sim: SimCluster) -> dict[str, NodePool]:
-    """Each node's pool as its plugin builds it, from the node's simulated NVML before any claim.
+    """Each node's pool as its plugin builds it now, from the node's simulated NVML.
 
-    Instances migdra creates later are its own, and own instances change no device or counter, so the
-    pool stays this one; only the order of its devices follows the allocations."""
+    Every GPU instance there is migdra's own (nothing else creates any), and own instances change no
+    device or counter; what they change is what a shared device admits: the share sizes still
+    placeable beside the compute instances of its shares (docs/sharing.md).  A GI with a CI per
+    share, or an exclusive GI with its one full CI, gives the same answer the plugin's checkpoint does
+    once no prepare is in flight (the test waits for that)."""
     config = load_device_model_config(None, driver_name=DRIVER)
     pools = {}
     for node in NODE_GPUS:
         state = sim.workdir / "nodes" / node / "nvml-state.json"
         with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
-            pools[node] = build_pool(read_inventory(nvml), config)
+            inventory = read_inventory(nvml)
+        instances = [(entry.gpu.uuid, gi) for entry in inventory.gpus for gi in entry.gpu_instances]
+        pools[node] = build_pool(
+            inventory,
+            config,
+            owned_instances={(gpu_uuid, gi.gpu_instance_id) for gpu_uuid, gi in instances},
+            share_compute_instances={
+                (gpu_uuid, gi.profile_id, gi.placement): [ci.placement for ci in gi.compute_instances]
+                for gpu_uuid, gi in instances
+            },
+        )
     return pools
 
 
 def pool_layout(slices: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """Each slice's devices (or counter sets) by name, in order: what decides the allocator's order.
+    """Each slice's devices (or counter sets) by name, in order: what decides the allocator's order; a
+    shared device with the share sizes it admits.
 
     Names, not whole specs: kube-apiserver returns quantities in canonical form (``25165824000`` as
-    ``25165824k``), so the published spec is not the rendered text, while the devices are the same."""
+    ``25165824k``), so the published spec is not the rendered text, while the devices are the same.
+    (Share sizes are small whole numbers, the same in either form.)"""
     return {
-        item["metadata"]["name"]: [
-            entry["name"] for entry in item["spec"].get("devices") or item["spec"]["sharedCounters"]
-        ]
+        item["metadata"]["name"]: [_layout_entry(entry) for entry in item["spec"].get("devices") or []]
+        or [entry["name"] for entry in item["spec"].get("sharedCounters") or []]
         for item in slices
     }
+
+
+def _layout_entry(device: dict[str, Any]) -> str:
+    policy = ((device.get("capacity") or {}).get("computeSlices") or {}).get("requestPolicy")
+    return f"{device['name']} admits {policy['validValues']}" if policy else str(device["name"])
 
 
 def published_layout(slices: list[dict[str, Any]], node: str) -> dict[str, list[str]] | None:
@@ -363,8 +383,9 @@ def published_layout(slices: list[dict[str, Any]], node: str) -> dict[str, list[
     return pool_layout(current)
 
 
-def unsettled_nodes(sim: SimCluster, pools: dict[str, NodePool]) -> list[str]:
+def unsettled_nodes(sim: SimCluster) -> list[str]:
     """The nodes whose published pool is not yet what the plugin must publish for the claims allocated now."""
+    pools = build_node_pools(sim)
     claims = sim.client.list(CLAIMS)[0]
     slices = sim.client.list(SLICES)[0]
     behind = []
@@ -375,9 +396,10 @@ def unsettled_nodes(sim: SimCluster, pools: dict[str, NodePool]) -> list[str]:
     return behind
 
 
-def describe_unsettled(sim: SimCluster, pools: dict[str, NodePool]) -> str:
+def describe_unsettled(sim: SimCluster) -> str:
     """For each node behind: the devices published but not expected, expected but not published, and
     the first slice whose order differs -- what a timeout must show."""
+    pools = build_node_pools(sim)
     claims = sim.client.list(CLAIMS)[0]
     slices = sim.client.list(SLICES)[0]
     lines = []
@@ -403,11 +425,11 @@ def describe_unsettled(sim: SimCluster, pools: dict[str, NodePool]) -> str:
     return "\n".join(lines)
 
 
-def wait_settled(sim: SimCluster, pools: dict[str, NodePool]) -> None:
+def wait_settled(sim: SimCluster) -> None:
     last: list[str] = []
 
     def settled() -> bool:
-        last[:] = unsettled_nodes(sim, pools)
+        last[:] = unsettled_nodes(sim)
         return not last
 
     try:
@@ -415,7 +437,7 @@ def wait_settled(sim: SimCluster, pools: dict[str, NodePool]) -> None:
             "the published pools to follow the allocations",
             settled,
             timeout=SETTLE_TIMEOUT,
-            detail=lambda: describe_unsettled(sim, pools),
+            detail=lambda: describe_unsettled(sim),
         )
     except AssertionError as exc:
         raise AssertionError(f"{exc}; behind: {', '.join(last)}") from exc
@@ -437,6 +459,8 @@ class Placement:
     actual: dict[str, Any] | None = None
     outcome: str = ""  # allocated | unschedulable
     config_rule_applied: bool = False  # 1.36's config differs from the port's 1.37 rule (accounted for)
+    prepared: bool = False  # the node prepared it (the pod runs)
+    prepare_failure: str = ""  # ... or why the node could not
 
 
 @dataclass
@@ -448,6 +472,7 @@ class Tally:
     deleted: int = 0
     config_rule_applied: int = 0
     predicted_again: int = 0  # batches predicted across a re-publish, so predicted again
+    not_prepared: list[str] = field(default_factory=list)  # allocated, but the node could not prepare it
     mismatched_claims: int = 0
     mismatches: list[str] = field(default_factory=list)
     shapes: Counter[str] = field(default_factory=Counter)
@@ -519,7 +544,7 @@ def pool_generations(sim: SimCluster) -> dict[str, int]:
     return generations
 
 
-def predict_settled(sim: SimCluster, pools: dict[str, NodePool], batch: list[Placement]) -> int:
+def predict_settled(sim: SimCluster, batch: list[Placement]) -> int:
     """Predict every placement against settled pools, and make sure they stayed so.
 
     A prediction lists the slices itself; should a plugin write a new generation between the settle
@@ -527,11 +552,11 @@ def predict_settled(sim: SimCluster, pools: dict[str, NodePool], batch: list[Pla
     of a state kube-scheduler never meets.  So the generations are read before and after, and a batch
     predicted across a re-publish is settled and predicted again (bounded).  Returns how many times."""
     for again in range(5):
-        wait_settled(sim, pools)
+        wait_settled(sim)
         before = pool_generations(sim)
         for placement in batch:
             predict(sim.kubeconfig, placement)
-        if pool_generations(sim) == before and not unsettled_nodes(sim, pools):
+        if pool_generations(sim) == before and not unsettled_nodes(sim):
             for placement in batch:
                 placement.generation = before[placement.node]
             return again
@@ -618,6 +643,29 @@ def wait_gone(sim: SimCluster, placements: list[Placement], what: str) -> None:
     wait_for(what, gone, timeout=DELETE_TIMEOUT)
 
 
+def prepared_or_failed(sim: SimCluster, placement: Placement) -> bool:
+    """Whether the node has prepared the pod's claims (the pod runs) or said it cannot (kubelet's
+    ``FailedPrepareDynamicResources`` Event; kubelet would retry it for ever)."""
+    pod = sim.client.get(PODS, NAMESPACE, placement.pod) or {}
+    if (pod.get("status") or {}).get("phase") == "Running":
+        placement.prepared = True
+        return True
+    events = sim.client.list(EVENTS, NAMESPACE, field_selector=f"involvedObject.name={placement.pod}")[0]
+    failed = [event for event in events if event.get("reason") == FAILED_PREPARE]
+    if failed:
+        placement.prepared, placement.prepare_failure = False, str(failed[0].get("message"))
+        return True
+    return False
+
+
+def wait_prepared(sim: SimCluster, placement: Placement) -> None:
+    wait_for(
+        f"pod {placement.pod} to run or fail its prepare",
+        lambda: prepared_or_failed(sim, placement),
+        timeout=OUTCOME_TIMEOUT,
+    )
+
+
 def wait_answer(sim: SimCluster, placement: Placement) -> None:
     wait_for(
         f"kube-scheduler's answer for pod {placement.pod}", lambda: observe(sim, placement), timeout=OUTCOME_TIMEOUT
@@ -642,7 +690,7 @@ class DifferentialRun:
             delete(self.sim, placement)
         batch = [self.create_claims(node) for node in self.pools]
         wait_gone(self.sim, leaving, "deleted pods and claims to go")
-        self.tally.predicted_again += predict_settled(self.sim, self.pools, batch)
+        self.tally.predicted_again += predict_settled(self.sim, batch)
         for placement in batch:
             self.sim.client.create(PODS, pod_body(placement.pod, placement.node, list(placement.claims)))
         for placement in batch:
@@ -650,9 +698,18 @@ class DifferentialRun:
             self.record(placement)
         # A pod left pending would be placed later, when claims go: the next prediction would not know.
         unschedulable = [p for p in batch if p.outcome == "unschedulable"]
-        for placement in unschedulable:
+        # The node prepares what was allocated: a share's CI changes what its shared device admits, so
+        # the next prediction waits for it (a share the node cannot place leaves; it is counted).
+        for placement in batch:
+            if placement.outcome == "allocated":
+                wait_prepared(self.sim, placement)
+        not_prepared = [p for p in batch if p.outcome == "allocated" and not p.prepared]
+        for placement in not_prepared:
+            self.live[placement.node].remove(placement)
+            self.tally.not_prepared.append(f"{placement.pod}: {placement.prepare_failure}")
+        for placement in unschedulable + not_prepared:
             delete(self.sim, placement)
-        wait_gone(self.sim, unschedulable, "unschedulable pods to go")
+        wait_gone(self.sim, unschedulable + not_prepared, "unschedulable and unprepared pods to go")
 
     def choose_leaving(self) -> list[Placement]:
         """At random, more after a claim that did not fit: nodes fill, fragment and free up."""
@@ -702,6 +759,7 @@ class DifferentialRun:
             f"on {len(NODE_GPUS)} nodes ({nodes}); {tally.allocated} claims allocated, {tally.unschedulable} did "
             f"not fit, {tally.deleted} deleted; {tally.config_rule_applied} pods' configs compared under 1.37's "
             f"rule; {tally.predicted_again} batches predicted again (a re-publish while predicting); "
+            f"{len(tally.not_prepared)} allocated pods the node could not prepare {tally.not_prepared}; "
             f"shapes {dict(sorted(tally.shapes.items()))}"
         )
 
@@ -714,6 +772,11 @@ def test_the_port_allocates_as_kube_scheduler_does(cluster: SimCluster) -> None:
         run.step()
     print(f"\n{run.summary()}")
     assert not run.tally.mismatches, "\n".join([run.summary(), *run.tally.mismatches])
+    # Only a share may fail its prepare after allocation: a 7g GPU instance cannot promise every order of
+    # share sizes (docs/sharing.md); an exclusive device the scheduler gave must always be prepared.
+    assert all("no free placement for a share of" in failure for failure in run.tally.not_prepared), (
+        run.tally.not_prepared
+    )
 
 
 def _shape(devices: dict[str, Any]) -> str:
