@@ -24,11 +24,15 @@ Each step places one pod on every node at once: a node's pool holds only that no
 pinned to different nodes never compete and one step gives three independent comparisons.
 
 The ``dynamic`` placement policy re-publishes a node's slices in a new order whenever its allocations
-change, so before predicting, the test waits on an explicit signal: every node's published pool
-(latest generation, complete) equals what the plugin must publish for the claims allocated now --
-computed with the plugin's own functions (``build_pool`` on the node's simulated NVML,
-``compute_allocated_devices``, the ``dynamic`` policy, ``render_slices``).  kube-scheduler's informers
-see those slices before the pod exists (the pod is created after the prediction).
+change, and a shared device's admitted share sizes change as its shares' compute instances come and
+go, so before predicting, the test waits on explicit signals: every allocated pod prepared (it runs,
+or kubelet reported it cannot be prepared -- then it leaves, counted; only a share may), and every
+node's published pool (latest generation, complete) equal to what the plugin must publish for the
+claims allocated now -- computed with the plugin's own functions (``build_pool`` on the node's
+simulated NVML, ``compute_allocated_devices``, the ``dynamic`` policy, ``render_slices``).  A plugin
+re-publishing while the batch is predicted makes the batch settle and predict again (counted).
+kube-scheduler's informers see those slices before the pod exists (the pod is created after the
+prediction).  When the port says a claim does not fit, its explanation is kept for the report.
 
 Compared: the results (devices, request names, order), the configs and the node selector, or "does
 not fit".  One difference is accounted for, exactly: the port gives configs 1.37's shape (``requests``
