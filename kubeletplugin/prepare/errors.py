@@ -41,7 +41,7 @@ import errno
 from pathlib import Path
 
 from dra_driver.errors import MigdraError
-from dra_driver.nvml.types import ComputeInstanceInfo
+from dra_driver.mig.catalog import Placement
 
 
 class PrepareError(MigdraError):
@@ -90,11 +90,14 @@ class RealizeError(PrepareError):
 
 class ComputeInstanceLeftError(RealizeError):
     """A share's compute instance came out elsewhere than asked and could not be destroyed again: it stands
-    (``compute_instance``), and the share's record must name it so a release destroys it, and then its GI."""
+    (its ID, MIG UUID and placement here), and the share's record must name it so a release destroys it,
+    and then its GI."""
 
-    def __init__(self, message: str, compute_instance: ComputeInstanceInfo) -> None:
+    def __init__(self, message: str, compute_instance_id: int, mig_uuid: str, placement: Placement) -> None:
         super().__init__(message)
-        self.compute_instance = compute_instance
+        self.compute_instance_id = compute_instance_id
+        self.mig_uuid = mig_uuid
+        self.placement = placement
 
 
 class CapacityMismatchError(RealizeError):

@@ -388,8 +388,12 @@ def create_share_compute_instance(
             f"(NVML: {e.nvml_message})"
         ) from e
     except NvmlComputeInstanceLeft as e:
+        stray = e.compute_instance
         raise ComputeInstanceLeftError(
-            f"{_where(target)}: creating the share's compute instance failed: {e}", e.compute_instance
+            f"{_where(target)}: creating the share's compute instance failed: {e}",
+            stray.compute_instance_id,
+            stray.mig_uuid,
+            stray.placement,
         ) from e
     except NvmlError as e:
         raise RealizeError(f"{_where(target)}: creating the share's compute instance failed: {e}") from e

@@ -676,7 +676,7 @@ class PrepareService:
                 self._crash(CrashPoint.AFTER_CHECKPOINT_COMPUTE_INSTANCE)
                 self._shares_changed()
             except (RealizeError, DeviceConflictError) as e:
-                stray = e.compute_instance if isinstance(e, ComputeInstanceLeftError) else None
+                stray = e if isinstance(e, ComputeInstanceLeftError) else None
                 if stray is not None:  # NVML put it elsewhere and would not destroy it: one more try
                     ci_id = stray.compute_instance_id
                 failure, ci_left = self._undo_share(intent, gi.gpu_instance_id, ci_id, created_gi)

@@ -504,7 +504,8 @@ def test_a_misplaced_ci_nvml_will_not_destroy_is_recorded_and_released_later_wit
     ((_, stray),) = cis(node).values()
     assert stray == 3
     record = service._require_store().get(ref.uid)
-    assert record is not None and record.state is ClaimState.PREPARE_STARTED
+    assert record is not None
+    assert record.state is ClaimState.PREPARE_STARTED
     (device,) = record.devices
     assert (device.gpu_instance_id, device.compute_instance_placement) == (GI_ID, Placement(start=3, size=1))
     assert device.mig_uuid == next(iter(cis(node)))
