@@ -15,7 +15,7 @@ scheduler's answer -- the claim's ``status.allocation``, or the pod ``Unschedula
 ``FailedScheduling`` Event -- and compare.  Claims are seeded random mixes of the vocabulary of demo/
 and deviceclasses/: MIG profiles of every model, CEL selectors on attributes and capacity, counts,
 several requests with ``matchAttribute``/``distinctAttribute``, ``firstAvailable``, ``allocationMode:
-All``, admin access, claim configs, with ``MIGDRA_DIFFERENTIAL_SHARES`` shares of shared GPU instances
+All``, admin access, claim configs, shares of shared GPU instances (``MIGDRA_DIFFERENTIAL_SHARES``, 0.15)
 (``mig-shared.migdra.io`` with a ``computeSlices`` capacity request: valid sizes, sizes the request
 policy rounds up, sizes above every valid one, none), and pods of two claims (allocated together).  Allocated claims
 stay, so nodes fill up; some are deleted at random, so they fragment.
@@ -72,6 +72,7 @@ from tests.sim_cluster import SimCluster
 from tests.waiting import wait_for
 
 DRIVER = "gpu.migdra.io"
+SHARED_CLASS = "mig-shared.migdra.io"
 FAILED_PREPARE = "FailedPrepareDynamicResources"  # kubelet's Event reason
 DOMAIN = DRIVER
 NAMESPACE = "differential"
@@ -129,11 +130,13 @@ CLASSES = [
 # GI profiles with shared devices (docs/sharing.md), and the computeSlices a share asks (None: the default).
 SHARED_PROFILES = ["4g.40gb", "7g.80gb", "3g.40gb", "2g.20gb", "4g.20gb", "7g.40gb", "3g.20gb", "4g.24gb", "2g.12gb"]
 SHARE_SIZES = [None, 1, 1, 1, 2, 2, 3, 4, 7, 8]
-SHARE_WEIGHT = float(os.environ.get("MIGDRA_DIFFERENTIAL_SHARES", "0"))
-"""How often a request is a share (0-1).  Off by default for now: a clean-clone run of 200 claims with
-shares (0.15) once saw kube-scheduler allocate an exclusive claim the port found no room for (seed 2,
-claim c81 on an A100-40GB), which 80- and 200-claim runs here did not reproduce; until that is
-understood, shares are compared with MIGDRA_DIFFERENTIAL_SHARES=0.15 (issue #28)."""
+SHARE_WEIGHT = float(os.environ.get("MIGDRA_DIFFERENTIAL_SHARES", "0.15"))
+"""How often a request is a share (0-1; 0 turns shares off).  Two earlier clean-clone runs saw
+kube-scheduler allocate a claim the port had found no room for; in both the port predicted while a
+node's prepares of the previous step were still running, and a share's compute instance changes what
+its shared device admits.  The test now waits for every allocated pod to be prepared and for the
+published share sizes, predicts again when a pool moved while predicting, and keeps the port's
+explanation of a "does not fit" for the report."""
 ATTRIBUTE = f"device.attributes['{DOMAIN}']"
 CAPACITY = f"device.capacity['{DOMAIN}']"
 
@@ -181,7 +184,7 @@ class ClaimGenerator:
         if rng.random() < 0.2:
             names = SHARED_PROFILES
         request: dict[str, Any] = {
-            "deviceClassName": "mig-shared.migdra.io",
+            "deviceClassName": SHARED_CLASS,
             "selectors": [{"cel": {"expression": f"{ATTRIBUTE}.profile == '{rng.choice(names)}'"}}],
         }
         size = rng.choice(SHARE_SIZES)
@@ -480,6 +483,8 @@ class Tally:
     mismatched_claims: int = 0
     mismatches: list[str] = field(default_factory=list)
     shapes: Counter[str] = field(default_factory=Counter)
+    share_claims: int = 0  # claims asking for a share of a shared GPU instance
+    shares_allocated: int = 0  # ... that kube-scheduler allocated
 
 
 def comparable(allocation: dict[str, Any]) -> dict[str, Any]:
@@ -736,6 +741,7 @@ class DifferentialRun:
         for name, devices in placement.claims.items():
             self.sim.client.create(CLAIMS, claim_body(name, devices))
             self.tally.shapes[_shape(devices)] += 1
+            self.tally.share_claims += SHARED_CLASS in json.dumps(devices)
         return placement
 
     def record(self, placement: Placement) -> None:
@@ -749,6 +755,10 @@ class DifferentialRun:
         self.last_fit[placement.node] = placement.outcome == "allocated"
         if placement.outcome == "allocated":
             tally.allocated += len(placement.claims)
+            tally.shares_allocated += sum(
+                any(result.get("shareID") for result in allocation["results"])
+                for allocation in (placement.actual or {}).values()
+            )
             self.live[placement.node].append(placement)
         else:
             tally.unschedulable += len(placement.claims)
@@ -764,6 +774,7 @@ class DifferentialRun:
             f"not fit, {tally.deleted} deleted; {tally.config_rule_applied} pods' configs compared under 1.37's "
             f"rule; {tally.predicted_again} batches predicted again (a re-publish while predicting); "
             f"{len(tally.not_prepared)} allocated pods the node could not prepare {tally.not_prepared}; "
+            f"{tally.share_claims} claims asked for shares, {tally.shares_allocated} got them; "
             f"shapes {dict(sorted(tally.shapes.items()))}"
         )
 
