@@ -92,7 +92,7 @@ class DeviceReservation:
     device_name: str
     verdict: Verdict
     device: PublishedDevice | None  # None when the device is not published (gone or unknown)
-    conflicts_with: tuple[str, ...] = ()  # "namespace/name" of the other claims
+    conflicts_with: tuple[str, ...] = ()  # "namespace/name" of the other claims (its own: two shares of the device)
     share_id: str | None = None  # a share of a shared device: its ``shareID``
     share_slices: int | None = None  # ... and the ``computeSlices`` it consumes
 
@@ -295,8 +295,8 @@ def _conflicts(held: list[_Held]) -> dict[int, set[str]]:
                 assert b.device is not None
                 if _uid(a.claim) == _uid(b.claim):
                     if a.device is b.device and a.device.shared and a.share_id is not None and b.share_id is not None:
-                        conflicts[first].add(f"{_label(b.claim)} (its other share {b.share_id})")
-                        conflicts[second].add(f"{_label(a.claim)} (its other share {a.share_id})")
+                        conflicts[first].add(_label(a.claim))  # the claim itself: two shares of one device
+                        conflicts[second].add(_label(b.claim))
                     continue
                 if a.device is b.device and a.device.shared and a.share_id is not None and b.share_id is not None:
                     continue  # shares of one GPU instance: over-commit is checked below

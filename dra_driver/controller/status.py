@@ -67,11 +67,19 @@ def build_reserved_message(reservation: DeviceReservation) -> str:
         )
     assert device is not None
     if reservation.verdict is Verdict.CONFLICT:
-        others = ", ".join(reservation.conflicts_with)
-        return (
-            f"{describe_device(device)} overlaps what {others} holds on the same GPU; "
-            f"at most one of them can be prepared (nothing was deallocated)"
+        others = [label for label in reservation.conflicts_with if label != reservation.claim_label]
+        overlap = (
+            f"{describe_device(device)} overlaps what {', '.join(others)} holds on the same GPU; "
+            "at most one of them can be prepared (nothing was deallocated)"
         )
+        if len(others) == len(reservation.conflicts_with):
+            return overlap
+        twice = (
+            f"this claim holds two shares of device {reservation.device_name} ({describe_device(device)}); "
+            "migdra prepares one share of a device per claim, so the node refuses the claim: ask for each "
+            "share in a claim of its own (nothing was deallocated)"
+        )
+        return f"{twice}; also, {overlap}" if others else twice
     return f"Reserved {describe_device(device)}"
 
 

@@ -118,7 +118,7 @@ SHARE_CAPACITIES: tuple[ShareCapacitySpec, ...] = (
     ShareCapacitySpec(
         COMPUTE_SLICES_CAPACITY,
         "compute slices of the GPU instance; each share consumes its compute instance's size "
-        "(requestPolicy validValues: the profile's share sizes)",
+        "(requestPolicy validValues: the profile's share sizes; while shares live, those still placeable)",
     ),
 )
 

@@ -45,11 +45,14 @@ def placeable_counts(profile: GpuInstanceProfile, present: Sequence[Placement]) 
 def placeable_share_sizes(profile: GpuInstanceProfile, present: Sequence[Placement]) -> tuple[int, ...]:
     """The share sizes of ``profile`` a new CI could still be placed at, with CIs at ``present``: what a
     shared device admits (its ``computeSlices`` request policy), so kube-scheduler never sends a share
-    to a GI that has the slices but not the placement for it.  When none is (every slice is taken, so
-    the capacity is spent too), every size: a request policy needs a valid value, and the capacity
-    already keeps shares off."""
+    to a GI that has the slices but not the placement for it.
+
+    When none is (every slice is taken), the whole GI's size alone: a request policy needs a valid
+    value, and that one fits only where kube-scheduler counts the GI's every compute slice free -- which,
+    with CIs standing, happens only while its view lags the node (a share deallocated before kubelet
+    unprepared it), and then no smaller size slips in either."""
     placeable = tuple(size for size in profile.share_sizes if free_compute_placements(profile, present, size))
-    return placeable or profile.share_sizes
+    return placeable or profile.share_sizes[-1:]
 
 
 def choose_compute_placement(

@@ -472,7 +472,8 @@ class Nvml:
         back and one NVML put elsewhere is an :class:`NvmlUnexpectedError`, as for GPU instances; so is a
         read-back that fails.  Either way the CI is destroyed again first (its handle is known here, and
         nowhere else: the caller gets no ID, so it could neither record nor destroy it), and the error
-        says whether that worked.
+        says whether that worked; a misplaced CI that could not be destroyed is an
+        :class:`NvmlComputeInstanceLeft` carrying its identity, for the caller to record.
         """
         gi_handle = self._gi_handle(gpu_uuid, gpu_instance_id)
         c_placement = pynvml.c_nvmlComputeInstancePlacement_t()

@@ -190,8 +190,12 @@ class CheckpointStore:
         lock_timeout: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         observe_write: Callable[[float], None] | None = None,
+        on_share_change: Callable[[], None] | None = None,
     ) -> None:
         self._observe_write = observe_write  # seconds of each write or removal: a metric
+        # Called after a write or removal of a record holding shares, once it is on disk: what the
+        # shared devices admit follows the CI placements the records hold (share_compute_instances).
+        self._on_share_change = on_share_change
         self.state_dir = state_dir
         self.path = state_dir / CHECKPOINT_FILE  # the marker: layout and schema version
         self.claims_root = state_dir / CLAIMS_DIRECTORY
@@ -333,8 +337,11 @@ class CheckpointStore:
     def put(self, record: ClaimRecord) -> None:
         """Record ``record`` as the claim's record (nothing is written if the file already says so)."""
         with self._exclusive(), self._view_lock:
-            if self._refresh_one_locked(claim_file_name(record.claim_uid)) != record:
-                self._write_locked(record)
+            before = self._refresh_one_locked(claim_file_name(record.claim_uid))
+            if before == record:
+                return
+            self._write_locked(record)
+        self._shares_written(before, record)
 
     def begin(self, record: ClaimRecord) -> None:
         """Record ``PrepareStarted`` unless another claim already holds one of its devices.
@@ -359,12 +366,14 @@ class CheckpointStore:
                             f"(UID {other.claim_uid}); refusing a double allocation"
                         )
             self._write_locked(record)
+        self._shares_written(None, record)
 
     def drop(self, claim_uid: str) -> None:
         """Remove the claim's record (its file); nothing happens if it has none."""
         name = claim_file_name(claim_uid)
         with self._exclusive(), self._view_lock:
-            if self._refresh_one_locked(name) is None:
+            before = self._refresh_one_locked(name)
+            if before is None:
                 return
             started = time.perf_counter()
             # No directory fsync: a removal lost in a crash of the node is a record of a previous boot,
@@ -376,6 +385,7 @@ class CheckpointStore:
                 self._stats.writes, self._stats.bytes, self._stats.fsyncs, self._stats.removals + 1
             )
             self._unpin(name)
+        self._shares_written(before, None)
 
     def update_device(self, claim_uid: str, index: int, device: DeviceRecord) -> ClaimRecord:
         """Replace device ``index`` of the claim's record (a step of its prepare); the new record.
@@ -390,7 +400,15 @@ class CheckpointStore:
             devices = (*record.devices[:index], device, *record.devices[index + 1 :])
             updated = record.model_copy(update={"devices": devices})
             self._write_locked(updated)
-            return updated
+        self._shares_written(record, updated)
+        return updated
+
+    def _shares_written(self, before: ClaimRecord | None, after: ClaimRecord | None) -> None:
+        """Tell the listener when a record that holds (or held) a share was written or removed."""
+        if self._on_share_change is None:
+            return
+        if any(device.intent.is_share for record in (before, after) if record for device in record.devices):
+            self._on_share_change()
 
     # -- the files ----------------------------------------------------------------------------------
 

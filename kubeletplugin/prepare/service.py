@@ -169,7 +169,8 @@ class PrepareService:
         on_shares_changed: Callable[[], None] | None = None,
     ) -> None:
         self._metrics = metrics
-        # Called when a share's CI came or went: the shared device's admitted sizes follow (publishing).
+        # Called (by the checkpoint) when a record holding shares changed: the shared devices' admitted
+        # sizes follow the CI placements recorded (publishing).
         self._on_shares_changed = on_shares_changed
         # CI placements where NVML and the catalog differ, logged once each (GPU, GI profile, CI profile, NVML's).
         self._placement_differences: set[tuple[str, int | None, str, tuple[Placement, ...]]] = set()
@@ -225,7 +226,8 @@ class PrepareService:
     ) -> PrepareService:
         """The service the node process runs, from its settings (``MIGDRA_CDI_DIR``, ``MIGDRA_STATE_DIR``, ...)
         and the driver files found at start-up (``driver_edits``; None: the specs carry none);
-        ``on_shares_changed``: called whenever a share's compute instance was created or destroyed."""
+        ``on_shares_changed``: called whenever a record holding shares was written or removed (a share's
+        compute instance requested, created, destroyed; a record dropped)."""
         return cls(
             nvml=nvml,
             client=client,
@@ -263,6 +265,7 @@ class PrepareService:
             self._read_boot_id(),
             lock_timeout=self._lock_timeout,
             observe_write=self._metrics.observe_checkpoint_write if self._metrics is not None else None,
+            on_share_change=self._on_shares_changed,
         )
         loaded = store.load()  # CheckpointError: the process must stop, not guess
         self._store = store
@@ -674,13 +677,13 @@ class PrepareService:
                 identity = {"compute_instance_id": ci.compute_instance_id, "mig_uuid": ci.mig_uuid}
                 device = self._record_step(claim_uid, index, device, identity, f"CI {ci.compute_instance_id}")
                 self._crash(CrashPoint.AFTER_CHECKPOINT_COMPUTE_INSTANCE)
-                self._shares_changed()
             except (RealizeError, DeviceConflictError) as e:
                 stray = e if isinstance(e, ComputeInstanceLeftError) else None
                 if stray is not None:  # NVML put it elsewhere and would not destroy it: one more try
                     ci_id = stray.compute_instance_id
                 failure, ci_left = self._undo_share(intent, gi.gpu_instance_id, ci_id, created_gi)
-                self._shares_changed()
+                if failure is None and stray is not None:  # the second try destroyed it after all
+                    raise RealizeError(f"{e.message}; the roll-back destroyed it on a second try") from e
                 if failure is None:
                     raise
                 recorded: dict[str, object] = {"gpu_instance_id": gi.gpu_instance_id}
@@ -693,10 +696,6 @@ class PrepareService:
                 left = device.model_copy(update=recorded)
                 raise _GpuInstanceLeft(f"{e.message}; rolling back the share failed ({failure})", left) from e
         return device
-
-    def _shares_changed(self) -> None:
-        if self._on_shares_changed is not None:
-            self._on_shares_changed()
 
     def _undo_share(
         self, intent: DeviceIntent, gi_id: int, ci_id: int | None, created_gi: int | None
@@ -941,7 +940,6 @@ class PrepareService:
                         if released is None:
                             continue  # the shared GI is gone: nothing of the share is left
                         device = self._record_release_step(record.claim_uid, index, device, released)
-                        self._shares_changed()
                         destroy_shared_gpu_instance_if_last(self.nvml, device, others)
                     else:  # exclusive, or a share whose GI's ID was never recorded (its GI, if any, is empty)
                         release = find_instance_to_release(self.nvml, device)

@@ -88,6 +88,8 @@ def _assert_instance_info(
         "namespace": claim.namespace,
         "claim": claim.name,
         "claim_uid": claim.uid,
+        "share_id": "",  # an exclusive device: a GI of one claim
+        "compute_slices": "",
     }
     data = entry["data"]
     assert (data["migUUID"], data["gpuUUID"]) == (ci.uuid, gpu.uuid)

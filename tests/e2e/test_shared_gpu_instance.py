@@ -83,9 +83,17 @@ def _compute_instances(cluster: SimCluster, node: str) -> dict[tuple[str, int], 
         }
 
 
-def _admitted(cluster: SimCluster, device: str) -> list[str] | None:
-    """The share sizes ``device`` admits as published (its computeSlices request policy's valid values)."""
-    for resource_slice in cluster.client.list(SLICES)[0]:
+def _admitted(cluster: SimCluster, node: str, device: str) -> list[str] | None:
+    """The share sizes ``device`` of ``node`` admits as published at its pool's latest generation (its
+    computeSlices request policy's valid values); None while that generation is not complete."""
+    mine = [s for s in cluster.client.list(SLICES)[0] if s["spec"].get("nodeName") == node]
+    if not mine:
+        return None
+    generation = max(int(s["spec"]["pool"]["generation"]) for s in mine)
+    current = [s for s in mine if int(s["spec"]["pool"]["generation"]) == generation]
+    if len(current) != int(current[0]["spec"]["pool"]["resourceSliceCount"]):
+        return None
+    for resource_slice in current:
         for published in resource_slice["spec"].get("devices") or []:
             if published["name"] == device:
                 return list(published["capacity"]["computeSlices"]["requestPolicy"]["validValues"])
@@ -115,7 +123,7 @@ def test_three_shares_run_on_one_gpu_instance_each_on_its_own_compute_instance(c
         if device["name"].startswith("gpu-0-shared-4g40gb-")
     )
     namespace = cluster.namespace("shares")
-    assert _admitted(cluster, "gpu-0-shared-4g40gb-5-0") == ["1", "2", "4"]
+    assert _admitted(cluster, node, "gpu-0-shared-4g40gb-5-0") == ["1", "2", "4"]
     sizes = {"infer-a": 1, "infer-b": 1, "infer-c": 2}
     manifest = "".join(SHARE.format(name=n, slices=s, node=node, gpu=gpu) for n, s in sizes.items())
     cluster.apply(namespace, manifest)
@@ -143,13 +151,16 @@ def test_three_shares_run_on_one_gpu_instance_each_on_its_own_compute_instance(c
     cdi = {n: json.loads(p["metadata"]["annotations"]["sim.migdra.io/cdi-devices"]) for n, p in pods.items()}
     assert len({json.dumps(ids, sort_keys=True) for ids in cdi.values()}) == 3, "each pod sees only its own"
 
+    # Full (1+1+2 of 4 slices): only the whole GI's size is admitted, which fits nowhere while CIs stand.
+    wait_for("the full shared device to admit 4 alone", lambda: _admitted(cluster, node, device) == ["4"])
+
     cluster.kubectl("delete", "pod", "infer-c", "-n", namespace, "--wait=true", "--timeout=60s")
     cluster.kubectl("delete", "resourceclaim", "infer-c", "-n", namespace, "--wait=true", "--timeout=60s")
     left = sorted(written[n]["data"]["migUUID"] for n in ("infer-a", "infer-b"))
     wait_for("infer-c's compute instance to go", lambda: _compute_instances(cluster, node) == {gi: left})
     # CIs at 0:1 and 1:1 remain: a 2-slice share still has 2:2, a 4-slice one no placement, so the
     # published device stops admitting 4 (the plugin re-publishes when a share's CI comes or goes).
-    wait_for("the shared device to admit 1 and 2", lambda: _admitted(cluster, device) == ["1", "2"])
+    wait_for("the shared device to admit 1 and 2", lambda: _admitted(cluster, node, device) == ["1", "2"])
 
     cluster.delete_all(namespace)
     cluster.kubectl("delete", "resourceclaims", "--all", "-n", namespace, "--wait=true", "--timeout=60s")

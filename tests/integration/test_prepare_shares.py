@@ -192,17 +192,41 @@ def admitted_sizes(node: Node, service: PrepareService) -> list[int]:
     return list(device.request_policies[COMPUTE_SLICES_CAPACITY].valid_values)
 
 
+class ShareChanges:
+    """The ``on_shares_changed`` callback: what the checkpoint says about shares each time it is called."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[Any, Any]] = []
+        self.service: PrepareService | None = None
+
+    def __call__(self) -> None:
+        assert self.service is not None
+        self.seen.append(self.service._require_store().share_compute_instances())
+
+    def told_the_last(self) -> bool:
+        """Whether the last call saw the checkpoint as it is now (publishing would publish the truth)."""
+        assert self.service is not None
+        return bool(self.seen) and self.seen[-1] == self.service._require_store().share_compute_instances()
+
+
 def test_a_fragmented_gi_refuses_a_share_that_its_free_slices_would_hold(node: Node) -> None:
-    changes: list[int] = []
-    service = node.service(on_shares_changed=lambda: changes.append(1))
+    changes = ShareChanges()
+    service = changes.service = node.service(on_shares_changed=changes)
     assert admitted_sizes(node, service) == [1, 2, 4]
     refs = [node.claim(f"one-{i}", [share(1)]) for i in range(4)]
-    uuids = [prepare_ok(node, service, ref) for ref in refs]
+    uuids = []
+    for ref in refs:
+        told = len(changes.seen)
+        uuids.append(prepare_ok(node, service, ref))
+        assert len(changes.seen) > told
+        assert changes.told_the_last()
     assert sorted(start for _, start in cis(node).values()) == [0, 1, 2, 3]
-    assert len(changes) == 4  # every CI that came told publishing
+    assert admitted_sizes(node, service) == [4]  # full: the whole GI's size alone (fits nowhere while CIs stand)
     for index in (0, 2):  # free slices 0 and 2: two free slices, no free 2-slice placement
+        told = len(changes.seen)
         assert service.unprepare([refs[index]])[refs[index].uid].error == ""
-    assert len(changes) == 6  # ... and every CI that went
+        assert len(changes.seen) > told
+        assert changes.told_the_last()
     before = node.instances()
     # What kube-scheduler is offered follows: a 2-slice share would not fit, so it is not admitted here
     # (and goes to another GI), though 2 of the 4 compute slices are free.
@@ -218,6 +242,32 @@ def test_a_fragmented_gi_refuses_a_share_that_its_free_slices_would_hold(node: N
     assert node.instances() == before  # nothing created, nothing destroyed
     assert service._require_store().get(two.uid) is None
     assert set(cis(node)) == {uuids[1], uuids[3]}
+
+
+def test_a_share_undone_because_a_later_device_failed_tells_publishing(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim's second device fails at its GI creation, so the undo destroys the share's CI and GI and
+    drops the record: publishing is told after that, not only when the CI came."""
+    changes = ShareChanges()
+    service = changes.service = node.service(on_shares_changed=changes)
+    create = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement
+    calls: list[int] = []
+
+    def second_refused(*args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+        return create(*args)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceCreateGpuInstanceWithPlacement", second_refused)
+    ref = node.claim("pair", [share(1), result("gpu-0-mig-3g40gb-9-4")])
+    assert service.prepare([ref])[ref.uid].error != ""
+    assert len(calls) == 2
+    assert node.instances() == []
+    assert changes.seen  # the share's CI came, then went with the undo
+    assert changes.seen[-1] == {}
+    assert changes.told_the_last()
 
 
 def test_a_share_the_gi_cannot_hold_names_the_free_slices(node: Node) -> None:
@@ -510,6 +560,22 @@ def test_a_misplaced_ci_nvml_will_not_destroy_is_recorded_and_released_later_wit
     assert (device.gpu_instance_id, device.compute_instance_placement) == (GI_ID, Placement(start=3, size=1))
     assert device.mig_uuid == next(iter(cis(node)))
     assert service.unprepare([ref])[ref.uid].error == ""  # NVML lets go now
+    assert node.instances() == []
+    assert service._require_store().get(ref.uid) is None
+
+
+def test_a_misplaced_ci_the_roll_back_destroys_on_a_second_try_leaves_nothing_and_says_so(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = node.service()
+    ref = node.claim("first", [share(1)])
+    with monkeypatch.context() as patched:
+        CiCreationGoesWrong(patched, misplace_to=3, read_back=False)
+        refused = refuse_ci_destroys(patched, 1)
+        error = service.prepare([ref])[ref.uid].error
+    assert len(refused) == 1
+    assert "destroying it again failed" in error
+    assert error.endswith("; the roll-back destroyed it on a second try")
     assert node.instances() == []
     assert service._require_store().get(ref.uid) is None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from functools import cache
+from typing import Any
 
 import pytest
 
@@ -142,21 +143,55 @@ def test_the_fragmentation_case_of_a_4g_gi_and_the_choices_that_avoid_it() -> No
     assert describe_compute_instances([]) == "no CI"
 
 
-@pytest.mark.parametrize(("model", "profile"), SHARED_PROFILES)
-def test_the_admitted_sizes_are_exactly_those_the_chooser_can_still_place(
-    model: str, profile: GpuInstanceProfile
+def _one_per_shape() -> list[Any]:
+    """One profile of SHARED_PROFILES per shape (compute slices, and each share size's CI placements):
+    the admitted sizes depend on nothing else, and the simulator's placements are checked equal to the
+    catalog's for every profile by the test below."""
+    seen: dict[tuple[object, ...], Any] = {}
+    for param in SHARED_PROFILES:
+        profile = param.values[1]
+        shape = (
+            profile.slice_count,
+            tuple((size, profile.compute_instance_for_share(size).placements) for size in profile.share_sizes),
+        )
+        seen.setdefault(shape, param)
+    return list(seen.values())
+
+
+@pytest.mark.parametrize(("model", "profile"), _one_per_shape())
+def test_the_admitted_sizes_are_exactly_those_the_simulator_still_accepts(
+    simulated_node: Callable[..., AbstractContextManager[Nvml]], model: str, profile: GpuInstanceProfile
 ) -> None:
-    """What a shared device admits (placeable_share_sizes) against the chooser, for every arrangement of
-    CIs that shares reach: a size is admitted exactly when the chooser would place it, unless no size
-    is placeable (then every size, and the capacity keeps shares off: the GI is full)."""
-    for arrangement in reachable_arrangements(profile):
-        placeable = tuple(s for s in profile.share_sizes if choose_compute_placement(profile, arrangement, s))
-        admitted = placeable_share_sizes(profile, arrangement)
-        if placeable:
-            assert admitted == placeable, arrangement
-        else:
-            assert admitted == profile.share_sizes
-            assert sum(c.size for c in arrangement) == profile.slice_count, arrangement
+    """What a shared device admits (placeable_share_sizes), against NVML as simulated: for every
+    arrangement of CIs that shares can leave in the GI, a size is admitted exactly when NVML accepts a CI
+    of that size at one of its placements; when it accepts none (the GI is full), the whole GI's size
+    alone, which no request fits while a CI stands."""
+    with simulated_node(f"{model}:1") as nvml:
+        gpu = nvml.list_gpus()[0].uuid
+        gi = nvml.create_gpu_instance(gpu, profile.profile_id, profile.placements[0]).gpu_instance_id
+        indices = {size: profile.compute_instance_for_share(size).ci_profile_index for size in profile.share_sizes}
+        for arrangement in reachable_arrangements(profile):
+            standing = [
+                nvml.create_compute_instance_at(gpu, gi, indices[placement.size], placement).compute_instance_id
+                for placement in arrangement
+            ]
+            accepted = tuple(size for size in profile.share_sizes if _nvml_accepts(nvml, gpu, gi, indices[size]))
+            expected = accepted or (profile.slice_count,)
+            assert placeable_share_sizes(profile, arrangement) == expected, arrangement
+            for ci in standing:
+                nvml.destroy_compute_instance(gpu, gi, ci)
+
+
+def _nvml_accepts(nvml: Nvml, gpu: str, gi: int, ci_profile_index: int) -> bool:
+    """Whether NVML creates a CI of that profile at one of its possible placements now (destroyed again)."""
+    for placement in nvml.compute_instance_possible_placements(gpu, gi, ci_profile_index):
+        try:
+            ci = nvml.create_compute_instance_at(gpu, gi, ci_profile_index, placement)
+        except NvmlInsufficientResources:
+            continue
+        nvml.destroy_compute_instance(gpu, gi, ci.compute_instance_id)
+        return True
+    return False
 
 
 def reachable_arrangements(profile: GpuInstanceProfile) -> set[tuple[Placement, ...]]:

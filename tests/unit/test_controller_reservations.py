@@ -294,20 +294,24 @@ def test_one_claim_with_two_shares_of_one_device_conflicts_with_itself_as_the_no
     claim["status"]["allocation"]["devices"]["results"].append(second)
     reservations = compute_reservations([claim], slices, DRIVER)
     assert [(r.share_id, r.verdict, r.conflicts_with) for r in reservations] == [
-        (
-            "11111111-1111-4111-8111-111111111111",
-            Verdict.CONFLICT,
-            ("default/a (its other share 22222222-2222-4222-8222-222222222222)",),
-        ),
-        (
-            "22222222-2222-4222-8222-222222222222",
-            Verdict.CONFLICT,
-            ("default/a (its other share 11111111-1111-4111-8111-111111111111)",),
-        ),
+        ("11111111-1111-4111-8111-111111111111", Verdict.CONFLICT, ("default/a",)),
+        ("22222222-2222-4222-8222-222222222222", Verdict.CONFLICT, ("default/a",)),
     ]
-    assert build_reserved_message(reservations[0]).startswith("4g.40gb at memory slices 0\u20133 of ")
-    assert "overlaps what default/a (its other share 22222222-2222-4222-8222-222222222222) holds" in (
-        build_reserved_message(reservations[0])
+    message = build_reserved_message(reservations[0])
+    assert message.startswith(
+        f"this claim holds two shares of device {SHARED_4G_AT_0} (4g.40gb at memory slices 0\u20133 of "
+    )
+    assert message.endswith(
+        "migdra prepares one share of a device per claim, so the node refuses the claim: ask for each share in a "
+        "claim of its own (nothing was deallocated)"
+    )
+    # ... and an exclusive claim overlapping it is named as well
+    both = compute_reservations([claim, _allocated("x", FOUR_G_AT_0)], slices, DRIVER)
+    assert build_reserved_message(both[0]).endswith(
+        "; also, 4g.40gb at memory slices 0\u20133 of "
+        + str(both[0].device.gpu_uuid if both[0].device else "")
+        + " on node-1 overlaps what default/x holds on the same GPU; at most one of them can be prepared "
+        "(nothing was deallocated)"
     )
     # Two claims each with one share of the device stay reserved (shares of one GI by design).
     other = _share("b", SHARED_4G_AT_0, 1, "33333333-3333-4333-8333-333333333333")
