@@ -36,7 +36,7 @@ spec:
         selectors:
         - cel:
             expression: >-
-              device.attributes['gpu.migdra.io'].profile == '4g.40gb' &&
+              device.attributes['gpu.migdra.io'].profile in {profiles}{extra} &&
               device.attributes['gpu.migdra.io'].parentUUID == '{gpu}'
         capacity:
           requests:
@@ -59,6 +59,10 @@ spec:
   - name: gpu
     resourceClaimName: {name}
 """
+
+
+FOUR_G = "['4g.40gb']"
+SHARED_4G = "gpu-0-shared-4g40gb-5-0"
 
 
 @pytest.fixture(scope="module")
@@ -123,9 +127,12 @@ def test_three_shares_run_on_one_gpu_instance_each_on_its_own_compute_instance(c
         if device["name"].startswith("gpu-0-shared-4g40gb-")
     )
     namespace = cluster.namespace("shares")
-    assert _admitted(cluster, node, "gpu-0-shared-4g40gb-5-0") == ["1", "2", "4"]
+    # every size while no share lives there (a pool being re-published answers None: waited out)
+    wait_for("the shared device to admit 1, 2 and 4", lambda: _admitted(cluster, node, SHARED_4G) == ["1", "2", "4"])
     sizes = {"infer-a": 1, "infer-b": 1, "infer-c": 2}
-    manifest = "".join(SHARE.format(name=n, slices=s, node=node, gpu=gpu) for n, s in sizes.items())
+    manifest = "".join(
+        SHARE.format(name=n, slices=s, node=node, gpu=gpu, profiles=FOUR_G, extra="") for n, s in sizes.items()
+    )
     cluster.apply(namespace, manifest)
     pods = wait_for("the three pods to run", lambda: cluster.running(namespace, set(sizes)))
 
@@ -166,3 +173,65 @@ def test_three_shares_run_on_one_gpu_instance_each_on_its_own_compute_instance(c
     cluster.kubectl("delete", "resourceclaims", "--all", "-n", namespace, "--wait=true", "--timeout=60s")
     wait_for("the GPU instance to go with its last share", lambda: _compute_instances(cluster, node) == {})
     assert cluster.client.list(CLAIMS, namespace)[0] == []
+
+
+def _ci_starts(cluster: SimCluster, node: str) -> dict[str, int]:
+    """MIG UUID -> the start of its compute instance inside its GPU instance, as the simulated NVML holds it."""
+    state = cluster.workdir / "nodes" / node / "nvml-state.json"
+    with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
+        return {
+            ci.mig_uuid: ci.placement.start
+            for gpu in nvml.list_gpus()
+            for gi in nvml.gpu_instances(gpu.uuid)
+            for ci in gi.compute_instances
+        }
+
+
+def test_a_fragmented_gpu_instance_is_not_offered_a_share_it_cannot_place(cluster: SimCluster) -> None:
+    """Three 1-slice shares fill the 3g.40gb at memory slice 4 (compute slices 0, 1, 2); the two at 0 and 2
+    leave: two slices are free but the only 2-slice placement (0:2) is half taken.  The plugin publishes
+    that this GI admits 1 only, so a 2-slice share of any 3g.40gb goes to the other one (at 0) and runs,
+    instead of to the GI that already serves shares -- which the placement order prefers, and where it
+    would fail (kube-scheduler counts slices, not placements)."""
+    node = cluster.kubectl("get", "nodes", "-o", "jsonpath={.items[0].metadata.name}").stdout.strip()
+    fragmented, other = "gpu-0-shared-3g40gb-9-4", "gpu-0-shared-3g40gb-9-0"
+    gpu = next(
+        str(device["attributes"]["parentUUID"]["string"])
+        for resource_slice in cluster.client.list(SLICES)[0]
+        if resource_slice["spec"].get("nodeName") == node
+        for device in resource_slice["spec"].get("devices") or []
+        if device["name"] == fragmented
+    )
+    namespace = cluster.namespace("fragments")
+    names = [f"one-{i}" for i in range(3)]
+    at_4 = " && device.attributes['gpu.migdra.io'].placementStart == 4"
+    three_g = "['3g.40gb']"
+    cluster.apply(
+        namespace,
+        "".join(SHARE.format(name=n, slices=1, node=node, gpu=gpu, profiles=three_g, extra=at_4) for n in names),
+    )
+    wait_for("the three shares to run", lambda: cluster.running(namespace, set(names)))
+
+    def entries() -> dict[str, dict[str, Any]] | None:
+        current = {c["metadata"]["name"]: _share_entry(c) for c in cluster.claims(namespace)}
+        return current if len(current) == 3 and all(current.values()) else None  # type: ignore[return-value]
+
+    written = wait_for("the shares' entries", entries)
+    assert {e["device"] for e in written.values()} == {fragmented}
+    starts = _ci_starts(cluster, node)
+    by_start = {starts[e["data"]["migUUID"]]: name for name, e in written.items()}
+    assert sorted(by_start) == [0, 1, 2]
+    for start in (0, 2):
+        cluster.kubectl("delete", "pod", by_start[start], "-n", namespace, "--wait=true", "--timeout=60s")
+        cluster.kubectl("delete", "resourceclaim", by_start[start], "-n", namespace, "--wait=true", "--timeout=60s")
+    wait_for("the fragmented GI to admit 1 alone", lambda: _admitted(cluster, node, fragmented) == ["1"])
+
+    cluster.apply(namespace, SHARE.format(name="two", slices=2, node=node, gpu=gpu, profiles=three_g, extra=""))
+    wait_for("the 2-slice share to run", lambda: cluster.running(namespace, {"two"}))
+    (claim,) = (c for c in cluster.claims(namespace) if c["metadata"]["name"] == "two")
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["device"], result["consumedCapacity"]["computeSlices"]) == (other, "2")
+
+    cluster.delete_all(namespace)
+    cluster.kubectl("delete", "resourceclaims", "--all", "-n", namespace, "--wait=true", "--timeout=60s")
+    wait_for("every GPU instance to go with its shares", lambda: _compute_instances(cluster, node) == {})

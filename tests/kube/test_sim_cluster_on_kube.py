@@ -1,6 +1,7 @@
 """tests/e2e/test_sim_cluster.py's cluster tests on the upstream control plane: the demo's workloads, a
 claim's reservation and readiness, a restarted plugin, a shared claim and three shares of one GPU
-instance (consumable capacity) -- now allocated by the real
+instance (consumable capacity), a fragmented GPU instance that kube-scheduler is not offered a share
+it cannot place in -- now allocated by the real
 kube-scheduler, owned by the real resourceclaim controller, validated by the real kube-apiserver.
 
 The test bodies are imported (pytest collects them here), so one assertion serves both control planes;
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e.test_shared_gpu_instance import (
+    test_a_fragmented_gpu_instance_is_not_offered_a_share_it_cannot_place,
     test_three_shares_run_on_one_gpu_instance_each_on_its_own_compute_instance,
 )
 from tests.e2e.test_sim_cluster import (
@@ -28,6 +30,7 @@ from tests.sim_cluster import SimCluster
 pytestmark = pytest.mark.xdist_group("kube-sim-cluster")
 
 __all__ = [
+    "test_a_fragmented_gpu_instance_is_not_offered_a_share_it_cannot_place",
     "test_a_pods_claim_is_reserved_then_ready_with_the_instance_the_simulated_nvml_holds",
     "test_a_restarted_plugin_leaves_running_pods_alone_and_serves_later_ones",
     "test_a_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod",
