@@ -85,10 +85,28 @@ def pod(name: str) -> str:
     return (DEMO / "01-mig-1g.yaml").read_text().split("---", 1)[1].replace("name: inference-1g", f"name: {name}")
 
 
-def reserved_and_ready(claim: dict[str, Any]) -> bool:
+def problems_logged(cluster: SimCluster, lines: int = 25) -> str:
+    """The last warnings and errors of the controller and each node's plugin: which writer is stuck, and why."""
+    logs = {"controller": cluster.workdir / "controller.log"}
+    logs |= {node.name: node / "plugin.log" for node in sorted((cluster.workdir / "nodes").iterdir())}
+    found = []
+    for name, path in logs.items():
+        text = path.read_text(errors="replace").splitlines() if path.exists() else []
+        bad = [
+            line for line in text if any(level in line for level in (" WARNING ", " ERROR ", '"warning"', '"error"'))
+        ]
+        found.append(f"--- {name}: {len(bad)} warnings/errors, the last:\n" + "\n".join(bad[-lines:]))
+    return "\n".join(found)
+
+
+def true_conditions(claim: dict[str, Any]) -> list[str]:
+    """The condition types of the claim's device entries that are True (which writer is behind, if any)."""
     devices = (claim.get("status") or {}).get("devices") or []
-    types = {c["type"] for d in devices for c in d.get("conditions") or [] if c.get("status") == "True"}
-    return {"Reserved", "Ready"} <= types
+    return sorted({c["type"] for d in devices for c in d.get("conditions") or [] if c.get("status") == "True"})
+
+
+def reserved_and_ready(claim: dict[str, Any]) -> bool:
+    return {"Reserved", "Ready"} <= set(true_conditions(claim))
 
 
 def test_the_components_ride_out_restarts_of_kube_apiserver_and_etcd(cluster: SimCluster, tmp_path: Path) -> None:
@@ -154,7 +172,7 @@ def test_the_components_ride_out_restarts_of_kube_apiserver_and_etcd(cluster: Si
         claims = [c for c in cluster.claims(namespace) if (c.get("status") or {}).get("reservedFor")]
         running = [p for p in cluster.pods(namespace).values() if (p.get("status") or {}).get("phase") == "Running"]
         instances = cluster.mig_instances()
-        not_ready = sorted(c["metadata"]["name"] for c in claims if not reserved_and_ready(c))
+        not_ready = sorted(f"{c['metadata']['name']} {true_conditions(c)}" for c in claims if not reserved_and_ready(c))
         last_seen[0] = (
             f"{len(claims)} reserved claims (not Reserved+Ready: {not_ready}), {len(running)} running pods "
             f"of {len(cluster.pods(namespace))}, MIG instances {instances}"
@@ -165,7 +183,7 @@ def test_the_components_ride_out_restarts_of_kube_apiserver_and_etcd(cluster: Si
         "claims Reserved and Ready, one MIG instance per running pod",
         converged,
         timeout=WAIT,
-        detail=lambda: f"last seen: {last_seen[0]}",
+        detail=lambda: f"last seen: {last_seen[0]}\n{problems_logged(cluster)}",
     )
     assert {node: cluster.plugin_pid(node) for node in plugin_pids} == plugin_pids, "no plugin was restarted"
 
