@@ -22,6 +22,8 @@ BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
 READY_TIMEOUT = 120.0
+DELETE_ALL_TIMEOUT = 180.0
+"""Seconds :meth:`SimCluster.delete_all` may take: every pod's unprepare, one at a time per node."""
 
 
 @dataclass
@@ -82,9 +84,13 @@ class SimCluster:
         assert done.returncode == 0, done.stderr
 
     def delete_all(self, namespace: str) -> None:
-        """Delete the namespace's pods (graceful, as kubectl does) and wait until they and their claims are gone."""
-        self.kubectl("delete", "pods", "--all", "-n", namespace, "--wait=true", "--timeout=60s")
-        wait_for(f"the pods of {namespace} to go", lambda: not self.pods(namespace))
+        """Delete the namespace's pods (graceful, as kubectl does) and wait until they and their claims are gone.
+
+        Bounded by :data:`DELETE_ALL_TIMEOUT`: a simulated kubelet unprepares one pod at a time, and eight
+        pods on two busy CPUs once took longer than a minute."""
+        timeout = f"--timeout={int(DELETE_ALL_TIMEOUT)}s"
+        self.kubectl("delete", "pods", "--all", "-n", namespace, "--wait=true", timeout)
+        wait_for(f"the pods of {namespace} to go", lambda: not self.pods(namespace), timeout=DELETE_ALL_TIMEOUT)
 
 
 def start_cluster(workdir: Path, *args: str, ready_timeout: float = READY_TIMEOUT) -> SimCluster:
