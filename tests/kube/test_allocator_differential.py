@@ -343,30 +343,45 @@ def build_node_pools(sim: SimCluster, claims: list[dict[str, Any]] | None = None
     placeable beside the compute instances of its shares (docs/sharing.md).  The GIs of shares are
     those of shared devices allocated with a ``shareID``; their CIs are read from NVML, which is what
     the plugin's checkpoint records once no prepare is in flight (the test waits for that)."""
-    config = load_device_model_config(None, driver_name=DRIVER)
-    shared = {
+    shared = frozenset(
         (result["pool"], parse_shared_device_name(result["device"]))
         for claim in claims or []
         for result in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
         if result.get("driver") == DRIVER and result.get("shareID") and parse_shared_device_name(result["device"])
-    }
+    )
     pools = {}
     for node in NODE_GPUS:
         state = sim.workdir / "nodes" / node / "nvml-state.json"
-        with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
-            inventory = read_inventory(nvml)
-        instances = [(entry.gpu, gi) for entry in inventory.gpus for gi in entry.gpu_instances]
-        pools[node] = build_pool(
-            inventory,
-            config,
-            owned_instances={(gpu.uuid, gi.gpu_instance_id) for gpu, gi in instances},
-            share_compute_instances={
-                (gpu.uuid, gi.profile_id, gi.placement): [ci.placement for ci in gi.compute_instances]
-                for gpu, gi in instances
-                if (node, (gpu.minor_number, gi.profile_id, gi.placement.start)) in shared
-            },
-        )
+        version = state.stat()
+        # Built again only when the node's NVML state or its shares changed: the settle wait polls often,
+        # and building three pools at every look would take CPU from the tests beside it.
+        key = (str(state), version.st_mtime_ns, version.st_size, frozenset(s for s in shared if s[0] == node))
+        if key not in _POOLS:
+            if len(_POOLS) > 64:
+                _POOLS.clear()
+            _POOLS[key] = _build_node_pool(node, state, shared)
+        pools[node] = _POOLS[key]
     return pools
+
+
+_POOLS: dict[tuple[object, ...], NodePool] = {}
+_CONFIG = load_device_model_config(None, driver_name=DRIVER)
+
+
+def _build_node_pool(node: str, state: Path, shared: frozenset[tuple[str, Any]]) -> NodePool:
+    with open_nvml(build_nvml_settings(nvml="simulated", sim_state=state)) as nvml:
+        inventory = read_inventory(nvml)
+    instances = [(entry.gpu, gi) for entry in inventory.gpus for gi in entry.gpu_instances]
+    return build_pool(
+        inventory,
+        _CONFIG,
+        owned_instances={(gpu.uuid, gi.gpu_instance_id) for gpu, gi in instances},
+        share_compute_instances={
+            (gpu.uuid, gi.profile_id, gi.placement): [ci.placement for ci in gi.compute_instances]
+            for gpu, gi in instances
+            if (node, (gpu.minor_number, gi.profile_id, gi.placement.start)) in shared
+        },
+    )
 
 
 def pool_layout(slices: list[dict[str, Any]]) -> dict[str, list[str]]:
