@@ -463,8 +463,9 @@ class PublishLoop(ControlLoop):
         return self.last_result
 
     def next_wake(self) -> float:
-        waiting = self._not_before - time.monotonic()
-        return waiting if waiting > 0 else self.resync
+        if self._not_before:  # a failed round's retry is due then -- or now, if its backoff has passed
+            return max(0.0, self._not_before - time.monotonic())
+        return self.resync
 
     def sync(self) -> None:
         if time.monotonic() < self._not_before:

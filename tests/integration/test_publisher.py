@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -270,3 +271,31 @@ def test_a_refused_pool_is_logged_as_one_line_per_round_and_then_is_fatal(
         assert f"the API server {api_client.configuration.host} answered 422 Invalid: ResourceSlice" in message
         assert "Duplicate value" in message
         assert "HTTP response" not in message
+
+
+def test_a_failed_round_is_retried_even_when_its_backoff_passed_before_the_loop_went_to_sleep(
+    api_client: client.ApiClient,
+) -> None:
+    """The retry is due at the backoff's deadline; one already past means "now", never "at the next
+    resync" (an hour here).  A busy machine once let a millisecond's backoff pass before the loop
+    computed its sleep, and the outage test waited for a retry that was an hour away."""
+    attempts: list[float] = []
+    retried = threading.Event()
+
+    def failing_pool() -> NodePool:
+        attempts.append(time.monotonic())
+        if len(attempts) >= 5:
+            retried.set()
+        raise ConnectionRefusedError("no NVML today")
+
+    loop = PublishLoop(
+        SlicePublisher(Client(api_client=api_client), NODE, DRIVER),
+        failing_pool,
+        interval=3600,
+        backoff=BackoffPolicy(initial=1e-9, maximum=1e-9),  # always over before the loop sleeps
+    )
+    loop.start()
+    try:
+        assert retried.wait(30), f"the loop stopped retrying after {len(attempts)} attempt(s)"
+    finally:
+        loop.stop()
