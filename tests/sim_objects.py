@@ -247,3 +247,16 @@ def allocated_devices(claim_obj: Mapping[str, Any]) -> list[tuple[str, str, str]
 
 def reserved_names(claim_obj: Mapping[str, Any]) -> list[str]:
     return sorted(r["name"] for r in (claim_obj.get("status") or {}).get("reservedFor") or [])
+
+
+def latest_pool(slices: Iterable[Mapping[str, Any]], pool: str, driver: str = DRIVER) -> list[Mapping[str, Any]] | None:
+    """The slices of ``driver``'s pool ``pool`` at its latest generation; None while there are none or that
+    generation is not complete (a publish under way: its slices are written one at a time)."""
+    mine = [s for s in slices if s["spec"]["driver"] == driver and s["spec"]["pool"]["name"] == pool]
+    if not mine:
+        return None
+    generation = max(int(s["spec"]["pool"]["generation"]) for s in mine)
+    current = [s for s in mine if int(s["spec"]["pool"]["generation"]) == generation]
+    if len(current) != int(current[0]["spec"]["pool"]["resourceSliceCount"]):
+        return None
+    return current

@@ -17,6 +17,7 @@ from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from tests.kubelet_client import short_socket_dir
 from tests.sim_cluster import SimCluster, start_cluster, stop_cluster
+from tests.sim_objects import latest_pool
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("e2e-shared-gpu-instance")
@@ -90,12 +91,8 @@ def _compute_instances(cluster: SimCluster, node: str) -> dict[tuple[str, int], 
 def _admitted(cluster: SimCluster, node: str, device: str) -> list[str] | None:
     """The share sizes ``device`` of ``node`` admits as published at its pool's latest generation (its
     computeSlices request policy's valid values); None while that generation is not complete."""
-    mine = [s for s in cluster.client.list(SLICES)[0] if s["spec"].get("nodeName") == node]
-    if not mine:
-        return None
-    generation = max(int(s["spec"]["pool"]["generation"]) for s in mine)
-    current = [s for s in mine if int(s["spec"]["pool"]["generation"]) == generation]
-    if len(current) != int(current[0]["spec"]["pool"]["resourceSliceCount"]):
+    current = latest_pool(cluster.client.list(SLICES)[0], node)  # migdra's pool is named for its node
+    if current is None:
         return None
     for resource_slice in current:
         for published in resource_slice["spec"].get("devices") or []:

@@ -71,6 +71,7 @@ from dra_driver.nvml.settings import build_nvml_settings
 from kubeletplugin.occupancy import compute_allocated_devices
 from tests.kube.cluster import kube_cluster
 from tests.sim_cluster import SimCluster
+from tests.sim_objects import latest_pool
 from tests.waiting import wait_for
 
 DRIVER = "gpu.migdra.io"
@@ -405,14 +406,8 @@ def _layout_entry(device: dict[str, Any]) -> str:
 
 def published_layout(slices: list[dict[str, Any]], node: str) -> dict[str, list[str]] | None:
     """The layout of ``node``'s pool at its latest generation; None while that generation is incomplete."""
-    mine = [s for s in slices if s["spec"]["driver"] == DRIVER and s["spec"]["pool"]["name"] == node]
-    if not mine:
-        return None
-    generation = max(int(s["spec"]["pool"]["generation"]) for s in mine)
-    current = [s for s in mine if int(s["spec"]["pool"]["generation"]) == generation]
-    if len(current) != int(current[0]["spec"]["pool"]["resourceSliceCount"]):
-        return None
-    return pool_layout(current)
+    current = latest_pool(slices, node, DRIVER)
+    return None if current is None else pool_layout(current)
 
 
 def unsettled_nodes(sim: SimCluster) -> list[str]:
