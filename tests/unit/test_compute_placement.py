@@ -170,16 +170,20 @@ def test_the_admitted_sizes_are_exactly_those_the_simulator_still_accepts(
         gpu = nvml.list_gpus()[0].uuid
         gi = nvml.create_gpu_instance(gpu, profile.profile_id, profile.placements[0]).gpu_instance_id
         indices = {size: profile.compute_instance_for_share(size).ci_profile_index for size in profile.share_sizes}
-        for arrangement in reachable_arrangements(profile):
-            standing = [
-                nvml.create_compute_instance_at(gpu, gi, indices[placement.size], placement).compute_instance_id
-                for placement in arrangement
-            ]
+        checked = 0
+
+        def check(arrangement: tuple[Placement, ...]) -> None:
+            nonlocal checked
             accepted = tuple(size for size in profile.share_sizes if _nvml_accepts(nvml, gpu, gi, indices[size]))
             expected = accepted or (profile.slice_count,)
             assert placeable_share_sizes(profile, arrangement) == expected, arrangement
-            for ci in standing:
-                nvml.destroy_compute_instance(gpu, gi, ci)
+            checked += 1
+
+        def create(placement: Placement) -> int:
+            return nvml.create_compute_instance_at(gpu, gi, indices[placement.size], placement).compute_instance_id
+
+        walk_arrangements(profile, check, create, lambda ci: nvml.destroy_compute_instance(gpu, gi, ci))
+        assert checked == len(reachable_arrangements(profile))
 
 
 def _nvml_accepts(nvml: Nvml, gpu: str, gi: int, ci_profile_index: int) -> bool:
@@ -194,23 +198,41 @@ def _nvml_accepts(nvml: Nvml, gpu: str, gi: int, ci_profile_index: int) -> bool:
     return False
 
 
-def reachable_arrangements(profile: GpuInstanceProfile) -> set[tuple[Placement, ...]]:
-    """Every set of non-overlapping CI placements of ``profile``'s share sizes (what shares coming and
-    going in any order can leave)."""
-    legal = sorted(
+def _legal_compute_placements(profile: GpuInstanceProfile) -> list[Placement]:
+    return sorted(
         {pl for size in profile.share_sizes for pl in profile.compute_instance_for_share(size).placements},
         key=lambda pl: (pl.start, pl.size),
     )
+
+
+def reachable_arrangements(profile: GpuInstanceProfile) -> set[tuple[Placement, ...]]:
+    """Every set of non-overlapping CI placements of ``profile``'s share sizes (what shares coming and
+    going in any order can leave)."""
     found: set[tuple[Placement, ...]] = set()
+    walk_arrangements(profile, found.add, lambda placement: 0, lambda ci: None)
+    return found
+
+
+def walk_arrangements(
+    profile: GpuInstanceProfile,
+    visit: Callable[[tuple[Placement, ...]], object],
+    create: Callable[[Placement], int],
+    destroy: Callable[[int], object],
+) -> None:
+    """Visit every arrangement of :func:`reachable_arrangements` once, depth first, with its CIs standing:
+    ``create`` one CI on the way down and ``destroy`` it on the way back, so each arrangement costs one
+    creation instead of all of its CIs (the simulator makes every one a file write)."""
+    legal = _legal_compute_placements(profile)
 
     def extend(chosen: tuple[Placement, ...], start_index: int) -> None:
-        found.add(chosen)
+        visit(chosen)
         for index in range(start_index, len(legal)):
             if not any(legal[index].overlaps(other) for other in chosen):
+                ci = create(legal[index])
                 extend((*chosen, legal[index]), index + 1)
+                destroy(ci)
 
     extend((), 0)
-    return found
 
 
 @pytest.mark.parametrize(("model", "profile"), SHARED_PROFILES)
