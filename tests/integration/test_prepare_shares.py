@@ -537,6 +537,18 @@ def test_a_ci_nvml_creates_wrong_is_destroyed_and_so_is_the_gi_the_share_created
     assert cis(node) == {mig: (0, 0)}
 
 
+def prepare_with_a_misplaced_ci(
+    service: PrepareService, ref: ClaimRef, monkeypatch: pytest.MonkeyPatch, *, refusals: int
+) -> tuple[str, list[int]]:
+    """Prepare ``ref`` while NVML creates its CI at 3:1 instead (no read-back) and refuses the first
+    ``refusals`` destroys of a CI: the claim's error and the refused destroys."""
+    with monkeypatch.context() as patched:
+        CiCreationGoesWrong(patched, misplace_to=3, read_back=False)
+        refused = refuse_ci_destroys(patched, refusals)
+        error = service.prepare([ref])[ref.uid].error
+    return error, refused
+
+
 def test_a_misplaced_ci_nvml_will_not_destroy_is_recorded_and_released_later_with_its_gi(
     node: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -545,10 +557,7 @@ def test_a_misplaced_ci_nvml_will_not_destroy_is_recorded_and_released_later_wit
     instead of leaving both as instances no record names."""
     service = node.service()
     ref = node.claim("first", [share(1)])
-    with monkeypatch.context() as patched:
-        CiCreationGoesWrong(patched, misplace_to=3, read_back=False)
-        refused = refuse_ci_destroys(patched, 3)
-        error = service.prepare([ref])[ref.uid].error
+    error, refused = prepare_with_a_misplaced_ci(service, ref, monkeypatch, refusals=3)
     assert len(refused) == 3
     assert "NVML created CI 0 of GI 1 at 3:1; destroying it again failed" in error
     ((_, stray),) = cis(node).values()
@@ -569,10 +578,7 @@ def test_a_misplaced_ci_the_roll_back_destroys_on_a_second_try_leaves_nothing_an
 ) -> None:
     service = node.service()
     ref = node.claim("first", [share(1)])
-    with monkeypatch.context() as patched:
-        CiCreationGoesWrong(patched, misplace_to=3, read_back=False)
-        refused = refuse_ci_destroys(patched, 1)
-        error = service.prepare([ref])[ref.uid].error
+    error, refused = prepare_with_a_misplaced_ci(service, ref, monkeypatch, refusals=1)
     assert len(refused) == 1
     assert "destroying it again failed" in error
     assert error.endswith("; the roll-back destroyed it on a second try")
