@@ -44,7 +44,7 @@ demo: $(STAMP)
 	rm -rf $(DEMO_STATE) && mkdir -p $(DEMO_STATE)
 	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE) --control-plane $(CONTROL_PLANE)
 
-## check: the fast loop, about a minute: lint, then the check tier -- every folder named unit under tests/, the
+## check: the fast loop, under 90 seconds: lint, then the check tier -- every folder named unit under tests/, the
 ## tests that start no process (docs/testing.md) -- on PYTEST_WORKERS processes.
 PYTEST_WORKERS ?= 2
 CHECK_DIRS = $(shell find tests -type d -name unit -not -path '*/__pycache__/*')
