@@ -6,7 +6,7 @@ nearest enclosing folder named in ``TIERS``, at any depth (``tests/unit`` and ``
 both the check tier), gives the test that tier's marker, so ``pytest -m check`` or ``-m "not kube"`` select
 by tier.  A test in no tier folder stops the run: it would belong to no ``-m`` selection.
 
-The check tier is what ``make check`` runs in about a minute, so it is enforced: a test there (or its
+The check tier is what ``make check`` runs in under 90 seconds, so it is enforced: a test there (or its
 fixtures) that starts a process fails with one line saying where it belongs, instead of silently slowing
 every ``make check`` down.
 """
