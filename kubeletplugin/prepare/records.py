@@ -10,8 +10,7 @@ Every file is one checksummed document::
 
     {"checksum": "sha256:<hex>", "data": {"schemaVersion": N, ...}}
 
-Schema version 2, one file per claim, so that a change of a claim rewrites that claim alone (a record
-holding a share of a shared GPU instance is version 3, :data:`SHARE_RECORD_SCHEMA_VERSION` says why):
+Schema version 2, one file per claim, so that a change of a claim rewrites that claim alone:
 
 - ``<state dir>/claims/<boot ID>/<claim UID>.json``: ``data`` = ``{"schemaVersion": 2, "nodeBootID":
   "...", "claim": {<ClaimRecord>}}`` (:func:`build_claim_file` / :func:`parse_claim_file`);
@@ -47,13 +46,9 @@ from kubeletplugin.prepare.errors import CheckpointError
 _M = TypeVar("_M", bound=BaseModel)
 
 CHECKPOINT_SCHEMA_VERSION = 2
-"""One file per claim, and ``checkpoint.json`` the marker saying so."""
-SHARE_RECORD_SCHEMA_VERSION = 3
-"""A claim record holding a share of a shared GPU instance (docs/prepare.md, "Shares").  Version 2
-readers must refuse it, not ignore its new fields: one would release a share as an exclusive device,
-destroying every compute instance of the shared GI and the GI itself, other claims' included.  Records
-without a share stay version 2, so a downgrade works wherever no share is prepared."""
-CLAIM_SCHEMA_VERSIONS = (CHECKPOINT_SCHEMA_VERSION, SHARE_RECORD_SCHEMA_VERSION)
+"""One file per claim, and ``checkpoint.json`` the marker saying so.  A release that changes what a
+record means -- not only adds a field an older reader may ignore -- raises it, so an older migdra
+refuses the record instead of acting on half of it."""
 CLAIMS_DIRECTORY = "claims"
 
 
@@ -181,7 +176,7 @@ class ClaimRecord(_Record):
 class ClaimFile(_Record):
     """One claim's record file (schema version 2), stamped with the boot that wrote it."""
 
-    schema_version: Literal[2, 3] = Field(default=2, alias="schemaVersion")
+    schema_version: Literal[2] = Field(default=2, alias="schemaVersion")
     node_boot_id: str = Field(alias="nodeBootID")
     claim: ClaimRecord
 
@@ -206,10 +201,7 @@ def _build_document(model: BaseModel) -> bytes:
 
 
 def build_claim_file(node_boot_id: str, record: ClaimRecord) -> bytes:
-    """The record's file: schema version 3 when it holds a share, else 2 (see SHARE_RECORD_SCHEMA_VERSION)."""
-    shares = any(device.intent.is_share for device in record.devices)
-    version = SHARE_RECORD_SCHEMA_VERSION if shares else CHECKPOINT_SCHEMA_VERSION
-    return _build_document(ClaimFile(schema_version=version, node_boot_id=node_boot_id, claim=record))
+    return _build_document(ClaimFile(node_boot_id=node_boot_id, claim=record))
 
 
 def build_checkpoint_marker() -> bytes:
@@ -257,10 +249,9 @@ def parse_checkpoint_marker(raw: bytes, source: Path) -> CheckpointMarker:
 def parse_claim_file(raw: bytes, source: Path) -> ClaimFile:
     """One claim's record file, verified; every problem is a :class:`CheckpointError` naming it."""
     data, version = _verified_data(raw, source)
-    if version not in CLAIM_SCHEMA_VERSIONS:
-        readable = " and ".join(str(v) for v in CLAIM_SCHEMA_VERSIONS)
+    if version != CHECKPOINT_SCHEMA_VERSION:
         raise CheckpointError(
-            f"checkpoint record {source} has schema version {version!r}; this migdra reads {readable}"
+            f"checkpoint record {source} has schema version {version!r}; this migdra reads {CHECKPOINT_SCHEMA_VERSION}"
         )
     return _validated(ClaimFile, data, source, version)
 
