@@ -117,7 +117,10 @@ def test_register_prepare_and_unprepare_on_v1_and_v1beta1(plugin: PluginProcess)
         assert prepared.devices[0].cdi_device_ids == (f"{DRIVER}/claim={claim.uid}-gpu-0-mig-3g40gb-9-4",)
         assert plugin.instances() == [(0, 2, "4:4", 1), (1, 6, "6:2", 1)]
 
-        status = read_claim_json(api_client, claim)["status"]["devices"]
+        # the plugin writes the claim's status after the call returns (its reporter's queue)
+        status = wait_for(
+            "the claim's device status", lambda: read_claim_json(api_client, claim)["status"].get("devices")
+        )
         assert status[0]["device"] == "gpu-0-mig-3g40gb-9-4"
         assert status[0]["data"]["placement"] == {"start": 4, "size": 4}
         assert status[0]["data"]["migUUID"].startswith("MIG-")
@@ -127,9 +130,13 @@ def test_register_prepare_and_unprepare_on_v1_and_v1beta1(plugin: PluginProcess)
             unprepared = kubelet.unprepare([claim, old_kubelet_claim])
         assert {uid: r.error for uid, r in unprepared.items()} == {claim.uid: "", old_kubelet_claim.uid: ""}
         assert plugin.instances() == []
+
         # our instances are published as usual while they exist; all placements again afterwards
-        slices = client.ResourceV1Api(api_client).list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
-        assert sum(len(s.spec.devices or []) for s in slices) == 2 * (25 + 7)  # exclusive and shared
+        def published() -> int:
+            slices = client.ResourceV1Api(api_client).list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
+            return sum(len(s.spec.devices or []) for s in slices)
+
+        wait_for("every placement to be published again", lambda: published() == 2 * (25 + 7))  # exclusive, shared
     output = _stop(process)
     assert not plugin.registration_socket.exists()
     assert "Traceback" not in output
