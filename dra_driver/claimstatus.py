@@ -1,57 +1,47 @@
-"""The schema of migdra's ``status.devices[]`` entries on a ResourceClaim, and the one merge its writers use.
+"""The schema of migdra's ``status.devices[]`` entries on a ResourceClaim, who owns which field of them,
+and the server-side apply bodies its writers send.
 
-Two components write one entry per allocated device (docs/claim-status.md), the node plugin in two
-roles:
+Three writers keep an entry per allocated device (docs/claim-status.md), each a field manager of its
+own that applies, through the ``status`` subresource, only its own entries and fields -- never
+``status.allocation`` or ``reservedFor``, so nothing depends on the API server re-reading bytes it sent
+(an allocation's opaque parameters are a ``RawExtension``: sent back re-serialized, they differ and the
+server refuses an allocation change):
 
-- the **reservation controller** (:mod:`dra_driver.controller`) writes *where* the device is -- the
-  reservation keys below and the ``Reserved`` condition -- as soon as the claim is allocated;
-- the **node plugin** (``kubeletplugin.prepare.reporter``) writes *what it became* -- the identity
-  keys and the ``Ready`` condition -- once the MIG instance exists, and also the reservation keys it
-  knows (the same values: both read them off the same device), so a cluster without the controller
-  still shows the placement;
-- the node plugin's **realizer** (realize before bind, docs/prepare.md) writes only its binding
-  conditions ``<driver>/realized`` and ``<driver>/realization-failed`` (:func:`realizer_writer`),
-  which the scheduler waits for before it binds the pod.  It is a writer of its own so that the
-  plugin's unprepare and status reconciliation, which clear the plugin's part, leave them alone.
+=====================  ===================================  ============================================
+writer                 field manager                        owns in each entry it writes
+=====================  ===================================  ============================================
+controller             ``<driver>/controller``              ``Reserved``; ``data`` while no other
+                                                            manager holds it (the reservation keys)
+plugin (one per node)  ``<driver>/kubeletplugin/<node>``    ``Ready``; ``data`` (applied with force: the
+                                                            reservation keys and the identity keys)
+realizer (per node)    ``<driver>/realizer/<node>``         ``<driver>/realized``,
+                                                            ``<driver>/realization-failed``
+=====================  ===================================  ============================================
 
-Why not server-side apply: ``data`` is a ``RawExtension``, which apply treats as one atomic value, so two
-field managers applying different keys of it would take the whole object from each other.  Instead
-every write is a read-modify-write of the ``status`` subresource with the ``resourceVersion`` read (a
-concurrent write is a 409 and the writer reads again), and each writer changes only what it owns:
+Why ``data`` changes hands: it is a ``RawExtension``, which server-side apply owns as one atomic value
+(two managers applying different keys of it conflict).  So one writer holds it at a time.  The
+controller writes the reservation keys as soon as the claim is allocated; once the instance exists the
+plugin takes ``data`` over with a forced apply, writing the reservation keys it knows itself plus the
+identity (``migUUID``...), and the controller, finding ``data`` held by another manager in the claim's
+``managedFields`` (or told so by a 409 naming ``data``), applies its condition alone.  The plugin's
+unprepare applies without the entry, which gives ``data`` up: the API server removes it, and the
+controller's next pass writes the reservation keys again while ``Reserved`` stands.  Conditions are a
+map list keyed by ``type``, so each writer owns its own types and none of them can conflict.  An entry
+is keyed by driver, pool, device and ``shareID``, as the API server keys it: it stays while any manager
+holds a field of it, and goes with the last.  Entries and fields of anyone else are never sent, so
+never touched.  Consumers read ``schemaVersion`` first: keys are only ever added within one version.
 
-=====================  ==================================  ============================================
-writer                 owns alone                          shares (same values)
-=====================  ==================================  ============================================
-controller             ``Reserved``; ``gpuMinor``,         ``schemaVersion``, ``node``, ``gpuUUID``,
-                       ``memory``, ``multiprocessors``     ``profile``, ``placement``
-plugin                 ``Ready``; ``migUUID``,             the same five
-                       ``gpuInstanceID``,
-                       ``computeInstanceID``,
-                       ``adminAccess``
-realizer               ``<driver>/realized``,              nothing (no data keys)
-                       ``<driver>/realization-failed``
-=====================  ==================================  ============================================
-
-A shared key stays while either writer still holds it, as a field with two managers does under
-server-side apply: the controller holds its keys while its ``Reserved`` condition stands, so the
-plugin's unprepare removes the shared keys only from an entry without ``Reserved``.  Keys and
-condition types of anyone else (another controller, an admin) are never touched, nor are entries of
-other drivers or pools.  An entry is keyed by driver, pool, device *and* ``shareID``, as the API server
-keys it: a share of a shared GPU instance (docs/prepare.md, "Shares") has an entry of its own carrying
-its ``shareID``, and a write for one share never touches the entry of another key.
-Consumers read ``schemaVersion`` first: keys are only ever added within one version.
-
-Everything here is pure: it computes the new ``status.devices`` from the one read.
+Everything here is pure: bodies and answers computed from what a writer read.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
-
-from dra_driver.devicemodel.vocabulary import realize_before_bind_conditions
 
 SCHEMA_VERSION: Final = "v1"
 """``data.schemaVersion`` of every entry migdra writes (docs/claim-status.md)."""
@@ -66,29 +56,11 @@ REASON_ALLOCATED: Final = "Allocated"
 REASON_PLACEMENT_CONFLICT: Final = "PlacementConflict"
 REASON_DEVICE_GONE: Final = "DeviceGone"
 
-SHARED_KEYS: Final = ("schemaVersion", "node", "gpuUUID", "profile", "placement")
-CONTROLLER_KEYS: Final = ("gpuMinor", "memory", "multiprocessors", "computeSlices")
-IDENTITY_KEYS: Final = ("migUUID", "gpuInstanceID", "computeInstanceID", "adminAccess")
+EVENT_STATUS_WRITE_REFUSED: Final = "ClaimStatusRefused"
+"""The Warning Event's reason when the API server refuses a writer's status for a reason retrying cannot
+fix (422, 403, 400): the message names the claim, the writer and the server's reason."""
 
-
-@dataclass(frozen=True, slots=True)
-class Writer:
-    """What one writer owns in an entry: keys alone, keys shared, its condition types, and the
-    condition type by which its co-writer shows it still holds the shared keys."""
-
-    name: str
-    own_keys: tuple[str, ...]
-    shared_keys: tuple[str, ...]
-    conditions: tuple[str, ...]
-    co_writer_marker: str
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return self.own_keys + self.shared_keys
-
-
-PLUGIN: Final = Writer("kubeletplugin", IDENTITY_KEYS, SHARED_KEYS, (READY,), co_writer_marker=RESERVED)
-CONTROLLER: Final = Writer("controller", CONTROLLER_KEYS, SHARED_KEYS, (RESERVED,), co_writer_marker=READY)
+_FIELD_MANAGER_MAX = 128  # the API server's limit on ``fieldManager``
 
 
 def rfc3339(moment: dt.datetime) -> str:
@@ -96,40 +68,62 @@ def rfc3339(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def realizer_writer(driver_name: str) -> Writer:
-    """The realizer of ``driver_name``: its two binding condition types, no data keys."""
-    binding = realize_before_bind_conditions(driver_name)
-    return Writer("realizer", (), (), binding.conditions + binding.failure_conditions, co_writer_marker=READY)
+def format_memory(memory_bytes: int) -> str:
+    """``data.memory``: whole MiB as ``40448Mi``, anything else in bytes (both writers write it alike)."""
+    mib, rest = divmod(memory_bytes, 1 << 20)
+    return f"{mib}Mi" if rest == 0 else str(memory_bytes)
 
 
-@dataclass(frozen=True, slots=True)
-class EntryUpdate:
-    """What one writer wants one device's entry to say: its data keys and conditions (each of its
-    ``Writer.conditions`` types; a type not given is left as it is)."""
-
-    device_name: str
-    data: Mapping[str, Any]
-    conditions: Sequence[Mapping[str, Any]]
-    share_id: str | None = None  # the allocation result's shareID: the entry of that share
+# -- who writes --------------------------------------------------------------------------------------
 
 
-def is_ours(entry: Mapping[str, Any], driver: str, pool: str) -> bool:
-    """An entry migdra writes: this driver, this pool (with or without a ``shareID``)."""
-    return entry.get("driver") == driver and entry.get("pool") == pool
+def _manager(name: str) -> str:
+    """``name`` as a field manager: longer than the API server allows, its end becomes a digest."""
+    if len(name) <= _FIELD_MANAGER_MAX:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return f"{name[: _FIELD_MANAGER_MAX - 17]}-{digest}"
 
 
-def entry_key(entry: Mapping[str, Any]) -> tuple[str, str | None]:
-    """(device, shareID or None): what tells two entries of one driver and pool apart."""
+def controller_field_manager(driver: str) -> str:
+    """The reservation controller's field manager (every replica the same: one owner, whoever leads)."""
+    return _manager(f"{driver}/controller")
+
+
+def plugin_field_manager(driver: str, node: str) -> str:
+    """One node's plugin: its own manager, so one node's apply never gives up another node's entries
+    (a claim deallocated on one node and allocated on another may hold both for a moment)."""
+    return _manager(f"{driver}/kubeletplugin/{node}")
+
+
+def realizer_field_manager(driver: str, node: str) -> str:
+    """One node's realizer (realize before bind): its binding conditions only."""
+    return _manager(f"{driver}/realizer/{node}")
+
+
+# -- entries -----------------------------------------------------------------------------------------
+
+EntryKey = tuple[str, str, str, str | None]
+"""(driver, pool, device, shareID or None): how the API server tells ``status.devices`` entries apart."""
+
+
+def entry_key(entry: Mapping[str, Any]) -> EntryKey:
     share = entry.get("shareID")
-    return str(entry.get("device")), share if isinstance(share, str) else None
+    return (
+        str(entry.get("driver", "")),
+        str(entry.get("pool", "")),
+        str(entry.get("device", "")),
+        share if isinstance(share, str) and share else None,
+    )
 
 
 def find_entry(
     entries: Sequence[Mapping[str, Any]], driver: str, pool: str, device: str, share_id: str | None = None
 ) -> int | None:
-    """The index of our entry of ``device`` and ``share_id`` (None: the entry without a shareID)."""
+    """The index of the entry of ``device`` and ``share_id`` (None: the entry without a shareID)."""
+    wanted = (driver, pool, device, share_id)
     for index, entry in enumerate(entries):
-        if is_ours(entry, driver, pool) and entry_key(entry) == (device, share_id):
+        if entry_key(entry) == wanted:
             return index
     return None
 
@@ -141,98 +135,161 @@ def condition_of(entry: Mapping[str, Any], condition_type: str) -> Mapping[str, 
     return None
 
 
-def _merge_condition(conditions: list[dict[str, Any]], condition: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """``conditions`` with ``condition`` in place of its type; ``lastTransitionTime`` kept while the
-    status does not change (the Kubernetes condition convention)."""
+@dataclass(frozen=True, slots=True)
+class DeviceEntry:
+    """What one writer applies to one device's entry: its conditions, and ``data`` when it writes it
+    (None: it leaves ``data`` to whoever holds it)."""
+
+    pool: str
+    device: str
+    conditions: tuple[Mapping[str, Any], ...]
+    data: Mapping[str, Any] | None = None
+    share_id: str | None = None
+
+    def key(self, driver: str) -> EntryKey:
+        return (driver, self.pool, self.device, self.share_id)
+
+
+def keep_transition_time(existing: Mapping[str, Any] | None, condition: Mapping[str, Any]) -> dict[str, Any]:
+    """``condition`` with the ``lastTransitionTime`` of the same type in ``existing`` (an entry) while its
+    status does not change: the Kubernetes condition convention."""
     new = dict(condition)
-    old = next((c for c in conditions if c.get("type") == new["type"]), None)
+    old = condition_of(existing, str(new["type"])) if existing is not None else None
     if old is not None and old.get("status") == new.get("status") and old.get("lastTransitionTime"):
         new["lastTransitionTime"] = old["lastTransitionTime"]
-    replaced = [new if c.get("type") == new["type"] else c for c in conditions]
-    return replaced if old is not None else [*conditions, new]
+    return new
 
 
-def compute_merged_devices(
-    existing: Sequence[Mapping[str, Any]],
-    driver: str,
-    pool: str,
-    writer: Writer,
-    updates: Sequence[EntryUpdate],
-) -> list[dict[str, Any]]:
-    """``status.devices`` with ``updates`` merged in for ``writer``; pure.
+def build_apply_body(
+    namespace: str, name: str, uid: str, driver: str, entries: Iterable[DeviceEntry]
+) -> dict[str, Any]:
+    """The server-side apply body of one writer for one claim: everything it wants to hold, nothing else.
 
-    In our entries only the writer's keys and condition types change; everything else -- the other
-    writer's keys and conditions, anyone else's -- is kept as read.  A missing entry is added.
+    The ``uid`` makes the API server refuse the body (422, ``metadata.uid``) when the name now belongs
+    to a re-created claim.  No entries gives every entry this manager holds up.
     """
-    result = [dict(entry) for entry in existing]
-    for update in updates:
-        foreign = [key for key in update.data if key not in writer.keys]
-        if foreign:
-            raise ValueError(f"{writer.name} does not own data keys {foreign}")
-        index = find_entry(result, driver, pool, update.device_name, update.share_id)
+    devices: list[dict[str, Any]] = []
+    for entry in entries:
+        body: dict[str, Any] = {"driver": driver, "pool": entry.pool, "device": entry.device}
+        if entry.share_id is not None:
+            body["shareID"] = entry.share_id
+        if entry.conditions:
+            body["conditions"] = [dict(condition) for condition in entry.conditions]
+        if entry.data is not None:
+            body["data"] = dict(entry.data)
+        devices.append(body)
+    status: dict[str, Any] = {"devices": devices} if devices else {}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "status": status,
+    }
+
+
+# -- what a claim's managedFields say ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """What one manager holds of one entry: its condition types, and whether it holds ``data``."""
+
+    conditions: frozenset[str] = field(default_factory=frozenset)
+    data: bool = False
+
+
+def _status_entries(fields: Any) -> Mapping[str, Any]:
+    status = fields.get("f:status") if isinstance(fields, Mapping) else None
+    devices = status.get("f:devices") if isinstance(status, Mapping) else None
+    return devices if isinstance(devices, Mapping) else {}
+
+
+def _parse_key(token: str) -> EntryKey | None:
+    """``k:{"device":...,"driver":...,"pool":...}`` of a managedFields map-list item, as an entry key."""
+    if not token.startswith("k:"):
+        return None
+    try:
+        key = json.loads(token[2:])
+    except ValueError:
+        return None
+    return entry_key(key) if isinstance(key, Mapping) else None
+
+
+def _condition_types(fields: Mapping[str, Any]) -> frozenset[str]:
+    conditions = fields.get("f:conditions")
+    types: set[str] = set()
+    for token in conditions if isinstance(conditions, Mapping) else ():
+        if token.startswith("k:"):
+            try:
+                key = json.loads(token[2:])
+            except ValueError:
+                continue
+            if isinstance(key, Mapping) and isinstance(key.get("type"), str):
+                types.add(key["type"])
+    return frozenset(types)
+
+
+def compute_holdings(claim: Mapping[str, Any]) -> dict[str, dict[EntryKey, Holding]]:
+    """Per field manager, what it holds of each ``status.devices`` entry, from ``metadata.managedFields``;
+    pure.  Managers of any operation count (an ``Update`` holds what it last wrote, as for apply)."""
+    holdings: dict[str, dict[EntryKey, Holding]] = {}
+    for managed in (claim.get("metadata") or {}).get("managedFields") or []:
+        if not isinstance(managed, Mapping):
+            continue
+        manager = str(managed.get("manager", ""))
+        for token, fields in _status_entries(managed.get("fieldsV1")).items():
+            key = _parse_key(token)
+            if key is None or not isinstance(fields, Mapping):
+                continue
+            old = holdings.setdefault(manager, {}).get(key, Holding())
+            holdings[manager][key] = Holding(old.conditions | _condition_types(fields), old.data or "f:data" in fields)
+    return holdings
+
+
+def data_held_by_others(holdings: Mapping[str, Mapping[EntryKey, Holding]], manager: str, key: EntryKey) -> bool:
+    """Whether a manager other than ``manager`` holds ``data`` of the entry ``key``."""
+    return any(held.get(key, Holding()).data for other, held in holdings.items() if other != manager)
+
+
+def _same_condition(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    if old is None:
+        return False
+    fields = ("status", "reason", "message", "observedGeneration", "lastTransitionTime")
+    return all(old.get(name) == new.get(name) for name in fields)
+
+
+def is_applied(claim: Mapping[str, Any], manager: str, driver: str, entries: Sequence[DeviceEntry]) -> bool:
+    """Whether ``claim`` already says what ``manager`` would apply (``entries``, nothing more of its own):
+    then the write is skipped; pure."""
+    holdings = compute_holdings(claim).get(manager, {})
+    wanted = {entry.key(driver): entry for entry in entries}
+    if set(holdings) != set(wanted):
+        return False
+    existing = [e for e in (claim.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)]
+    for key, entry in wanted.items():
+        index = find_entry(existing, *key)
         if index is None:
-            added: dict[str, Any] = {"driver": driver, "pool": pool, "device": update.device_name}
-            if update.share_id is not None:
-                added["shareID"] = update.share_id
-            result.append(added)
-            index = len(result) - 1
-        entry = result[index]
-        old_data = entry.get("data")
-        if update.data or old_data is not None:  # a writer of conditions alone adds no empty data
-            entry["data"] = {**(dict(old_data) if isinstance(old_data, Mapping) else {}), **update.data}
-        conditions = [dict(c) for c in entry.get("conditions") or [] if isinstance(c, Mapping)]
-        for condition in update.conditions:
-            if condition.get("type") not in writer.conditions:
-                raise ValueError(f"{writer.name} does not own condition {condition.get('type')!r}")
-            conditions = _merge_condition(conditions, condition)
-        entry["conditions"] = conditions
-        if not entry["conditions"]:
-            del entry["conditions"]
-    return result
+            return False
+        current, held = existing[index], holdings[key]
+        if held.conditions != {str(c["type"]) for c in entry.conditions}:
+            return False
+        if not all(_same_condition(condition_of(current, str(c["type"])), c) for c in entry.conditions):
+            return False
+        if (entry.data is not None) != held.data or (entry.data is not None and current.get("data") != entry.data):
+            return False
+    return True
 
 
-def compute_cleared_devices(
-    existing: Sequence[Mapping[str, Any]],
-    driver: str,
-    pool: str,
-    writer: Writer,
-    device_names: Collection[str] | None = None,
-    keys: Collection[tuple[str, str | None]] | None = None,
-) -> list[dict[str, Any]]:
-    """``status.devices`` without ``writer``'s keys and conditions in our entries of these devices
-    (``None``: every device of this driver in this pool; ``keys``: only the entries of these (device,
-    shareID) keys); pure.
+# -- the answer to an apply ----------------------------------------------------------------------------
 
-    Shared keys stay in an entry where the co-writer's marker condition stands (it still holds them).
-    An entry left with nothing but its identifying fields (driver, pool, device, shareID) goes.
-    """
-    result: list[dict[str, Any]] = []
-    for entry in existing:
-        if (
-            not is_ours(entry, driver, pool)
-            or (device_names is not None and entry.get("device") not in device_names)
-            or (keys is not None and entry_key(entry) not in keys)
-        ):
-            result.append(dict(entry))
-            continue
-        co_written = condition_of(entry, writer.co_writer_marker) is not None
-        dropped = set(writer.own_keys) | (set() if co_written else set(writer.shared_keys))
-        data = entry.get("data")
-        kept_data = {k: v for k, v in data.items() if k not in dropped} if isinstance(data, Mapping) else {}
-        kept_conditions = [
-            c
-            for c in entry.get("conditions") or []
-            if isinstance(c, Mapping) and c.get("type") not in writer.conditions
-        ]
-        others = {
-            k: v for k, v in entry.items() if k not in {"driver", "pool", "device", "shareID", "data", "conditions"}
-        }
-        if not kept_data and not kept_conditions and not others:
-            continue
-        cleared = {k: v for k, v in entry.items() if k not in {"data", "conditions"}}
-        if kept_data:
-            cleared["data"] = kept_data
-        if kept_conditions:
-            cleared["conditions"] = kept_conditions
-        result.append(cleared)
-    return result
+
+def conflict_fields(status: Mapping[str, Any]) -> list[str]:
+    """The fields a 409 apply conflict names (``details.causes[].field``)."""
+    causes = (status.get("details") or {}).get("causes") or []
+    return [str(c.get("field", "")) for c in causes if isinstance(c, Mapping)]
+
+
+def is_uid_mismatch(status: Mapping[str, Any]) -> bool:
+    """A 422 whose cause is ``metadata.uid``: the claim of that name was re-created with another UID."""
+    causes = (status.get("details") or {}).get("causes") or []
+    return any(isinstance(c, Mapping) and c.get("field") == "metadata.uid" for c in causes)

@@ -14,9 +14,9 @@ not set yet:
 2. sets, in the claim's ``status.devices[]`` entry of each of those devices, ``<driver>/realized`` =
    True -- or, when prepare failed, ``<driver>/realization-failed`` = True with the per-claim error,
    which sends the pod to another placement instead of leaving it stuck in ContainerCreating.  A
-   read-modify-write of the ``status`` subresource with the ``resourceVersion`` read, again on 409,
-   merged with :func:`dra_driver.claimstatus.compute_merged_devices` as the writer
-   :func:`~dra_driver.claimstatus.realizer_writer` (its two condition types and nothing else).
+   server-side apply of the ``status`` subresource as the node's realizer field manager
+   (:func:`dra_driver.claimstatus.realizer_field_manager`): its condition on each waiting device and
+   nothing else, so no other writer's field is ever sent.
 
 kubelet's NodePrepareResources then finds the record and creates nothing (and from then on owns the
 unprepare).  A claim realized ahead that loses its allocation before kubelet prepared it -- the
@@ -41,17 +41,17 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from dra_driver.claimstatus import (
-    EntryUpdate,
-    compute_merged_devices,
+    DeviceEntry,
+    build_apply_body,
     condition_of,
     find_entry,
-    realizer_writer,
+    realizer_field_manager,
     rfc3339,
 )
 from dra_driver.devicemodel.vocabulary import realize_before_bind_conditions
 from dra_driver.kube.claims import ResourceClaimView, parse_claims
 from dra_driver.kube.client import CLAIMS, Client
-from dra_driver.kube.failures import describe_failure, retry_conflicts
+from dra_driver.kube.failures import describe_failure
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubelet.calls import ClaimRef, PrepareResult
@@ -199,7 +199,7 @@ class Realizer(ControlLoop):
         self._client = client
         self.driver_name = driver_name
         self.pool_name = node_name  # one pool per node, named after it
-        self._writer = realizer_writer(driver_name)
+        self._field_manager = realizer_field_manager(driver_name, node_name)
         self._metrics = metrics
         self.claims = claims
         self.passes = 0  # completed passes (tests wait on it)
@@ -274,10 +274,7 @@ class Realizer(ControlLoop):
             )
         realized = frozenset(d.device_name for d in result.devices) if ok else None
         try:
-            retry_conflicts(
-                lambda: self._write_condition(ref, realized, message),
-                what=f"binding conditions of {ref.namespace}/{ref.name}",
-            )
+            self._write_condition(ref, realized, message)
         except Exception as e:  # the next pass tries again (a realized claim is found realized at once)
             log.warning(
                 "claim %s/%s (UID %s): writing its binding condition failed: %s",
@@ -288,7 +285,8 @@ class Realizer(ControlLoop):
             )
 
     def _write_condition(self, ref: ClaimRef, realized: frozenset[str] | None, message: str) -> None:
-        """One read-modify-write of the claim's status (a stale ``resourceVersion`` is a 409: read again).
+        """One read, then a server-side apply of the realizer's binding condition on every device of the
+        claim that waits for one (its whole part of the claim: it holds nothing else).
 
         ``realized``: the devices the realization created (None: it failed).  ``realized`` is written
         only while the allocation holds exactly those devices -- never for an allocation made since.
@@ -303,16 +301,13 @@ class Realizer(ControlLoop):
         if realized is not None and compute_claim_devices(claim, self.driver_name, self.pool_name) != realized:
             return
         # Only devices the allocation still waits on: a condition on a deallocated claim would outlive it.
-        devices = compute_unsettled_devices(claim, self.driver_name, self.pool_name)
-        if not devices:
+        if not compute_unsettled_devices(claim, self.driver_name, self.pool_name):
             return
         generation = claim.metadata.generation
         condition = build_binding_condition(self.driver_name, ok, message, generation, rfc3339(dt.datetime.now(dt.UTC)))
-        raw.setdefault("status", {})["devices"] = compute_merged_devices(
-            claim.status_devices,
-            self.driver_name,
-            self.pool_name,
-            self._writer,
-            [EntryUpdate(device, {}, [condition], share_id=share_id) for device, share_id in devices],
-        )
-        self.claims.assume(self._client.update(CLAIMS, raw, "status"))
+        entries = [
+            DeviceEntry(self.pool_name, device, (condition,), share_id=share_id)
+            for device, share_id in compute_binding_devices(claim, self.driver_name, self.pool_name)
+        ]
+        body = build_apply_body(ref.namespace, ref.name, ref.uid, self.driver_name, entries)
+        self.claims.assume(self._client.apply_status(CLAIMS, body, field_manager=self._field_manager))

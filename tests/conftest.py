@@ -32,6 +32,7 @@ from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
+from tests.kube_apiserver import KubeApiServer, kube_apiserver, require_kube_binaries
 
 if TYPE_CHECKING:
     from migdra_devcluster.apiserver import LocalAPIServer
@@ -228,3 +229,12 @@ def no_leaked_threads() -> Iterator[None]:
         thread.join(max(0.0, deadline - time.monotonic()))
     leaked = [t for t in started if t.is_alive()]
     assert not leaked, f"threads left running: {sorted(t.name for t in leaked)}"
+
+
+@pytest.fixture
+def kube_api_server(tmp_path: Path) -> Iterator[KubeApiServer]:
+    """The real kube-apiserver on its own etcd for one test (:mod:`tests.kube_apiserver`); skipped without
+    ``make kube``'s binaries unless ``MIGDRA_REQUIRE_KUBE=1``."""
+    require_kube_binaries()
+    with kube_apiserver(tmp_path / "kube-apiserver") as server:
+        yield server

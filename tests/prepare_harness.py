@@ -25,6 +25,7 @@ import pytest
 from kubernetes import client
 
 from dra_driver.kube.client import Client
+from dra_driver.kube.config import load_kubeconfig_file, new_api_client
 from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
@@ -35,6 +36,9 @@ from kubeletplugin.prepare.checkpoint import CheckpointStore
 from kubeletplugin.prepare.service import PrepareService
 from kubeletplugin.settings import PrepareSettings
 from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
+
+ApiServer = KubeApiServer | LocalAPIServer
 
 NODE = "node-a"
 DRIVER = "gpu.migdra.io"
@@ -97,6 +101,7 @@ def create_claim(
         ),
     )
     body = api_client.sanitize_for_serialization(created)
+    body.get("metadata", {}).pop("managedFields", None)
     body["status"] = {
         "allocation": {
             "devices": {"results": list(results), "config": list(config)},
@@ -105,7 +110,22 @@ def create_claim(
             },
         }
     }
-    resource.replace_namespaced_resource_claim_status(name, namespace, body)
+    # As kube-scheduler writes it: the opaque parameters as canonical JSON (keys sorted, no spaces), the
+    # bytes it copies from a claim or class that kubectl or helm created.  The API server keeps those
+    # bytes, and its server-side apply of the claim's status compares them with its own re-encoding
+    # (docs/claim-status.md, "Opaque parameters").
+    answer = api_client.call_api(
+        *api_client.param_serialize(
+            "PUT",
+            f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}/status",
+            # YAML, of which JSON is a part: the client sends a text body of that type as it is
+            header_params={"Content-Type": "application/yaml", "Accept": "application/json"},
+            body=json.dumps(body, sort_keys=True, separators=(",", ":")),
+            auth_settings=["BearerToken"],
+        )
+    )
+    answer.read()
+    assert answer.status == 200, f"allocating claim {namespace}/{name}: {answer.status} {answer.data[:500]!r}"
     return ClaimRef(namespace=namespace, name=name, uid=created.metadata.uid)
 
 
@@ -121,7 +141,7 @@ class Node:
     """One simulated node: NVML over a state file, the API server, and the prepare directories."""
 
     root: Path
-    api: LocalAPIServer
+    api: ApiServer
     api_client: client.ApiClient
     nvml: Nvml
     library: SimulatedNvmlLibrary
@@ -217,12 +237,15 @@ class Node:
 
 @contextlib.contextmanager
 def simulated_node(
-    root: Path, gpus: Sequence[str], *, api: LocalAPIServer, mig_enabled: bool = True, **install: Any
+    root: Path, gpus: Sequence[str], *, api: ApiServer, mig_enabled: bool = True, **install: Any
 ) -> Iterator[Node]:
-    """A node with ``gpus`` in ``root``, its claims on ``api`` (the ``api_server`` fixture)."""
+    """A node with ``gpus`` in ``root``, its claims on ``api`` (the ``kube_api_server`` or ``api_server``
+    fixture), reached as its admin kubeconfig says."""
     root.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
-        api_client = stack.enter_context(client.ApiClient(client.Configuration(host=api.url)))
+        assert api.kubeconfig_path is not None
+        configuration = load_kubeconfig_file(api.kubeconfig_path, what="the test's kubeconfig")
+        api_client = stack.enter_context(new_api_client(configuration, retries=0))
         library = sim.install(root / "nvml-sim.json", gpus=list(gpus), mig_enabled=mig_enabled, **install)
         stack.callback(sim.uninstall)
         nvml = Nvml()

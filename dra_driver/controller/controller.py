@@ -2,10 +2,10 @@
 
 What it watches: every ResourceClaim (all namespaces) and this driver's ResourceSlices, each through a
 list-then-watch cache (:class:`dra_driver.kube.informer.Informer`: relists on 410 Gone, backs off on
-errors).  What it writes: for every allocated device of the driver, the controller's part of the
-claim's ``status.devices[]`` entry (:mod:`dra_driver.claimstatus`, :mod:`.status`) and an Event when
-the ``Reserved`` condition changes.  It keeps no state of its own beyond the caches: a restarted or
-newly elected replica converges every claim from one list.
+errors).  What it writes: for every allocated device of the driver, the controller's part of the claim's
+``status.devices[]`` entry (:mod:`dra_driver.claimstatus`, :mod:`.status`), by server-side apply as its
+own field manager, and an Event when the ``Reserved`` condition changes.  It keeps no state of its own
+beyond the caches: a restarted or newly elected replica converges every claim from one list.
 
 How it runs (docs/architecture.md, "Concurrency"): one level-triggered thread
 (:class:`dra_driver.kube.loop.ControlLoop`).  Each pass computes every reservation from the caches
@@ -14,17 +14,18 @@ capped backoff (other claims are not held up); all writes together are limited t
 burst.  Leadership gates writing only: a follower keeps its caches warm and computes nothing.
 
 Fail closed: until both caches hold a first complete list, nothing is written; a device is declared
-gone only from a completely listed pool (:mod:`.reservations`); a write is always a read-modify-write
-with the ``resourceVersion`` read, so nothing another writer wrote is lost.  It never deallocates a
-claim, never touches the plugin's keys or conditions, and never writes a device its claim no longer
-holds.
+gone only from a completely listed pool (:mod:`.reservations`), and a claim with a device in a pool
+not completely listed is not written at all; a write applies only the controller's fields, so nothing
+another writer owns is sent or lost.  It never deallocates a claim, never touches the plugin's
+conditions or the ``data`` the plugin holds, and never writes a device its claim no longer holds.  A
+status the API server refuses for good (422, 403) is an error line and a Warning Event on the claim,
+and is not written again until the claim changes.
 
 Must never: import the node plugin or the local control plane, or act on a cache that is not synced.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections import defaultdict
@@ -32,11 +33,12 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from dra_driver.claimstatus import rfc3339
+from dra_driver import claimstatus
+from dra_driver.claimstatus import EVENT_STATUS_WRITE_REFUSED, DeviceEntry, controller_field_manager, rfc3339
 from dra_driver.controller.ratelimit import TokenBucket
 from dra_driver.controller.reservation_metrics import ReservationMetrics
 from dra_driver.controller.reservations import DeviceReservation, allocated_results, compute_reservations
-from dra_driver.controller.status import Transition, compute_claim_devices
+from dra_driver.controller.status import Transition, compute_claim_entries
 from dra_driver.kube.client import CLAIMS, SLICES, Client, status_code
 from dra_driver.kube.events import EventRecorder
 from dra_driver.kube.failures import (
@@ -46,6 +48,7 @@ from dra_driver.kube.failures import (
     classify_failure,
     describe_failure,
     retry_conflicts,
+    status_of,
 )
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
@@ -82,6 +85,8 @@ class ReservationController(ControlLoop):
         self.write_rate = write_rate or TokenBucket(rate=20.0, burst=50)
         self.on_pass = on_pass
         self._backoffs: dict[str, tuple[Backoff, float]] = {}  # claim UID -> (its backoff, not before)
+        self._refused: dict[str, str] = {}  # claim UID -> the resourceVersion whose status was refused
+        self.field_manager = controller_field_manager(driver)
         self._wake_at: float | None = None
         super().__init__("reservation-controller", changes, [self.claims, self.slices], resync)
 
@@ -111,6 +116,8 @@ class ReservationController(ControlLoop):
                 self._wake(backoff[1])
                 continue
             claim = cached[uid]
+            if self._refused.get(uid) == str(claim["metadata"].get("resourceVersion", "")):
+                continue  # refused as it is: again once the claim changes
             desired = self._desired(claim, held)
             if desired[0] is None:
                 continue
@@ -134,13 +141,16 @@ class ReservationController(ControlLoop):
     def _forget_backoffs(self, live: set[str]) -> None:
         for uid in [uid for uid in self._backoffs if uid not in live]:
             del self._backoffs[uid]
+        for uid in [uid for uid in self._refused if uid not in live]:
+            del self._refused[uid]
 
     # -- one claim -----------------------------------------------------------------------------
 
     def _desired(
         self, claim: Mapping[str, Any], held: Sequence[DeviceReservation]
-    ) -> tuple[list[dict[str, Any]] | None, list[Transition]]:
-        """The claim's new ``status.devices`` (None when it already says it) and its transitions.
+    ) -> tuple[list[DeviceEntry] | None, list[Transition]]:
+        """The entries to apply to the claim (None when it already says them, or when a pool is not
+        completely listed) and its transitions.
 
         Only devices the claim *as given* still holds are written: a reservation computed from an
         older copy of the claim is dropped rather than written onto a claim allocated differently.
@@ -152,27 +162,31 @@ class ReservationController(ControlLoop):
         current = [r for r in held if (r.pool, r.device_name, r.share_id) in still_held]
         if not current:
             return None, []
-        status = claim.get("status") or {}
-        existing = [dict(e) for e in status.get("devices") or [] if isinstance(e, Mapping)]
         generation = claim["metadata"].get("generation")
         observed = int(generation) if generation is not None else None
         now = rfc3339(datetime.now(UTC))
-        devices, transitions = compute_claim_devices(existing, self.driver, current, observed, now)
-        return (None if devices == existing else devices), transitions
+        entries, transitions = compute_claim_entries(claim, self.driver, self.field_manager, current, observed, now)
+        if entries is None or claimstatus.is_applied(claim, self.field_manager, self.driver, entries):
+            return None, []
+        return entries, transitions
 
     def _converge(
         self,
         claim: dict[str, Any],
         held: Sequence[DeviceReservation],
-        desired: tuple[list[dict[str, Any]] | None, list[Transition]],
+        desired: tuple[list[DeviceEntry] | None, list[Transition]],
     ) -> None:
-        """Read-modify-write the claim's status until it says what ``held`` says (409: read again,
-        :func:`~dra_driver.kube.failures.retry_conflicts`); ``desired`` is what :meth:`_desired`
-        computed from ``claim`` already.  Any failure, the re-read's included, backs this claim off
-        alone (:meth:`_fail`); the pass goes on with the next claim."""
+        """Apply the controller's part of the claim's status (``desired``, computed from ``claim``).
+
+        A 409 means another manager took a field the body holds -- the node plugin took ``data`` since
+        the claim was read --: the claim is read again and the part recomputed from its
+        ``managedFields`` (:func:`~dra_driver.kube.failures.retry_conflicts`).  A refusal retrying
+        cannot fix is one error line and a Warning Event, and the claim waits until it changes
+        (:meth:`_refuse`); any other failure backs this claim off alone (:meth:`_fail`).
+        """
         meta = claim["metadata"]
         uid, namespace, name = str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta["name"])
-        latest: list[tuple[dict[str, Any], tuple[list[dict[str, Any]] | None, list[Transition]]] | None] = [
+        latest: list[tuple[dict[str, Any], tuple[list[DeviceEntry] | None, list[Transition]]] | None] = [
             (claim, desired)
         ]
 
@@ -183,15 +197,14 @@ class ReservationController(ControlLoop):
                 if fresh is None or str(fresh["metadata"].get("uid", "")) != uid:
                     return None  # deleted, or re-created as another claim: the watch says so
                 latest[0] = (fresh, self._desired(fresh, held))
-            current, (devices, transitions) = latest[0] or (claim, desired)
-            if devices is None:
+            _, (entries, transitions) = latest[0] or (claim, desired)
+            if entries is None:
                 return None, []
             if not self.is_leader():
                 return None
-            body = copy.deepcopy(current)
-            body.setdefault("status", {})["devices"] = devices
+            body = claimstatus.build_apply_body(namespace, name, uid, self.driver, entries)
             try:
-                return self.client.update(CLAIMS, body, subresource="status"), transitions
+                return self.client.apply_status(CLAIMS, body, field_manager=self.field_manager), transitions
             except Exception as exc:
                 if classify_failure(exc) is ApiFailure.CONFLICT:
                     self.metrics.writes.labels(result="conflict").inc()
@@ -201,7 +214,11 @@ class ReservationController(ControlLoop):
         try:
             outcome = retry_conflicts(attempt, what=f"status of claim {namespace}/{name}")
         except Exception as exc:
-            if status_code(exc) != 404:  # 404: deleted meanwhile, the watch says so
+            if status_code(exc) == 404 or claimstatus.is_uid_mismatch(status_of(exc)):
+                return  # deleted or re-created meanwhile: the watch says so
+            if classify_failure(exc) is ApiFailure.PERMANENT:
+                self._refuse(claim, exc)
+            else:
                 self._fail(uid, namespace, name, exc)
             return
         if outcome is None:
@@ -214,6 +231,26 @@ class ReservationController(ControlLoop):
         self.claims.assume(written)
         for transition in transitions:
             self.recorder.event(CLAIMS, written, transition.event_type, transition.reason, transition.message)
+
+    def _refuse(self, claim: Mapping[str, Any], exc: BaseException) -> None:
+        """The API server refused the claim's status for a reason retrying cannot fix (a 422, a 403): one
+        error line and a Warning Event naming the claim and the reason; no retry until the claim
+        changes (its ``resourceVersion``)."""
+        meta = claim["metadata"]
+        uid, namespace, name = str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta["name"])
+        self.metrics.writes.labels(result="refused").inc()
+        self._backoffs.pop(uid, None)
+        self._refused[uid] = str(meta.get("resourceVersion", ""))
+        reason = describe_failure(exc)
+        log.error(
+            "claim %s/%s (UID %s): status refused, not retried until the claim changes: %s",
+            namespace,
+            name,
+            uid,
+            reason,
+        )
+        message = f"reservation controller: the API server refused the status of claim {namespace}/{name}: {reason}"
+        self.recorder.event(CLAIMS, dict(claim), "Warning", EVENT_STATUS_WRITE_REFUSED, message[:1024])
 
     def _fail(self, uid: str, namespace: str, name: str, exc: BaseException) -> None:
         self.metrics.writes.labels(result="error").inc()

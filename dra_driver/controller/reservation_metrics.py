@@ -30,7 +30,7 @@ class ReservationMetrics:
         )
         self.writes = Counter(
             "migdra_controller_status_writes_total",
-            "claim status writes by result (success, conflict, error)",
+            "claim status writes by result (success, conflict, refused, error)",
             ["result"],
             registry=registry,
         )

@@ -1,8 +1,9 @@
 """What the controller's part of a claim's ``status.devices[]`` says, computed from its reservations.
 
-Pure ``build_``/``compute_`` functions: the controller's loop reads, calls these, and writes.  The
-ownership rules (which keys and conditions are the controller's, which the plugin's) are
-:mod:`dra_driver.claimstatus`'s; this module only fills in the controller's.
+Pure ``build_``/``compute_`` functions: the controller's loop reads, calls these, and applies the body
+(:func:`dra_driver.claimstatus.build_apply_body`).  Who owns which field of an entry (the controller
+its ``Reserved`` condition, and ``data`` only while no other manager holds it) is
+:mod:`dra_driver.claimstatus`'s; this module only fills in the controller's part.
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ from typing import Any
 
 from dra_driver import claimstatus
 from dra_driver.claimstatus import (
-    CONTROLLER,
     REASON_ALLOCATED,
     REASON_DEVICE_GONE,
     REASON_PLACEMENT_CONFLICT,
     RESERVED,
     SCHEMA_VERSION,
-    EntryUpdate,
+    DeviceEntry,
 )
 from dra_driver.controller.reservations import DeviceReservation, PublishedDevice, Verdict
 
@@ -30,23 +30,22 @@ _REASONS = {
 }
 
 
-def _memory(bytes_: int) -> str:
-    mib, rest = divmod(bytes_, 1 << 20)
-    return f"{mib}Mi" if rest == 0 else str(bytes_)
-
-
-def build_reservation_data(device: PublishedDevice) -> dict[str, Any]:
-    """The reservation keys of ``data`` for one published device (docs/claim-status.md)."""
+def build_reservation_data(device: PublishedDevice, share_slices: int | None = None) -> dict[str, Any]:
+    """The reservation keys of ``data`` for one published device (docs/claim-status.md); a share
+    (``share_slices``: the compute slices it consumes) names its part of the GPU instance instead of
+    the GPU instance's multiprocessors, which are not the share's."""
     data: dict[str, Any] = {"schemaVersion": SCHEMA_VERSION, "node": device.node, "gpuUUID": device.gpu_uuid}
     if device.gpu_minor is not None:
         data["gpuMinor"] = device.gpu_minor
     if device.profile is not None and device.placement is not None:
         data["profile"] = device.profile
         data["placement"] = {"start": device.placement.start, "size": device.placement.size}
-    if device.memory_bytes is not None:
-        data["memory"] = _memory(device.memory_bytes)
-    if device.multiprocessors is not None:
-        data["multiprocessors"] = device.multiprocessors
+        if device.memory_bytes is not None:
+            data["memory"] = claimstatus.format_memory(device.memory_bytes)
+        if share_slices is not None:
+            data["computeSlices"] = share_slices
+        elif device.multiprocessors is not None:
+            data["multiprocessors"] = device.multiprocessors
     return data
 
 
@@ -96,20 +95,31 @@ def build_reserved_condition(reservation: DeviceReservation, generation: int | N
     return condition
 
 
-def build_entry_update(reservation: DeviceReservation, generation: int | None, now: str) -> EntryUpdate | None:
-    """The controller's update of one device's entry; None when there is nothing to say (a pool not
-    completely listed).  A gone device keeps the data last written: it says where the claim was."""
+def build_entry(
+    driver: str,
+    reservation: DeviceReservation,
+    existing: Mapping[str, Any] | None,
+    holdings: Mapping[str, Mapping[claimstatus.EntryKey, claimstatus.Holding]],
+    manager: str,
+    generation: int | None,
+    now: str,
+) -> DeviceEntry | None:
+    """What the controller applies to one device's entry; None when there is nothing to say (a pool not
+    completely listed).  ``data`` is left out while another manager (the node plugin, once the
+    instance exists) holds it; a gone device keeps the data the controller last wrote: it says where
+    the claim was."""
     if reservation.verdict is Verdict.UNKNOWN:
         return None
-    data = build_reservation_data(reservation.device) if reservation.device is not None else {}
-    if reservation.share_id is not None and reservation.share_slices is not None:
-        data["computeSlices"] = reservation.share_slices  # the share's part of the shared GPU instance
-    return EntryUpdate(
-        reservation.device_name,
-        data,
-        [build_reserved_condition(reservation, generation, now)],
-        share_id=reservation.share_id,
-    )
+    key = (driver, reservation.pool, reservation.device_name, reservation.share_id)
+    data: Mapping[str, Any] | None = None
+    if not claimstatus.data_held_by_others(holdings, manager, key):
+        if reservation.device is not None:
+            share_slices = reservation.share_slices if reservation.share_id is not None else None
+            data = build_reservation_data(reservation.device, share_slices)
+        elif existing is not None and isinstance(existing.get("data"), Mapping):
+            data = dict(existing["data"])
+    condition = claimstatus.keep_transition_time(existing, build_reserved_condition(reservation, generation, now))
+    return DeviceEntry(reservation.pool, reservation.device_name, (condition,), data, reservation.share_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,25 +132,35 @@ class Transition:
     message: str
 
 
-def compute_claim_devices(
-    existing: Sequence[Mapping[str, Any]],
+def compute_claim_entries(
+    claim: Mapping[str, Any],
     driver: str,
+    manager: str,
     reservations: Sequence[DeviceReservation],
     generation: int | None,
     now: str,
-) -> tuple[list[dict[str, Any]], list[Transition]]:
-    """``status.devices`` with the controller's part as ``reservations`` say (all of one claim), and
-    the ``Reserved`` transitions that deserve an Event; pure.  Unchanged input gives equal output."""
-    devices = [dict(entry) for entry in existing]
+) -> tuple[list[DeviceEntry] | None, list[Transition]]:
+    """The entries the controller applies to one claim (``reservations``: all of the claim's, for the
+    devices it still holds) and the ``Reserved`` transitions that deserve an Event; pure.
+
+    None when some device's pool is not completely listed: an apply without that entry would give up
+    what the controller holds of it, so nothing of the claim is written until every pool is known.
+    """
+    existing = [e for e in (claim.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)]
+    holdings = claimstatus.compute_holdings(claim)
+    entries: list[DeviceEntry] = []
     transitions: list[Transition] = []
     for reservation in reservations:
-        update = build_entry_update(reservation, generation, now)
-        if update is None:
-            continue
-        index = claimstatus.find_entry(devices, driver, reservation.pool, reservation.device_name, reservation.share_id)
-        before = claimstatus.condition_of(devices[index], RESERVED) if index is not None else None
-        devices = claimstatus.compute_merged_devices(devices, driver, reservation.pool, CONTROLLER, [update])
-        condition = update.conditions[0]
+        index = claimstatus.find_entry(
+            existing, driver, reservation.pool, reservation.device_name, reservation.share_id
+        )
+        current = existing[index] if index is not None else None
+        entry = build_entry(driver, reservation, current, holdings, manager, generation, now)
+        if entry is None:
+            return None, []
+        entries.append(entry)
+        before = claimstatus.condition_of(current, RESERVED) if current is not None else None
+        condition = entry.conditions[0]
         if before is None or (before.get("status"), before.get("reason")) != (condition["status"], condition["reason"]):
             reserved = condition["status"] == "True"
             transitions.append(
@@ -151,4 +171,4 @@ def compute_claim_devices(
                     str(condition["message"]),
                 )
             )
-    return devices, transitions
+    return entries, transitions

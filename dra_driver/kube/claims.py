@@ -4,10 +4,9 @@
 ``status.devices``; every other field is ignored, never refused.  Every part of the node plugin reads a
 claim through it -- prepare (:func:`kubeletplugin.prepare.claims.read_claim`), the claim status
 reporter, the placement occupancy and realize before bind (:func:`parse_claims`, over the process's
-claim informer).  The API server's JSON is the wire format only: a claim is read into the view at once,
-and a writer read-modify-writes the JSON it read (``status.devices`` replaced, nothing else touched), so
-no field a newer API server added is lost.  What of a claim is this driver's on a node, and its rules,
-is :mod:`kubeletplugin.prepare.claims`'s.
+claim informer).  The API server's JSON is the wire format only: a claim is read into the view at once;
+a status writer applies only its own part (:mod:`dra_driver.claimstatus`), built from what it read.
+What of a claim is this driver's on a node, and its rules, is :mod:`kubeletplugin.prepare.claims`'s.
 """
 
 from __future__ import annotations
@@ -113,10 +112,18 @@ class ResourceClaimView(_ApiView):
 def parse_claims(objects: Iterable[Mapping[str, Any]]) -> list[ResourceClaimView]:
     """The claims among ``objects`` (as an informer or a list holds them) that migdra can read; one it
     cannot (a field of the wrong shape) names no device of ours it could act on, and is skipped."""
-    claims: list[ResourceClaimView] = []
+    return [claim for claim, _ in parse_claims_with_objects(objects)]
+
+
+def parse_claims_with_objects(
+    objects: Iterable[Mapping[str, Any]],
+) -> list[tuple[ResourceClaimView, Mapping[str, Any]]]:
+    """:func:`parse_claims`, each claim beside the object it was read from (a status writer compares
+    its part with the object's ``managedFields``, which the view does not model)."""
+    claims: list[tuple[ResourceClaimView, Mapping[str, Any]]] = []
     for obj in objects:
         try:
-            claims.append(ResourceClaimView.model_validate(obj))
+            claims.append((ResourceClaimView.model_validate(obj), obj))
         except ValidationError as e:
             log.debug("skipping a ResourceClaim migdra cannot read: %s", describe_validation_error(e))
     return claims

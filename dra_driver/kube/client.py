@@ -2,8 +2,9 @@
 
 The one way migdra calls the API server: the node plugin (slices, claims, their status, Events), the
 reservation controller and the local cluster's components all use :class:`Client`, over the kinds
-below.  Why not the official client's typed APIs: every writer read-modify-writes whole objects (claim
-status, pod status), and the typed models drop fields they do not know on the way in and refuse them
+below.  Claim status is written by server-side apply (:meth:`Client.apply_status`, docs/claim-status.md).
+Why not the official client's typed APIs: some writers read-modify-write whole objects (pod status
+in the development cluster), and the typed models drop fields they do not know on the way in and refuse them
 on the way out (and the client's ``watch.Watch`` cannot even decode ``resource.k8s.io/v1`` lists: it
 looks for a model ``V1ResourceClaim`` that the client calls ``ResourceV1ResourceClaim``); building
 them also costs the node plugin CPU on every rescan and seconds of start-up to import.  So objects are
@@ -226,6 +227,29 @@ class Client:
             body=patch,
             timeout=self.timeout,
             content_type="application/merge-patch+json",
+        )
+
+    def apply_status(
+        self, kind: Kind, body: dict[str, Any], *, field_manager: str, force: bool = False
+    ) -> dict[str, Any]:
+        """Server-side apply of ``body`` to the object's ``status`` subresource as ``field_manager``.
+
+        ``body`` holds what this manager wants to own and nothing else (the API server merges it with
+        what other managers own); ``force`` takes fields another manager holds instead of answering 409.
+        JSON is YAML, so the body is sent as ``application/apply-patch+yaml`` without a YAML encoder.
+        """
+        meta = body["metadata"]
+        query: dict[str, str | int] = {"fieldManager": field_manager}
+        if force:
+            query["force"] = "true"
+        return _call_json(
+            self.api_client,
+            "PATCH",
+            kind.path(meta.get("namespace"), meta["name"], "status"),
+            query=query,
+            body=body,
+            timeout=self.timeout,
+            content_type="application/apply-patch+yaml",
         )
 
     def server_version(self) -> str:

@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import urllib3
 import urllib3.exceptions
@@ -131,6 +131,17 @@ def describe_api_exception(exc: ApiException) -> str:
         message = str(status.get("message") or "")
     text = f"{exc.status} {reason}".strip()
     return f"{text}: {_first_line(Exception(message))}" if message else text
+
+
+def status_of(exc: BaseException) -> dict[str, Any]:
+    """The ``Status`` object a failed request answered with (``{}`` when there is none)."""
+    if not isinstance(exc, ApiException) or not exc.body:
+        return {}
+    try:
+        status = json.loads(exc.body)
+    except ValueError:
+        return {}
+    return status if isinstance(status, dict) else {}
 
 
 def is_transport_failure(exc: BaseException) -> bool:

@@ -1,42 +1,53 @@
-"""The plugin's part of a claim's status, computed: what ``status.devices[]`` must say for a checkpoint
-record (pure, no I/O; :mod:`~kubeletplugin.prepare.reporter` reads the claim and the record and writes).
+"""The plugin's part of a claim's status, computed: the ``status.devices[]`` entries a checkpoint record
+asks for (pure, no I/O; :mod:`~kubeletplugin.prepare.reporter` reads the claim and the record and
+applies).
 
 After prepare migdra records on the ResourceClaim what each device *is* (NVIDIA #1456): for every
-device an entry ``{driver, pool, device, conditions: [Ready=True], data: {gpuUUID, profile, placement:
-{start, size}, migUUID, gpuInstanceID, computeInstanceID, node}}``.  On unprepare our data keys and our
-``Ready`` condition are removed again (an entry with nothing left goes).  A prepared record gives
-identity + Ready for each of its devices; no record, or one still being prepared or released, gives
-nothing of ours (:func:`compute_converged_devices`, the one answer both a write and the
-reconciliation compare against).
-
-Entries merge through :mod:`dra_driver.claimstatus` (the schema and who owns which key, shared with
-the reservation controller and realize before bind): other drivers' entries, other pools' entries,
-other writers' conditions and data keys are kept; an entry of another driver or pool is never touched.
-A share's entry is keyed by its ``shareID`` too (docs/claim-status.md, "Shares").
+device an entry ``{driver, pool, device, conditions: [Ready=True], data: {schemaVersion, node,
+gpuUUID, gpuMinor, profile, placement, memory, multiprocessors or computeSlices, migUUID,
+gpuInstanceID, computeInstanceID}}``, applied as the node's plugin field manager with force: the
+plugin takes ``data`` over from the reservation controller (:mod:`dra_driver.claimstatus` says why)
+and writes the reservation keys itself, so the entry says the same before and after.  On unprepare the
+plugin applies no entry at all, which gives up its ``Ready`` and ``data`` (the controller writes its
+reservation keys again).  A prepared record gives an entry per device; no record, or one still being
+prepared or released, gives none (:func:`build_plugin_entries`, the one answer both a write and the
+reconciliation compare against).  A share's entry is keyed by its ``shareID`` too
+(docs/claim-status.md, "Shares").
 
 Kept apart from the writer so the rules can be read, and tested, without a client, a thread or a
-clock: every function takes ``now`` and returns new lists (docs/claim-status.md).
+clock: every function takes ``now`` and returns new values (docs/claim-status.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from dra_driver import claimstatus
-from dra_driver.claimstatus import PLUGIN, READY, SCHEMA_VERSION, EntryUpdate, entry_key, is_ours
+from dra_driver.claimstatus import READY, SCHEMA_VERSION, DeviceEntry
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceRecord
 
 
 def build_device_data(device: DeviceRecord, node_name: str) -> dict[str, Any]:
-    """The ``data`` object of one prepared device; pure."""
+    """The ``data`` object of one prepared device; pure.  The reservation keys are the controller's
+    (:func:`dra_driver.controller.status.build_reservation_data`), from the record instead of the slice."""
     intent = device.intent
-    data: dict[str, Any] = {"schemaVersion": SCHEMA_VERSION, "gpuUUID": intent.gpu_uuid, "node": node_name}
+    data: dict[str, Any] = {
+        "schemaVersion": SCHEMA_VERSION,
+        "node": node_name,
+        "gpuUUID": intent.gpu_uuid,
+        "gpuMinor": intent.gpu_minor,
+    }
     if intent.is_mig:
         assert intent.placement is not None
         data["profile"] = intent.profile_name
         data["placement"] = {"start": intent.placement.start, "size": intent.placement.size}
+        if intent.memory_bytes is not None:
+            data["memory"] = claimstatus.format_memory(intent.memory_bytes)
+        if intent.share_id is not None and intent.share_size is not None:
+            data["computeSlices"] = intent.share_size
+        elif intent.multiprocessor_count is not None:
+            data["multiprocessors"] = intent.multiprocessor_count
     if device.mig_uuid is not None:
         data["migUUID"] = device.mig_uuid
         data["gpuInstanceID"] = device.gpu_instance_id
@@ -76,64 +87,6 @@ def build_ready_condition(device: DeviceRecord, generation: int | None, now: str
     return condition
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceStatusUpdate:
-    """What migdra wants one device entry to say."""
-
-    device_name: str
-    data: Mapping[str, Any]
-    condition: Mapping[str, Any]
-    share_id: str | None = None  # a share's entry is keyed by its shareID too
-
-
-def build_status_updates(
-    record: ClaimRecord, node_name: str, generation: int | None, now: str
-) -> list[DeviceStatusUpdate]:
-    """What each device entry of a prepared ``record`` must say (data + ``Ready``); pure."""
-    return [
-        DeviceStatusUpdate(
-            device.intent.device_name,
-            build_device_data(device, node_name),
-            build_ready_condition(device, generation, now),
-            device.intent.share_id,
-        )
-        for device in record.devices
-    ]
-
-
-def merge_plugin_part(
-    existing: Sequence[Mapping[str, Any]], driver_name: str, pool_name: str, updates: Sequence[DeviceStatusUpdate]
-) -> list[dict[str, Any]]:
-    """``status.devices`` with ``updates`` merged in; pure.
-
-    Entries of other drivers / pools / devices are kept as they are.  In ours, only the plugin's data
-    keys and ``Ready`` change (:data:`dra_driver.claimstatus.PLUGIN`); the controller's ``Reserved``
-    and keys, and anyone else's, are kept; ``Ready`` keeps its ``lastTransitionTime`` when its status
-    does not change.
-    """
-    return claimstatus.compute_merged_devices(
-        existing,
-        driver_name,
-        pool_name,
-        PLUGIN,
-        [EntryUpdate(update.device_name, update.data, [update.condition], update.share_id) for update in updates],
-    )
-
-
-def clear_plugin_part(
-    existing: Sequence[Mapping[str, Any]],
-    driver_name: str,
-    pool_name: str,
-    device_names: Collection[str] | None = None,
-    keys: Collection[tuple[str, str | None]] | None = None,
-) -> list[dict[str, Any]]:
-    """``status.devices`` without the plugin's data keys and ``Ready`` in our entries of these devices
-    (``None``: every device of this driver in this pool; ``keys``: exactly these (device, shareID)
-    entries); pure.  The keys shared with the reservation controller stay where its ``Reserved``
-    condition stands (docs/claim-status.md)."""
-    return claimstatus.compute_cleared_devices(existing, driver_name, pool_name, PLUGIN, device_names, keys)
-
-
 def is_prepared(record: ClaimRecord | None) -> bool:
     """Whether the record says the claim's devices exist and were handed out (``PrepareCompleted``).
 
@@ -143,27 +96,32 @@ def is_prepared(record: ClaimRecord | None) -> bool:
     return record is not None and record.state is ClaimState.PREPARE_COMPLETED
 
 
-def compute_converged_devices(
-    existing: Sequence[Mapping[str, Any]],
+def build_plugin_entries(
+    claim: Mapping[str, Any],
     driver_name: str,
     node_name: str,
     record: ClaimRecord | None,
     generation: int | None,
     now: str,
-) -> list[dict[str, Any]]:
-    """``status.devices`` as the checkpoint ``record`` says it must be; pure.
+) -> list[DeviceEntry]:
+    """The entries the node's plugin applies to ``claim`` as its checkpoint ``record`` says; pure.
 
-    Prepared: identity + Ready in an entry per device of the record (merged), and our keys cleared in
-    any other entry of this driver in this node's pool (a device the claim no longer holds here).
-    Otherwise: our keys cleared in every entry of this driver in this node's pool.  The pool is the
-    node's name.  Equal to ``existing`` (same ``lastTransitionTime`` too) when nothing needs a write.
+    Prepared: ``data`` + ``Ready`` for each device of the record, in this node's pool (the pool is the
+    node's name).  Otherwise none, which gives up whatever the plugin held of the claim.  ``Ready``
+    keeps its ``lastTransitionTime`` while its status does not change.
     """
     if record is None or not is_prepared(record):
-        return clear_plugin_part(existing, driver_name, node_name)
-    updates = build_status_updates(record, node_name, generation, now)
-    merged = merge_plugin_part(existing, driver_name, node_name, updates)
-    held = {(update.device_name, update.share_id) for update in updates}
-    elsewhere = {
-        entry_key(entry) for entry in merged if is_ours(entry, driver_name, node_name) and entry_key(entry) not in held
-    }
-    return clear_plugin_part(merged, driver_name, node_name, keys=elsewhere) if elsewhere else merged
+        return []
+    existing = [e for e in (claim.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)]
+    entries: list[DeviceEntry] = []
+    for device in record.devices:
+        intent = device.intent
+        index = claimstatus.find_entry(existing, driver_name, node_name, intent.device_name, intent.share_id)
+        current = existing[index] if index is not None else None
+        condition = claimstatus.keep_transition_time(current, build_ready_condition(device, generation, now))
+        entries.append(
+            DeviceEntry(
+                node_name, intent.device_name, (condition,), build_device_data(device, node_name), intent.share_id
+            )
+        )
+    return entries

@@ -77,6 +77,9 @@ class DeviceIntent(_Record):
     multiprocessor_count: int | None = Field(
         default=None, alias="multiprocessorCount", description="SMs the GI profile advertises"
     )
+    memory_bytes: int | None = Field(
+        default=None, alias="memoryBytes", ge=0, description="memory the GI profile advertises (claim status)"
+    )
     env: dict[str, str] = Field(default_factory=dict, description="effective opaque-config environment")
     share_id: str | None = Field(
         default=None,

@@ -22,18 +22,20 @@ prepared, so a claim seen Ready whose record is gone by the later read was unpre
 (cleared rightly), and the converge write reads both again anyway.  Nothing is decided before the
 informer's first complete list.
 
-So the reporter is a set of claims to converge (a newer report of a claim replaces a pending one:
-both converge to the same truth), the Events to write, and that resync, on one
+So the reporter is a set of claims to converge (a newer report of a claim replaces a pending one: both
+converge to the same truth), the Events to write, and that resync, on one
 :class:`~dra_driver.kube.loop.ControlLoop`: each pass writes, in the order they were queued, what is
-due.  Writes are read-modify-write through the ``status`` subresource with the ``resourceVersion``
-read (a conflict reads again at once, :func:`dra_driver.kube.failures.retry_conflicts`), and merge (other
-drivers', other pools' and other writers' parts are kept).  They give way to kubelet's calls
-(:meth:`ClaimReporter.call_in_flight`).  What a failure means comes from
-:func:`dra_driver.kube.failures.classify_failure`: while the API server is unavailable the whole queue waits
-(one capped, jittered backoff for all, so an outage is one log line per attempt, not one per claim)
-and nothing is given up; a refused write (403, 422) is logged in one line and dropped (the next
-reconciliation tries again); a bug is retried ``max_attempts`` times.  Nothing here ever fails prepare
-or unprepare.  A claim that is gone (404) or was re-created (other UID) is left alone.
+due.  A write reads the claim, then applies this node's plugin's part alone by server-side apply on the
+``status`` subresource, as the field manager ``<driver>/kubeletplugin/<node>`` with force
+(:mod:`dra_driver.claimstatus`: the plugin takes ``data`` over from the reservation controller); other
+drivers', other pools' and other writers' fields are never sent, so never touched.  They give way to
+kubelet's calls (:meth:`ClaimReporter.call_in_flight`).  What a failure means comes from
+:func:`dra_driver.kube.failures.classify_failure`: while the API server is unavailable the whole queue
+waits (one capped, jittered backoff for all, so an outage is one log line per attempt, not one per
+claim) and nothing is given up; a refused write (403, 422) is one error line and a Warning Event
+``ClaimStatusRefused`` on the claim, and is dropped (the reconciliation tries again once the claim has
+changed); a bug is retried ``max_attempts`` times.  Nothing here ever fails prepare or unprepare.  A
+claim that is gone (404) or was re-created (other UID) is left alone.
 """
 
 from __future__ import annotations
@@ -50,23 +52,23 @@ from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.claimstatus import rfc3339
-from dra_driver.kube.claims import ResourceClaimView, parse_claims
+from dra_driver import claimstatus
+from dra_driver.claimstatus import EVENT_STATUS_WRITE_REFUSED, plugin_field_manager, rfc3339
+from dra_driver.kube.claims import ResourceClaimView, parse_claims_with_objects
 from dra_driver.kube.client import CLAIMS, EVENTS, Client
 from dra_driver.kube.events import build_event
 from dra_driver.kube.failures import (
-    DEFAULT_CONFLICT_RETRIES,
     ApiFailure,
     Backoff,
     BackoffPolicy,
     classify_failure,
     describe_failure,
-    retry_conflicts,
+    status_of,
 )
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubelet.calls import ClaimRef
-from kubeletplugin.prepare.claim_status import compute_converged_devices
+from kubeletplugin.prepare.claim_status import build_plugin_entries
 from kubeletplugin.prepare.records import ClaimRecord
 
 log = logging.getLogger(__name__)
@@ -136,6 +138,15 @@ class _Gone(Exception):
     """The claim is gone or was re-created: nothing to write."""
 
 
+class _Refused(Exception):
+    """The API server refused the claim's status for a reason retrying cannot fix (422, 403)."""
+
+    def __init__(self, ref: ClaimRef, resource_version: str, error: ApiException, server: str) -> None:
+        super().__init__(describe_failure(error, server))
+        self.ref = ref
+        self.resource_version = resource_version  # of the claim as read: refused until it changes
+
+
 class _NotListed(Exception):
     """The claim informer has no complete list yet: nothing is decided on a partial view."""
 
@@ -170,7 +181,6 @@ class ClaimReporter(ControlLoop):
         max_attempts: int = 8,
         backoff: BackoffPolicy | None = None,
         reconcile_interval: float | None = None,
-        conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
         on_failure: Callable[[str], None] | None = None,
         yield_to_calls: float = 1.0,
     ) -> None:
@@ -186,7 +196,8 @@ class ClaimReporter(ControlLoop):
         self._backoff_policy = backoff or BackoffPolicy()
         self._api_backoff = self._backoff_policy.start()  # the reporter thread's alone
         self._reconcile_interval = reconcile_interval
-        self._conflict_retries = conflict_retries
+        self.field_manager = plugin_field_manager(driver_name, node_name)
+        self._refused: dict[str, str] = {}  # claim UID -> resourceVersion whose status was refused
         self._checkpoint: PreparedClaims | None = None
         self._jobs: list[_Job] = []
         self._running = 0
@@ -254,9 +265,11 @@ class ClaimReporter(ControlLoop):
 
     def reconcile_now(self) -> None:
         """Queue a reconciliation of every claim's status with the checkpoint (needs :meth:`start` with
-        one, and ``claims``)."""
+        one, and ``claims``), claims whose status was refused included."""
         if self._checkpoint is None or self.claims is None:
             raise RuntimeError("ClaimReporter(claims=...).start(checkpoint) must run before reconcile_now()")
+        with self._cond:
+            self._refused.clear()  # asked for (an admin fixed what refused it): every claim is tried again
         self._enqueue(_Job(_RECONCILE_KEY, _RECONCILING, self._reconcile), replace=True)
 
     @contextmanager
@@ -408,6 +421,10 @@ class ClaimReporter(ControlLoop):
             job.run()
         except _Gone as e:
             log.info("%s: skipped, %s", job.describe, e)
+        except _Refused as e:
+            if self._on_failure is not None:
+                self._on_failure("refused")
+            self._refuse(job, e)
         except _NotListed:
             job.attempts -= 1  # not a failure: the informer has not listed yet
             job.not_before = time.monotonic() + _NOT_LISTED_RETRY_SECONDS
@@ -427,6 +444,18 @@ class ClaimReporter(ControlLoop):
         else:
             self._api_backoff.reset()
             log.debug("%s: done", job.describe)
+
+    def _refuse(self, job: _Job, refused: _Refused) -> None:
+        """One error line and a Warning Event naming the claim and the server's reason; not retried (the
+        reconciliation tries again once the claim has changed)."""
+        ref = refused.ref
+        with self._cond:
+            self._refused[ref.uid] = refused.resource_version
+        log.error("%s was refused, not retrying: %s", job.describe, refused)
+        message = (
+            f"node {self.node_name}: the API server refused the status of claim {ref.namespace}/{ref.name}: {refused}"
+        )
+        self._enqueue_event(ref, EVENT_STATUS_WRITE_REFUSED, message[:1024], "Warning", dt.datetime.now(dt.UTC))
 
     def _wait_for_api(self, job: _Job, error: Exception) -> None:
         """The API server is unavailable (or someone keeps conflicting): hold the whole queue, this job first.
@@ -473,38 +502,33 @@ class ClaimReporter(ControlLoop):
         self._client.create(EVENTS, body)
 
     def _converge(self, ref: ClaimRef, reported: ClaimRecord | None, generation: int | None) -> None:
-        """Make the claim's entries of this driver and pool say what the checkpoint says now."""
-
-        def once() -> None:
-            raw = self._client.get(CLAIMS, ref.namespace, ref.name)
-            if raw is None:
-                raise _Gone(f"claim {ref.namespace}/{ref.name} no longer exists")
-            claim = ResourceClaimView.model_validate(raw)
-            if claim.metadata.uid != ref.uid:
-                raise _Gone(f"claim {ref.namespace}/{ref.name} now has UID {claim.metadata.uid}, not {ref.uid}")
-            # Read after the claim: a change of the record after this read comes with its own report,
-            # queued behind this one, which reads again.
-            record = self._checkpoint.get(ref.uid) if self._checkpoint is not None else reported
-            existing = claim.status_devices
-            observed = claim.metadata.generation if claim.metadata.generation is not None else generation
-            devices = compute_converged_devices(
-                existing, self.driver_name, self.node_name, record, observed, rfc3339(dt.datetime.now(dt.UTC))
-            )
-            if devices == existing:
-                return
-            status = raw.setdefault("status", {})
-            if devices:
-                status["devices"] = devices
-            else:
-                status.pop("devices", None)
-            try:
-                self._client.update(CLAIMS, raw, "status")
-            except ApiException as e:
-                if e.status == 404:
-                    raise _Gone(f"claim {ref.namespace}/{ref.name} no longer exists") from e
-                raise  # 409: retry_conflicts reads again and merges again
-
-        retry_conflicts(once, what=f"status of {ref.namespace}/{ref.name}", limit=self._conflict_retries)
+        """Make this node's plugin's part of the claim's status say what the checkpoint says now: one
+        read, then a forced server-side apply of exactly that part (skipped when the claim says it)."""
+        raw = self._client.get(CLAIMS, ref.namespace, ref.name)
+        if raw is None:
+            raise _Gone(f"claim {ref.namespace}/{ref.name} no longer exists")
+        claim = ResourceClaimView.model_validate(raw)
+        if claim.metadata.uid != ref.uid:
+            raise _Gone(f"claim {ref.namespace}/{ref.name} now has UID {claim.metadata.uid}, not {ref.uid}")
+        # Read after the claim: a change of the record after this read comes with its own report,
+        # queued behind this one, which reads again.
+        record = self._checkpoint.get(ref.uid) if self._checkpoint is not None else reported
+        observed = claim.metadata.generation if claim.metadata.generation is not None else generation
+        now = rfc3339(dt.datetime.now(dt.UTC))
+        entries = build_plugin_entries(raw, self.driver_name, self.node_name, record, observed, now)
+        if claimstatus.is_applied(raw, self.field_manager, self.driver_name, entries):
+            return
+        body = claimstatus.build_apply_body(ref.namespace, ref.name, ref.uid, self.driver_name, entries)
+        try:
+            written = self._client.apply_status(CLAIMS, body, field_manager=self.field_manager, force=True)
+        except ApiException as e:
+            if e.status == 404 or claimstatus.is_uid_mismatch(status_of(e)):
+                raise _Gone(f"claim {ref.namespace}/{ref.name} no longer exists as UID {ref.uid}") from e
+            if classify_failure(e) is ApiFailure.PERMANENT:
+                raise _Refused(ref, claim.metadata.resource_version or "", e, self.server) from e
+            raise
+        if self.claims is not None:
+            self.claims.assume(written)
 
     def _reconcile(self) -> None:
         """Converge every claim whose entries of this driver and pool disagree with the checkpoint."""
@@ -513,17 +537,18 @@ class ClaimReporter(ControlLoop):
         assert informer is not None
         if not informer.wait_synced(0):
             raise _NotListed  # never a decision on a partial view: again once the informer has listed
-        claims = parse_claims(informer.items())
+        claims = parse_claims_with_objects(informer.items())
         records = {record.claim_uid: record for record in checkpoint.records()}  # after the claims: see above
         now = rfc3339(dt.datetime.now(dt.UTC))
         stale: list[ClaimRef] = []
-        for claim in claims:
-            existing = claim.status_devices
+        with self._cond:
+            refused = dict(self._refused)
+        for claim, raw in claims:
             record = records.pop(claim.metadata.uid, None)
-            wanted = compute_converged_devices(
-                existing, self.driver_name, self.node_name, record, claim.metadata.generation, now
-            )
-            if wanted != existing:
+            if refused.get(claim.metadata.uid) == claim.metadata.resource_version:
+                continue  # refused as it is: again once the claim changes
+            wanted = build_plugin_entries(raw, self.driver_name, self.node_name, record, claim.metadata.generation, now)
+            if not claimstatus.is_applied(raw, self.field_manager, self.driver_name, wanted):
                 stale.append(claim.ref)
         for ref in stale:
             self._enqueue_status(

@@ -1155,6 +1155,7 @@ def _intent_of(
         profile_name=target.profile_name,
         placement=target.placement,
         multiprocessor_count=profile.multiprocessor_count if profile is not None else None,
+        memory_bytes=profile.memory_size_mb << 20 if profile is not None else None,
         env=env,
         share_id=share[0] if share is not None else None,
         share_size=share[1] if share is not None else None,

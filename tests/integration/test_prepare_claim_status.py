@@ -1,4 +1,8 @@
-"""Identity on the claim: status.devices entries with data and Ready, merged and cleared; Events."""
+"""Identity on the claim: status.devices entries with data and Ready, applied and given up; Events.
+
+On the real kube-apiserver (``kube_api_server``): the plugin's part of a claim's status is a
+server-side apply whose field ownership only the real server decides (docs/claim-status.md).
+"""
 
 from __future__ import annotations
 
@@ -14,14 +18,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_driver.claimstatus import plugin_field_manager
 from dra_driver.kube.client import CLAIMS, Client, Kind
 from dra_driver.kube.failures import BackoffPolicy
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kubelet.calls import ClaimRef
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.reporter import ClaimReporter
-from migdra_devcluster.apiserver import LocalAPIServer
-from tests.api_outage import RestartableApiServer, restartable_api_server
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, read_only_directory, result, simulated_node
 from tests.waiting import wait_for
 
@@ -38,8 +42,8 @@ NETWORK_ENTRY = {
 
 
 @pytest.fixture
-def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
-    with simulated_node(tmp_path, ["H100-SXM5-80GB"], api=api_server) as simulated:
+def node(kube_api_server: KubeApiServer, tmp_path: Path) -> Iterator[Node]:
+    with simulated_node(tmp_path / "node", ["H100-SXM5-80GB"], api=kube_api_server) as simulated:
         yield simulated
 
 
@@ -82,8 +86,11 @@ def test_prepare_writes_device_identity_and_ready_and_unprepare_clears_it(node: 
     assert ours["data"] == {
         "schemaVersion": "v1",
         "gpuUUID": node.gpu_uuid(0),
+        "gpuMinor": 0,
         "profile": "1g.20gb",
         "placement": {"start": 6, "size": 2},
+        "memory": "20096Mi",
+        "multiprocessors": 26,
         "migUUID": mig_uuid,
         "gpuInstanceID": gi,
         "computeInstanceID": ci,
@@ -132,16 +139,16 @@ def test_events_are_emitted_on_the_claim_and_kubectl_describe_shows_them(node: N
 
 
 def test_a_failing_status_write_never_fails_prepare_and_is_retried(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
-    original = Client.update
+    original = Client.apply_status
     failures: list[str] = []
 
-    def flaky(self: Client, kind: Kind, body: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
-        if kind is CLAIMS and subresource == "status" and len(failures) < 2:
+    def flaky(self: Client, kind: Kind, body: dict[str, Any], **options: Any) -> dict[str, Any]:
+        if kind is CLAIMS and len(failures) < 2:
             failures.append(body["metadata"]["name"])
             raise ApiException(status=503, reason="Service Unavailable")
-        return original(self, kind, body, subresource)
+        return original(self, kind, body, **options)
 
-    monkeypatch.setattr(Client, "update", flaky)
+    monkeypatch.setattr(Client, "apply_status", flaky)
     reporter = ClaimReporter(
         Client(api_client=node.api_client), DRIVER, NODE, backoff=BackoffPolicy(initial=0.01, maximum=0.05)
     )
@@ -154,21 +161,24 @@ def test_a_failing_status_write_never_fails_prepare_and_is_retried(node: Node, m
     assert entry["conditions"][0]["type"] == "Ready"
 
 
-def test_a_concurrent_status_writer_is_merged_not_clobbered(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
-    """409 on the first write (another driver wrote in between): read again, merge again."""
-    original = Client.update
+def test_another_writer_between_the_read_and_the_apply_loses_nothing(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another driver writes its entry after the plugin read the claim: the plugin's apply sends only
+    its own entry, so the other one stays, with no conflict and no second read."""
+    original = Client.apply_status
     raced: list[bool] = []
 
-    def racing(self: Client, kind: Kind, body: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
-        if kind is CLAIMS and subresource == "status" and not raced:
+    def racing(self: Client, kind: Kind, body: dict[str, Any], **options: Any) -> dict[str, Any]:
+        if kind is CLAIMS and not raced:
             raced.append(True)
             current = self.get(CLAIMS, body["metadata"]["namespace"], body["metadata"]["name"])
             assert current is not None
             current["status"]["devices"] = [NETWORK_ENTRY]
-            original(self, CLAIMS, current, "status")  # another writer: body's resourceVersion is now stale
-        return original(self, kind, body, subresource)
+            self.update(CLAIMS, current, "status")  # another writer, after the plugin's read
+        return original(self, kind, body, **options)
 
-    monkeypatch.setattr(Client, "update", racing)
+    monkeypatch.setattr(Client, "apply_status", racing)
     service = node.service()
     ref = node.claim(
         "raced", [result(ONE_G_20), result("eth0", request="nic", driver="net.example.com", pool="rack-1")]
@@ -177,6 +187,7 @@ def test_a_concurrent_status_writer_is_merged_not_clobbered(node: Node, monkeypa
     assert service.flush_reports()
     devices = read_claim_json(node.api_client, ref)["status"]["devices"]
     assert [(d["driver"], d["device"]) for d in devices] == [("net.example.com", "eth0"), (DRIVER, ONE_G_20)]
+    assert devices[0] == NETWORK_ENTRY
 
 
 def test_status_is_not_written_to_a_recreated_claim(node: Node) -> None:
@@ -248,6 +259,10 @@ def set_devices(node: Node, ref: ClaimRef, devices: list[dict[str, Any]]) -> Non
     client.ResourceV1Api(node.api_client).replace_namespaced_resource_claim_status(ref.name, ref.namespace, claim)
 
 
+def resource_versions(node: Node, *refs: ClaimRef) -> list[str]:
+    return [read_claim_json(node.api_client, ref)["metadata"]["resourceVersion"] for ref in refs]
+
+
 def test_the_reconciler_makes_status_say_what_the_checkpoint_says_in_our_entries_only(
     node: Node, claims: Informer
 ) -> None:
@@ -260,17 +275,28 @@ def test_the_reconciler_makes_status_say_what_the_checkpoint_says_in_our_entries
     assert service.prepare([kept, gone])[kept.uid].error == ""
     assert service.flush_reports()
     written = our_entries(node, kept)
+    stale = our_entries(node, gone)
     assert service.unprepare([gone])[gone.uid].error == ""
     assert service.flush_reports()
-    # Drift: the prepared claim lost its entry (another writer replaced status.devices); the unprepared
-    # one says Ready for an instance that is gone (its write was lost), next to what others wrote.
+    # Drift: another writer replaced the prepared claim's status.devices, dropping its entry; the
+    # unprepared one still says Ready for an instance that is gone, as the plugin's own field manager
+    # left it (its unprepare's write was lost); node-b's plugin holds an entry of its own pool.
     set_devices(node, kept, [NETWORK_ENTRY])
-    stale = {**written[0], "device": "gpu-0-mig-1g20gb-15-4"}
-    stale["data"] = {**stale["data"], "reservedBy": "scheduler-plugin"}
-    set_devices(node, gone, [NETWORK_ENTRY, stale])
+    set_devices(node, gone, [NETWORK_ENTRY])
+    Client(api_client=node.api_client).apply_status(
+        CLAIMS,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": gone.name, "namespace": gone.namespace},
+            "status": {"devices": stale},
+        },
+        field_manager=plugin_field_manager(DRIVER, NODE),
+        force=True,
+    )
     set_devices(node, elsewhere, [OTHER_NODE_ENTRY])
     # The reconciliation reads the process's claim informer: decide only once it has seen these writes.
-    expected = {kept.uid: [NETWORK_ENTRY], gone.uid: [NETWORK_ENTRY, stale], elsewhere.uid: [OTHER_NODE_ENTRY]}
+    expected = {kept.uid: [NETWORK_ENTRY], gone.uid: [NETWORK_ENTRY, *stale], elsewhere.uid: [OTHER_NODE_ENTRY]}
     wait_for(
         "the claim informer to see the drift",
         lambda: all(
@@ -286,15 +312,19 @@ def test_the_reconciler_makes_status_say_what_the_checkpoint_says_in_our_entries
     assert devices[0] == NETWORK_ENTRY
     assert devices[1]["data"] == written[0]["data"]
     assert [(c["type"], c["status"]) for c in devices[1]["conditions"]] == [("Ready", "True")]
-    assert read_claim_json(node.api_client, gone)["status"]["devices"] == [
-        NETWORK_ENTRY,
-        {"driver": DRIVER, "pool": NODE, "device": "gpu-0-mig-1g20gb-15-4", "data": {"reservedBy": "scheduler-plugin"}},
-    ]
+    assert read_claim_json(node.api_client, gone)["status"]["devices"] == [NETWORK_ENTRY]
     assert read_claim_json(node.api_client, elsewhere)["status"]["devices"] == [OTHER_NODE_ENTRY]
-    writes = node.api.store.writes
+    wait_for(
+        "the claim informer to see the reconciliation",
+        lambda: (
+            [(claims.get(r.namespace, r.name) or {}).get("metadata", {}).get("resourceVersion") for r in (kept, gone)]
+            == resource_versions(node, kept, gone)
+        ),
+    )
+    versions = resource_versions(node, kept, gone, elsewhere)
     reporter.reconcile_now()
     assert service.flush_reports()
-    assert node.api.store.writes == writes  # everything agrees now: a reconciliation writes nothing
+    assert resource_versions(node, kept, gone, elsewhere) == versions  # all agree now: nothing written
 
 
 def test_an_unprepare_that_failed_on_a_read_only_cdi_directory_clears_the_status_when_its_retry_succeeds(
@@ -335,24 +365,16 @@ def test_an_unprepare_that_failed_on_a_read_only_cdi_directory_clears_the_status
     (unprepared,) = [e for e in events_of(node, ref) if e.reason == "MigDevicesUnprepared"]
     assert unprepared.message == f"unprepared on node {NODE}: {ONE_G_20}"
 
-    writes = node.api.store.writes
-    assert service.unprepare([ref])[ref.uid].error == ""  # and again: an unknown claim, no API call
+    versions = resource_versions(node, ref)
+    assert service.unprepare([ref])[ref.uid].error == ""  # and again: an unknown claim, no API write
     assert service.flush_reports()
-    assert node.api.store.writes == writes
-
-
-@pytest.fixture
-def outage_node(tmp_path: Path) -> Iterator[tuple[RestartableApiServer, Node]]:
-    with restartable_api_server(tmp_path) as api:
-        assert api.server is not None
-        with simulated_node(tmp_path / "node", ["H100-SXM5-80GB"], api=api.server) as simulated:
-            yield api, simulated
+    assert resource_versions(node, ref) == versions
 
 
 def test_status_converges_after_an_outage_during_unprepare_without_any_kubelet_call(
-    outage_node: tuple[RestartableApiServer, Node],
+    node: Node, kube_api_server: KubeApiServer
 ) -> None:
-    api, node = outage_node
+    api = kube_api_server
     # max_attempts bounds failures that are not the API's; an outage must never use them up.
     reporter = ClaimReporter(Client(api_client=node.api_client), DRIVER, NODE, backoff=FAST, max_attempts=2)
     service = node.service(reporter=reporter)
@@ -371,21 +393,19 @@ def test_status_converges_after_an_outage_during_unprepare_without_any_kubelet_c
     assert our_entries(node, ref) == []
 
 
-def test_a_refused_status_write_is_one_line_and_the_next_reconciliation_writes_it(
+def test_a_refused_status_write_is_one_line_and_an_event_and_the_next_reconciliation_writes_it(
     node: Node, claims: Informer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    original = Client.update
+    original = Client.apply_status
     refused: list[str] = []
 
-    def forbidden_once(
-        self: Client, kind: Kind, body: dict[str, Any], subresource: str | None = None
-    ) -> dict[str, Any]:
-        if kind is CLAIMS and subresource == "status" and not refused:
+    def forbidden_once(self: Client, kind: Kind, body: dict[str, Any], **options: Any) -> dict[str, Any]:
+        if kind is CLAIMS and not refused:
             refused.append(body["metadata"]["name"])
             raise ApiException(status=403, reason="Forbidden")
-        return original(self, kind, body, subresource)
+        return original(self, kind, body, **options)
 
-    monkeypatch.setattr(Client, "update", forbidden_once)
+    monkeypatch.setattr(Client, "apply_status", forbidden_once)
     reporter = ClaimReporter(Client(api_client=node.api_client), DRIVER, NODE, claims=claims, backoff=FAST)
     service = node.service(reporter=reporter)
     ref = node.claim("forbidden", [result(ONE_G_20)])
@@ -397,6 +417,12 @@ def test_a_refused_status_write_is_one_line_and_the_next_reconciliation_writes_i
     (line,) = [r.getMessage() for r in caplog.records if r.name == "kubeletplugin.prepare.reporter"]
     assert line == (
         "writing status of default/forbidden: 1 device(s) ready was refused, not retrying: "
+        f"the API server {node.api.url} answered 403 Forbidden"
+    )
+    (event,) = [e for e in events_of(node, ref) if e.reason == "ClaimStatusRefused"]
+    assert event.type == "Warning"
+    assert event.message == (
+        f"node {NODE}: the API server refused the status of claim default/forbidden: "
         f"the API server {node.api.url} answered 403 Forbidden"
     )
     reporter.reconcile_now()  # e.g. once the RBAC rule is fixed

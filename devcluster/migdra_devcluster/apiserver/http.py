@@ -333,6 +333,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         options = WriteOptions(
             field_validation=_single(query, "fieldValidation", "Warn") or "Warn",
             dry_run=_single(query, "dryRun") == "All",
+            field_manager=_single(query, "fieldManager") or "",
+            force=_single(query, "force") == "true",
         )
         self.warnings = options.warnings
         return options

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from dra_driver.validation import FieldError
 from migdra_devcluster.apiserver.admission import admit, invalid_error
+from migdra_devcluster.apiserver.apply import apply_claim_status
 from migdra_devcluster.apiserver.conversion import from_storage, to_storage
 from migdra_devcluster.apiserver.errors import (
     AlreadyExists,
@@ -91,6 +92,8 @@ class WriteOptions:
     field_validation: str = "Warn"
     dry_run: bool = False
     warnings: list[str] = field(default_factory=list)
+    field_manager: str = ""  # server-side apply's ``fieldManager``
+    force: bool = False  # ... and its ``force``
 
 
 @dataclass
@@ -362,7 +365,19 @@ class Operations:
     ) -> dict[str, Any]:
         """Apply a JSON, merge or strategic-merge patch to the object (or its status)."""
         if patch_type in APPLY_PATCH_TYPES:
-            raise UnsupportedMediaType("server-side apply is not supported by the migdra local API server")
+            if resource.kind != "ResourceClaim" or subresource != "status":
+                raise UnsupportedMediaType(
+                    "server-side apply is supported by the migdra local API server for resourceclaims/status only"
+                )
+            with self.store.lock:
+                old = self._load(resource, namespace, name)
+                if old is None:
+                    raise _not_found(resource, name)
+                now = datetime.now(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+                applied = apply_claim_status(old, patch_body, options.field_manager, options.force, now)
+                with_fields = copy.deepcopy(old)
+                with_fields["metadata"]["managedFields"] = applied["metadata"]["managedFields"]
+                return self._write_update(resource, with_fields, applied, subresource, options)
         if patch_type not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH):
             raise UnsupportedMediaType("415: Unsupported Media Type")
         with self.store.lock:
