@@ -283,12 +283,6 @@ def is_applied(claim: Mapping[str, Any], manager: str, driver: str, entries: Seq
 # -- the answer to an apply ----------------------------------------------------------------------------
 
 
-def conflict_fields(status: Mapping[str, Any]) -> list[str]:
-    """The fields a 409 apply conflict names (``details.causes[].field``)."""
-    causes = (status.get("details") or {}).get("causes") or []
-    return [str(c.get("field", "")) for c in causes if isinstance(c, Mapping)]
-
-
 def is_uid_mismatch(status: Mapping[str, Any]) -> bool:
     """A 422 whose cause is ``metadata.uid``: the claim of that name was re-created with another UID."""
     causes = (status.get("details") or {}).get("causes") or []

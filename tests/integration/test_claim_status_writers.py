@@ -1,62 +1,49 @@
-"""The plugin's and the controller's writes to one status.devices entry, interleaved in any order
-against the local API server, never lose a key (docs/claim-status.md).
+"""The reservation controller and the node plugin write one claim's status.devices entry, racing, on the
+real kube-apiserver: whatever the order of their reads and applies, neither loses the other's part,
+nobody else's entry is touched, and the allocation -- opaque configuration included -- stays as the
+scheduler wrote it (docs/claim-status.md).
 
-Each writer does what it does in production: read the claim, compute its part with its own merge
-function, PUT the status subresource with the resourceVersion read, and on 409 read again.
-Hypothesis chooses the operations and how the reads and writes of the two writers interleave.
+Each writer does what it does in production: read the claim, compute its part (the controller from
+its reservations and the claim's ``managedFields``, the plugin from its checkpoint record), and apply
+it as its own field manager -- the controller without force (a 409 means the plugin took ``data``:
+read again and recompute), the plugin with force.  Every interleaving of the two read/apply pairs is
+played on a claim of its own, then the plugin unprepares and the controller converges again.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import itertools
+import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from dra_driver import claimstatus
 from dra_driver.controller.reservations import compute_reservations
-from dra_driver.controller.status import compute_claim_devices
-from dra_driver.kube.client import CLAIMS, SLICES, Client, status_code
-from kubeletplugin.prepare.claim_status import DeviceStatusUpdate, clear_plugin_part, merge_plugin_part
-from migdra_devcluster.apiserver import LocalAPIServer
+from dra_driver.controller.status import compute_claim_entries
+from dra_driver.kube.client import CLAIMS, SLICES, Client
+from dra_driver.kube.failures import ApiFailure, classify_failure
+from dra_driver.mig.catalog import Placement
+from kubeletplugin.prepare.claim_status import build_plugin_entries
+from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
+from tests.kube_apiserver import KubeApiServer
+from tests.prepare_harness import create_claim, mig_config, opaque, result
 from tests.sim_objects import DRIVER, H100, node_slices
 
-NODE = "node-1"
+NODE = "node-a"  # tests.prepare_harness allocates its claims to this node
 DEVICE = "gpu-0-mig-3g40gb-9-4"
-SLICE_OBJECTS = node_slices(NODE, [H100])
 NOW = "2026-12-01T00:00:00Z"
 FOREIGN = {"driver": "net.example.com", "pool": NODE, "device": "eth0", "data": {"ip": "10.0.0.1"}}
-# What an admin's tool wrote into migdra's own entry: neither writer owns it, both must keep it.
-THIRD_PARTY = {
-    "driver": DRIVER,
-    "pool": NODE,
-    "device": DEVICE,
-    "data": {"ticket": "OPS-42"},
-    "conditions": [
-        {"type": "example.com/Audited", "status": "True", "reason": "Audited", "message": "", "lastTransitionTime": NOW}
-    ],
-}
-PLUGIN_IDENTITY = {
-    "schemaVersion": claimstatus.SCHEMA_VERSION,
-    "gpuUUID": "",  # filled in from the slices
-    "profile": "3g.40gb",
-    "placement": {"start": 4, "size": 4},
-    "node": NODE,
-    "migUUID": "MIG-5a1e",
-    "gpuInstanceID": 2,
-    "computeInstanceID": 0,
-}
+CONTROLLER = claimstatus.controller_field_manager(DRIVER)
+PLUGIN = claimstatus.plugin_field_manager(DRIVER, NODE)
 
 
 @pytest.fixture
-def client(api_server: LocalAPIServer) -> Iterator[Client]:
-    assert api_server.kubeconfig_path is not None
-    api = Client(api_server.kubeconfig_path)
-    for resource_slice in SLICE_OBJECTS:
+def client(kube_api_server: KubeApiServer) -> Iterator[Client]:
+    api = Client(kube_api_server.kubeconfig_path)
+    for resource_slice in node_slices(NODE, [H100]):
         api.create(SLICES, copy.deepcopy(resource_slice))
     try:
         yield api
@@ -64,121 +51,151 @@ def client(api_server: LocalAPIServer) -> Iterator[Client]:
         api.close()
 
 
-def _plugin_change(operation: str, devices: list[dict[str, Any]], gpu_uuid: str) -> list[dict[str, Any]]:
-    if operation == "unprepare":
-        return clear_plugin_part(devices, DRIVER, NODE)
-    data = {**PLUGIN_IDENTITY, "gpuUUID": gpu_uuid}
-    ready = {"type": "Ready", "status": "True", "reason": "MigInstanceReady", "message": "", "lastTransitionTime": NOW}
-    return merge_plugin_part(devices, DRIVER, NODE, [DeviceStatusUpdate(DEVICE, data, ready)])
-
-
-@dataclass
-class Writer:
-    name: str
-    operations: list[str]
-    read: dict[str, Any] | None = None
-    done: list[str] = field(default_factory=list)
-
-    @property
-    def finished(self) -> bool:
-        return not self.operations
-
-    def step(self, client: Client, claim_name: str, gpu_uuid: str) -> None:
-        """Read (if it has nothing read) or write what it read, changed; a 409 sends it back to read."""
-        if self.read is None:
-            self.read = client.get(CLAIMS, "default", claim_name)
-            return
-        claim = self.read
-        devices = [dict(e) for e in (claim.get("status") or {}).get("devices") or []]
-        if self.name == "controller":
-            reservations = compute_reservations([claim], SLICE_OBJECTS, DRIVER)
-            devices, _ = compute_claim_devices(devices, DRIVER, reservations, None, NOW)
-        else:
-            devices = _plugin_change(self.operations[0], devices, gpu_uuid)
-        body = copy.deepcopy(claim)
-        body["status"]["devices"] = devices
-        self.read = None
-        try:
-            client.update(CLAIMS, body, subresource="status")
-        except Exception as exc:
-            if status_code(exc) != 409:
-                raise
-            return  # read again and recompute: the operation is not done
-        self.done.append(self.operations.pop(0))
-
-
-_counter = iter(range(1_000_000))
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    plugin_operations=st.lists(st.sampled_from(["prepare", "unprepare"]), min_size=1, max_size=4),
-    controller_passes=st.integers(min_value=1, max_value=3),
-    schedule=st.lists(st.booleans(), max_size=40),
-)
-def test_interleaved_writes_of_plugin_and_controller_never_lose_a_key(
-    client: Client, plugin_operations: list[str], controller_passes: int, schedule: list[bool]
-) -> None:
-    name = f"claim-{next(_counter)}"
-    created = client.create(
-        CLAIMS,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "mig.migdra.io"}}]}},
-        },
+def prepared_record(claim: dict[str, Any], gpu_uuid: str) -> ClaimRecord:
+    intent = DeviceIntent(
+        device_name=DEVICE,
+        request_names=("gpu",),
+        gpu_uuid=gpu_uuid,
+        gpu_minor=0,
+        profile_id=9,
+        profile_name="3g.40gb",
+        placement=Placement(start=4, size=4),
+        multiprocessor_count=60,
+        memory_bytes=40448 << 20,
     )
-    created["status"] = {
-        "allocation": {
-            "devices": {
-                "results": [
-                    {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": DEVICE},
-                    {"request": "gpu", "driver": FOREIGN["driver"], "pool": NODE, "device": FOREIGN["device"]},
-                ]
-            }
-        },
-        "devices": [copy.deepcopy(FOREIGN), copy.deepcopy(THIRD_PARTY)],
-    }
-    client.update(CLAIMS, created, subresource="status")
-    (reservation,) = compute_reservations([created], SLICE_OBJECTS, DRIVER)
-    assert reservation.device is not None
-    gpu_uuid = reservation.device.gpu_uuid
+    device = DeviceRecord(intent=intent, gpu_instance_id=2, compute_instance_id=0, mig_uuid="MIG-5a1e")
+    meta = claim["metadata"]
+    return ClaimRecord(
+        claim_uid=meta["uid"],
+        namespace=meta["namespace"],
+        name=meta["name"],
+        state=ClaimState.PREPARE_COMPLETED,
+        devices=(device,),
+    )
 
-    plugin = Writer("plugin", list(plugin_operations))
-    controller = Writer("controller", ["reserve"] * controller_passes)
-    for plugin_first in schedule:
-        writer = plugin if plugin_first else controller
-        if writer.finished:
-            writer = controller if plugin_first else plugin
-        if writer.finished:
-            break
-        writer.step(client, name, gpu_uuid)
-    for writer in (plugin, controller):
-        while not writer.finished:
-            writer.step(client, name, gpu_uuid)
 
-    final = client.get(CLAIMS, "default", name)
-    assert final is not None
-    devices = final["status"]["devices"]
-    assert FOREIGN in devices, "another driver's entry was lost"
-    index = claimstatus.find_entry(devices, DRIVER, NODE, DEVICE)
-    assert index is not None
-    entry = devices[index]
-    data = entry["data"]
-    reserved = claimstatus.condition_of(entry, "Reserved")
-    assert reserved is not None, "the controller's Reserved condition was lost"
-    assert reserved["status"] == "True"
-    assert data["placement"] == {"start": 4, "size": 4}, "a shared key was lost"
-    assert data["gpuUUID"] == gpu_uuid
-    assert data["gpuMinor"] == 0, "a controller key was lost"
-    assert data["multiprocessors"] == 60
-    assert data["ticket"] == "OPS-42", "a third party's key in our entry was lost"
-    assert claimstatus.condition_of(entry, "example.com/Audited") is not None
-    ready = claimstatus.condition_of(entry, "Ready")
-    if plugin.done[-1] == "prepare":
-        assert ready is not None, "the plugin's Ready was lost"
-        assert (data["migUUID"], data["gpuInstanceID"], data["computeInstanceID"]) == ("MIG-5a1e", 2, 0)
-    else:
-        assert ready is None
-        assert not set(claimstatus.IDENTITY_KEYS) & set(data), "the plugin's unprepare left identity keys"
+class Writers:
+    """The two writers of one claim, each a read then an apply, steppable in any order."""
+
+    def __init__(self, client: Client, claim: dict[str, Any], slices: list[dict[str, Any]]) -> None:
+        self.client = client
+        self.meta = claim["metadata"]
+        self.slices = slices
+        self.gpu_uuid = next(
+            d["attributes"]["parentUUID"]["string"]
+            for s in slices
+            for d in s["spec"].get("devices", [])
+            if d["name"] == DEVICE
+        )
+        self.read_by: dict[str, dict[str, Any]] = {}
+
+    def read(self, who: str) -> None:
+        claim = self.client.get(CLAIMS, self.meta["namespace"], self.meta["name"])
+        assert claim is not None
+        self.read_by[who] = claim
+
+    def controller_apply(self) -> None:
+        """As the controller: its part from what it read; a 409 (the plugin took data) reads again."""
+        for _ in range(3):
+            claim = self.read_by["controller"]
+            entries, _ = compute_claim_entries(
+                claim, DRIVER, CONTROLLER, compute_reservations([claim], self.slices, DRIVER), None, NOW
+            )
+            assert entries is not None
+            if claimstatus.is_applied(claim, CONTROLLER, DRIVER, entries):
+                return
+            body = claimstatus.build_apply_body(
+                self.meta["namespace"], self.meta["name"], self.meta["uid"], DRIVER, entries
+            )
+            try:
+                self.client.apply_status(CLAIMS, body, field_manager=CONTROLLER)
+                return
+            except Exception as exc:
+                if classify_failure(exc) is not ApiFailure.CONFLICT:
+                    raise
+                self.read("controller")
+        raise AssertionError("the controller kept conflicting")
+
+    def plugin_apply(self, prepared: bool) -> None:
+        claim = self.read_by["plugin"]
+        record = prepared_record(claim, self.gpu_uuid) if prepared else None
+        entries = build_plugin_entries(claim, DRIVER, NODE, record, None, NOW)
+        body = claimstatus.build_apply_body(
+            self.meta["namespace"], self.meta["name"], self.meta["uid"], DRIVER, entries
+        )
+        self.client.apply_status(CLAIMS, body, field_manager=PLUGIN, force=True)
+
+    def entry(self) -> dict[str, Any]:
+        claim = self.client.get(CLAIMS, self.meta["namespace"], self.meta["name"])
+        assert claim is not None
+        devices = claim["status"]["devices"]
+        foreign = [{k: v for k, v in d.items() if v is not None} for d in devices if d["driver"] == FOREIGN["driver"]]
+        assert foreign == [FOREIGN], "another driver's entry was touched"
+        index = claimstatus.find_entry(devices, DRIVER, NODE, DEVICE)
+        assert index is not None
+        return dict(devices[index])
+
+
+STEPS: dict[str, Callable[[Writers], None]] = {
+    "controller reads": lambda w: w.read("controller"),
+    "controller applies": Writers.controller_apply,
+    "plugin reads": lambda w: w.read("plugin"),
+    "plugin applies": lambda w: w.plugin_apply(prepared=True),
+}
+
+
+def interleavings() -> list[tuple[str, ...]]:
+    """Every order of the four steps in which each writer reads before it applies."""
+    orders = []
+    for order in itertools.permutations(STEPS):
+        if order.index("controller reads") < order.index("controller applies") and order.index(
+            "plugin reads"
+        ) < order.index("plugin applies"):
+            orders.append(order)
+    return orders
+
+
+def test_the_controller_and_the_plugin_racing_on_one_entry_lose_nothing(
+    kube_api_server: KubeApiServer, client: Client
+) -> None:
+    slices, _ = client.list(SLICES)
+    config = [opaque(mig_config(CUDA_MPS_PIPE_DIRECTORY="/tmp/mps"))]
+    orders = interleavings()
+    assert len(orders) == 6
+    for number, order in enumerate(orders):
+        ref = create_claim(
+            client.api_client, f"race-{number}", [result(DEVICE), result("eth0", "nic", "net.example.com")], config
+        )
+        claim = client.get(CLAIMS, ref.namespace, ref.name)
+        assert claim is not None
+        allocation = json.dumps(claim["status"]["allocation"], sort_keys=True)
+        foreign = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": claim["metadata"]}
+        foreign = {
+            **foreign,
+            "metadata": {"name": ref.name, "namespace": ref.namespace},
+            "status": {"devices": [FOREIGN]},
+        }
+        claim = client.apply_status(CLAIMS, foreign, field_manager="net.example.com")  # another driver's entry
+        writers = Writers(client, claim, slices)
+        for step in order:
+            STEPS[step](writers)
+        writers.read("controller")
+        writers.controller_apply()  # the controller's next pass, after both
+
+        entry = writers.entry()
+        assert {c["type"]: c["status"] for c in entry["conditions"]} == {"Reserved": "True", "Ready": "True"}, order
+        assert entry["data"]["migUUID"] == "MIG-5a1e", order
+        assert entry["data"]["placement"] == {"start": 4, "size": 4}, order
+        assert entry["data"]["memory"] == "40448Mi", order
+
+        writers.read("plugin")
+        writers.plugin_apply(prepared=False)  # unprepare: the plugin gives its part up
+        writers.read("controller")
+        writers.controller_apply()
+        entry = writers.entry()
+        assert [c["type"] for c in entry["conditions"]] == ["Reserved"], order
+        assert "migUUID" not in entry["data"], order
+        assert entry["data"]["placement"] == {"start": 4, "size": 4}, order  # the reservation keys are back
+        after = client.get(CLAIMS, ref.namespace, ref.name)
+        assert after is not None
+        assert json.dumps(after["status"]["allocation"], sort_keys=True) == allocation, "the allocation changed"

@@ -4,6 +4,8 @@ and what its part of status.devices says."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 from typing import Any
 
 import pytest
@@ -14,7 +16,7 @@ from dra_driver.controller.leader import LeaseTiming
 from dra_driver.controller.ratelimit import TokenBucket
 from dra_driver.controller.reservation_metrics import ReservationMetrics
 from dra_driver.controller.reservations import Placement, Verdict, compute_reservations
-from dra_driver.controller.status import build_reserved_message, compute_claim_devices
+from dra_driver.controller.status import build_reserved_message, compute_claim_entries
 from tests.sim_objects import DRIVER, H100, node_slices
 
 NOW = "2026-12-01T00:00:00Z"
@@ -164,40 +166,90 @@ def test_a_reservation_carries_the_device_as_published() -> None:
     assert device.multiprocessors == 60
 
 
-def test_the_controllers_entry_reserved_then_conflict_keeps_the_plugins_part() -> None:
+CONTROLLER = claimstatus.controller_field_manager(DRIVER)
+PLUGIN = claimstatus.plugin_field_manager(DRIVER, "node-1")
+
+
+def _with_status(claim: dict[str, Any], devices: list[dict[str, Any]], *managed: dict[str, Any]) -> dict[str, Any]:
+    """``claim`` as read after writes: its status.devices and who holds which field (managedFields)."""
+    read = copy.deepcopy(claim)
+    read["status"]["devices"] = devices
+    read["metadata"]["managedFields"] = list(managed)
+    return read
+
+
+def _holding(manager: str, device: str, conditions: list[str], data: bool) -> dict[str, Any]:
+    key = "k:" + json.dumps(
+        {"device": device, "driver": DRIVER, "pool": "node-1"}, sort_keys=True, separators=(",", ":")
+    )
+    fields: dict[str, Any] = {".": {}, "f:conditions": {"k:" + json.dumps({"type": t}): {} for t in conditions}}
+    if data:
+        fields["f:data"] = {}
+    return {
+        "manager": manager,
+        "operation": "Apply",
+        "subresource": "status",
+        "fieldsV1": {"f:status": {"f:devices": {key: fields}}},
+    }
+
+
+def test_the_controllers_entry_reserved_then_conflict_leaves_data_to_the_plugin_once_it_holds_it() -> None:
     claim = _allocated("a", THREE_G_AT_4)
     (reserved,) = compute_reservations([claim], SLICES, DRIVER)
-    devices, transitions = compute_claim_devices([], DRIVER, [reserved], 1, NOW)
-    (entry,) = devices
-    assert entry["data"]["placement"] == {"start": 4, "size": 4}
-    assert entry["data"]["profile"] == "3g.40gb"
-    assert entry["data"]["schemaVersion"] == claimstatus.SCHEMA_VERSION
-    assert "migUUID" not in entry["data"]
-    (condition,) = entry["conditions"]
+    entries, transitions = compute_claim_entries(claim, DRIVER, CONTROLLER, [reserved], 1, NOW)
+    assert entries is not None
+    (entry,) = entries
+    assert entry.data is not None
+    assert entry.data["placement"] == {"start": 4, "size": 4}
+    assert entry.data["profile"] == "3g.40gb"
+    assert entry.data["schemaVersion"] == claimstatus.SCHEMA_VERSION
+    assert entry.data["multiprocessors"] == 60
+    assert "migUUID" not in entry.data
+    (condition,) = entry.conditions
     assert (condition["type"], condition["status"], condition["reason"]) == ("Reserved", "True", "Allocated")
     assert [(t.event_type, t.reason) for t in transitions] == [("Normal", "Reserved")]
     assert transitions[0].message.startswith("Reserved 3g.40gb at memory slices 4\u20137 of GPU-")
     assert transitions[0].message.endswith(" on node-1")
 
-    # The plugin adds its identity and Ready; the controller's next pass changes nothing and says nothing.
-    entry["data"].update({"migUUID": "MIG-1", "gpuInstanceID": 2, "computeInstanceID": 0})
-    entry["conditions"].append({"type": "Ready", "status": "True", "reason": "MigInstanceReady"})
-    again, quiet = compute_claim_devices(devices, DRIVER, [reserved], 1, LATER)
-    assert again == devices
+    # The plugin took data over (its identity and Ready): the controller's next pass applies its
+    # condition alone, changes nothing and says nothing.
+    body = {"driver": DRIVER, "pool": "node-1", "device": THREE_G_AT_4}
+    plugin_data = {**entry.data, "migUUID": "MIG-1", "gpuInstanceID": 2, "computeInstanceID": 0}
+    ready = {"type": "Ready", "status": "True", "reason": "MigInstanceReady", "message": "", "lastTransitionTime": NOW}
+    read = _with_status(
+        claim,
+        [{**body, "conditions": [dict(condition), ready], "data": plugin_data}],
+        _holding(CONTROLLER, THREE_G_AT_4, ["Reserved"], data=False),
+        _holding(PLUGIN, THREE_G_AT_4, ["Ready"], data=True),
+    )
+    again, quiet = compute_claim_entries(read, DRIVER, CONTROLLER, [reserved], 1, LATER)
+    assert again is not None
+    (entry_again,) = again
+    assert entry_again.data is None, "data is the plugin's now: the controller does not send it"
+    assert claimstatus.is_applied(read, CONTROLLER, DRIVER, again)
     assert quiet == []
 
     other = _allocated("b", ONE_G_AT_6)
     conflicted = next(r for r in compute_reservations([claim, other], SLICES, DRIVER) if r.claim_name == "a")
-    flagged, warned = compute_claim_devices(devices, DRIVER, [conflicted], 1, LATER)
-    (entry,) = flagged
-    assert entry["data"]["migUUID"] == "MIG-1"
-    reserved_condition = claimstatus.condition_of(entry, "Reserved")
-    assert reserved_condition is not None
+    flagged, warned = compute_claim_entries(read, DRIVER, CONTROLLER, [conflicted], 1, LATER)
+    assert flagged is not None
+    (flagged_entry,) = flagged
+    assert flagged_entry.data is None
+    (reserved_condition,) = flagged_entry.conditions
     assert (reserved_condition["status"], reserved_condition["reason"]) == ("False", "PlacementConflict")
     assert reserved_condition["lastTransitionTime"] == LATER
     assert "default/b" in reserved_condition["message"]
-    assert claimstatus.condition_of(entry, "Ready") is not None
     assert [(t.event_type, t.reason) for t in warned] == [("Warning", "PlacementConflict")]
+
+
+def test_a_claim_with_a_device_of_a_pool_not_completely_listed_is_not_written() -> None:
+    claim = _allocated("a", THREE_G_AT_4)
+    entries, transitions = compute_claim_entries(claim, DRIVER, CONTROLLER, [], 1, NOW)
+    assert entries == []
+    assert transitions == []
+    (reserved,) = compute_reservations([claim], SLICES, DRIVER)
+    unknown = dataclasses.replace(reserved, verdict=Verdict.UNKNOWN, device=None)
+    assert compute_claim_entries(claim, DRIVER, CONTROLLER, [reserved, unknown], 1, NOW) == (None, [])
 
 
 def test_the_write_rate_allows_a_burst_then_one_write_per_interval() -> None:
@@ -350,7 +402,7 @@ class _ConflictingClient:
     def fork(self) -> _ConflictingClient:
         return self
 
-    def update(self, kind: object, body: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
+    def apply_status(self, kind: object, body: dict[str, Any], **options: Any) -> dict[str, Any]:
         from kubernetes.client.exceptions import ApiException
 
         self.writes += 1
@@ -401,13 +453,16 @@ def test_the_controller_writes_each_share_its_own_entry_keyed_by_share_id() -> N
         "data": {"migUUID": "MIG-other"},
     }
     held = compute_reservations([claim], slices, DRIVER)
-    devices, transitions = compute_claim_devices([other_share], DRIVER, held, 1, NOW)
-    assert devices[0] == other_share, "another share's entry is not touched"
-    ours = devices[1]
-    assert (ours["device"], ours["shareID"]) == (SHARED_4G_AT_0, "11111111-1111-4111-8111-111111111111")
-    assert ours["data"]["computeSlices"] == 2
-    assert ours["data"]["placement"] == {"start": 0, "size": 4}
-    assert [c["type"] for c in ours["conditions"]] == [claimstatus.RESERVED]
+    read = _with_status(claim, [other_share])
+    entries, transitions = compute_claim_entries(read, DRIVER, CONTROLLER, held, 1, NOW)
+    assert entries is not None
+    (ours,) = entries
+    assert (ours.device, ours.share_id) == (SHARED_4G_AT_0, "11111111-1111-4111-8111-111111111111")
+    assert ours.data is not None
+    assert ours.data["computeSlices"] == 2
+    assert "multiprocessors" not in ours.data, "the GPU instance's SMs are not the share's"
+    assert ours.data["placement"] == {"start": 0, "size": 4}
+    assert [c["type"] for c in ours.conditions] == [claimstatus.RESERVED]
     assert [t.reason for t in transitions] == [claimstatus.RESERVED]
-    again, _ = compute_claim_devices(devices, DRIVER, held, 1, NOW)
-    assert again == devices, "the entry is found again by its shareID: no second entry"
+    body = claimstatus.build_apply_body("default", "a", "uid-a", DRIVER, entries)
+    assert [d.get("shareID") for d in body["status"]["devices"]] == ["11111111-1111-4111-8111-111111111111"]

@@ -8,10 +8,8 @@ from typing import Any
 import pytest
 
 from dra_driver import claimstatus
-from dra_driver.claimstatus import PLUGIN, EntryUpdate, realizer_writer
 from dra_driver.kube.claims import ResourceClaimView
 from dra_driver.kubelet.calls import ClaimRef
-from kubeletplugin.prepare.claim_status import clear_plugin_part, compute_converged_devices
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
 from kubeletplugin.realize_before_bind import (
     build_binding_condition,
@@ -143,36 +141,20 @@ def test_which_records_realized_ahead_are_released(
     assert compute_records_to_release([the_record], claims, DRIVER, NODE) == ([the_record] if released else [])
 
 
-def test_the_realizer_writes_its_conditions_alone_and_the_plugin_leaves_them_when_it_clears_its_part() -> None:
-    realizer = realizer_writer(DRIVER)
-    existing = [
-        {
-            "driver": DRIVER,
-            "pool": NODE,
-            "device": DEVICE,
-            "data": {"schemaVersion": "v1", "migUUID": "MIG-1"},
-            "conditions": [condition("Ready")],
-        },
-        {"driver": "net.example.com", "pool": "rack", "device": "eth0", "conditions": [condition("Up")]},
-    ]
+def test_the_realizer_applies_its_condition_alone_as_a_field_manager_of_its_own() -> None:
+    """Its body holds the binding condition and nothing else (no data, no Ready), and its manager is
+    neither the plugin's nor the controller's: the plugin giving up its part leaves the condition."""
     realized = build_binding_condition(DRIVER, True, "realized", 3, NOW)
-    merged = claimstatus.compute_merged_devices(existing, DRIVER, NODE, realizer, [EntryUpdate(DEVICE, {}, [realized])])
-    assert merged[0]["data"] == existing[0]["data"]
-    assert [c["type"] for c in merged[0]["conditions"]] == ["Ready", REALIZED]
-    assert merged[0]["conditions"][1]["observedGeneration"] == 3
-    assert merged[1] == existing[1]
-    fresh = claimstatus.compute_merged_devices([], DRIVER, NODE, realizer, [EntryUpdate(OTHER, {}, [realized])])
-    assert fresh == [{"driver": DRIVER, "pool": NODE, "device": OTHER, "conditions": [realized]}]  # no empty data
-    with pytest.raises(ValueError, match="does not own condition"):
-        claimstatus.compute_merged_devices(
-            existing, DRIVER, NODE, realizer, [EntryUpdate(DEVICE, {}, [condition("Ready")])]
-        )
-    with pytest.raises(ValueError, match="does not own condition"):
-        claimstatus.compute_merged_devices(existing, DRIVER, NODE, PLUGIN, [EntryUpdate(DEVICE, {}, [realized])])
-    # The plugin's unprepare and its reconciliation with an empty checkpoint clear only the plugin's part.
-    cleared = clear_plugin_part(merged, DRIVER, NODE)
-    assert cleared[0] == {"driver": DRIVER, "pool": NODE, "device": DEVICE, "conditions": [realized]}
-    assert compute_converged_devices(merged, DRIVER, NODE, None, 3, NOW) == cleared
+    body = claimstatus.build_apply_body("ns", "c", "uid", DRIVER, [claimstatus.DeviceEntry(NODE, DEVICE, (realized,))])
+    assert body["status"]["devices"] == [{"driver": DRIVER, "pool": NODE, "device": DEVICE, "conditions": [realized]}]
+    assert realized["type"] == REALIZED
+    assert realized["observedGeneration"] == 3
+    managers = {
+        claimstatus.realizer_field_manager(DRIVER, NODE),
+        claimstatus.plugin_field_manager(DRIVER, NODE),
+        claimstatus.controller_field_manager(DRIVER),
+    }
+    assert len(managers) == 3
 
 
 def test_a_failure_condition_carries_the_error_cut_to_a_readable_length() -> None:
