@@ -41,12 +41,12 @@ NOT_EXERCISED = {
         ("resource.k8s.io", "resourceslices", "update"),  # a changed pool (rescan, placement, taints)
         ("resource.k8s.io", "resourceslices", "delete"),  # fewer slices, or --cleanup-on-exit
         ("resource.k8s.io", "resourceclaims", "get"),  # a claim the informer has not seen yet
-        ("resource.k8s.io", "resourceclaims/driver", "associated-node:update"),  # checked within a status write
+        ("resource.k8s.io", "resourceclaims/driver", "associated-node:patch"),  # checked within a status write
     },
     CONTROLLER_SA: {
         ("resource.k8s.io", "resourceclaims", "get"),  # re-read after a 409 on a status write
         ("", "events", "patch"),  # a repeated Event
-        ("resource.k8s.io", "resourceclaims/driver", "arbitrary-node:update"),  # checked within a status write
+        ("resource.k8s.io", "resourceclaims/driver", "arbitrary-node:patch"),  # checked within a status write
         ("coordination.k8s.io", "leases", "update"),  # the leader's renewal, which a short run may not reach
     },
 }
@@ -120,7 +120,8 @@ PLUGIN_CAN = [
     (("watch", "resourceslices.resource.k8s.io"), False),
     (("get", "resourceclaims.resource.k8s.io", "-A"), True),
     (("watch", "resourceclaims.resource.k8s.io", "-A"), True),
-    (("update", "resourceclaims.resource.k8s.io", "--subresource=status", "-A"), True),
+    (("patch", "resourceclaims.resource.k8s.io", "--subresource=status", "-A"), True),
+    (("update", "resourceclaims.resource.k8s.io", "--subresource=status", "-A"), False),
     (("update", "resourceclaims.resource.k8s.io", "-A"), False),
     (("delete", "resourceclaims.resource.k8s.io", "-A"), False),
     (("get", "nodes"), True),
@@ -134,7 +135,8 @@ PLUGIN_CAN = [
 CONTROLLER_CAN = [
     (("list", "resourceclaims.resource.k8s.io", "-A"), True),
     (("watch", "resourceclaims.resource.k8s.io", "-A"), True),
-    (("update", "resourceclaims.resource.k8s.io", "--subresource=status", "-A"), True),
+    (("patch", "resourceclaims.resource.k8s.io", "--subresource=status", "-A"), True),
+    (("update", "resourceclaims.resource.k8s.io", "--subresource=status", "-A"), False),
     (("update", "resourceclaims.resource.k8s.io", "-A"), False),
     (("list", "resourceslices.resource.k8s.io"), True),
     (("create", "resourceslices.resource.k8s.io"), False),

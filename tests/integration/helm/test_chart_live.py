@@ -215,12 +215,12 @@ NOT_EXERCISED = {
     PLUGIN_SA: {
         ("resource.k8s.io", "resourceslices", "update"),  # a changed pool (rescan, placement, taints)
         ("resource.k8s.io", "resourceslices", "delete"),  # fewer slices, or --cleanup-on-exit
-        ("resource.k8s.io", "resourceclaims/driver", "associated-node:update"),  # 1.36's check, not evaluated here
+        ("resource.k8s.io", "resourceclaims/driver", "associated-node:patch"),  # 1.36's check, not evaluated here
     },
     CONTROLLER_SA: {
         ("resource.k8s.io", "resourceclaims", "get"),  # re-read after a 409 on a status write
         ("", "events", "patch"),  # a repeated Event
-        ("resource.k8s.io", "resourceclaims/driver", "arbitrary-node:update"),  # 1.36's check, not evaluated here
+        ("resource.k8s.io", "resourceclaims/driver", "arbitrary-node:patch"),  # 1.36's check, not evaluated here
     },
 }
 

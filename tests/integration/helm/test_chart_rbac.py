@@ -35,9 +35,9 @@ def test_the_plugin_gets_exactly_what_it_uses() -> None:
     assert bound_rules(render(), "migdra-kubelet-plugin") == {
         *(("resource.k8s.io", "resourceslices", verb, "") for verb in ("list", "create", "update", "delete")),
         *(("resource.k8s.io", "resourceclaims", verb, "") for verb in ("get", "list", "watch")),
-        ("resource.k8s.io", "resourceclaims/status", "update", ""),
+        ("resource.k8s.io", "resourceclaims/status", "patch", ""),
         # 1.36's granular status authorization: this driver's entries, on claims of its own node only
-        ("resource.k8s.io", "resourceclaims/driver", "associated-node:update", driver),
+        ("resource.k8s.io", "resourceclaims/driver", "associated-node:patch", driver),
         ("", "nodes", "get", ""),
         ("", "events", "create", ""),
     }
@@ -48,8 +48,8 @@ def test_the_controller_gets_exactly_what_it_uses() -> None:
     granted = bound_rules(render(), "migdra-controller")
     assert granted == {
         *(("resource.k8s.io", "resourceclaims", verb, "") for verb in ("get", "list", "watch")),
-        ("resource.k8s.io", "resourceclaims/status", "update", ""),
-        ("resource.k8s.io", "resourceclaims/driver", "arbitrary-node:update", driver),
+        ("resource.k8s.io", "resourceclaims/status", "patch", ""),
+        ("resource.k8s.io", "resourceclaims/driver", "arbitrary-node:patch", driver),
         ("resource.k8s.io", "resourceslices", "list", ""),
         ("resource.k8s.io", "resourceslices", "watch", ""),
         ("", "events", "create", ""),
@@ -69,7 +69,7 @@ def test_the_controller_gets_exactly_what_it_uses() -> None:
 def test_the_status_rules_follow_the_driver_name() -> None:
     rendered = render(CHART / "ci" / "restricted-values.yaml")
     granted = bound_rules(rendered, "migdra-kubelet-plugin")
-    assert ("resource.k8s.io", "resourceclaims/driver", "associated-node:update", "mig.example.com") in granted
+    assert ("resource.k8s.io", "resourceclaims/driver", "associated-node:patch", "mig.example.com") in granted
 
 
 # -- the ValidatingAdmissionPolicy, evaluated ----------------------------------------------------------
