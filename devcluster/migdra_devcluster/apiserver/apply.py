@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dra_driver.claimstatus import entry_key as _key
 from migdra_devcluster.apiserver.errors import BadRequest, Conflict, Invalid
 
 _KEY_FIELDS = ("device", "driver", "pool", "shareID")
@@ -32,16 +33,6 @@ EntryKey = tuple[str, str, str, str | None]
 class _Held:
     conditions: set[str] = field(default_factory=set)
     data: bool = False
-
-
-def _key(entry: Mapping[str, Any]) -> EntryKey:
-    share = entry.get("shareID")
-    return (
-        str(entry.get("driver", "")),
-        str(entry.get("pool", "")),
-        str(entry.get("device", "")),
-        share if isinstance(share, str) and share else None,
-    )
 
 
 def _key_token(key: EntryKey) -> str:
