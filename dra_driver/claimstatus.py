@@ -258,19 +258,27 @@ def _same_condition(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bo
     return all(old.get(name) == new.get(name) for name in fields)
 
 
-def is_applied(claim: Mapping[str, Any], manager: str, driver: str, entries: Sequence[DeviceEntry]) -> bool:
+def is_applied(
+    claim: Mapping[str, Any],
+    manager: str,
+    driver: str,
+    entries: Sequence[DeviceEntry],
+    holdings: Mapping[str, Mapping[EntryKey, Holding]] | None = None,
+) -> bool:
     """Whether ``claim`` already says what ``manager`` would apply (``entries``, nothing more of its own):
-    then the write is skipped; pure."""
-    holdings = compute_holdings(claim).get(manager, {})
+    then the write is skipped; pure.  ``holdings``: :func:`compute_holdings` of ``claim``, when the caller
+    has them already."""
+    held_by = compute_holdings(claim) if holdings is None else holdings
+    holdings_of_manager = held_by.get(manager, {})
     wanted = {entry.key(driver): entry for entry in entries}
-    if set(holdings) != set(wanted):
+    if set(holdings_of_manager) != set(wanted):
         return False
     existing = [e for e in (claim.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)]
     for key, entry in wanted.items():
         index = find_entry(existing, *key)
         if index is None:
             return False
-        current, held = existing[index], holdings[key]
+        current, held = existing[index], holdings_of_manager[key]
         if held.conditions != {str(c["type"]) for c in entry.conditions}:
             return False
         if not all(_same_condition(condition_of(current, str(c["type"])), c) for c in entry.conditions):

@@ -10,7 +10,6 @@ makes that a failure.
 from __future__ import annotations
 
 import os
-import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,12 +19,15 @@ import pytest
 
 from migdra_devcluster.apiserver.kubeconfig import write_kubeconfig
 from migdra_devcluster.upstream.binaries import TOOLS_DIR, built_versions, find_binaries
-from migdra_devcluster.upstream.components import KubeFiles, Ports, build_apiserver_argv, build_etcd_argv
+from migdra_devcluster.upstream.components import KubeFiles, Ports
 from migdra_devcluster.upstream.controlplane import (
     ADMIN_GROUP,
     ADMIN_USER,
+    Component,
     UpstreamProcess,
+    build_store_and_apiserver,
     free_port,
+    running,
     wait_healthy,
     write_audit_policy,
 )
@@ -44,9 +46,8 @@ class KubeApiServer:
     kubeconfig_path: Path
     workdir: Path
     process: UpstreamProcess
-    command: list[str]
+    component: Component
     files: KubeFiles
-    ca: ssl.SSLContext
 
     def stop(self) -> None:
         """kube-apiserver goes away (etcd stays): every request is refused until :meth:`start`."""
@@ -54,9 +55,10 @@ class KubeApiServer:
 
     def start(self) -> None:
         """kube-apiserver again, on the same port, waited for until ready."""
-        self.process = UpstreamProcess("kube-apiserver", self.command, self.files, lambda line: None)
+        component = self.component
+        self.process = UpstreamProcess(component.name, component.argv, self.files, _quiet)
         self.process.start()
-        wait_healthy(self.process, f"{self.url}/readyz", self.ca, timeout=READY_TIMEOUT_SECONDS)
+        wait_healthy(self.process, component.health_url, component.context, timeout=READY_TIMEOUT_SECONDS)
 
     def write_kubeconfig(self, path: Path) -> Path:
         """Another copy of the admin kubeconfig (a component's own file)."""
@@ -66,20 +68,32 @@ class KubeApiServer:
         return path
 
 
+REQUIRE = "MIGDRA_REQUIRE_KUBE"
+"""Set to 1 (as CI does after ``make kube``), a missing binary fails what needs it instead of skipping it."""
+
+
+def missing_kube_binaries() -> str | None:
+    """Why the upstream binaries cannot run here, or None when ``make kube`` built them."""
+    return None if built_versions() else f"no Kubernetes binaries in {TOOLS_DIR}: `make kube` builds them"
+
+
 def require_kube_binaries() -> None:
-    """Skip the calling test without ``make kube``'s binaries (fail instead where CI requires them)."""
-    if built_versions():
+    """Skip the calling test without ``make kube``'s binaries, so ``make test`` runs on a machine without
+    Go; fail it instead where ``MIGDRA_REQUIRE_KUBE=1`` (CI), so it can never silently stop running there."""
+    reason = missing_kube_binaries()
+    if reason is None:
         return
-    reason = f"no Kubernetes binaries in {TOOLS_DIR}: `make kube` builds them"
-    if os.environ.get("MIGDRA_REQUIRE_KUBE") == "1":
-        pytest.fail(f"MIGDRA_REQUIRE_KUBE=1 but {reason}")
+    if os.environ.get(REQUIRE) == "1":
+        pytest.fail(f"{REQUIRE}=1 but {reason}")
     pytest.skip(reason)
 
 
 @contextmanager
 def kube_apiserver(workdir: Path) -> Iterator[KubeApiServer]:
-    """etcd + kube-apiserver of the oldest built version (``MIGDRA_KUBE_VERSION`` picks another), with the
-    development cluster's flags (every DRA gate it sets, Node+RBAC authorization), stopped afterwards."""
+    """etcd + kube-apiserver of the oldest built version (``MIGDRA_KUBE_VERSION`` picks another), started
+    as the development cluster starts them (every DRA gate it sets, Node+RBAC authorization), stopped
+    afterwards.  The admin's certificate and key are also written as ``admin.crt``/``admin.key`` in
+    ``workdir``, for a test that speaks raw HTTP."""
     binaries = find_binaries(None, os.environ.get("MIGDRA_KUBE_VERSION") or built_versions()[0])
     files = KubeFiles(workdir / "kube")
     files.directory.mkdir(parents=True)
@@ -87,36 +101,21 @@ def kube_apiserver(workdir: Path) -> Iterator[KubeApiServer]:
     pki = write_cluster_pki(files.pki.directory)
     write_audit_policy(files)
     url = f"https://127.0.0.1:{ports.apiserver}"
-    kubeconfig = write_kubeconfig(
-        workdir / "kubeconfig", url, None, pki.ca_pem(), pki.client_certificate(ADMIN_USER, (ADMIN_GROUP,))
-    )
-    processes: list[UpstreamProcess] = []
-    server: KubeApiServer | None = None
-    try:
-        for name, command, health, context in (
-            (
-                "etcd",
-                build_etcd_argv(binaries.path("etcd"), files, ports),
-                f"http://127.0.0.1:{ports.etcd_client}/health",
-                None,
-            ),
-            (
-                "kube-apiserver",
-                build_apiserver_argv(binaries.path("kube-apiserver"), files, ports),
-                f"{url}/readyz",
-                ssl.create_default_context(cafile=str(pki.ca_cert)),
-            ),
-        ):
-            process = UpstreamProcess(name, command, files, lambda line: None)
-            process.start()
-            processes.append(process)
-            wait_healthy(process, health, context, timeout=READY_TIMEOUT_SECONDS)
-        server = KubeApiServer(
-            url, kubeconfig, workdir, processes[-1], command, files, ssl.create_default_context(cafile=str(pki.ca_cert))
-        )
-        yield server
-    finally:
-        if server is not None:
-            processes[-1] = server.process  # the one running now, after any outage
-        for process in reversed(processes):
-            process.stop()
+    admin = pki.client_certificate(ADMIN_USER, (ADMIN_GROUP,))
+    kubeconfig = write_kubeconfig(workdir / "kubeconfig", url, None, pki.ca_pem(), admin)
+    (workdir / "admin.crt").write_bytes(admin.cert_pem)
+    (workdir / "admin.key").write_bytes(admin.key_pem)
+    etcd, apiserver = build_store_and_apiserver(binaries, files, ports, pki.ca_cert)
+    with running([etcd], files, _quiet, READY_TIMEOUT_SECONDS):
+        server: KubeApiServer | None = None
+        try:
+            with running([apiserver], files, _quiet, READY_TIMEOUT_SECONDS) as (process,):
+                server = KubeApiServer(url, kubeconfig, workdir, process, apiserver, files)
+                yield server
+        finally:
+            if server is not None:
+                server.process.stop()  # the one running now, after any outage (stopping twice is safe)
+
+
+def _quiet(line: str) -> None:
+    """The processes' progress lines: a test reads their logs when it fails, not their chatter."""

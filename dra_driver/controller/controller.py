@@ -165,8 +165,11 @@ class ReservationController(ControlLoop):
         generation = claim["metadata"].get("generation")
         observed = int(generation) if generation is not None else None
         now = rfc3339(datetime.now(UTC))
-        entries, transitions = compute_claim_entries(claim, self.driver, self.field_manager, current, observed, now)
-        if entries is None or claimstatus.is_applied(claim, self.field_manager, self.driver, entries):
+        holdings = claimstatus.compute_holdings(claim)  # once per claim and pass: both steps read it
+        entries, transitions = compute_claim_entries(
+            claim, self.driver, self.field_manager, current, observed, now, holdings
+        )
+        if entries is None or claimstatus.is_applied(claim, self.field_manager, self.driver, entries, holdings):
             return None, []
         return entries, transitions
 

@@ -139,15 +139,18 @@ def compute_claim_entries(
     reservations: Sequence[DeviceReservation],
     generation: int | None,
     now: str,
+    holdings: Mapping[str, Mapping[claimstatus.EntryKey, claimstatus.Holding]] | None = None,
 ) -> tuple[list[DeviceEntry] | None, list[Transition]]:
     """The entries the controller applies to one claim (``reservations``: all of the claim's, for the
     devices it still holds) and the ``Reserved`` transitions that deserve an Event; pure.
 
+    ``holdings``: :func:`dra_driver.claimstatus.compute_holdings` of ``claim``, when the caller has them.
     None when some device's pool is not completely listed: an apply without that entry would give up
     what the controller holds of it, so nothing of the claim is written until every pool is known.
     """
     existing = [e for e in (claim.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)]
-    holdings = claimstatus.compute_holdings(claim)
+    if holdings is None:
+        holdings = claimstatus.compute_holdings(claim)
     entries: list[DeviceEntry] = []
     transitions: list[Transition] = []
     for reservation in reservations:

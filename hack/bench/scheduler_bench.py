@@ -88,17 +88,16 @@ from migdra_devcluster.upstream.binaries import KubeBinaries, built_versions, fi
 from migdra_devcluster.upstream.components import (
     KubeFiles,
     Ports,
-    build_apiserver_argv,
-    build_etcd_argv,
     build_scheduler_argv,
 )
 from migdra_devcluster.upstream.controlplane import (
     ADMIN_GROUP,
     ADMIN_USER,
     SCHEDULER_USER,
-    UpstreamProcess,
+    Component,
+    build_store_and_apiserver,
     free_port,
-    wait_healthy,
+    running,
     write_audit_policy,
 )
 from migdra_devcluster.upstream.pki import write_cluster_pki
@@ -151,20 +150,9 @@ def control_plane(workdir: Path, binaries: KubeBinaries, qps: int, burst: int) -
     (workdir / "admin.crt").write_bytes(admin.cert_pem)
     (workdir / "admin.key").write_bytes(admin.key_pem)
     scheduler_argv = build_scheduler_argv(binaries.path("kube-scheduler"), files, ports)
-    steps: list[tuple[str, list[str], str, ssl.SSLContext | None]] = [
-        (
-            "etcd",
-            build_etcd_argv(binaries.path("etcd"), files, ports),
-            f"http://127.0.0.1:{ports.etcd_client}/health",
-            None,
-        ),
-        (
-            "kube-apiserver",
-            build_apiserver_argv(binaries.path("kube-apiserver"), files, ports),
-            f"{url}/readyz",
-            ssl.create_default_context(cafile=str(pki.ca_cert)),
-        ),
-        (
+    components = [
+        *build_store_and_apiserver(binaries, files, ports, pki.ca_cert),
+        Component(
             "kube-scheduler",
             [*scheduler_argv, f"--kube-api-qps={qps}", f"--kube-api-burst={burst}"],
             f"https://127.0.0.1:{ports.scheduler}/healthz",
@@ -172,7 +160,6 @@ def control_plane(workdir: Path, binaries: KubeBinaries, qps: int, burst: int) -
             ssl._create_unverified_context(),
         ),
     ]
-    processes: list[UpstreamProcess] = []
     pool = urllib3.PoolManager(
         # kube-scheduler serves with the certificate it wrote into its --cert-dir at start-up.
         ca_certs=str(files.directory / "scheduler-certs" / "kube-scheduler.crt"),
@@ -181,20 +168,14 @@ def control_plane(workdir: Path, binaries: KubeBinaries, qps: int, burst: int) -
     )
     client: Client | None = None
     try:
-        for name, command, health, context in steps:
-            progress(f"starting {name} ({binaries.version})")
-            process = UpstreamProcess(name, command, files, progress)
-            process.start()
-            processes.append(process)
-            wait_healthy(process, health, context)
-        client = Client(kubeconfig)
-        yield ControlPlane(client, f"https://127.0.0.1:{ports.scheduler}/metrics", pool)
+        progress(f"Kubernetes {binaries.version}")
+        with running(components, files, progress):
+            client = Client(kubeconfig)
+            yield ControlPlane(client, f"https://127.0.0.1:{ports.scheduler}/metrics", pool)
     finally:
         if client is not None:
             client.close()
         pool.clear()
-        for process in reversed(processes):
-            process.stop()
 
 
 # -- kube-scheduler's metrics --------------------------------------------------------------------

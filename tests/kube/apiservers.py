@@ -10,7 +10,6 @@ stale versions, patches of every content type).
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,24 +19,7 @@ from typing import Any
 import urllib3
 
 from migdra_devcluster.apiserver import LocalAPIServer
-from migdra_devcluster.apiserver.kubeconfig import write_kubeconfig
-from migdra_devcluster.upstream.binaries import find_binaries
-from migdra_devcluster.upstream.components import (
-    KubeFiles,
-    Ports,
-    build_apiserver_argv,
-    build_etcd_argv,
-)
-from migdra_devcluster.upstream.controlplane import (
-    ADMIN_GROUP,
-    ADMIN_USER,
-    UpstreamProcess,
-    free_port,
-    wait_healthy,
-    write_audit_policy,
-)
-from migdra_devcluster.upstream.pki import write_cluster_pki
-from tests.kube.cluster import READY_TIMEOUT, kube_version
+from tests.kube_apiserver import kube_apiserver
 
 
 @dataclass(frozen=True)
@@ -88,46 +70,17 @@ class ApiEndpoint:
 
 @contextmanager
 def real_apiserver(workdir: Path) -> Iterator[ApiEndpoint]:
-    """etcd + kube-apiserver of the built version, with the components module's flags; an admin
-    (``system:masters``) client certificate."""
-    binaries = find_binaries(None, kube_version())
-    files = KubeFiles(workdir / "kube")
-    files.directory.mkdir(parents=True)
-    ports = Ports(free_port(), free_port(), free_port(), free_port(), free_port())
-    pki = write_cluster_pki(files.pki.directory)
-    write_audit_policy(files)
-    admin = pki.client_certificate(ADMIN_USER, (ADMIN_GROUP,))
-    url = f"https://127.0.0.1:{ports.apiserver}"
-    kubeconfig = write_kubeconfig(workdir / "kubeconfig", url, None, pki.ca_pem(), admin)
-    (workdir / "admin.crt").write_bytes(admin.cert_pem)
-    (workdir / "admin.key").write_bytes(admin.key_pem)
-    processes: list[UpstreamProcess] = []
-    try:
-        for name, command, health, context in (
-            (
-                "etcd",
-                build_etcd_argv(binaries.path("etcd"), files, ports),
-                f"http://127.0.0.1:{ports.etcd_client}/health",
-                None,
-            ),
-            (
-                "kube-apiserver",
-                build_apiserver_argv(binaries.path("kube-apiserver"), files, ports),
-                f"{url}/readyz",
-                ssl.create_default_context(cafile=str(pki.ca_cert)),
-            ),
-        ):
-            process = UpstreamProcess(name, command, files, lambda line: None)
-            process.start()
-            processes.append(process)
-            wait_healthy(process, health, context, timeout=READY_TIMEOUT)
+    """etcd + kube-apiserver of the built version (:func:`tests.kube_apiserver.kube_apiserver`), reached
+    with an admin (``system:masters``) client certificate."""
+    with kube_apiserver(workdir) as server:
+        ca = server.files.pki.ca_cert
         pool = urllib3.PoolManager(
-            ca_certs=str(pki.ca_cert), cert_file=str(workdir / "admin.crt"), key_file=str(workdir / "admin.key")
+            ca_certs=str(ca), cert_file=str(workdir / "admin.crt"), key_file=str(workdir / "admin.key")
         )
-        yield ApiEndpoint("kube-apiserver", url, kubeconfig, pool)
-    finally:
-        for process in reversed(processes):
-            process.stop()
+        try:
+            yield ApiEndpoint("kube-apiserver", server.url, server.kubeconfig_path, pool)
+        finally:
+            pool.clear()
 
 
 @contextmanager

@@ -12,16 +12,14 @@ import os
 
 import pytest
 
-from migdra_devcluster.upstream.binaries import TOOLS_DIR, built_versions
-
-REQUIRE = "MIGDRA_REQUIRE_KUBE"
+from tests.kube_apiserver import REQUIRE, missing_kube_binaries
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = [item for item in items if "tests/kube/" in item.nodeid]
-    if not here or built_versions():
+    reason = missing_kube_binaries()
+    if not here or reason is None:
         return
-    reason = f"no Kubernetes binaries in {TOOLS_DIR}: `make kube` builds them"
     if os.environ.get(REQUIRE) == "1":
         raise pytest.UsageError(f"{REQUIRE}=1 but {reason}")
     for item in here:

@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dra_driver import claimstatus
+from dra_driver.claimstatus import EntryKey
 from dra_driver.claimstatus import entry_key as _key
 from migdra_devcluster.apiserver.errors import BadRequest, Conflict, Invalid
 
 _KEY_FIELDS = ("device", "driver", "pool", "shareID")
 _CONDITION_FIELDS = ("lastTransitionTime", "message", "observedGeneration", "reason", "status", "type")
-
-EntryKey = tuple[str, str, str, str | None]
 
 
 @dataclass
@@ -48,21 +48,6 @@ def _path(key: EntryKey) -> str:
     if key[3] is not None:
         fields.append(f'shareID="{key[3]}"')
     return f".status.devices[{','.join(fields)}]"
-
-
-def _parse_holdings(managed: Any) -> dict[EntryKey, _Held]:
-    status = (managed.get("fieldsV1") or {}).get("f:status") if isinstance(managed, Mapping) else None
-    devices = status.get("f:devices") if isinstance(status, Mapping) else None
-    held: dict[EntryKey, _Held] = {}
-    for token, fields in (devices or {}).items():
-        if not token.startswith("k:") or not isinstance(fields, Mapping):
-            continue
-        entry = _Held(data="f:data" in fields)
-        for condition in fields.get("f:conditions") or {}:
-            if condition.startswith("k:"):
-                entry.conditions.add(str(json.loads(condition[2:]).get("type")))
-        held[_key(json.loads(token[2:]))] = entry
-    return held
 
 
 def _fields_v1(held: Mapping[EntryKey, _Held]) -> dict[str, Any]:
@@ -114,10 +99,10 @@ def apply_claim_status(old: Mapping[str, Any], body: Any, manager: str, force: b
     applied = [e for e in (status.get("devices") or []) if isinstance(e, Mapping)]
     new = copy.deepcopy(dict(old))
     managed = [m for m in new["metadata"].get("managedFields") or [] if isinstance(m, Mapping)]
+    applies = [m for m in managed if m.get("operation") == "Apply" and m.get("subresource") == "status"]
     holdings = {
-        str(m.get("manager")): _parse_holdings(m)
-        for m in managed
-        if m.get("operation") == "Apply" and m.get("subresource") == "status"
+        who: {key: _Held(set(held.conditions), held.data) for key, held in entries.items()}
+        for who, entries in claimstatus.compute_holdings({"metadata": {"managedFields": applies}}).items()
     }
     mine_before = holdings.pop(manager, {})
     devices = [dict(e) for e in (new.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)]
@@ -201,7 +186,7 @@ def apply_claim_status(old: Mapping[str, Any], body: Any, manager: str, force: b
         new["status"]["devices"] = devices
     else:
         new["status"].pop("devices", None)
-    rebuilt = [m for m in managed if not (m.get("operation") == "Apply" and m.get("subresource") == "status")]
+    rebuilt = [m for m in managed if m not in applies]
     times = {str(m.get("manager")): m.get("time", now) for m in managed}
     for who, held in [*holdings.items(), (manager, mine)]:
         rebuilt.append(

@@ -16,7 +16,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -105,6 +107,58 @@ def wait_healthy(
             return False
 
 
+@dataclass(frozen=True)
+class Component:
+    """One upstream process to start: its command line, and the health endpoint that says it is up."""
+
+    name: str
+    argv: list[str]
+    health_url: str
+    context: ssl.SSLContext | None  # how to verify the endpoint's certificate; None: plain HTTP
+
+
+def build_store_and_apiserver(binaries: KubeBinaries, files: KubeFiles, ports: Ports, ca_cert: Path) -> list[Component]:
+    """etcd, then kube-apiserver with the development cluster's flags: the start of every upstream control
+    plane migdra runs (``sim up``, the tests' API server, the scheduler benchmark), in that order."""
+    return [
+        Component(
+            "etcd",
+            build_etcd_argv(binaries.path("etcd"), files, ports),
+            f"http://127.0.0.1:{ports.etcd_client}/health",
+            None,
+        ),
+        Component(
+            "kube-apiserver",
+            build_apiserver_argv(binaries.path("kube-apiserver"), files, ports),
+            f"https://127.0.0.1:{ports.apiserver}/readyz",
+            ssl.create_default_context(cafile=str(ca_cert)),
+        ),
+    ]
+
+
+@contextmanager
+def running(
+    components: Sequence[Component],
+    files: KubeFiles,
+    progress: Callable[[str], None],
+    timeout: float = START_TIMEOUT_SECONDS,
+) -> Iterator[list[UpstreamProcess]]:
+    """Start each component in order, each waited for on its health endpoint; all stopped (the last
+    first) when the block ends, or when one fails to start."""
+    processes: list[UpstreamProcess] = []
+    try:
+        for component in components:
+            progress(f"starting {component.name}")
+            process = UpstreamProcess(component.name, component.argv, files, progress)
+            process.start()
+            processes.append(process)
+            wait_healthy(process, component.health_url, component.context, timeout=timeout)
+        yield processes
+    finally:
+        for process in reversed(processes):
+            process.stop()
+
+
 def free_port() -> int:
     """A loopback port nobody listens on now (the component binds it a moment later)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -150,23 +204,8 @@ class KubeControlPlane:
         ):
             write_kubeconfig(self.files.kubeconfig(component), self.url, None, ca, pki.client_certificate(user))
         bins, files, ports = self.binaries, self.files, self.ports
-        server_ca = ssl.create_default_context(cafile=str(pki.ca_cert))
-        steps = [
-            (
-                "etcd",
-                build_etcd_argv(bins.path("etcd"), files, ports),
-                f"http://127.0.0.1:{ports.etcd_client}/health",
-                None,
-            ),
-            (
-                "kube-apiserver",
-                build_apiserver_argv(bins.path("kube-apiserver"), files, ports),
-                f"{self.url}/readyz",
-                server_ca,
-            ),
-        ]
-        for name, command, health, context in steps:
-            if not wait_healthy(self._spawn(name, command), health, context, interrupt):
+        for core in build_store_and_apiserver(bins, files, ports, pki.ca_cert):
+            if not wait_healthy(self._spawn(core.name, core.argv), core.health_url, core.context, interrupt):
                 return None
         # Both serve with a certificate they made themselves at start-up: nothing to verify it against.
         unverified = ssl._create_unverified_context()
