@@ -53,6 +53,20 @@ def kubectl(kubeconfig: Path, *args: str, show: bool = True) -> str:
     return done.stdout
 
 
+def describe_failed_start(process: subprocess.Popen[str], ended: bool) -> str:
+    """Why ``sim up`` never said ready: it failed (its output ended: its exit status), or it is still
+    starting after ``START_TIMEOUT`` (then it is stopped).  Its own messages are on stderr above."""
+    if ended:
+        try:
+            status = process.wait(timeout=30)  # the output ended: the process is exiting
+        except subprocess.TimeoutExpired:
+            process.kill()
+            status = process.wait()
+        return f"migdra sim up failed (exit status {status}); its messages are above"
+    process.terminate()
+    return f"migdra sim up did not get ready within {START_TIMEOUT:g} s (its messages are above)"
+
+
 def start_cluster(workdir: Path, control_plane: str) -> tuple[subprocess.Popen[str], Path]:
     """``migdra sim up`` in the background; returns once it printed ``ready kubeconfig=<path>``."""
     command = [str(BIN / "migdra"), "sim", "up", "--workdir", str(workdir), "--nodes", str(NODES), "--gpus", GPUS]
@@ -66,8 +80,7 @@ def start_cluster(workdir: Path, control_plane: str) -> tuple[subprocess.Popen[s
     reader.start()
     reader.join(START_TIMEOUT)
     if not line or not line[0].startswith("ready kubeconfig="):
-        process.terminate()
-        raise SystemExit(f"migdra sim up did not get ready within {START_TIMEOUT:g} s (its messages are above)")
+        raise SystemExit(describe_failed_start(process, ended=bool(line)))
     say(line[0].rstrip())
     return process, Path(line[0].strip().split("=", 1)[1])
 

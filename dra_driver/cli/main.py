@@ -447,6 +447,11 @@ def main() -> None:
         cli.main(standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # `migdra` (or `migdra cel`) alone: the help it asks for, whole and readable, not an error line;
+        # still status 2, as no command ran.
+        click.echo(exc.ctx.get_help() if exc.ctx is not None else cli.get_help(click.Context(cli)))
+        sys.exit(EXIT_USAGE)
     except click.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx is not None else "migdra"
         _fail(f"{exc.format_message()} (see '{where} --help')", EXIT_USAGE)

@@ -160,6 +160,79 @@ def test_a_pods_claim_is_reserved_then_ready_with_the_instance_the_simulated_nvm
     cluster.delete_all(namespace)
 
 
+CONFIGURED_CLAIM = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: configured
+spec:
+  devices:
+    requests:
+    - name: mig
+      exactly:
+        deviceClassName: mig.migdra.io
+        selectors:
+        - cel:
+            expression: device.attributes['gpu.migdra.io'].profile == '1g.10gb'
+    config:
+    - requests: [mig]
+      opaque:
+        driver: gpu.migdra.io
+        parameters:
+          apiVersion: gpu.migdra.io/v1alpha1
+          kind: MigDeviceConfig
+          env:
+            NCCL_DEBUG: INFO
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: configured
+spec:
+  containers:
+  - name: app
+    image: registry.example/app:latest
+    resources:
+      claims:
+      - name: gpu
+  resourceClaims:
+  - name: gpu
+    resourceClaimName: configured
+"""
+
+
+def test_a_claim_with_opaque_configuration_shows_reserved_ready_and_its_mig_uuid(cluster: SimCluster) -> None:
+    """The claim docs/prepare.md describes, applied with kubectl: its status is written (the API server
+    once refused it as an allocation change), and the container gets the configured environment."""
+    namespace = cluster.namespace("configured")
+    cluster.apply(namespace, CONFIGURED_CLAIM)
+    wait_for("the configured pod to run", lambda: cluster.running(namespace, {"configured"}))
+
+    def ready_entry() -> dict[str, Any] | None:
+        claim = next(c for c in cluster.claims(namespace) if c["metadata"]["name"] == "configured")
+        (device,) = claim.get("status", {}).get("devices") or [None]
+        types = {c["type"]: c["status"] for c in (device or {}).get("conditions", [])}
+        return device if types == {"Reserved": "True", "Ready": "True"} and "migUUID" in device["data"] else None
+
+    device = wait_for("Reserved, Ready and the MIG UUID on the configured claim", ready_entry)
+    described = cluster.kubectl("describe", "resourceclaim", "-n", namespace, "configured").stdout
+    for text in ("Reserved", "MigInstanceReady", device["data"]["migUUID"], "MigDeviceConfig"):
+        assert text in described, text
+    (claim,) = [c for c in cluster.claims(namespace) if c["metadata"]["name"] == "configured"]
+    spec = cluster.workdir / "nodes" / device["data"]["node"] / "cdi"
+    (path,) = spec.glob(f"*_{claim['metadata']['uid']}.json")
+    edits = json.loads(path.read_text())
+    assert "NCCL_DEBUG=INFO" in json.dumps(edits), "the configured environment is in the claim's CDI spec"
+    cluster.delete_all(namespace)
+
+
+def test_simulated_nodes_report_a_kubelet_of_the_control_planes_release(cluster: SimCluster) -> None:
+    server = json.loads(cluster.kubectl("version", "-o", "json").stdout)["serverVersion"]["gitVersion"]
+    nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    assert nodes
+    assert {n["status"]["nodeInfo"]["kubeletVersion"] for n in nodes} == {f"{server}-migdra-sim"}
+
+
 def test_a_restarted_plugin_leaves_running_pods_alone_and_serves_later_ones(cluster: SimCluster) -> None:
     namespace = cluster.namespace("restart")
     cluster.kubectl("apply", "-n", namespace, "-f", str(DEMO / "01-mig-1g.yaml"))

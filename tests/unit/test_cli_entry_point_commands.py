@@ -59,3 +59,17 @@ def test_the_help_lists_sim_without_looking_for_it(
     main()  # returns: help is no error
     assert "  sim  " in capsys.readouterr().out
     assert entry_point_lookups == []
+
+
+@pytest.mark.parametrize("argv", [[], ["cel"]], ids=["migdra", "migdra-cel"])
+def test_a_command_group_alone_prints_its_help_not_an_error_line(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["migdra", *argv])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2  # no command ran
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.startswith(f"Usage: migdra {' '.join(argv)}".rstrip() + " [OPTIONS] COMMAND [ARGS]...")
+    assert "\nCommands:\n" in out

@@ -54,7 +54,7 @@ from dra_driver.kube.failures import BackoffPolicy, describe_failure
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kubelet.calls import ClaimRef, PreparedDevice
 from migdra_devcluster.kubelet.heartbeat import NodeHeartbeat
-from migdra_devcluster.kubelet.node import node_labels, node_status
+from migdra_devcluster.kubelet.node import kubelet_version, node_labels, node_status
 from migdra_devcluster.kubelet.pluginclient import CALL_TIMEOUT_SECONDS
 from migdra_devcluster.kubelet.pluginwatcher import DEFAULT_WIPE_DELAY_SECONDS, PluginWatcher
 from migdra_devcluster.kubelet.podstatus import creating_status, running_status
@@ -211,7 +211,8 @@ class Kubelet:
     def _register_node(self) -> None:
         """Create the Node, or (someone created it first: a test, a previous run) update it to ours."""
         labels = node_labels(self.node_name, self.labels)
-        status = node_status(self.node_name, self.capacity, self.host_ip)
+        version = kubelet_version(self.client.server_version())
+        status = node_status(self.node_name, self.capacity, self.host_ip, version)
         if self.client.get(NODES, None, self.node_name) is None:
             body = {
                 "apiVersion": "v1",

@@ -11,7 +11,14 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-KUBELET_VERSION = "v1.35.0-migdra-sim"
+SIMULATED_SUFFIX = "-migdra-sim"
+"""What a simulated kubelet appends to the API server's version, the one it reports as its own."""
+
+
+def kubelet_version(server_version: str) -> str:
+    """``v1.36.5-migdra-sim`` beside a v1.36.5 API server: a kubelet of the control plane's own release,
+    marked simulated (as a prerelease it sorts just below the server's version: never newer)."""
+    return f"{server_version or 'v0.0.0'}{SIMULATED_SUFFIX}"
 
 
 def now_rfc3339() -> str:
@@ -50,8 +57,9 @@ def ready_conditions() -> list[dict[str, str]]:
     ]
 
 
-def node_status(node_name: str, capacity: Mapping[str, str], host_ip: str) -> dict[str, Any]:
-    """A Ready node: capacity equals allocatable (nothing reserved for the system in a simulation)."""
+def node_status(node_name: str, capacity: Mapping[str, str], host_ip: str, version: str) -> dict[str, Any]:
+    """A Ready node: capacity equals allocatable (nothing reserved for the system in a simulation);
+    ``version`` is its kubelet's (:func:`kubelet_version`)."""
     return {
         "capacity": dict(capacity),
         "allocatable": dict(capacity),
@@ -61,8 +69,8 @@ def node_status(node_name: str, capacity: Mapping[str, str], host_ip: str) -> di
             {"type": "Hostname", "address": node_name},
         ],
         "nodeInfo": {
-            "kubeletVersion": KUBELET_VERSION,
-            "kubeProxyVersion": KUBELET_VERSION,
+            "kubeletVersion": version,
+            "kubeProxyVersion": version,
             "operatingSystem": "linux",
             "architecture": "amd64",
             "osImage": "migdra simulated node",
