@@ -102,6 +102,8 @@ def parse_opaque_parameters(entry: DriverConfigEntry, driver_name: str) -> MigDe
     if api_version != expected_version:
         raise DeviceConfigError(f"{path}.apiVersion: unsupported {api_version!r}; this driver reads {expected_version}")
     kind = parameters.get("kind")
+    if kind is None:
+        raise DeviceConfigError(f"{path}.kind: required (known kinds: {', '.join(KNOWN_KINDS)})")
     if kind not in KNOWN_KINDS:
         raise DeviceConfigError(f"{path}.kind: unsupported {kind!r}; known kinds: {', '.join(KNOWN_KINDS)}")
     try:

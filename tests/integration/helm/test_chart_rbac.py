@@ -87,9 +87,13 @@ class Policy:
     (each sees the ones before), then every validation; the first false validation denies."""
 
     def __init__(self, rendered: Rendered) -> None:
-        self.spec = rendered.one("ValidatingAdmissionPolicy")["spec"]
-        (binding,) = rendered.of_kind("ValidatingAdmissionPolicyBinding")
-        assert binding["spec"]["policyName"] == rendered.one("ValidatingAdmissionPolicy")["metadata"]["name"]
+        policy = rendered.one("ValidatingAdmissionPolicy", "-node-slices")
+        self.spec = policy["spec"]
+        (binding,) = [
+            b
+            for b in rendered.of_kind("ValidatingAdmissionPolicyBinding")
+            if b["spec"]["policyName"] == policy["metadata"]["name"]
+        ]
         assert binding["spec"]["validationActions"] == ["Deny"]
         assert self.spec["failurePolicy"] == "Fail"
 
