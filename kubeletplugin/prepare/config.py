@@ -12,7 +12,9 @@ A claim or DeviceClass passes parameters to migdra in ``spec.devices.config[].op
 Parsing is strict: an unknown field, kind or apiVersion, a non-string value, an invalid variable name
 or one migdra owns (``NVIDIA_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEVICES``, ``MIGDRA_*``) is a
 per-claim error naming the field, e.g. ``config[1].opaque.parameters.sharing: extra fields not
-permitted``.  ``MigDeviceConfig`` applies to every device of this driver, MIG or whole GPU.
+permitted``; every problem of every entry is named at once, as the chart's admission policy names
+them (``helm/migdra/templates/configpolicy.yaml``).  ``MigDeviceConfig`` applies to every device of
+this driver, MIG or whole GPU.
 
 Precedence (:func:`compute_device_config`): class configs, then claim configs; within each, later
 entries win; an entry with ``requests`` applies only to results of those requests (a request name
@@ -83,7 +85,12 @@ class ParsedConfig:
 
 
 def parse_driver_configs(entries: Sequence[DriverConfigEntry], driver_name: str) -> tuple[ParsedConfig, ...]:
-    """Every config entry of this driver, strictly parsed; the first bad one raises, naming its field."""
+    """Every config entry of this driver, strictly parsed; any problem raises one
+    :class:`DeviceConfigError` naming every problem of every entry (field path and reason, ``; ``
+    between them), as the chart's admission policy names them."""
+    problems = [problem for entry in entries for problem in compute_config_problems(entry, driver_name)]
+    if problems:
+        raise DeviceConfigError("; ".join(problems))
     return tuple(
         ParsedConfig(entry.index, entry.source, entry.requests, parse_opaque_parameters(entry, driver_name))
         for entry in entries
@@ -91,26 +98,41 @@ def parse_driver_configs(entries: Sequence[DriverConfigEntry], driver_name: str)
 
 
 def parse_opaque_parameters(entry: DriverConfigEntry, driver_name: str) -> MigDeviceConfig:
+    """One entry's parameters; its problems (all of them) raise one :class:`DeviceConfigError`."""
+    problems = compute_config_problems(entry, driver_name)
+    if problems:
+        raise DeviceConfigError("; ".join(problems))
+    return MigDeviceConfig.model_validate(dict(entry.parameters))
+
+
+def compute_config_problems(entry: DriverConfigEntry, driver_name: str) -> list[str]:
+    """Every problem of one entry's parameters, ``config[<index>].opaque.parameters<field>: <reason>``;
+    pure.  Empty when the parameters are a valid configuration."""
     path = f"config[{entry.index}].opaque.parameters"
     parameters = entry.parameters
     if not isinstance(parameters, Mapping):
-        raise DeviceConfigError(f"{path}: must be an object with apiVersion and kind")
+        return [f"{path}: must be an object with apiVersion and kind"]
+    problems: list[str] = []
     expected_version = config_api_version(driver_name)
     api_version = parameters.get("apiVersion")
     if api_version is None:
-        raise DeviceConfigError(f"{path}.apiVersion: required (use {expected_version})")
-    if api_version != expected_version:
-        raise DeviceConfigError(f"{path}.apiVersion: unsupported {api_version!r}; this driver reads {expected_version}")
+        problems.append(f"{path}.apiVersion: required (use {expected_version})")
+    elif api_version != expected_version:
+        problems.append(f"{path}.apiVersion: unsupported '{api_version}'; this driver reads {expected_version}")
     kind = parameters.get("kind")
     if kind is None:
-        raise DeviceConfigError(f"{path}.kind: required (known kinds: {', '.join(KNOWN_KINDS)})")
-    if kind not in KNOWN_KINDS:
-        raise DeviceConfigError(f"{path}.kind: unsupported {kind!r}; known kinds: {', '.join(KNOWN_KINDS)}")
+        problems.append(f"{path}.kind: required (known kinds: {', '.join(KNOWN_KINDS)})")
+    elif kind not in KNOWN_KINDS:
+        problems.append(f"{path}.kind: unsupported '{kind}'; known kinds: {', '.join(KNOWN_KINDS)}")
     try:
-        return MigDeviceConfig.model_validate(dict(parameters))
+        MigDeviceConfig.model_validate(dict(parameters))
     except ValidationError as e:
-        first = e.errors()[0]
-        raise DeviceConfigError(f"{path}{_field_path(first['loc'])}: {_reason(first)}") from e
+        problems += [
+            f"{path}{_field_path(error['loc'])}: {_reason(error)}"
+            for error in e.errors()
+            if error["loc"][:1] not in (("apiVersion",), ("kind",))  # said above, in the API server's words
+        ]
+    return problems
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:

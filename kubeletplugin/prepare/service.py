@@ -93,6 +93,7 @@ from kubeletplugin.prepare.driver_files import DriverEdits
 from kubeletplugin.prepare.errors import (
     CheckpointError,
     ComputeInstanceLeftError,
+    DeviceConfigError,
     DeviceConflictError,
     DeviceResolutionError,
     LockTimeoutError,
@@ -443,7 +444,6 @@ class PrepareService:
 
             claim = read_claim(self._client, ref)
             allocation = compute_claim_allocation(claim, ref, self.driver_name, self.pool_name)
-            configs = parse_driver_configs(allocation.configs, self.driver_name)
             grouped = _group_by_device(allocation.devices)
             shares = _shares_by_device(allocation.devices)
             if not grouped:
@@ -459,24 +459,39 @@ class PrepareService:
                 gpus = self._gpus.topology(grouped)
             except NvmlError as e:
                 raise RealizeError(f"reading the node's GPUs through NVML failed: {e}") from e
+            # Every problem of the claim at once (its configuration, each of its devices), before anything
+            # is created: one failed prepare says all that must change.
+            problems: list[PrepareError] = []
+            try:
+                configs = parse_driver_configs(allocation.configs, self.driver_name)
+            except DeviceConfigError as e:
+                problems.append(e)
+                configs = ()
             intents: list[DeviceIntent] = []
             targets: dict[str, DeviceTarget] = {}
             for device_name, (requests, admin_access) in grouped.items():
-                targets[device_name] = compute_device_target(device_name, gpus, admin_access=admin_access)
+                try:
+                    target = compute_device_target(device_name, gpus, admin_access=admin_access)
+                    # Admin access to a shared device gets a shareID too (kube-scheduler gives every result
+                    # on a multi-allocatable device one): kept, so its status entry and kubelet's answer
+                    # carry it; DeviceIntent.is_share leaves admin access out, so nothing is created for it.
+                    share = shares.get(device_name)
+                    if share is not None:
+                        if not target.shared:
+                            raise DeviceResolutionError(
+                                f"device {device_name}: a shareID was allocated, but it is not a shared device"
+                            )
+                        problem = target.share_size_problem(share[1])
+                        if problem is not None:
+                            raise DeviceResolutionError(problem)
+                except DeviceResolutionError as e:
+                    problems.append(e)
+                    continue
+                targets[device_name] = target
                 env = compute_device_config(configs, requests)
-                # Admin access to a shared device gets a shareID too (kube-scheduler gives every result on a
-                # multi-allocatable device one): kept, so its status entry and kubelet's answer carry it;
-                # DeviceIntent.is_share leaves admin access out, so nothing is created for it.
-                share = shares.get(device_name)
-                if share is not None:
-                    if not targets[device_name].shared:
-                        raise DeviceResolutionError(
-                            f"device {device_name}: a shareID was allocated, but it is not a shared device"
-                        )
-                    problem = targets[device_name].share_size_problem(share[1])
-                    if problem is not None:
-                        raise DeviceResolutionError(problem)
-                intents.append(_intent_of(targets[device_name], requests, admin_access, env, share))
+                intents.append(_intent_of(target, requests, admin_access, env, share))
+            if problems:
+                raise type(problems[0])("; ".join(problem.message for problem in problems))
             self._check_placements_free(ref, intents)
 
             started = ClaimRecord(

@@ -177,6 +177,31 @@ def test_one_bad_claim_never_fails_the_others(node: Node) -> None:
     assert service.owned_instances() == {(node.gpu_uuid(1), 7)}
 
 
+def test_a_claim_with_several_problems_names_every_one_in_one_error_and_creates_nothing(node: Node) -> None:
+    """What only the node can know (its GPUs, legal placements) and what the admission policy may have
+    missed (a cluster without the chart's policy): one failed prepare says everything that must change."""
+    service = node.service()
+    ref = node.claim(
+        "everything-wrong",
+        [
+            result("gpu-7-mig-1g10gb-19-0"),
+            result("gpu-0-mig-1g20gb-15-1", request="second"),
+            result("gpu-1-mig-1g10gb-19-0"),
+        ],
+        [opaque({"apiVersion": "gpu.migdra.io/v9", "kind": "MigDeviceConfig", "env": {"MIGDRA_X": "1"}})],
+    )
+    error = service.prepare([ref])[ref.uid].error
+    assert error.startswith("claim default/everything-wrong: config[0].opaque.parameters.apiVersion: unsupported")
+    for problem in (
+        "config[0].opaque.parameters.env.MIGDRA_X: reserved",
+        "device gpu-7-mig-1g10gb-19-0: no GPU with minor",
+        "device gpu-0-mig-1g20gb-15-1: start 1 is not a legal placement of 1g.20gb",
+    ):
+        assert problem in error, problem
+    assert "gpu-1-mig-1g10gb-19-0" not in error  # the good device is not a problem
+    assert node.instances() == []  # nothing is created while anything is wrong
+
+
 def test_other_drivers_results_are_ignored(node: Node) -> None:
     service = node.service()
     ref = node.claim(

@@ -4,8 +4,7 @@ its field path -- and it refuses exactly what the node plugin's parser refuses, 
 
 The differential: each case's parameters go to the plugin's own parser
 (:func:`kubeletplugin.prepare.config.parse_opaque_parameters`) and, in a ResourceClaim, to kube-apiserver
-with the rendered policy; both must accept, or both refuse, and the plugin's (first) problem must be one
-the API server lists.
+with the rendered policy; both must accept, or both refuse naming the same problems in the same words.
 """
 
 from __future__ import annotations
@@ -23,8 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.kube.client import CLAIM_TEMPLATES, CLAIMS, DEVICE_CLASSES, Client
 from kubeletplugin.prepare.claims import DriverConfigEntry
-from kubeletplugin.prepare.config import parse_opaque_parameters
-from kubeletplugin.prepare.errors import DeviceConfigError
+from kubeletplugin.prepare.config import compute_config_problems
 from tests.integration.helm.chart import render
 from tests.kube_apiserver import KubeApiServer, kube_apiserver, require_kube_binaries
 from tests.waiting import wait_for
@@ -52,6 +50,11 @@ CASES: dict[str, dict[str, Any]] = {
     "env-name-reserved": {"apiVersion": VERSION, "kind": "MigDeviceConfig", "env": {"CUDA_VISIBLE_DEVICES": "0"}},
     "env-name-reserved-prefix": {"apiVersion": VERSION, "kind": "MigDeviceConfig", "env": {"MIGDRA_X": "1"}},
     "env-value-not-a-string": {"apiVersion": VERSION, "kind": "MigDeviceConfig", "env": {"COUNT": 5}},
+    "everything-wrong": {
+        "apiVersion": 7,
+        "sharing": {},
+        "env": {"1BAD": "x", "MIGDRA_A": "1", "NVIDIA_VISIBLE_DEVICES": "all", "COUNT": 5, "OK": "fine"},
+    },
 }
 
 
@@ -137,17 +140,15 @@ def refused(client: Client, body: dict[str, Any]) -> str | None:
 def test_the_policy_refuses_what_the_plugin_refuses_in_its_words(api: tuple[KubeApiServer, Client], case: str) -> None:
     _, client = api
     parameters = CASES[case]
-    try:
-        parse_opaque_parameters(DriverConfigEntry(1, "FromClaim", (), parameters), DRIVER)
-        plugins_problem = None
-    except DeviceConfigError as exc:
-        plugins_problem = str(exc)
+    plugins_problems = compute_config_problems(DriverConfigEntry(1, "FromClaim", (), parameters), DRIVER)
     message = refused(client, claim(f"case-{case}", FOREIGN, config(**parameters)))
-    if plugins_problem is None:
+    if not plugins_problems:
         assert message is None, f"the plugin accepts {parameters}, the policy refused it: {message}"
     else:
-        assert message is not None, f"the plugin refuses {parameters} ({plugins_problem}), the policy accepted it"
-        assert f"spec.devices.{plugins_problem}" in message
+        assert message is not None, f"the plugin refuses {parameters} ({plugins_problems}), the policy accepted it"
+        for problem in plugins_problems:
+            assert f"spec.devices.{problem}" in message
+        assert message.count(".opaque.parameters") == len(plugins_problems), "the policy names more than the plugin"
 
 
 def test_every_mistake_is_named_at_once_with_its_path_in_claims_templates_and_classes(
