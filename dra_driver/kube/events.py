@@ -14,6 +14,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from dra_driver.claimstatus import rfc3339
 from dra_driver.kube.client import EVENTS, Client, Kind
 from dra_driver.kube.failures import describe_failure
@@ -61,17 +63,39 @@ def build_event(
 
 
 class EventRecorder:
-    """Writes the Events of one component (``source.component``, e.g. ``default-scheduler``)."""
+    """Writes the Events of one component (``source.component``, e.g. ``default-scheduler``); the same
+    (object, type, reason, message) again is counted on the Event already written."""
 
-    def __init__(self, client: Client, component: str, host: str | None = None) -> None:
+    def __init__(
+        self, client: Client, component: str, host: str | None = None, reporting_component: str | None = None
+    ) -> None:
         self.client = client
         self.component = component
         self.host = host
+        self.reporting_component = reporting_component
         self._seen: dict[tuple[str, str, str, str], tuple[str, str, int]] = {}
         self._lock = threading.Lock()
 
     def event(self, kind: Kind, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
-        """Record ``reason``/``message`` about ``obj`` of ``kind`` (a dict as the API server returned it)."""
+        """Record ``reason``/``message`` about ``obj`` of ``kind`` (a dict as the API server returned it);
+        a failed write is logged and dropped (Events are best effort)."""
+        meta = obj["metadata"]
+        try:
+            self.write(kind, obj, event_type, reason, message)
+        except Exception as exc:
+            log.warning(
+                "event %s %s on %s/%s not recorded: %s",
+                event_type,
+                reason,
+                meta.get("namespace") or "default",
+                meta.get("name"),
+                describe_failure(exc),
+            )
+
+    def write(self, kind: Kind, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        """:meth:`event`, raising what the API server answered (for a writer that retries, as the node
+        plugin's claim reporter does through an API outage).  A counted Event that expired meanwhile (the
+        API server keeps Events an hour) is written anew."""
         meta = obj["metadata"]
         namespace = meta.get("namespace") or "default"
         key = (meta.get("uid", ""), event_type, reason, message)
@@ -82,24 +106,21 @@ class EventRecorder:
         try:
             if seen is not None:
                 name, first, count = seen
-                patch = {"count": count + 1, "lastTimestamp": now}
-                self.client.merge_patch(EVENTS, namespace, name, patch)
-                self._remember(key, (name, first, count + 1))
-                return
+                try:
+                    self.client.merge_patch(EVENTS, namespace, name, {"count": count + 1, "lastTimestamp": now})
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                else:
+                    self._remember(key, (name, first, count + 1))
+                    return
             body = self._new_event(kind, obj, event_type, reason, message, moment)
             created = self.client.create(EVENTS, body)
             self._remember(key, (created["metadata"]["name"], now, 1))
-        except Exception as exc:
-            log.warning(
-                "event %s %s on %s/%s not recorded: %s",
-                event_type,
-                reason,
-                namespace,
-                meta.get("name"),
-                describe_failure(exc),
-            )
+        except Exception:
             with self._lock:
                 self._seen.pop(key, None)
+            raise
 
     def _remember(self, key: tuple[str, str, str, str], value: tuple[str, str, int]) -> None:
         with self._lock:
@@ -120,4 +141,15 @@ class EventRecorder:
         }
         if meta.get("namespace"):
             involved["namespace"] = meta["namespace"]
-        return build_event(involved, event_type, reason, message, component=self.component, host=self.host, now=now)
+        if not involved["resourceVersion"]:
+            del involved["resourceVersion"]
+        return build_event(
+            involved,
+            event_type,
+            reason,
+            message,
+            component=self.component,
+            host=self.host,
+            now=now,
+            reporting_component=self.reporting_component,
+        )

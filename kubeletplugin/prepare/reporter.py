@@ -3,8 +3,9 @@
 **What it writes** is computed in :mod:`~kubeletplugin.prepare.claim_status` (pure): for a prepared
 record, identity + Ready for each of its devices; no record, or one still being prepared or released,
 nothing of ours (NVIDIA #1456).  Beside the status, a core/v1 Event (``involvedObject`` = the claim, so
-``kubectl describe resourceclaim`` shows it) for prepare success, prepare failure and unprepare
-(:func:`build_claim_event`, over :func:`dra_driver.kube.events.build_event`).
+``kubectl describe resourceclaim`` shows it) for prepare success, prepare failure and unprepare, through
+:class:`dra_driver.kube.events.EventRecorder`: a failure kubelet's retries meet again and again is one
+Event whose ``count`` grows, not an Event per retry.
 
 **The checkpoint is the truth; the claim's status follows it.** A status write does not carry what
 to write: it *converges* the claim -- reads the claim, reads the claim's checkpoint record, and makes
@@ -48,15 +49,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver import claimstatus
 from dra_driver.claimstatus import EVENT_STATUS_WRITE_REFUSED, plugin_field_manager, rfc3339
 from dra_driver.kube.claims import ResourceClaimView, parse_claims_with_objects
-from dra_driver.kube.client import CLAIMS, EVENTS, Client
-from dra_driver.kube.events import build_event
+from dra_driver.kube.client import CLAIMS, Client
+from dra_driver.kube.events import EventRecorder
 from dra_driver.kube.failures import (
     ApiFailure,
     Backoff,
@@ -80,29 +81,6 @@ EVENT_PREPARED = "MigDevicesPrepared"
 EVENT_PREPARE_FAILED = "MigDevicesPrepareFailed"
 EVENT_UNPREPARED = "MigDevicesUnprepared"
 EVENT_UNPREPARE_FAILED = "MigDevicesUnprepareFailed"
-
-
-def build_claim_event(
-    ref: ClaimRef, reason: str, message: str, event_type: str, driver_name: str, node_name: str, now: dt.datetime
-) -> dict[str, Any]:
-    """A core/v1 Event about the claim, from this node's plugin (:func:`dra_driver.kube.events.build_event`)."""
-    involved = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "name": ref.name,
-        "namespace": ref.namespace,
-        "uid": ref.uid,
-    }
-    return build_event(
-        involved,
-        event_type,
-        reason,
-        message,
-        component=f"{driver_name}-kubeletplugin",
-        host=node_name,
-        now=now,
-        reporting_component=f"{driver_name}/kubeletplugin",
-    )
 
 
 # -- the writer --------------------------------------------------------------------------------------
@@ -197,6 +175,10 @@ class ClaimReporter(ControlLoop):
         self._api_backoff = self._backoff_policy.start()  # the reporter thread's alone
         self._reconcile_interval = reconcile_interval
         self.field_manager = plugin_field_manager(driver_name, node_name)
+        self._events = EventRecorder(
+            client, f"{driver_name}-kubeletplugin", node_name, reporting_component=f"{driver_name}/kubeletplugin"
+        )
+        self._event_sequence = 0
         self._refused: dict[str, str] = {}  # claim UID -> resourceVersion whose status was refused
         self._checkpoint: PreparedClaims | None = None
         self._jobs: list[_Job] = []
@@ -296,7 +278,6 @@ class ClaimReporter(ControlLoop):
 
     def report_prepared(self, ref: ClaimRef, record: ClaimRecord, generation: int | None) -> None:
         """Identity + Ready for the prepared ``record`` (``generation``: the claim's, as prepared)."""
-        now = dt.datetime.now(dt.UTC)
         if record.devices:
             self._enqueue_status(
                 ref,
@@ -305,11 +286,11 @@ class ClaimReporter(ControlLoop):
                 generation,
             )
         names = ", ".join(device.intent.device_name for device in record.devices) or "no devices of this driver"
-        self._enqueue_event(ref, EVENT_PREPARED, f"prepared on node {self.node_name}: {names}", "Normal", now)
+        self._enqueue_event(ref, EVENT_PREPARED, f"prepared on node {self.node_name}: {names}", "Normal")
 
     def report_failure(self, ref: ClaimRef, reason: str, message: str) -> None:
         """A Warning Event (``EVENT_PREPARE_FAILED`` / ``EVENT_UNPREPARE_FAILED``) with the per-claim error."""
-        self._enqueue_event(ref, reason, message, "Warning", dt.datetime.now(dt.UTC))
+        self._enqueue_event(ref, reason, message, "Warning")
 
     def report_unprepared(self, ref: ClaimRef, device_names: Sequence[str]) -> None:
         """Clear the claim's status (converged to the checkpoint, which no longer names it) and say so
@@ -324,7 +305,6 @@ class ClaimReporter(ControlLoop):
             EVENT_UNPREPARED,
             f"unprepared on node {self.node_name}: {', '.join(names) or 'no devices'}",
             "Normal",
-            dt.datetime.now(dt.UTC),
         )
 
     def report_cleared(self, ref: ClaimRef, record: ClaimRecord) -> None:
@@ -347,11 +327,18 @@ class ClaimReporter(ControlLoop):
             _Job(("status", ref.uid), describe, lambda: self._converge(ref, reported, generation)), replace=True
         )
 
-    def _enqueue_event(self, ref: ClaimRef, reason: str, message: str, event_type: str, now: dt.datetime) -> None:
-        body = build_claim_event(ref, reason, message, event_type, self.driver_name, self.node_name, now)
+    def _enqueue_event(self, ref: ClaimRef, reason: str, message: str, event_type: str) -> None:
+        """An Event about the claim; the same one again (kubelet retrying a prepare that fails the same way)
+        is counted on the Event already written (``kubectl describe`` shows ``x5 over 2m``)."""
+        claim = {"metadata": {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid}}
         describe = f"writing event {reason} on {ref.namespace}/{ref.name}"
+        self._event_sequence += 1
         self._enqueue(
-            _Job(("event", ref.uid, body["metadata"]["name"]), describe, lambda: self._create_event(body)),
+            _Job(
+                ("event", ref.uid, str(self._event_sequence)),
+                describe,
+                lambda: self._events.write(CLAIMS, claim, event_type, reason, message),
+            ),
             replace=False,
         )
 
@@ -455,7 +442,7 @@ class ClaimReporter(ControlLoop):
         message = (
             f"node {self.node_name}: the API server refused the status of claim {ref.namespace}/{ref.name}: {refused}"
         )
-        self._enqueue_event(ref, EVENT_STATUS_WRITE_REFUSED, message[:1024], "Warning", dt.datetime.now(dt.UTC))
+        self._enqueue_event(ref, EVENT_STATUS_WRITE_REFUSED, message[:1024], "Warning")
 
     def _wait_for_api(self, job: _Job, error: Exception) -> None:
         """The API server is unavailable (or someone keeps conflicting): hold the whole queue, this job first.
@@ -497,9 +484,6 @@ class ClaimReporter(ControlLoop):
         self._cond.notify_all()
 
     # -- the writes ----------------------------------------------------------------------------
-
-    def _create_event(self, body: dict[str, Any]) -> None:
-        self._client.create(EVENTS, body)
 
     def _converge(self, ref: ClaimRef, reported: ClaimRecord | None, generation: int | None) -> None:
         """Make this node's plugin's part of the claim's status say what the checkpoint says now: one

@@ -138,6 +138,20 @@ def test_events_are_emitted_on_the_claim_and_kubectl_describe_shows_them(node: N
     assert "not a legal placement" in described
 
 
+def test_a_prepare_failing_the_same_way_again_is_one_event_with_a_count(node: Node) -> None:
+    """kubelet retries a failed prepare every few seconds: ``kubectl describe`` shows one Warning with
+    ``x3``, not three (and a different failure is an Event of its own)."""
+    service = node.service()
+    bad = node.claim("failing", [result("gpu-0-mig-1g20gb-15-1")])
+    for _ in range(3):
+        assert service.prepare([bad])[bad.uid].error
+        assert service.flush_reports()
+    (failure,) = events_of(node, bad)
+    assert (failure.reason, failure.type, failure.count) == ("MigDevicesPrepareFailed", "Warning", 3)
+    assert failure.first_timestamp <= failure.last_timestamp
+    assert failure.reporting_component == f"{DRIVER}/kubeletplugin"
+
+
 def test_a_failing_status_write_never_fails_prepare_and_is_retried(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
     original = Client.apply_status
     failures: list[str] = []

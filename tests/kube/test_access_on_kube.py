@@ -40,6 +40,7 @@ NOT_EXERCISED = {
     PLUGIN_SA: {
         ("resource.k8s.io", "resourceslices", "update"),  # a changed pool (rescan, placement, taints)
         ("resource.k8s.io", "resourceslices", "delete"),  # fewer slices, or --cleanup-on-exit
+        ("", "events", "patch"),  # a repeated Event (a prepare failing alike again)
         ("resource.k8s.io", "resourceclaims", "get"),  # a claim the informer has not seen yet
         ("resource.k8s.io", "resourceclaims/driver", "associated-node:patch"),  # checked within a status write
     },
@@ -127,6 +128,7 @@ PLUGIN_CAN = [
     (("get", "nodes"), True),
     (("update", "nodes"), False),
     (("create", "events", "-A"), True),
+    (("patch", "events", "-A"), True),
     (("get", "secrets", "-A"), False),
     (("list", "secrets", "-n", RELEASE_NAMESPACE), False),
     (("create", "pods", "-A"), False),
