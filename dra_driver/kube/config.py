@@ -5,6 +5,9 @@ Loads a kubeconfig file, the usual rules (``KUBECONFIG``, then ``~/.kube/config`
 account, with every way that can fail (a missing, binary or garbage file, a ``current-context`` that
 does not exist, no kubeconfig outside a cluster) turned into a
 :class:`~dra_driver.errors.ConfigurationError` that names the file or flag and says what would work.
+Tokens that rotate are followed: the pod's service-account token is read again every minute (the
+client's in-cluster loader), and a kubeconfig's ``tokenFile`` whenever the file changes
+(:func:`follow_token_file`).
 
 Must never: read configuration from the environment itself (the client reads ``KUBECONFIG`` and the
 in-cluster variables; we only learn where it looked), or send a request (a configuration is loaded
@@ -51,7 +54,47 @@ def load_kubeconfig_file(path: Path, *, what: str) -> client.Configuration:
             f"{what}: not a kubeconfig (expected a mapping with clusters, users, contexts and current-context; "
             f"got {got})"
         )
-    return _load(what, config_file=str(path))
+    configuration = _load(what, config_file=str(path))
+    token_file = _current_token_file(loaded, path)
+    if token_file is not None:
+        follow_token_file(configuration, token_file)
+    return configuration
+
+
+def _current_token_file(kubeconfig: dict[str, Any], path: Path) -> Path | None:
+    """The ``tokenFile`` of the current context's user, relative to the kubeconfig's directory; None when
+    it logs in otherwise (a token given inline wins, as in client-go)."""
+    contexts = {c.get("name"): c.get("context") or {} for c in kubeconfig.get("contexts") or [] if isinstance(c, dict)}
+    users = {u.get("name"): u.get("user") or {} for u in kubeconfig.get("users") or [] if isinstance(u, dict)}
+    user = users.get(contexts.get(kubeconfig.get("current-context"), {}).get("user"), {})
+    if not isinstance(user, dict) or user.get("token") or not user.get("tokenFile"):
+        return None
+    return path.parent / str(user["tokenFile"])
+
+
+def follow_token_file(configuration: client.Configuration, token_file: Path) -> None:
+    """Send the token ``token_file`` holds *now* with every request: read again whenever the file changed.
+
+    Why: a projected ServiceAccount token (and a pod-bound token a development cluster issues again
+    after the pod was recreated) is rotated by rewriting the file; client-go re-reads a kubeconfig's
+    ``tokenFile``, the official Python client reads it once.  One ``stat`` per request; a file that
+    cannot be read keeps the token last read (the request then says why it was refused).
+    """
+    seen: list[tuple[int, int]] = [(-1, -1)]
+
+    def refresh(config: client.Configuration) -> None:
+        try:
+            stat = token_file.stat()
+            if (stat.st_mtime_ns, stat.st_size) == seen[0]:
+                return
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError:
+            return
+        seen[0] = (stat.st_mtime_ns, stat.st_size)
+        config.api_key["BearerToken"] = f"Bearer {token}"
+
+    configuration.refresh_api_key_hook = refresh  # type: ignore[assignment]  # the client types it as None
+    refresh(configuration)
 
 
 def load_client_configuration(kubeconfig: Path | None, *, flag: str, usual_rules: bool) -> client.Configuration:

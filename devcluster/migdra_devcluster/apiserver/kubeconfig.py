@@ -28,12 +28,17 @@ def build_kubeconfig(
     ca_pem: bytes | None,
     namespace: str = "default",
     certificate: ClientCertificate | None = None,
+    token_file: str | None = None,
 ) -> dict[str, Any]:
     """A one-cluster, one-user, one-context kubeconfig for ``url``; ``ca_pem`` is the CA for HTTPS.  The
-    user logs in with ``token``, else with ``certificate``, else anonymously."""
+    user logs in with ``token``, else the token in ``token_file`` (relative to the kubeconfig's
+    directory, read again whenever it changes: a rotating token), else with ``certificate``, else
+    anonymously."""
     user: dict[str, Any] = {"username": "anonymous"}
     if token:
         user = {"token": token}
+    elif token_file:
+        user = {"tokenFile": token_file}
     elif certificate is not None:
         user = {
             "client-certificate-data": base64.b64encode(certificate.cert_pem).decode(),
@@ -61,13 +66,15 @@ def write_kubeconfig(
     token: str | None,
     ca_pem: bytes | None = None,
     certificate: ClientCertificate | None = None,
+    token_file: str | None = None,
 ) -> Path:
     """Write the kubeconfig atomically with mode 0600 (it may hold a token or a client key)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".kubeconfig-", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
-            yaml.safe_dump(build_kubeconfig(url, token, ca_pem, certificate=certificate), handle, sort_keys=False)
+            kubeconfig = build_kubeconfig(url, token, ca_pem, certificate=certificate, token_file=token_file)
+            yaml.safe_dump(kubeconfig, handle, sort_keys=False)
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:

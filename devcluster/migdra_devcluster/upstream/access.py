@@ -18,14 +18,18 @@ from __future__ import annotations
 import copy
 import shutil
 import subprocess
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from dra_driver.durable import write_file_atomically
 from dra_driver.errors import ConfigurationError
 from dra_driver.kube.client import PODS, Client, Kind
+from dra_driver.kube.failures import describe_failure
 from migdra_devcluster.apiserver.kubeconfig import write_kubeconfig
 
 CHART_DIR = Path(__file__).resolve().parents[3] / "helm" / "migdra"
@@ -155,6 +159,21 @@ def plugin_kubeconfig_path(workdir: Path, node: str) -> Path:
     return workdir / "nodes" / node / "plugin.kubeconfig"
 
 
+PLUGIN_TOKEN_FILE = "plugin.token"
+"""The plugin's pod-bound token, beside its kubeconfig (``tokenFile``): rewritten when the pod is
+recreated, read again by the running plugin (as kubelet rewrites a projected token)."""
+
+
+def issue_plugin_pod(client: Client, access: ChartAccess, workdir: Path, node: str) -> str:
+    """Create the plugin's Pod on ``node`` and write a token bound to it into its token file (atomically:
+    the running plugin reads it whenever it changes); the Pod's UID."""
+    pod = client.create(PODS, plugin_pod(access, node))
+    token = request_token(client, access.plugin_service_account, pod)
+    path = plugin_kubeconfig_path(workdir, node).with_name(PLUGIN_TOKEN_FILE)
+    write_file_atomically(path, token.encode(), mode=0o600, sync=False)
+    return str(pod["metadata"]["uid"])
+
+
 def controller_kubeconfig_path(workdir: Path) -> Path:
     return workdir / "controller.kubeconfig"
 
@@ -162,10 +181,63 @@ def controller_kubeconfig_path(workdir: Path) -> Path:
 def write_component_kubeconfigs(
     client: Client, access: ChartAccess, nodes: list[str], workdir: Path, url: str, ca_pem: bytes
 ) -> None:
-    """Each node's plugin Pod and its token's kubeconfig, and the controller's kubeconfig."""
+    """Each node's plugin Pod, its token file and the kubeconfig naming it, and the controller's kubeconfig."""
     for node in nodes:
-        pod = client.create(PODS, plugin_pod(access, node))
-        token = request_token(client, access.plugin_service_account, pod)
-        write_kubeconfig(plugin_kubeconfig_path(workdir, node), url, token, ca_pem)
+        issue_plugin_pod(client, access, workdir, node)
+        write_kubeconfig(plugin_kubeconfig_path(workdir, node), url, None, ca_pem, token_file=PLUGIN_TOKEN_FILE)
     token = request_token(client, access.controller_service_account)
     write_kubeconfig(controller_kubeconfig_path(workdir), url, token, ca_pem)
+
+
+class PluginPodKeeper:
+    """What the chart's DaemonSet and kubelet do for the plugin's identity, in ``sim up``: a plugin Pod
+    that is deleted (``kubectl delete pods --all -A``) is made again, and a token bound to the new Pod
+    replaces the old one in the plugin's token file -- the old token dies with its Pod, and without
+    this every plugin would answer 401 until ``sim down``.  One thread, a look every ``interval``
+    seconds; a failed look is tried again at the next."""
+
+    def __init__(
+        self,
+        client: Client,
+        access: ChartAccess,
+        workdir: Path,
+        nodes: list[str],
+        progress: Callable[[str], None],
+        interval: float = 1.0,
+    ) -> None:
+        self._client = client
+        self._access = access
+        self._workdir = workdir
+        self._nodes = nodes
+        self._progress = progress
+        self._interval = interval
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="plugin-pod-keeper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self._interval):
+            try:
+                self.keep()
+            except Exception as exc:  # the API server restarting, say: look again next time
+                self._progress(f"plugin pods: {describe_failure(exc)}; looking again")
+
+    def keep(self) -> list[str]:
+        """Make the plugin Pod of every node that has none (one being deleted is waited for); the nodes."""
+        pods, _ = self._client.list(PODS, RELEASE_NAMESPACE)
+        present = {p["metadata"]["name"] for p in pods}
+        made = []
+        for node in self._nodes:
+            if plugin_pod(self._access, node)["metadata"]["name"] in present:
+                continue
+            uid = issue_plugin_pod(self._client, self._access, self._workdir, node)
+            self._progress(f"{node}: the plugin's pod was deleted; made it again ({uid}) with a new token")
+            made.append(node)
+        return made

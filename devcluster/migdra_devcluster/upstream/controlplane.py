@@ -31,6 +31,7 @@ from migdra_devcluster.upstream.access import (
     RELEASE_NAMESPACE,
     SERVICE_ACCOUNTS,
     ChartAccess,
+    PluginPodKeeper,
     controller_kubeconfig_path,
     grant_chart_access,
     plugin_kubeconfig_path,
@@ -188,6 +189,7 @@ class KubeControlPlane:
         self.ports = Ports(free_port(), free_port(), free_port(), free_port(), free_port())
         self.url = f"https://127.0.0.1:{self.ports.apiserver}"
         self.processes: list[UpstreamProcess] = []
+        self.keeper: PluginPodKeeper | None = None
 
     def start(self, interrupt: threading.Event) -> Path | None:
         """Start every component; the admin kubeconfig once all are healthy (None if interrupted)."""
@@ -249,8 +251,11 @@ class KubeControlPlane:
 
     def grant(self, client: Client, nodes: list[str]) -> None:
         """Each node's plugin Pod and token, and the controller's token (once the Nodes exist: a token
-        bound to a Pod names the Pod's node)."""
+        bound to a Pod names the Pod's node); from then on a deleted plugin Pod is made again with a new
+        token (:class:`PluginPodKeeper`), as the chart's DaemonSet would."""
         write_component_kubeconfigs(client, self.access, nodes, self.workdir, self.url, self.files.pki.ca_pem())
+        self.keeper = PluginPodKeeper(client, self.access, self.workdir, nodes, self.progress)
+        self.keeper.start()
 
     def plugin_kubeconfig(self, node: str) -> Path:
         return plugin_kubeconfig_path(self.workdir, node)
@@ -267,7 +272,10 @@ class KubeControlPlane:
         return process
 
     def stop(self) -> None:
-        """Stop in reverse order (the scheduler first, etcd last); safe to call twice."""
+        """Stop in reverse order (the plugin pods' keeper, the scheduler, ..., etcd last); safe to call twice."""
+        if self.keeper is not None:
+            self.keeper.stop()
+            self.keeper = None
         for process in reversed(self.processes):
             process.stop()
         self.processes.clear()
