@@ -157,6 +157,7 @@ def _gpu_document(gpu: GpuOccupancy) -> dict[str, Any]:
                 "profile": a.profile,
                 "placementStart": a.placement_start,
                 "placementSize": a.placement_size,
+                "computeSlicesFree": a.compute_slices_free,
             }
             for a in gpu.allocatable
         ],
@@ -195,8 +196,11 @@ def _placements(profile: str, starts: Sequence[int]) -> str:
 def _allocatable_summary(gpu: GpuOccupancy) -> str:
     counts: dict[str, int] = {}
     for allocatable in gpu.allocatable:
-        counts[allocatable.profile] = counts.get(allocatable.profile, 0) + 1
-    return ", ".join(f"{profile} x{count}" for profile, count in counts.items()) or "nothing"
+        label = allocatable.profile
+        if allocatable.is_share:
+            label = f"a share of {allocatable.profile} ({allocatable.compute_slices_free} compute slices free)"
+        counts[label] = counts.get(label, 0) + 1
+    return ", ".join(f"{label} x{count}" for label, count in counts.items()) or "nothing"
 
 
 def _instance_line(letter: str, instance: Instance) -> str:

@@ -98,6 +98,12 @@ class Allocatable:
     placement_start: int
     placement_size: int
     multiprocessors: int
+    compute_slices_free: int | None = None  # a shared GPU instance shares hold: what more shares can have
+
+    @property
+    def is_share(self) -> bool:
+        """Room for one more share of a shared GPU instance that exists: its memory slices are held."""
+        return self.compute_slices_free is not None
 
 
 @dataclass
@@ -130,7 +136,8 @@ class GpuOccupancy:
     def largest_allocatable(self) -> Allocatable | None:
         """The largest device that still fits: most memory slices, then most SMs (then by profile name,
         then the lowest placement, so the answer is stable)."""
-        ranked = sorted(self.allocatable, key=lambda a: (-a.placement_size, -a.multiprocessors, a.profile))
+        placements = [a for a in self.allocatable if not a.is_share]  # a share's memory slices are held already
+        ranked = sorted(placements, key=lambda a: (-a.placement_size, -a.multiprocessors, a.profile))
         return ranked[0] if ranked else None
 
     @property
@@ -139,7 +146,7 @@ class GpuOccupancy:
         largest = self.largest_allocatable
         if largest is None:
             return []
-        return sorted(a.placement_start for a in self.allocatable if a.profile == largest.profile)
+        return sorted(a.placement_start for a in self.allocatable if a.profile == largest.profile and not a.is_share)
 
     @property
     def fragmentation(self) -> float:
@@ -280,6 +287,7 @@ def occupancy(
             described.uuid = described.uuid or str(_attribute(devices[key], "parentUUID") or "")
 
     held: set[tuple[str, str]] = set()
+    shares_held: dict[tuple[str, str], int] = {}  # a shared GPU instance -> compute slices its shares hold
     for claim in claims:
         meta = claim.get("metadata") or {}
         label = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -303,6 +311,8 @@ def occupancy(
                     instance, share_id=share_id, share_slices=share_compute_slices(result, driver)
                 )
             held.add(key)
+            if share_id is not None:
+                shares_held[key] = shares_held.get(key, 0) + (instance.share_slices or 0)
             gpu.instances.append(instance)
             for index in range(
                 instance.placement_start, min(instance.placement_start + instance.placement_size, len(gpu.slices))
@@ -318,12 +328,22 @@ def occupancy(
                     left[name] = (left[name] or 0) - (amount or 0)
     for key, device in devices.items():
         owner = device_gpu.get(key)
-        if owner is None or owner not in gpus or key in held or not _fits(key[0], device, remaining):
+        if owner is None or owner not in gpus:
+            continue
+        gpu = gpus[owner]
+        sms = _amount((device.get("capacity") or {}).get("multiprocessors")) or 0
+        if key in shares_held:  # a shared GPU instance that shares hold: room for more shares?
+            capacity = _amount((device.get("capacity") or {}).get("computeSlices")) or 0
+            if capacity > shares_held[key]:
+                start, size = _attribute(device, "placementStart"), _attribute(device, "placementSize")
+                if isinstance(start, int) and isinstance(size, int):
+                    profile = str(_attribute(device, "profile") or "")
+                    gpu.allocatable.append(Allocatable(key[1], profile, start, size, sms, capacity - shares_held[key]))
+            continue
+        if key in held or not _fits(key[0], device, remaining):
             continue
         if _attribute(device, SHARED_ATTRIBUTE) is True:
             continue  # the exclusive device of the same placement stands for it: one placement, one entry
-        gpu = gpus[owner]
-        sms = _amount((device.get("capacity") or {}).get("multiprocessors")) or 0
         if gpu.whole_gpu:
             gpu.allocatable.append(Allocatable(key[1], WHOLE_GPU_PROFILE, 0, 1, sms))
             continue

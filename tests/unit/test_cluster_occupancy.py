@@ -323,9 +323,13 @@ def test_status_json_document_schema() -> None:
         "placementStarts": [2],
     }
     assert gpu0["fragmentation"] == 0.3333
-    assert {"device": "gpu-0-mig-2g20gb-14-2", "profile": "2g.20gb", "placementStart": 2, "placementSize": 2} in gpu0[
-        "allocatable"
-    ]
+    assert {
+        "device": "gpu-0-mig-2g20gb-14-2",
+        "profile": "2g.20gb",
+        "placementStart": 2,
+        "placementSize": 2,
+        "computeSlicesFree": None,
+    } in gpu0["allocatable"]
     assert (gpu1["freeMemorySlices"], gpu1["largestProfile"]["profile"], gpu1["fragmentation"]) == (8, "7g.80gb", 0.0)
 
 
@@ -381,3 +385,31 @@ def test_shares_of_one_gpu_instance_hold_its_slices_together_and_each_is_listed(
     document = status_document(gpus, DRIVER)["nodes"][0]["gpus"][0]
     assert [i["computeSlices"] for i in document["instances"]] == [1, 1, 2]
     assert document["instances"][0]["shareID"] == "11111111-1111-4111-8111-111111111111"
+
+
+def test_a_shared_gpu_instance_with_room_for_more_shares_is_allocatable_but_not_a_free_placement() -> None:
+    """One 1-slice share of a 4g.40gb GI: three compute slices are still free for more shares (a node
+    whose free capacity is only that once said "allocatable nothing"); its memory slices stay held."""
+    shared = "gpu-0-shared-4g40gb-5-0"
+    share = {
+        "request": "share",
+        "driver": DRIVER,
+        "pool": "node-1",
+        "device": shared,
+        "shareID": "11111111-1111-4111-8111-111111111111",
+        "consumedCapacity": {"computeSlices": "1"},
+    }
+    one_share = {
+        "metadata": {"namespace": "default", "name": "infer", "uid": "uid-infer"},
+        "status": {"allocation": {"devices": {"results": [share]}}},
+    }
+    (gpu,) = compute_cluster_occupancy(node_slices("node-1", ["H100"]), [one_share], DRIVER)
+    (room,) = [a for a in gpu.allocatable if a.is_share]
+    assert (room.device, room.profile, room.placement_start, room.compute_slices_free) == (shared, "4g.40gb", 0, 3)
+    assert gpu.largest_allocatable is not None
+    assert gpu.largest_allocatable.placement_start >= 4, "the shared GI's slices are not a free placement"
+    assert "a share of 4g.40gb (3 compute slices free) x1" in render_status([gpu], DRIVER)
+    (entry,) = [
+        a for a in status_document([gpu], DRIVER)["nodes"][0]["gpus"][0]["allocatable"] if a["device"] == shared
+    ]
+    assert entry["computeSlicesFree"] == 3
