@@ -167,7 +167,7 @@ def main() -> int:
         kubectl(kubeconfig, "get", "pods,resourceclaims", "-o", "wide")
         say("\n== One claim in detail: the device the scheduler allocated and the MIG instance it became")
         kubectl(kubeconfig, "describe", "resourceclaim", claim_of(client, "training-3g"))
-        say("\n== The pod that cannot fit: why, per node (from kube's allocator)")
+        say("\n== The pod that cannot fit: what the scheduler says (kube-scheduler: how many nodes, not why)")
         kubectl(
             kubeconfig,
             "get",
@@ -177,17 +177,17 @@ def main() -> int:
             "-o",
             "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message",
         )
-        say("\n== Why, on node-1, in the words of kube's allocator (migdra allocate reads the cluster)")
-        say(f"\n$ migdra allocate --from-cluster --kubeconfig {kubeconfig} --pod default/{UNFIT} --node node-1")
+        say("\n== Why, on every node, in the words of kube's allocator (migdra allocate reads the cluster)")
+        say(f"\n$ migdra allocate --from-cluster --kubeconfig {kubeconfig} --pod default/{UNFIT}")
         explain = ["allocate", "--from-cluster", "--kubeconfig", str(kubeconfig), "--pod", f"default/{UNFIT}"]
         why = subprocess.run(
-            [str(BIN / "migdra"), *explain, "--node", "node-1"],
+            [str(BIN / "migdra"), *explain],
             capture_output=True,
             text=True,
             check=False,
             timeout=60,
         )
-        if why.returncode != 3:  # 3: the claims do not fit on the node
+        if why.returncode != 3:  # 3: the claims fit on no node
             raise SystemExit(f"migdra allocate answered {why.returncode}: {why.stderr.strip()}")
         say(why.stdout.rstrip())
         say("\n== Which memory slices of which GPU hold which claim, realized or not, and what still fits")

@@ -3,9 +3,12 @@
 Input is files (``--slices``, ``--classes``, ``--claims``) or the cluster (``--from-cluster``: every
 ResourceSlice, DeviceClass and allocated ResourceClaim, the Node, and the claims of ``--pod`` or
 ``--claim``); the answer comes from :mod:`dra_driver.allocation`, the port of kube-scheduler's
-allocator, and the explanation from :mod:`dra_driver.allocation.explain`.  Exit status: 0 allocated,
-3 the claims do not fit on the node (the explanation is printed), 1 the attempt is aborted as in
-Kubernetes (a CEL runtime error, an unknown class...), 2 an input cannot be used.
+allocator, and the explanation from :mod:`dra_driver.allocation.explain`.  From the cluster without
+``--node``, every node is tried and each gets its answer: the reason per node behind a
+``FailedScheduling``, which kube-scheduler itself sums up as "N cannot allocate all claims".  Exit
+status: 0 allocated (on some node), 3 the claims fit on no node tried (the explanations are printed), 1
+the attempt is aborted as in Kubernetes (a CEL runtime error, an unknown class...), 2 an input cannot be
+used.
 """
 
 from __future__ import annotations
@@ -40,7 +43,13 @@ _TIMEOUT_S = 15.0
     help="ResourceClaims: those without status.allocation are allocated together (one pod's claims); "
     "those with one are already allocated and hold their devices (repeatable)",
 )
-@click.option("--node", "node_name", required=True, help="the node to allocate on")
+@click.option(
+    "--node",
+    "node_name",
+    default=None,
+    help="the node to allocate on (required with files; with --from-cluster, without it: every node, each "
+    "with its answer -- the reason per node a FailedScheduling does not give)",
+)
 @click.option("--node-label", "node_labels", multiple=True, metavar="KEY=VALUE", help="a label of the node (files)")
 @click.option("--from-cluster", is_flag=True, help="read slices, classes, allocated claims and the node from the API")
 @click.option("--kubeconfig", type=_FILE, default=None, help="kubeconfig for --from-cluster (default: the usual rules)")
@@ -68,8 +77,11 @@ def allocate_command(
 ) -> None:
     """Run kube-scheduler's DRA allocator for claims on one node: print the allocation, or why it fails.
 
-    Exit status 0: allocated; 3: the claims do not fit on the node; 1: the attempt is aborted as
-    kube-scheduler aborts it; 2: an input cannot be used.
+    With --from-cluster and no --node, on every node: each node's allocation or reason (kube-scheduler's
+    FailedScheduling says only how many nodes could not allocate the claims).
+
+    Exit status 0: allocated (on some node); 3: the claims fit on no node tried; 1: the attempt is
+    aborted as kube-scheduler aborts it; 2: an input cannot be used.
     """
     from dra_driver.allocation import AllocationError, allocate  # noqa: PLC0415 -- keep `migdra --help` light
     from dra_driver.allocation.explain import explain  # noqa: PLC0415
@@ -78,29 +90,69 @@ def allocate_command(
     if from_cluster:
         if slice_files or class_files or node_labels:
             raise click.UsageError("--from-cluster reads slices, classes and the node itself; drop the files")
-        inputs = _from_cluster(kubeconfig, node_name, pod, claim_refs, claim_files)
+        claims, nodes, slices, classes, allocated = _from_cluster(kubeconfig, node_name, pod, claim_refs, claim_files)
     else:
         if pod or claim_refs:
             raise click.UsageError("--pod and --claim need --from-cluster")
         if not slice_files or not class_files or not claim_files:
             raise click.UsageError("give --slices, --classes and --claims files (or --from-cluster)")
-        inputs = _from_files(slice_files, class_files, claim_files, node_name, node_labels)
-    claims, node, slices, classes, allocated = inputs
+        if node_name is None:
+            raise click.UsageError("give --node (only --from-cluster can go over every node of a cluster)")
+        claims, node, slices, classes, allocated = _from_files(
+            slice_files, class_files, claim_files, node_name, node_labels
+        )
+        nodes = [node]
     if not claims:
         raise ConfigurationError("no claim to allocate: every given claim already has status.allocation")
-    try:
-        results = allocate(claims, node, slices, classes, allocated, features)
-    except AllocationError as exc:
-        raise AllocationError(f"allocation attempt aborted (as kube-scheduler would abort it): {exc}") from exc
-    if results is not None:
-        _print_allocation(claims, results, node_name, output)
+    answers: list[JSON] = []
+    for node in nodes:
+        name = str(node["metadata"]["name"])
+        try:
+            results = allocate(claims, node, slices, classes, allocated, features)
+        except AllocationError as exc:
+            where = "" if node_name is not None else f" on node {name}"
+            raise AllocationError(
+                f"allocation attempt aborted{where} (as kube-scheduler would abort it): {exc}"
+            ) from exc
+        if results is not None:
+            answers.append({"node": name, "allocated": True, "claims": _named(claims, results)})
+        else:
+            answers.append(
+                {
+                    "node": name,
+                    "allocated": False,
+                    "explanation": explain(claims, node, slices, classes, allocated, features),
+                }
+            )
+    if node_name is not None:
+        (answer,) = answers
+        _print_answer(answer, output)
+        if not answer["allocated"]:
+            raise SystemExit(EXIT_DOES_NOT_FIT)
         return
-    explanation = explain(claims, node, slices, classes, allocated, features)
     if output == "text":
-        click.echo(explanation.summary(), nl=False)
+        for answer in answers:
+            _print_answer(answer, output)
     else:
-        _dump({"allocated": False, "explanation": explanation.as_dict()}, output)
-    raise SystemExit(EXIT_DOES_NOT_FIT)
+        _dump({"nodes": [_document(answer) for answer in answers]}, output)
+    if not any(answer["allocated"] for answer in answers):
+        raise SystemExit(EXIT_DOES_NOT_FIT)
+
+
+def _print_answer(answer: JSON, output: str) -> None:
+    """One node's answer: the allocation, or why the claims do not fit there."""
+    if output != "text":
+        _dump(_document(answer), output)
+    elif answer["allocated"]:
+        click.echo(_allocation_text(answer))
+    else:
+        click.echo(answer["explanation"].summary(), nl=False)
+
+
+def _document(answer: JSON) -> JSON:
+    if answer["allocated"]:
+        return answer
+    return {"node": answer["node"], "allocated": False, "explanation": answer["explanation"].as_dict()}
 
 
 def _features(text: str) -> set[str]:
@@ -202,11 +254,13 @@ def _reference(text: str, flag: str) -> tuple[str, str]:
 
 def _from_cluster(
     kubeconfig: Path | None,
-    node_name: str,
+    node_name: str | None,
     pod: str | None,
     claim_refs: tuple[str, ...],
     claim_files: tuple[Path, ...],
-) -> tuple[list[JSON], JSON, list[JSON], list[JSON], list[JSON]]:
+) -> tuple[list[JSON], list[JSON], list[JSON], list[JSON], list[JSON]]:
+    """The pending claims, the node (``node_name``; None: every node, in name order), slices, classes and
+    the allocated claims, read from the API."""
     from dra_driver.kube.client import CLAIMS, DEVICE_CLASSES, NODES, SLICES, Client  # noqa: PLC0415
     from dra_driver.kube.config import load_client_configuration  # noqa: PLC0415 -- only --from-cluster needs it
 
@@ -217,7 +271,12 @@ def _from_cluster(
     configuration = load_client_configuration(kubeconfig, flag="--kubeconfig", usual_rules=True)
     api = Client(configuration=configuration, timeout=_TIMEOUT_S)
     try:
-        node = _get(api, NODES, None, node_name, f"node {node_name} (--node)")
+        if node_name is not None:
+            nodes = [_get(api, NODES, None, node_name, f"node {node_name} (--node)")]
+        else:
+            nodes = sorted(_list(api, NODES, "Nodes"), key=lambda n: str(n["metadata"]["name"]))
+            if not nodes:
+                raise ConfigurationError("the cluster has no nodes to allocate on")
         slices = _list(api, SLICES, "ResourceSlices")
         classes = _list(api, DEVICE_CLASSES, "DeviceClasses")
         every_claim = _list(api, CLAIMS, "ResourceClaims")
@@ -240,7 +299,7 @@ def _from_cluster(
     pending, _ = _split_claims(wanted)
     pending_ids = {id(c) for c in pending}
     allocated = [c for c in every_claim if (c.get("status") or {}).get("allocation") and id(c) not in pending_ids]
-    return pending, node, slices, classes, allocated
+    return pending, nodes, slices, classes, allocated
 
 
 def _get(api: Client, kind: Kind, namespace: str | None, name: str, what: str) -> JSON:
@@ -288,15 +347,13 @@ def _pod_claims(api: Client, reference: tuple[str, str]) -> list[tuple[str, str]
     return references
 
 
-def _print_allocation(claims: list[JSON], results: list[dict[str, Any]], node_name: str, output: str) -> None:
-    named: list[dict[str, Any]] = [
-        {"claim": _claim_label(claim), "allocation": result} for claim, result in zip(claims, results, strict=True)
-    ]
-    if output != "text":
-        _dump({"allocated": True, "node": node_name, "claims": named}, output)
-        return
-    lines = [f"allocated on node {node_name}:"]
-    for entry in named:
+def _named(claims: list[JSON], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"claim": _claim_label(claim), "allocation": result} for claim, result in zip(claims, results, strict=True)]
+
+
+def _allocation_text(answer: JSON) -> str:
+    lines = [f"allocated on node {answer['node']}:"]
+    for entry in answer["claims"]:
         lines.append(f"  claim {entry['claim']}:")
         for result in entry["allocation"]["devices"]["results"]:
             extra = " (admin access)" if result.get("adminAccess") else ""
@@ -304,7 +361,7 @@ def _print_allocation(claims: list[JSON], results: list[dict[str, Any]], node_na
                 consumed = ", ".join(f"{k} {v}" for k, v in (result.get("consumedCapacity") or {}).items())
                 extra += f" (share {result['shareID']}{': ' + consumed if consumed else ''})"
             lines.append(f"    {result['request']}: {result['driver']}/{result['pool']}/{result['device']}{extra}")
-    click.echo("\n".join(lines))
+    return "\n".join(lines)
 
 
 def _claim_label(claim: JSON) -> str:

@@ -252,3 +252,17 @@ def test_from_cluster_allocates_a_pods_claims_around_allocated_ones(cluster: Pat
     no_node = migdra("--from-cluster", "--kubeconfig", str(cluster), "--node", "node-z", "--claim", "default/train")
     assert no_node.returncode == 1
     assert "node node-z (--node)" in no_node.stderr
+
+
+def test_from_cluster_without_a_node_answers_for_every_node(cluster: Path) -> None:
+    """The reason per node that a FailedScheduling of the real kube-scheduler does not give."""
+    args = ["--from-cluster", "--kubeconfig", str(cluster), "--pod", "default/trainer"]
+    fits = migdra(*args, "-o", "json")
+    assert fits.returncode == 0, fits.stderr
+    (answer,) = json.loads(fits.stdout)["nodes"]  # the cluster has one node
+    assert (answer["node"], answer["allocated"]) == (NODE, True)
+    text = migdra(*args)
+    assert text.stdout.startswith(f"allocated on node {NODE}:")
+    files_without_node = migdra("--slices", str(cluster), "--classes", str(cluster), "--claims", str(cluster))
+    assert files_without_node.returncode == 2
+    assert "give --node" in files_without_node.stderr
