@@ -38,9 +38,9 @@ kube:
 
 ## demo: a simulated cluster (2 nodes x 4 H100 80GB, `migdra sim up`), the workloads of demo/ scheduled onto MIG
 ## devices, kubectl get/describe, the pod that cannot fit and why, the per-GPU occupancy map; then torn down.
-## CONTROL_PLANE=kube runs it on the upstream control plane (`make kube` first).
+## CONTROL_PLANE=kube runs it on the upstream control plane (building it and the real helm first, on first use).
 CONTROL_PLANE ?= local
-demo: $(STAMP)
+demo: $(STAMP) $(if $(filter kube,$(CONTROL_PLANE)),tools kube)
 	rm -rf $(DEMO_STATE) && mkdir -p $(DEMO_STATE)
 	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE) --control-plane $(CONTROL_PLANE)
 
