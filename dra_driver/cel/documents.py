@@ -217,27 +217,48 @@ def selector_sites(document: Document) -> list[SelectorSite]:
     spec = _mapping(document, body.get("spec"), "spec")
     if document.kind == "DeviceClass":
         return _selectors(document, spec, "spec", device_class=None, in_class=True)
+    return [
+        site
+        for path, holder in request_holders(document)
+        for site in _selectors(document, holder, path, _class_of(holder), in_class=False)
+    ]
+
+
+def request_holders(document: Document) -> list[tuple[str, Mapping[str, Any]]]:
+    """(path, mapping) of every request and subrequest of a ResourceClaim or ResourceClaimTemplate that
+    can hold ``deviceClassName`` and ``selectors`` (``exactly``, each ``firstAvailable`` entry, and a
+    v1beta1 request itself); none for other kinds."""
+    if document.kind not in ("ResourceClaim", "ResourceClaimTemplate"):
+        return []
+    spec = _mapping(document, document.body.get("spec"), "spec")
     prefix = "spec"
     if document.kind == "ResourceClaimTemplate":
         spec = _mapping(document, spec.get("spec"), "spec.spec")
         prefix = "spec.spec"
-    sites: list[SelectorSite] = []
+    holders: list[tuple[str, Mapping[str, Any]]] = []
     devices = _mapping(document, spec.get("devices"), f"{prefix}.devices")
     requests = _sequence(document, devices.get("requests"), f"{prefix}.devices.requests", "requests")
     for index, item in enumerate(requests):
         path = f"{prefix}.devices.requests[{index}]"
         request = _mapping(document, item, path)
         if "exactly" in request:  # resource.k8s.io/v1
-            exactly = _mapping(document, request["exactly"], f"{path}.exactly")
-            sites += _selectors(document, exactly, f"{path}.exactly", _class_of(exactly), in_class=False)
+            holders.append((f"{path}.exactly", _mapping(document, request["exactly"], f"{path}.exactly")))
         subrequests = _sequence(document, request.get("firstAvailable"), f"{path}.firstAvailable", "subrequests")
         for sub_index, sub_item in enumerate(subrequests):
             sub_path = f"{path}.firstAvailable[{sub_index}]"
-            sub = _mapping(document, sub_item, sub_path)
-            sites += _selectors(document, sub, sub_path, _class_of(sub), in_class=False)
-        if "selectors" in request:  # v1beta1: the request itself holds the selectors
-            sites += _selectors(document, request, path, _class_of(request), in_class=False)
-    return sites
+            holders.append((sub_path, _mapping(document, sub_item, sub_path)))
+        if "selectors" in request or "deviceClassName" in request:  # v1beta1: the request itself holds them
+            holders.append((path, request))
+    return holders
+
+
+def class_references(document: Document) -> list[tuple[str, str]]:
+    """(path of ``deviceClassName``, the class) of every request and subrequest of a claim or template."""
+    return [
+        (f"{path}.deviceClassName", name)
+        for path, holder in request_holders(document)
+        if (name := _class_of(holder)) is not None
+    ]
 
 
 def _class_of(holder: Mapping[str, Any]) -> str | None:

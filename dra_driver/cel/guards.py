@@ -25,7 +25,13 @@ from dataclasses import dataclass
 
 from dra_driver.cel.lookups import DeviceLookup, device_lookup, device_map
 from dra_driver.cel.syntax import IN, Bind, Call, Comprehension, Has, Ident, Literal, Node, Select
-from dra_driver.devicemodel.vocabulary import ATTRIBUTES, SHARE_CAPACITIES, SHARED_ATTRIBUTE, DeviceType
+from dra_driver.devicemodel.vocabulary import (
+    ATTRIBUTES,
+    SHARE_CAPACITIES,
+    SHARED_ATTRIBUTE,
+    DeviceType,
+    published_capacity_ids,
+)
 
 # A fact is a tuple: ("driver", d) | ("has", kind, d, x) | ("domain", kind, d) | ("type", d, t)
 Fact = tuple[str, ...]
@@ -42,6 +48,7 @@ class Risk(enum.StrEnum):
     DEVICE_TYPE = "device-type"  # migdra publishes it on one device type only
     SHARED_ONLY = "shared-only"  # a capacity migdra publishes on shared GPU-instance devices only
     FOREIGN_DOMAIN = "foreign-domain"  # another driver's domain (or a standard name migdra lacks)
+    UNPUBLISHED = "unpublished"  # our domain, a name migdra never publishes (lint names it as such)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +73,7 @@ class GuardAnalysis:
         for spec in ATTRIBUTES:
             domain, _, ident = spec.qualified(driver).rpartition("/")
             self.specs[(domain, ident)] = _Spec(spec.always, spec.on)
+        self.capacities = published_capacity_ids(driver).get(driver, frozenset())
 
     # -- facts ------------------------------------------------------------------------------------
 
@@ -242,13 +250,15 @@ class GuardAnalysis:
         ours = ("driver", self.driver) in facts
         spec = self.specs.get((lookup.domain, name)) if lookup.kind == "attributes" else None
         if lookup.kind == "capacity" and lookup.domain == self.driver:
+            if name not in self.capacities:
+                return RiskyLookup(lookup, Risk.UNPUBLISHED, "")  # raises on every device: unguarded, it aborts
             shared_known = ("has", "attributes", self.driver, SHARED_ATTRIBUTE) in facts
             if name in {spec.name for spec in SHARE_CAPACITIES} and not shared_known:
                 return RiskyLookup(lookup, Risk.SHARED_ONLY, "")
             return None if ours else RiskyLookup(lookup, Risk.FOREIGN_DEVICE, "")
         if spec is None:
             if lookup.domain == self.driver:
-                return None  # an unknown name in our domain: lint reports it as an error of its own
+                return RiskyLookup(lookup, Risk.UNPUBLISHED, "")  # raises on every device: unguarded, it aborts
             if ("driver", lookup.domain) in facts:
                 return None  # that driver's own guard: we trust it publishes what it is asked for
             return RiskyLookup(lookup, Risk.FOREIGN_DOMAIN, "")

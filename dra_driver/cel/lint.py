@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from dra_driver.cel import syntax
 from dra_driver.cel.checker import BOOL, INT, SEMVER, STRING, CelType, check
 from dra_driver.cel.cost import MAX_ESTIMATED_COST, estimate_cost
-from dra_driver.cel.documents import Document, SelectorSite, selector_sites
+from dra_driver.cel.documents import Document, SelectorSite, class_references, selector_sites
 from dra_driver.cel.errors import CELCompileError
 from dra_driver.cel.guards import Facts, GuardAnalysis, Risk, RiskyLookup
 from dra_driver.cel.lookups import DeviceLookup, device_lookup
@@ -37,6 +37,14 @@ from dra_driver.devicemodel.vocabulary import (
     published_attribute_ids,
     published_capacity_ids,
 )
+from dra_driver.mig.catalog import load_catalog
+
+
+def known_profile_names() -> frozenset[str]:
+    """Every MIG profile name (``3g.40gb``, ``1g.10gb+me``) of every GPU in the shipped catalog."""
+    catalog = load_catalog()
+    return frozenset(profile.name for model in catalog.gpus.values() for profile in model.gpu_instance_profiles)
+
 
 _VALUE_TYPES: dict[str, CelType] = {"int": INT, "bool": BOOL, "string": STRING, "version": SEMVER}
 _LOGICAL = frozenset({"_&&_", "_||_", "!_", "_?_:_"})
@@ -75,9 +83,15 @@ class Problem:
 class Linter:
     """Lints selectors for one driver name; ``classes`` gives the selectors of known DeviceClasses."""
 
-    def __init__(self, driver: str, classes: Mapping[str, tuple[str, ...]] | None = None) -> None:
+    def __init__(
+        self, driver: str, classes: Mapping[str, tuple[str, ...]] | None = None, *, classes_complete: bool = False
+    ) -> None:
+        """``classes_complete``: ``classes`` are every DeviceClass there is (``--classes``), so a request
+        naming another one names a class that does not exist."""
         self.driver = driver
         self.classes = dict(classes or {})
+        self.classes_complete = classes_complete
+        self.profiles = known_profile_names()
         self.guards = GuardAnalysis(driver)
         self.attributes = published_attribute_ids(driver)
         self.capacities = published_capacity_ids(driver)
@@ -96,12 +110,36 @@ class Linter:
                 self.classes[document.name] = tuple(site.expression for site in selector_sites(document))
         findings: list[Finding] = []
         for document in documents:
+            findings += [
+                Finding(Severity.ERROR, document.source, document.label, path, message)
+                for path, message in self._unknown_classes(document)
+            ]
             for site in selector_sites(document):
                 findings += [
                     Finding(p.severity, document.source, document.label, site.path, p.message, p.suggestion)
                     for p in self.lint_site(site)
                 ]
         return findings
+
+    def _unknown_classes(self, document: Document) -> list[tuple[str, str]]:
+        """A request naming a DeviceClass that is not among every class there is: kube-scheduler leaves
+        its pod unschedulable ("device class ... does not exist") until someone creates it."""
+        if not self.classes_complete:
+            return []
+        found = []
+        for path, name in class_references(document):
+            if name in self.classes:
+                continue
+            close = difflib.get_close_matches(name, sorted(self.classes), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            found.append(
+                (
+                    path,
+                    f"DeviceClass '{name}' is not among the classes given: kube-scheduler cannot allocate the "
+                    f"request until a class of that name exists{hint}",
+                )
+            )
+        return found
 
     def lint_site(self, site: SelectorSite) -> list[Problem]:
         context, known = self._context(site)
@@ -139,12 +177,16 @@ class Linter:
                 Problem(Severity.ERROR, f"does not compile: {issue.message} (at {issue.span.line}:{issue.span.column})")
                 for issue in base.issues
             ]
+        risky_lookups = self.guards.risky_lookups(tree, context)
         problems = self._too_complex(expression, tree)
-        problems += self._unknown_names(tree)
+        problems += self._unknown_names(tree, {id(r.lookup.node) for r in risky_lookups if r.risk is Risk.UNPUBLISHED})
         problems += self._typed_by_vocabulary(tree, {issue.message for issue in base.issues})
         problems += self._bad_literals(tree)
+        problems += self._unknown_profiles(tree)
         unknown = {p.message for p in problems}
-        for risky in self.guards.risky_lookups(tree, context):
+        for risky in risky_lookups:
+            if risky.risk is Risk.UNPUBLISHED:
+                continue  # _unknown_names says it, with what is published instead
             problem = self._risk_problem(expression, tree, risky, context_known)
             if problem is not None and problem.message not in unknown:
                 problems.append(problem)
@@ -168,7 +210,10 @@ class Linter:
             )
         ]
 
-    def _unknown_names(self, tree: Node) -> list[Problem]:
+    def _unknown_names(self, tree: Node, risky: set[int]) -> list[Problem]:
+        """Names of the driver's domain it never publishes: an error where the lookup can run unguarded
+        (it aborts scheduling on every device of the driver), a warning where a guard (``'x' in ...``)
+        protects it -- a selector written for another driver's vocabulary, always false here."""
         problems: list[Problem] = []
         seen: set[tuple[str, str]] = set()
         aliases: dict[str, syntax.Node] = {}
@@ -187,10 +232,16 @@ class Linter:
             noun = "attribute" if lookup.kind == "attributes" else "capacity"
             close = difflib.get_close_matches(lookup.name, sorted(published), n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
+            guarded = id(lookup.node) not in risky
+            severity, effect = (
+                (Severity.WARNING, f", so this guarded clause is always false on {self.driver}'s devices")
+                if guarded
+                else (Severity.ERROR, "")
+            )
             problems.append(
                 Problem(
-                    Severity.ERROR,
-                    f"{lookup.describe()}: {self.driver} never publishes {noun} '{lookup.name}' "
+                    severity,
+                    f"{lookup.describe()}: {self.driver} never publishes {noun} '{lookup.name}'{effect} "
                     f"(it publishes {', '.join(sorted(published))}){hint}",
                 )
             )
@@ -215,6 +266,38 @@ class Linter:
                         Severity.ERROR,
                         f"raises at run time on {self.driver}'s devices (attribute types from the vocabulary): "
                         f"{issue.message} (at {issue.span.line}:{issue.span.column})",
+                    )
+                )
+        return problems
+
+    def _unknown_profiles(self, tree: Node) -> list[Problem]:
+        """A profile name compared with ``profile`` that no GPU in the MIG catalog has (``3g.45gb``): the
+        comparison is never true, so the request never gets a device.  A warning: a GPU migdra does not
+        know yet may have it."""
+        problems: list[Problem] = []
+        for node in walk(tree):
+            if not (isinstance(node, Call) and node.target is None and node.function in {"_==_", "_!=_", "@in"}):
+                continue
+            lookup = next(
+                (found for arg in node.args if (found := device_lookup(arg, {})) is not None),
+                None,
+            )
+            if lookup is None or lookup.domain != self.driver or lookup.name != "profile":
+                continue
+            literals = [a for a in node.args if isinstance(a, Literal) and a.kind == "string"]
+            if node.function == "@in" and isinstance(node.args[1], syntax.ListLit):
+                literals = [e for e in node.args[1].elements if isinstance(e, Literal) and e.kind == "string"]
+            for literal in literals:
+                name = str(literal.value)
+                if name in self.profiles:
+                    continue
+                close = difflib.get_close_matches(name, sorted(self.profiles), n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
+                problems.append(
+                    Problem(
+                        Severity.WARNING,
+                        f"'{name}' is no MIG profile of any GPU migdra knows, so this comparison never matches "
+                        f"a device{hint}",
                     )
                 )
         return problems

@@ -214,7 +214,7 @@ def lint_command(files: tuple[Path, ...], driver: str, class_paths: tuple[Path, 
                     classes[document.name] = tuple(site.expression for site in selector_sites(document))
 
     documents = [document for path in files for document in _lint_documents(path)]
-    linter = Linter(driver, classes)
+    linter = Linter(driver, classes, classes_complete=bool(class_paths))
     findings = linter.lint_documents(documents)
     for finding in findings:
         click.echo(finding.render())

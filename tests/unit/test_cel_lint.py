@@ -208,3 +208,37 @@ def test_rendering_names_file_object_path_and_suggestion() -> None:
     text = only(lint(device_class("mig", f"{D}.type == 'mig'"))).render()
     assert text.startswith("classes.yaml: DeviceClass/mig: spec.selectors[0].cel.expression: error: ")
     assert f"\n    suggested: {GUARD} && " in text
+
+
+def test_an_unknown_name_behind_a_presence_guard_is_a_warning_always_false_not_an_error() -> None:
+    """A selector written for another driver's vocabulary (NVIDIA's ``brand``), guarded: harmless, never
+    matches -- not a scheduling abort."""
+    guarded = only(lint(device_class("x", f"{GUARD} && 'brand' in {D} && {D}.brand == 'Tesla'")))
+    assert guarded.severity is Severity.WARNING
+    assert "never publishes attribute 'brand', so this guarded clause is always false" in guarded.message
+    unguarded = only(lint(device_class("x", f"{GUARD} && {D}.brand == 'Tesla'")))
+    assert unguarded.severity is Severity.ERROR
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param(f"{D}.profile == '3g.45gb'", id="equal"),
+        pytest.param(f"{D}.profile in ['1g.10gb', '3g.45gb']", id="in-a-list"),
+    ],
+)
+def test_a_profile_no_gpu_has_is_a_warning_with_the_closest_name(expression: str) -> None:
+    finding = only(lint(device_class("x", f"{GUARD} && {D}.type == 'mig' && {expression}")))
+    assert finding.severity is Severity.WARNING
+    assert "'3g.45gb' is no MIG profile of any GPU migdra knows" in finding.message
+    assert "did you mean '3g.4" in finding.message
+
+
+def test_a_misspelt_device_class_is_an_error_when_every_class_is_given() -> None:
+    classes = {"mig.migdra.io": (f"{GUARD} && {D}.type == 'mig'",)}
+    document = claim([exactly("mig.migdra.oi")])
+    finding = only(Linter(DRIVER, classes, classes_complete=True).lint_documents([document]))
+    assert (finding.severity, finding.path) == (Severity.ERROR, "spec.devices.requests[0].exactly.deviceClassName")
+    assert "DeviceClass 'mig.migdra.oi' is not among the classes given" in finding.message
+    assert "did you mean 'mig.migdra.io'" in finding.message
+    assert Linter(DRIVER, classes).lint_documents([document]) == []  # other classes may exist: no verdict
