@@ -54,7 +54,8 @@ def _counts(values: tuple[str, ...]) -> dict[str, int]:
     type=_FILE,
     multiple=True,
     required=True,
-    help="ResourceClaim / ResourceClaimTemplate YAML or JSON (a file or a directory); repeatable",
+    help="ResourceClaim / ResourceClaimTemplate YAML or JSON (a file or a directory); repeatable.  Pods there "
+    "say how many of each they use (a template once per Pod)",
 )
 @click.option("--count", "counts", multiple=True, metavar="NAME=N", help="copies of a claim or template [1]")
 @click.option(
@@ -98,19 +99,23 @@ def plan_command(
     from dra_driver.cli.allocate_command import load_objects  # noqa: PLC0415
     from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents  # noqa: PLC0415
     from dra_driver.devicemodel.naming import driver_name_problem  # noqa: PLC0415
-    from dra_driver.packing.plan import claims_from_documents, parse_nodes, plan  # noqa: PLC0415
+    from dra_driver.packing.plan import claims_from_documents, compute_pod_counts, parse_nodes, plan  # noqa: PLC0415
 
     problem = driver_name_problem(driver_name)
     if problem is not None:
         raise click.BadParameter(f"{driver_name!r} is not a DRA driver name: it {problem}", param_hint="--driver-name")
     shape = parse_nodes(node_specs)
-    documents = load_objects(workload_files, "--workload", ("ResourceClaim", "ResourceClaimTemplate"))
+    loaded = load_objects(workload_files, "--workload", ("ResourceClaim", "ResourceClaimTemplate", "Pod"))
+    documents = [d for d in loaded if d.get("kind") != "Pod"]
     if not documents:
         raise ConfigurationError("--workload: no ResourceClaim or ResourceClaimTemplate in the given files")
     if rates and counts:
         raise click.UsageError("give --count (place that many) or --rate (arrivals over time), not both")
     rate_of = _rates(rates)
-    claims = claims_from_documents(documents, _counts(counts), "--rate" if rates else "--count")
+    names = {str((d.get("metadata") or {}).get("name") or "") for d in documents}
+    # Pods in the files say how many of each claim they use (a template once per Pod); --count wins.
+    pod_counts = compute_pod_counts([d for d in loaded if d.get("kind") == "Pod"], names)
+    claims = claims_from_documents(documents, {**pod_counts, **_counts(counts)}, "--rate" if rates else "--count")
     unknown = sorted(set(rate_of) - {c.name for c in claims})
     if unknown:
         raise ConfigurationError(f"--rate {unknown[0]}=...: no claim or template of that name in the workload")

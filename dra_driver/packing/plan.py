@@ -110,6 +110,35 @@ def claims_from_documents(
     return planned
 
 
+def compute_pod_counts(pods: Sequence[JSON], claim_names: set[str]) -> dict[str, int]:
+    """How many of each claim or template the Pods among a workload's files use; pure.
+
+    Each Pod gets its own claim from a ``resourceClaimTemplateName`` (so a template counts once per Pod)
+    and shares a ``resourceClaimName`` with every other Pod naming it (so a claim counts once).  A Pod
+    naming a claim or template that is not in the workload is one error naming both.
+    """
+    counts: dict[str, int] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        label = f"Pod/{meta.get('name', '')}"
+        for index, reference in enumerate((pod.get("spec") or {}).get("resourceClaims") or []):
+            if not isinstance(reference, Mapping):
+                continue
+            template = reference.get("resourceClaimTemplateName")
+            claim = reference.get("resourceClaimName")
+            name = str(template or claim or "")
+            if not name:
+                continue
+            if name not in claim_names:
+                field = "resourceClaimTemplateName" if template else "resourceClaimName"
+                raise ConfigurationError(
+                    f"{label}: spec.resourceClaims[{index}].{field} {name!r} is not among the workload's claims and "
+                    "templates; give its file too"
+                )
+            counts[name] = counts.get(name, 0) + 1 if template else 1
+    return counts
+
+
 @dataclass(frozen=True, slots=True)
 class SharedUse:
     """One shared device in use: its node and name, its compute slices, and each share's (claim, size)."""

@@ -159,3 +159,21 @@ def test_plan_seven_one_slice_shares_of_an_h100(tmp_path: Path) -> None:
     (device,) = answer["sharedDevices"]
     assert (device["device"], device["computeSlices"], device["usedComputeSlices"]) == ("gpu-0-shared-7g80gb-0-0", 7, 7)
     assert [share["computeSlices"] for share in device["shares"]] == [1] * 7
+
+
+def test_the_demo_files_with_their_pods_are_a_workload() -> None:
+    """demo/ keeps each template beside the Pod that uses it: plan reads the Pods' claims instead of
+    refusing the file."""
+    demo = Path(__file__).resolve().parents[2] / "demo"
+    result = migdra(
+        "plan",
+        "--nodes",
+        "H100-SXM5-80GB=1",
+        "--workload",
+        str(demo / "01-mig-1g.yaml"),
+        "--workload",
+        str(demo / "02-mig-3g.yaml"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "mig-1g       1 of 1      placed" in result.stdout
+    assert "mig-3g       1 of 1      placed" in result.stdout
