@@ -287,7 +287,8 @@ def occupancy(
             described.uuid = described.uuid or str(_attribute(devices[key], "parentUUID") or "")
 
     held: set[tuple[str, str]] = set()
-    shares_held: dict[tuple[str, str], int] = {}  # a shared GPU instance -> compute slices its shares hold
+    # a shared GPU instance -> compute slices its shares hold (None: a share's size is not known)
+    shares_held: dict[tuple[str, str], int | None] = {}
     for claim in claims:
         meta = claim.get("metadata") or {}
         label = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -311,8 +312,10 @@ def occupancy(
                     instance, share_id=share_id, share_slices=share_compute_slices(result, driver)
                 )
             held.add(key)
-            if share_id is not None:
-                shares_held[key] = shares_held.get(key, 0) + (instance.share_slices or 0)
+            if share_id is not None:  # a share of unknown size leaves nothing to say about room for more
+                taken_so_far = shares_held.get(key, 0)
+                size = instance.share_slices
+                shares_held[key] = None if taken_so_far is None or size is None else taken_so_far + size
             gpu.instances.append(instance)
             for index in range(
                 instance.placement_start, min(instance.placement_start + instance.placement_size, len(gpu.slices))
@@ -334,11 +337,12 @@ def occupancy(
         sms = _amount((device.get("capacity") or {}).get("multiprocessors")) or 0
         if key in shares_held:  # a shared GPU instance that shares hold: room for more shares?
             capacity = _amount((device.get("capacity") or {}).get("computeSlices")) or 0
-            if capacity > shares_held[key]:
+            taken = shares_held[key]
+            if taken is not None and capacity > taken:
                 start, size = _attribute(device, "placementStart"), _attribute(device, "placementSize")
                 if isinstance(start, int) and isinstance(size, int):
                     profile = str(_attribute(device, "profile") or "")
-                    gpu.allocatable.append(Allocatable(key[1], profile, start, size, sms, capacity - shares_held[key]))
+                    gpu.allocatable.append(Allocatable(key[1], profile, start, size, sms, capacity - taken))
             continue
         if key in held or not _fits(key[0], device, remaining):
             continue

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from dra_driver.cli import slices_view
-from dra_driver.cli.allocate_command import _print_allocation
+from dra_driver.cli.allocate_command import _allocation_text, _named
 from dra_driver.device_config import load_device_model_config
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
@@ -312,7 +312,7 @@ def test_slices_table_marks_shared_devices_and_leaves_exclusive_rows_alone() -> 
     assert all(line in table.splitlines() for line in exclusive_rows)
 
 
-def test_allocate_text_names_the_share(capsys: pytest.CaptureFixture[str]) -> None:
+def test_allocate_text_names_the_share() -> None:
     claim = {"metadata": {"namespace": "ns", "name": "c"}}
     result = {
         "devices": {
@@ -329,8 +329,7 @@ def test_allocate_text_names_the_share(capsys: pytest.CaptureFixture[str]) -> No
             ]
         }
     }
-    _print_allocation([claim], [result], "n1", "text")
-    out = capsys.readouterr().out
+    out = _allocation_text({"node": "n1", "claims": _named([claim], [result])})
     assert (
         "r0: gpu.migdra.io/n1/gpu-0-shared-4g40gb-5-0 (share 0b7c4a52-5b1c-4c41-9c55-3e1f2d4b6a70: computeSlices 2)"
         in out
