@@ -58,6 +58,8 @@ def test_a_list_older_than_an_assumed_write_does_not_undo_it(client: Client, pod
 def test_a_late_answer_to_our_own_write_does_not_revive_a_deleted_object(client: Client, pods: Informer) -> None:
     created = client.create(PODS, _pod("b"))
     answer = client.update(PODS, {**created, "metadata": {**created["metadata"], "labels": {"x": "y"}}})
+    # The watch must have delivered the object before its deletion: an empty cache before that says nothing.
+    wait_for("the update in the cache", lambda: ((pods.get("default", "b") or {}).get("metadata") or {}).get("labels"))
     client.delete(PODS, "default", "b")
     wait_for("the deletion in the cache", lambda: pods.get("default", "b") is None and pods.items() == [])
     pods.assume(answer)  # the write's answer handled after the watch delivered the deletion
