@@ -28,7 +28,7 @@ $(HELM): hack/install-helm.sh
 	hack/install-helm.sh .tools/helm
 tools: $(HELM)
 
-## kube: the upstream control plane for `migdra sim up --control-plane kube` and the tests/kube tier: etcd,
+## kube: the upstream control plane of `migdra sim up`, `make demo` and the tests: etcd,
 ## kube-apiserver, kube-controller-manager and kube-scheduler built with `go build` from the modules pinned
 ## in hack/kube/<minor>/go.mod into .tools/kube/<version>/bin (Go 1.26 and the module proxy; skips what is
 ## built).  KUBE_VERSIONS="1.36 1.37" builds both.
@@ -36,13 +36,12 @@ KUBE_VERSIONS ?= 1.36
 kube:
 	hack/kube/build.sh $(KUBE_VERSIONS)
 
-## demo: a simulated cluster (2 nodes x 4 H100 80GB, `migdra sim up`), the workloads of demo/ scheduled onto MIG
-## devices, kubectl get/describe, the pod that cannot fit and why, the per-GPU occupancy map; then torn down.
-## CONTROL_PLANE=kube runs it on the upstream control plane (building it and the real helm first, on first use).
-CONTROL_PLANE ?= local
-demo: $(STAMP) $(if $(filter kube,$(CONTROL_PLANE)),tools kube)
+## demo: a simulated cluster (2 nodes x 4 H100 80GB, `migdra sim up`) on the upstream control plane (built by
+## `make kube` on first use, with its progress shown), the workloads of demo/ scheduled onto MIG devices by
+## kube-scheduler, kubectl get/describe, the pod that cannot fit and why, the per-GPU occupancy map; then torn down.
+demo: $(STAMP) tools kube
 	rm -rf $(DEMO_STATE) && mkdir -p $(DEMO_STATE)
-	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE) --control-plane $(CONTROL_PLANE)
+	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE)
 
 ## check: the fast loop, under 90 seconds: lint, then the check tier -- every folder named unit under tests/, the
 ## tests that start no process (docs/testing.md) -- on PYTEST_WORKERS processes.
@@ -51,11 +50,12 @@ CHECK_DIRS = $(shell find tests -type d -name unit -not -path '*/__pycache__/*')
 check: lint
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) -m check $(CHECK_DIRS)
 
-## test: lint (ruff, mypy --strict, import layers, generated files, no path outside the repository) then the
-## whole pytest suite, every tier, on PYTEST_WORKERS processes (pytest-xdist; every test has its own ports,
-## sockets and directories; the tests of one cluster share a worker: --dist loadgroup).  tests/kube runs when
-## `make kube` has built the upstream binaries (MIGDRA_REQUIRE_KUBE=1 makes their absence a failure, as in CI).
-test: lint tools
+## test: lint (ruff, mypy --strict, import layers, generated files, no path outside the repository), the upstream
+## control plane (make kube: the tests' API server and every simulated cluster), then the whole pytest suite, every
+## tier, on PYTEST_WORKERS processes (pytest-xdist; every test has its own ports, sockets and directories; the
+## tests of one cluster share a worker: --dist loadgroup).  The end-to-end flows run once per Kubernetes version
+## built (MIGDRA_KUBE_VERSIONS picks); CI builds 1.36 and 1.37 and sets MIGDRA_REQUIRE_KUBE=1.
+test: lint tools kube
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 lint: $(STAMP)

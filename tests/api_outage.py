@@ -1,78 +1,31 @@
-"""Harness for API-outage tests (no tests here): an API server that can be switched off and on again, and
-the signals a test waits on (``tests.waiting.wait_for``) instead of polling: a write to the API server's
-store, a line of a process's output.
+"""Harness for API-outage tests (no tests here): a kube-apiserver of the test's own that can be switched off
+and on again, and a process's output lines a test waits on (``tests.waiting.wait_for``).
 
-``LocalAPIServer`` threads cannot be started twice, so "on again" is a new server on the same port that
-loads the snapshot the stopped one wrote: every object comes back with its UID and resourceVersion, as
-an API server restarted on top of its etcd would.
+The outage is real: kube-apiserver stops, every request is refused, and it comes back on the same port
+over the same etcd, every object with its UID and resourceVersion, as after a restart in a cluster.
 """
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer, kube_apiserver, require_kube_binaries
 from tests.waiting import WAIT, wait_for
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class StoreChanges(threading.Event):
-    """Set on every write to the API servers it watches (:meth:`watch` each one): a test waits with
-    ``wait_for(what, probe, changes=...)``, which looks again after each write instead of polling."""
-
-    def __init__(self, server: LocalAPIServer | None = None) -> None:
-        super().__init__()
-        if server is not None:
-            self.watch(server)
-
-    def watch(self, server: LocalAPIServer) -> None:
-        server.store.add_listener(lambda event: self.set())
-        self.set()
-
-
-class RestartableApiServer:
-    """The local API server on a fixed port, with :meth:`stop` (an outage) and :meth:`start` (it is back)."""
-
-    def __init__(self, root: Path) -> None:
-        self.port = free_port()
-        self.snapshot = root / "apiserver-snapshot.json"
-        self.server: LocalAPIServer | None = None
-        self.changes = StoreChanges()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> LocalAPIServer:
-        server = LocalAPIServer(port=self.port, snapshot=self.snapshot).start()
-        self.changes.watch(server)
-        self.server = server
-        return server
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
+RestartableApiServer = KubeApiServer
+"""``stop()`` is the outage, ``start()`` its end."""
 
 
 @contextmanager
-def restartable_api_server(root: Path) -> Iterator[RestartableApiServer]:
-    api = RestartableApiServer(root)
-    api.start()
-    try:
-        yield api
-    finally:
-        api.stop()
+def restartable_api_server(root: Path) -> Iterator[KubeApiServer]:
+    """A kube-apiserver (and etcd) of the caller's own in ``root``; skipped without ``make kube``."""
+    require_kube_binaries()
+    with kube_apiserver(root / "kube-apiserver") as server:
+        yield server
 
 
 class OutputLines:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import pynvml
 import pytest
@@ -32,18 +32,15 @@ from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
-from tests.kube_apiserver import KubeApiServer, kube_apiserver, require_kube_binaries
-
-if TYPE_CHECKING:
-    from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer, SharedKubeApiServer, kube_apiserver, require_kube_binaries
 
 TESTS = Path(__file__).resolve().parent
 
 TIERS = {
     "unit": ("check", "tests that start no process: pure code, table-driven (make check)"),
     "integration": ("integration", "one component at a time over real sockets, servers and processes"),
-    "e2e": ("e2e", "whole flows on a simulated cluster (migdra sim up)"),
-    "kube": ("kube", "the upstream control plane built by make kube"),
+    "e2e": ("e2e", "whole flows on simulated clusters (migdra sim up), on every Kubernetes version built"),
+    "kube": ("kube", "migdra judged against upstream: kube-scheduler's allocation, the chart's access"),
     "perf": ("perf", "pinned NVML call counts and file writes"),
 }
 """Folder name -> (tier marker, what the tier holds).  ``make check`` runs the ``check`` tier."""
@@ -71,7 +68,6 @@ def tier_of(path: Path) -> str | None:
 def pytest_configure(config: pytest.Config) -> None:
     for tier, holds in TIERS.values():
         config.addinivalue_line("markers", f"{tier}: the {tier} tier, {holds} (given by the folder)")
-    config.addinivalue_line("markers", "api_server(**settings): how the api_server fixture configures its server")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
@@ -196,25 +192,30 @@ def simulated_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> OpenSimul
     return open_node
 
 
+SESSION_THREADS: set[threading.Thread] = set()
+"""Threads of session-scoped fixtures: started during some test's set-up, rightly alive after it."""
+
+
+@pytest.fixture(scope="session")
+def shared_kube_api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedKubeApiServer]:
+    """One kube-apiserver (on its own etcd) for every test of this pytest worker that asks for ``api_server``:
+    started on first use, reset after each test (:mod:`tests.kube_reset`)."""
+    require_kube_binaries()
+    before = set(threading.enumerate())
+    with kube_apiserver(tmp_path_factory.mktemp("shared-kube-apiserver")) as server:
+        SESSION_THREADS.update(t for t in threading.enumerate() if t not in before)  # its output readers
+        yield SharedKubeApiServer.prepare(server)
+
+
 @pytest.fixture
-def api_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LocalAPIServer]:
-    """A local API server for one test: in this process, on a free port, stopped after the test.
-
-    A test (or its module, ``pytestmark``) that needs other settings says so with the ``api_server``
-    marker, the nearest marker winning: ``@pytest.mark.api_server(history_limit=50, gc_interval=0.1)``
-    takes the fields of ``ApiServerSettings``; ``tokens=[...]`` gives the lines of a static token file
-    (``token,user,uid[,"groups"]``), written into the test's directory, which also turns TLS on.
-    """
-    from migdra_devcluster.apiserver import LocalAPIServer  # here: only the tests that serve pay for it
-
-    marker = request.node.get_closest_marker("api_server")
-    settings = dict(marker.kwargs) if marker else {}
-    if "tokens" in settings:
-        token_file = tmp_path / "tokens.csv"
-        token_file.write_text("".join(f"{line}\n" for line in settings.pop("tokens")))
-        settings["token_file"] = token_file
-    with LocalAPIServer(**settings) as server:
-        yield server
+def api_server(request: pytest.FixtureRequest) -> Iterator[KubeApiServer]:
+    """The real kube-apiserver, shared with the other tests of this worker and holding none of their objects:
+    whatever this test writes is deleted after it (a test that stops or restarts the server takes
+    ``kube_api_server``, its own).  Skipped without ``make kube``'s binaries unless ``MIGDRA_REQUIRE_KUBE=1``."""
+    require_kube_binaries()
+    shared: SharedKubeApiServer = request.getfixturevalue("shared_kube_api_server")
+    yield shared.server
+    shared.reset()
 
 
 @pytest.fixture(autouse=True)
@@ -227,7 +228,7 @@ def no_leaked_threads() -> Iterator[None]:
     started = [t for t in threading.enumerate() if t not in before]
     for thread in started:
         thread.join(max(0.0, deadline - time.monotonic()))
-    leaked = [t for t in started if t.is_alive()]
+    leaked = [t for t in started if t.is_alive() and t not in SESSION_THREADS]
     assert not leaked, f"threads left running: {sorted(t.name for t in leaked)}"
 
 

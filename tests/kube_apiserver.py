@@ -1,9 +1,11 @@
-"""The real kube-apiserver (on its own etcd) for one test: what every claim status test writes against.
+"""The real kube-apiserver (on its own etcd) for the tests: every test that talks to an API server talks to
+this one, shared by the tests of a pytest worker (reset between them, :mod:`tests.kube_reset`) or, for a
+test that stops and restarts it, its own.
 
-Why the real one: claim status is written by server-side apply (docs/claim-status.md), whose field
-ownership, conflicts and validation only kube-apiserver decides; migdra's local API server once
-accepted a status write that the real one refuses.  Built by ``make kube`` (``tests/kube`` says how
-the tier finds the binaries); without them the test is skipped, and ``MIGDRA_REQUIRE_KUBE=1`` (CI)
+Why the real one: what a component may write, how its writes merge (server-side apply's field
+ownership), what is validated and refused -- only kube-apiserver decides; migdra's former emulation
+once accepted a claim status write the real one refuses.  Built by ``make kube`` (``tests/kube`` says
+how the tier finds the binaries); without them the test is skipped, and ``MIGDRA_REQUIRE_KUBE=1`` (CI)
 makes that a failure.
 """
 
@@ -16,57 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
-from migdra_devcluster.apiserver.kubeconfig import write_kubeconfig
 from migdra_devcluster.upstream.binaries import TOOLS_DIR, built_versions, find_binaries
-from migdra_devcluster.upstream.components import KubeFiles, Ports
-from migdra_devcluster.upstream.controlplane import (
-    ADMIN_GROUP,
-    ADMIN_USER,
-    Component,
-    UpstreamProcess,
-    build_store_and_apiserver,
-    free_port,
-    running,
-    wait_healthy,
-    write_audit_policy,
-)
-from migdra_devcluster.upstream.pki import write_cluster_pki
+from migdra_devcluster.upstream.standalone import KubeApiServer, standalone_apiserver
+from tests.kube_reset import ServerReset
 
-READY_TIMEOUT_SECONDS = 180.0
-"""etcd and kube-apiserver each, on a machine whose two CPUs run other tests' servers too."""
-
-
-@dataclass
-class KubeApiServer:
-    """One running kube-apiserver as a test reaches it: an admin (``system:masters``) kubeconfig; an
-    outage is :meth:`stop` then :meth:`start` (the same port, the same etcd: nothing is lost)."""
-
-    url: str
-    kubeconfig_path: Path
-    workdir: Path
-    process: UpstreamProcess
-    component: Component
-    files: KubeFiles
-
-    def stop(self) -> None:
-        """kube-apiserver goes away (etcd stays): every request is refused until :meth:`start`."""
-        self.process.stop()
-
-    def start(self) -> None:
-        """kube-apiserver again, on the same port, waited for until ready."""
-        component = self.component
-        self.process = UpstreamProcess(component.name, component.argv, self.files, _quiet)
-        self.process.start()
-        wait_healthy(self.process, component.health_url, component.context, timeout=READY_TIMEOUT_SECONDS)
-
-    def write_kubeconfig(self, path: Path) -> Path:
-        """Another copy of the admin kubeconfig (a component's own file)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(self.kubeconfig_path.read_bytes())
-        path.chmod(0o600)
-        return path
-
+__all__ = ["KubeApiServer", "SharedKubeApiServer", "kube_apiserver", "require_kube_binaries"]
 
 REQUIRE = "MIGDRA_REQUIRE_KUBE"
 """Set to 1 (as CI does after ``make kube``), a missing binary fails what needs it instead of skipping it."""
@@ -91,31 +49,30 @@ def require_kube_binaries() -> None:
 @contextmanager
 def kube_apiserver(workdir: Path) -> Iterator[KubeApiServer]:
     """etcd + kube-apiserver of the oldest built version (``MIGDRA_KUBE_VERSION`` picks another), started
-    as the development cluster starts them (every DRA gate it sets, Node+RBAC authorization), stopped
-    afterwards.  The admin's certificate and key are also written as ``admin.crt``/``admin.key`` in
-    ``workdir``, for a test that speaks raw HTTP."""
+    as the development cluster starts them, stopped afterwards (:mod:`migdra_devcluster.upstream.standalone`)."""
     binaries = find_binaries(None, os.environ.get("MIGDRA_KUBE_VERSION") or built_versions()[0])
-    files = KubeFiles(workdir / "kube")
-    files.directory.mkdir(parents=True)
-    ports = Ports(free_port(), free_port(), free_port(), free_port(), free_port())
-    pki = write_cluster_pki(files.pki.directory)
-    write_audit_policy(files)
-    url = f"https://127.0.0.1:{ports.apiserver}"
-    admin = pki.client_certificate(ADMIN_USER, (ADMIN_GROUP,))
-    kubeconfig = write_kubeconfig(workdir / "kubeconfig", url, None, pki.ca_pem(), admin)
-    (workdir / "admin.crt").write_bytes(admin.cert_pem)
-    (workdir / "admin.key").write_bytes(admin.key_pem)
-    etcd, apiserver = build_store_and_apiserver(binaries, files, ports, pki.ca_cert)
-    with running([etcd], files, _quiet, READY_TIMEOUT_SECONDS):
-        server: KubeApiServer | None = None
-        try:
-            with running([apiserver], files, _quiet, READY_TIMEOUT_SECONDS) as (process,):
-                server = KubeApiServer(url, kubeconfig, workdir, process, apiserver, files)
-                yield server
-        finally:
-            if server is not None:
-                server.process.stop()  # the one running now, after any outage (stopping twice is safe)
+    with standalone_apiserver(workdir, binaries) as server:
+        yield server
 
 
-def _quiet(line: str) -> None:
-    """The processes' progress lines: a test reads their logs when it fails, not their chatter."""
+DEFAULT_SERVICE_ACCOUNT = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
+"""What kube-controller-manager would create in ``default``: without it, the admission plugin refuses pods."""
+
+
+@dataclass
+class SharedKubeApiServer:
+    """A kube-apiserver many tests use in turn, with the objects it held after start-up as its baseline."""
+
+    server: KubeApiServer
+    resetter: ServerReset
+
+    @classmethod
+    def prepare(cls, server: KubeApiServer) -> SharedKubeApiServer:
+        api = server.api_client()
+        client.CoreV1Api(api).create_namespaced_service_account("default", DEFAULT_SERVICE_ACCOUNT)
+        resetter = ServerReset(api)
+        resetter.take_baseline()
+        return cls(server, resetter)
+
+    def reset(self) -> None:
+        self.resetter.reset()

@@ -35,10 +35,9 @@ from dra_driver.nvml.sim import SimulatedNvmlLibrary
 from kubeletplugin.prepare.checkpoint import CheckpointStore
 from kubeletplugin.prepare.service import PrepareService
 from kubeletplugin.settings import PrepareSettings
-from migdra_devcluster.apiserver import LocalAPIServer
 from tests.kube_apiserver import KubeApiServer
 
-ApiServer = KubeApiServer | LocalAPIServer
+ApiServer = KubeApiServer | KubeApiServer
 
 NODE = "node-a"
 DRIVER = "gpu.migdra.io"
@@ -80,7 +79,16 @@ def create_claim(
     config: Sequence[dict[str, Any]] = (),
     namespace: str = "default",
 ) -> ClaimRef:
-    """A ResourceClaim with ``status.allocation`` set through the status subresource, as the scheduler does."""
+    """A ResourceClaim with ``status.allocation`` set through the status subresource, as the scheduler does.
+
+    Results with ``adminAccess`` put the claim where kube-apiserver accepts it: its requests ask for admin
+    access, and its namespace (``admin-access`` unless given) carries the label that allows it.
+    """
+    admin = {r["request"].split("/")[0] for r in results if r.get("adminAccess")}
+    if admin and namespace == "default":
+        namespace = ADMIN_NAMESPACE
+    if admin:
+        ensure_admin_namespace(api_client, namespace)
     requests = sorted(
         {r["request"].split("/")[0] for r in results} | {q for c in config for q in c.get("requests", [])}
     )
@@ -94,7 +102,10 @@ def create_claim(
                 "metadata": {"name": name, "namespace": namespace},
                 "spec": {
                     "devices": {
-                        "requests": [{"name": r, "exactly": {"deviceClassName": "mig.gpu.migdra.io"}} for r in requests]
+                        "requests": [
+                            {"name": r, "exactly": {"deviceClassName": "mig.gpu.migdra.io", "adminAccess": r in admin}}
+                            for r in requests
+                        ]
                     }
                 },
             }
@@ -127,6 +138,23 @@ def create_claim(
     answer.read()
     assert answer.status == 200, f"allocating claim {namespace}/{name}: {answer.status} {answer.data[:500]!r}"
     return ClaimRef(namespace=namespace, name=name, uid=created.metadata.uid)
+
+
+ADMIN_NAMESPACE = "admin-access"
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+"""The namespace label without which kube-apiserver refuses an allocation with admin access."""
+
+
+def ensure_admin_namespace(api_client: client.ApiClient, namespace: str) -> None:
+    """``namespace`` with the admin-access label (created when missing)."""
+    core = client.CoreV1Api(api_client)
+    body = {"metadata": {"name": namespace, "labels": {ADMIN_ACCESS_LABEL: "true"}}}
+    try:
+        core.create_namespace(body)
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+        core.patch_namespace(namespace, body)
 
 
 def read_claim_json(api_client: client.ApiClient, ref: ClaimRef) -> dict[str, Any]:
@@ -421,7 +449,8 @@ def _child(arguments: dict[str, Any]) -> None:
         state_dir=Path(arguments["state_dir"]),
         proc_root=Path(arguments["proc_root"]),
     )
-    with client.ApiClient(client.Configuration(host=arguments["api_url"])) as api_client:
+    kubeconfig = load_kubeconfig_file(Path(arguments["kubeconfig"]), what="the test's kubeconfig")
+    with client.ApiClient(kubeconfig) as api_client:
         service = PrepareService.from_settings(
             settings,
             nvml=nvml,

@@ -1,13 +1,21 @@
-"""A ``migdra sim up`` cluster as tests drive it: started as a process, reached with the official client
-and the real kubectl, stopped with ``migdra sim down``.  Shared by tests/e2e (the embedded control plane)
-and tests/kube (the upstream one).  Every wait polls observable state with a bounded deadline.
+"""A ``migdra sim up`` cluster as tests drive it: started as a process on the upstream control plane of one
+Kubernetes version, reached with the official client and the real kubectl, stopped with ``migdra sim
+down``.  Every wait polls observable state with a bounded deadline.
+
+Which versions: a module's cluster (:func:`versioned_cluster`) runs once per version of
+:func:`flow_versions` -- ``MIGDRA_KUBE_VERSIONS`` ("1.36 1.37"), else every version ``make kube`` built;
+CI builds the oldest and the newest supported minor, so every flow runs on both.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,14 +24,28 @@ import pytest
 
 from dra_driver.kube.client import CLAIMS, PODS, Client
 from migdra_devcluster.cluster import gpu_instances_per_node
+from migdra_devcluster.upstream.binaries import built_versions
+from tests.kube_apiserver import require_kube_binaries
+from tests.kubelet_client import short_socket_dir
 from tests.waiting import wait_for
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
-READY_TIMEOUT = 120.0
+READY_TIMEOUT = 400.0
+"""kube-apiserver, the controllers and the plugins of every node: a minute on an idle two-core machine,
+several with both CPUs busy."""
 DELETE_ALL_TIMEOUT = 180.0
 """Seconds :meth:`SimCluster.delete_all` may take: every pod's unprepare, one at a time per node."""
+
+
+DRIVER = "gpu.migdra.io"
+PLACEMENT = re.compile(r"Placement:\s+Size:\s+(\d+)\s+Start:\s+(\d+)")
+"""A device entry's placement as ``kubectl describe`` prints its data."""
+
+
+def _ready(entry: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in entry.get("conditions") or [])
 
 
 @dataclass
@@ -33,8 +55,8 @@ class SimCluster:
     kubeconfig: Path
     client: Client
     stdout_lines: list[str]
-    control_plane: str = "local"
-    """``local`` (migdra's embedded API server, scheduler, claim controller) or ``kube`` (upstream)."""
+    version: str
+    """The Kubernetes version of its control plane (v1.36.5)."""
 
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
@@ -67,6 +89,45 @@ class SimCluster:
             return pods
         return None
 
+    def describe_claim(self, namespace: str, name: str, driver: str = DRIVER) -> str:
+        """``kubectl describe resourceclaim``, once every device entry of ``driver`` is Ready, checked to show
+        each entry's Ready condition, its GPU, its placement and MIG UUID (a MIG device's) -- how a user
+        finds out what a claim became; returns the text for more checks."""
+
+        def ready_entries() -> list[dict[str, Any]] | None:
+            claim = self.client.get(CLAIMS, namespace, name) or {}
+            results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
+            ours = [r for r in results or [] if r["driver"] == driver]
+            entries = [e for e in (claim.get("status") or {}).get("devices") or [] if e["driver"] == driver]
+            ready = [e for e in entries if _ready(e)]
+            return ready if ours and len(ready) == len(ours) else None
+
+        entries = wait_for(f"every device of claim {namespace}/{name} to be Ready", ready_entries)
+        text = self.kubectl("describe", "resourceclaim", "-n", namespace, name).stdout
+        assert text.count("Type:                  Ready") >= len(entries), text
+        shown = {(int(size), int(start)) for size, start in PLACEMENT.findall(text)}
+        for entry in entries:
+            data = entry["data"]
+            assert data["gpuUUID"] in text, (data, text)
+            if "placement" in data:
+                assert (data["placement"]["size"], data["placement"]["start"]) in shown, (data, text)
+                if not data.get("adminAccess"):  # admin access to a placement nobody realized has no UUID
+                    assert data["migUUID"] in text, (data, text)
+        return text
+
+    def describe_running_claims(self, namespace: str) -> int:
+        """:meth:`describe_claim` for every claim reserved for a running pod of ``namespace``: how every flow
+        ends before it cleans up.  Returns how many claims were described (at least one)."""
+        running = {n for n, p in self.pods(namespace).items() if (p.get("status") or {}).get("phase") == "Running"}
+        described = 0
+        for claim in self.claims(namespace):
+            holders = {r["name"] for r in (claim.get("status") or {}).get("reservedFor") or []}
+            if holders & running:
+                self.describe_claim(namespace, claim["metadata"]["name"])
+                described += 1
+        assert described, f"no claim of a running pod in {namespace}"
+        return described
+
     def namespace(self, name: str) -> str:
         self.kubectl("create", "namespace", name)
         return name
@@ -93,9 +154,49 @@ class SimCluster:
         wait_for(f"the pods of {namespace} to go", lambda: not self.pods(namespace), timeout=DELETE_ALL_TIMEOUT)
 
 
-def start_cluster(workdir: Path, *args: str, ready_timeout: float = READY_TIMEOUT) -> SimCluster:
-    """``migdra sim up`` with ``args``; returns once it printed ``ready kubeconfig=<path>``."""
-    command = [str(BIN / "migdra"), "sim", "up", "--workdir", str(workdir), *args]
+def flow_versions() -> list[str]:
+    """The versions the clusters of the end-to-end flows run: ``MIGDRA_KUBE_VERSIONS``, else every built one
+    (a placeholder when none is: the fixture then skips, or fails under ``MIGDRA_REQUIRE_KUBE=1``)."""
+    asked = os.environ.get("MIGDRA_KUBE_VERSIONS", "").replace(",", " ").split()
+    return asked or built_versions() or ["unbuilt"]
+
+
+def oldest_version() -> str:
+    """The version of a test that needs one cluster of any version: ``MIGDRA_KUBE_VERSION``, else the oldest built."""
+    return os.environ.get("MIGDRA_KUBE_VERSION") or (built_versions() or ["unbuilt"])[0]
+
+
+@contextmanager
+def sim_cluster(*args: str, version: str | None = None) -> Iterator[SimCluster]:
+    """``migdra sim up ARGS`` on ``version`` (else :func:`oldest_version`) for the block; ``sim down`` after."""
+    require_kube_binaries()
+    with short_socket_dir() as root:
+        sim = start_cluster(root / "sim", *args, version=version or oldest_version())
+        try:
+            yield sim
+        finally:
+            stop_cluster(sim)
+
+
+def versioned_cluster(*args: str) -> Callable[..., Iterator[SimCluster]]:
+    """A module's ``cluster`` fixture: ``sim up ARGS`` once per version of :func:`flow_versions`, the
+    module's tests run on each in turn (``cluster = versioned_cluster("--nodes", "2")``)."""
+
+    @pytest.fixture(scope="module", params=flow_versions())
+    def cluster(request: pytest.FixtureRequest) -> Iterator[SimCluster]:
+        with sim_cluster(*args, version=request.param) as sim:
+            yield sim
+
+    return cluster
+
+
+def start_cluster(
+    workdir: Path, *args: str, version: str | None = None, ready_timeout: float = READY_TIMEOUT
+) -> SimCluster:
+    """``migdra sim up`` with ``args`` on ``version`` (else :func:`oldest_version`); returns once it printed
+    ``ready kubeconfig=<path>``."""
+    version = version or oldest_version()
+    command = [str(BIN / "migdra"), "sim", "up", "--workdir", str(workdir), "--kube-version", version, *args]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines: list[str] = []
     first = threading.Event()
@@ -113,8 +214,7 @@ def start_cluster(workdir: Path, *args: str, ready_timeout: float = READY_TIMEOU
         pytest.fail(f"migdra sim up printed nothing within {ready_timeout:g} s (exit {process.poll()})")
     assert lines[0].startswith("ready kubeconfig="), lines
     kubeconfig = Path(lines[0].strip().split("=", 1)[1])
-    plane = args[args.index("--control-plane") + 1] if "--control-plane" in args else "local"
-    return SimCluster(workdir, process, kubeconfig, Client(kubeconfig), lines, plane)
+    return SimCluster(workdir, process, kubeconfig, Client(kubeconfig), lines, version)
 
 
 def sim_down(workdir: Path) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,6 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any, Literal
 
 import click
 
@@ -23,107 +22,6 @@ from dra_driver.nvml.types import NvmlEventType
 @click.group()
 def sim() -> None:
     """Local stand-ins for cluster components (never for production)."""
-
-
-@sim.command()
-@click.option("--host", default=None, help="address to listen on (default 127.0.0.1) [env MIGDRA_APISERVER_HOST]")
-@click.option("--port", type=int, default=None, help="TCP port; 0 picks a free one [env MIGDRA_APISERVER_PORT]")
-@click.option(
-    "--kubeconfig-out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help="write a kubeconfig for this server here once it listens",
-)
-@click.option(
-    "--snapshot",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="JSON state file, loaded at start and written periodically and at exit [env MIGDRA_APISERVER_SNAPSHOT]",
-)
-@click.option(
-    "--token-file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="static token file 'token,user,uid[,groups]' turning authentication on [env MIGDRA_APISERVER_TOKEN_FILE]",
-)
-@click.option(
-    "--authorization",
-    type=click.Choice(["AlwaysAllow", "RBAC"]),
-    default=None,
-    help="RBAC: the stored roles and bindings decide (needs --token-file) [env MIGDRA_APISERVER_AUTHORIZATION]",
-)
-def apiserver(
-    host: str | None,
-    port: int | None,
-    kubeconfig_out: Path,
-    snapshot: Path | None,
-    token_file: Path | None,
-    authorization: str | None,
-) -> None:
-    """Run the local Kubernetes API server until SIGINT or SIGTERM."""
-    from pydantic import ValidationError  # noqa: PLC0415 -- keep `migdra --help` light
-
-    from dra_driver.errors import describe_settings_error  # noqa: PLC0415
-    from migdra_devcluster.apiserver import LocalAPIServer  # noqa: PLC0415
-    from migdra_devcluster.apiserver.errors import ListenError  # noqa: PLC0415
-    from migdra_devcluster.apiserver.settings import ApiServerSettings  # noqa: PLC0415
-
-    given: dict[str, Any] = {
-        "host": host,
-        "port": port,
-        "snapshot": snapshot,
-        "token_file": token_file,
-        "authorization": authorization,
-    }
-    try:
-        settings = ApiServerSettings(**{k: v for k, v in given.items() if v is not None})
-    except ValidationError as exc:
-        problems = describe_settings_error(exc, ApiServerSettings, flag_fields=given.keys())
-        raise ConfigurationError(f"invalid API server settings: {problems}") from exc
-    # Every file it will write is checked before it listens: a bad path must not leave a server running.
-    _check_writable_file(kubeconfig_out, "--kubeconfig-out")
-    if settings.snapshot is not None:
-        _check_writable_file(settings.snapshot, "--snapshot (MIGDRA_APISERVER_SNAPSHOT)")
-    if settings.token_file is not None and not settings.token_file.is_file():
-        problem = "is a directory" if settings.token_file.is_dir() else "no such file"
-        raise ConfigurationError(
-            f"--token-file (MIGDRA_APISERVER_TOKEN_FILE) {settings.token_file}: {problem}; "
-            "give a token file, one 'token,user,uid[,groups]' a line"
-        )
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    api = LocalAPIServer(settings)
-    try:
-        api.start()
-    except ListenError as exc:
-        raise ConfigurationError(f"--host/--port (MIGDRA_APISERVER_HOST/PORT): {exc}; port 0 picks a free one") from exc
-    try:
-        try:
-            api.write_kubeconfig(kubeconfig_out)
-        except OSError as exc:
-            raise ConfigurationError(
-                f"--kubeconfig-out {kubeconfig_out}: cannot write it: {exc.strerror or exc}"
-            ) from exc
-        click.echo(f"migdra local API server listening on {api.url}; kubeconfig: {kubeconfig_out}", err=True)
-        stop.wait()
-    finally:
-        api.stop()
-
-
-def _check_writable_file(path: Path, flag: str) -> None:
-    """``path`` can be (re)written atomically: it is not a directory and its directory takes new files."""
-    from dra_driver.durable import writable_directory_problem  # noqa: PLC0415
-
-    if path.is_dir():
-        raise ConfigurationError(f"{flag} {path}: is a directory; give a file path")
-    problem = writable_directory_problem(path.absolute().parent)
-    if problem is not None:
-        raise ConfigurationError(f"{flag} {path}: cannot write it: {problem}")
 
 
 @sim.command()
@@ -149,7 +47,6 @@ def _check_writable_file(path: Path, flag: str) -> None:
     help="simulated GPUs of one node instead of --gpus, e.g. node-2=A100-SXM4-40GB:2,A30:1; repeatable",
 )
 @click.option("--driver-name", default="gpu.migdra.io", show_default=True, help="DRA driver name")
-@click.option("--seed", type=int, default=0, show_default=True, help="seed of the scheduler's node order")
 @click.option(
     "--realize-before-bind",
     is_flag=True,
@@ -163,26 +60,17 @@ def _check_writable_file(path: Path, flag: str) -> None:
     help="an environment variable of one node's plugin, e.g. node-1:MIGDRA_SIM_FAULTS='<fault plan>'; repeatable",
 )
 @click.option(
-    "--control-plane",
-    type=click.Choice(["local", "kube"]),
-    default="local",
-    show_default=True,
-    help="local: migdra's embedded API server, claim controller and scheduler; kube: upstream etcd, "
-    "kube-apiserver, kube-controller-manager and kube-scheduler (built by `make kube`)",
-)
-@click.option(
     "--kube-bin-dir",
     type=click.Path(file_okay=False, path_type=Path),
     envvar="MIGDRA_KUBE_BIN_DIR",
     default=None,
-    help="with --control-plane kube: the directory of etcd and the kube-* binaries "
-    "[default: .tools/kube/<version>/bin]",
+    help="the directory of etcd and the kube-* binaries [default: .tools/kube/<version>/bin, built on first use]",
 )
 @click.option(
     "--kube-version",
     default=None,
     metavar="VERSION",
-    help="with --control-plane kube: which built version (1.36, v1.36.5) [default: the newest built]",
+    help="which Kubernetes version (1.36, v1.36.5), built first if it is not [default: the newest built, else 1.36]",
 )
 def up(
     workdir: Path,
@@ -190,16 +78,14 @@ def up(
     gpus: str,
     node_gpus: tuple[str, ...],
     driver_name: str,
-    seed: int,
     realize_before_bind: bool,
     plugin_env: tuple[str, ...],
-    control_plane: Literal["local", "kube"],
     kube_bin_dir: Path | None,
     kube_version: str | None,
 ) -> None:
-    """Run a simulated cluster: API server, DeviceClasses, claim controller, scheduler, and per node a
-    kubelet and a `migdra kubelet-plugin` process on simulated GPUs.  With `--control-plane kube` the
-    API server, controllers and scheduler are the upstream binaries (docs/local-cluster.md).
+    """Run a simulated cluster: the upstream control plane (etcd, kube-apiserver, kube-controller-manager,
+    kube-scheduler; built on first use, as `make kube` does), DeviceClasses, migdra's controller, and per
+    node a simulated kubelet and a `migdra kubelet-plugin` process on simulated GPUs (docs/local-cluster.md).
 
     Prints `ready kubeconfig=<path>` on stdout once every node's ResourceSlices are published, then
     runs until SIGINT or SIGTERM (or `migdra sim down --workdir DIR`).
@@ -224,11 +110,9 @@ def up(
         nodes,
         gpus,
         driver_name=driver_name,
-        seed=seed,
         realize_before_bind=realize_before_bind,
         plugin_env=tuple(_parse_plugin_env(item) for item in plugin_env),
         node_gpus=tuple(_parse_node_gpus(item) for item in node_gpus),
-        control_plane=control_plane,
         kube_bin_dir=kube_bin_dir.absolute() if kube_bin_dir is not None else None,
         kube_version=kube_version,
     )

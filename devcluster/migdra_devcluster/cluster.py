@@ -2,12 +2,14 @@
 
 Parts, started in this order and stopped in reverse:
 
-1. the local API server (in this process), its kubeconfig at ``<workdir>/kubeconfig``;
+1. the upstream control plane (:mod:`migdra_devcluster.upstream`): etcd, kube-apiserver,
+   kube-controller-manager and kube-scheduler as supervised processes, built on first use; the admin
+   kubeconfig at ``<workdir>/kubeconfig``;
 2. the DeviceClasses of ``deviceclasses/`` (and ``examples/``), with the driver name substituted in
    their CEL selectors when it is not the default, as the Helm chart does;
-3. the resourceclaim controller and the scheduler (threads of this process), and migdra's reservation
-   controller as its own **process** (``migdra controller``, leader election on, log
-   ``<workdir>/controller.log``);
+3. the Helm chart's ServiceAccounts, RBAC and admission policy, and migdra's reservation controller as
+   its own **process** (``migdra controller``, leader election on, log ``<workdir>/controller.log``),
+   logged in as its ServiceAccount;
 4. per node ``node-1 … node-N``: a kubelet (threads of this process; it creates the Node object and
    wipes the node's slices, as kubelet does at start-up) and the node's own ``migdra kubelet-plugin``
    **process** on its own simulated GPUs (``<workdir>/nodes/<node>/nvml-state.json``), registered
@@ -31,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING
 
 from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.devicemodel.naming import driver_name_problem
@@ -39,7 +41,6 @@ from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.durable import writable_directory_problem
 from dra_driver.errors import ConfigurationError
 from dra_driver.kube.client import DEVICE_CLASSES, SLICES, Client
-from migdra_devcluster.embedded import EmbeddedControlPlane
 from migdra_devcluster.kubelet.kubelet import Kubelet
 from migdra_devcluster.supervision import (
     CONTROLLER_PID,
@@ -48,11 +49,13 @@ from migdra_devcluster.supervision import (
     recorded_processes,
 )
 
+if TYPE_CHECKING:
+    from migdra_devcluster.upstream.controlplane import KubeControlPlane
+
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_SECONDS = 120.0
 _MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
-ControlPlaneKind = Literal["local", "kube"]
 
 
 @dataclass(frozen=True)
@@ -64,15 +67,12 @@ class ClusterSpec:
     nodes: int
     gpus: str
     driver_name: str = DEFAULT_DRIVER_NAME
-    seed: int = 0
     wipe_delay: float = 30.0
     deviceclass_dir: Path = DEVICECLASS_DIR
     realize_before_bind: bool = False
     # (node, variable, value): extra environment of one node's plugin (a fault plan for one node's GPUs).
     plugin_env: tuple[tuple[str, str, str], ...] = ()
     node_gpus: tuple[tuple[str, str], ...] = ()
-    # local: the embedded API server, claim controller and scheduler; kube: the upstream binaries
-    control_plane: ControlPlaneKind = "local"
     kube_bin_dir: Path | None = None
     kube_version: str | None = None
 
@@ -207,24 +207,6 @@ class PluginProcess(SupervisedProcess):
         return env
 
 
-class ControlPlane(Protocol):
-    """What ``sim up`` needs of a control plane: start it, give migdra's components their credentials
-    once the Nodes exist, say where those are, stop it."""
-
-    kubeconfig: Path
-    lease_namespace: str
-
-    def start(self, interrupt: threading.Event) -> Path | None: ...
-
-    def grant(self, client: Client, nodes: list[str]) -> None: ...
-
-    def plugin_kubeconfig(self, node: str) -> Path: ...
-
-    def controller_kubeconfig(self) -> Path: ...
-
-    def stop(self) -> None: ...
-
-
 class LocalCluster:
     """The simulated cluster of :class:`ClusterSpec`; :meth:`start` returns once it is ready."""
 
@@ -232,7 +214,7 @@ class LocalCluster:
         self.spec = spec
         self.progress = progress or (lambda message: log.info("%s", message))
         self.kubeconfig = spec.workdir / "kubeconfig"
-        self.control_plane: ControlPlane | None = None
+        self.control_plane: KubeControlPlane | None = None
         self.client: Client | None = None
         self.kubelets: dict[str, Kubelet] = {}
         self.plugins: dict[str, PluginProcess] = {}
@@ -250,15 +232,14 @@ class LocalCluster:
             raise ConfigurationError(
                 f"--driver-name {name!r}: not a DRA driver name: it {problem} (e.g. {DEFAULT_DRIVER_NAME!r})"
             )
-        if self.spec.control_plane == "kube":
-            from migdra_devcluster.upstream.access import helm_binary  # noqa: PLC0415
-            from migdra_devcluster.upstream.binaries import find_binaries  # noqa: PLC0415
+        from migdra_devcluster.upstream.access import helm_binary  # noqa: PLC0415
+        from migdra_devcluster.upstream.binaries import find_binaries, kube_version_problem  # noqa: PLC0415
 
-            find_binaries(self.spec.kube_bin_dir, self.spec.kube_version)
-            helm_binary()
-        elif self.spec.kube_bin_dir is not None or self.spec.kube_version is not None:
-            flag = "--kube-bin-dir" if self.spec.kube_bin_dir is not None else "--kube-version"
-            raise ConfigurationError(f"{flag} goes only with --control-plane kube")
+        if self.spec.kube_bin_dir is not None:  # else built on first use (start)
+            find_binaries(self.spec.kube_bin_dir, None)
+        elif self.spec.kube_version is not None and (problem := kube_version_problem(self.spec.kube_version)):
+            raise ConfigurationError(problem)
+        helm_binary()
         problem = writable_directory_problem(self.spec.workdir)
         if problem is not None:
             raise ConfigurationError(f"--workdir {self.spec.workdir}: cannot use it: {problem}")
@@ -338,14 +319,12 @@ class LocalCluster:
             return None
         return self.kubeconfig
 
-    def _new_control_plane(self) -> ControlPlane:
-        if self.spec.control_plane == "local":
-            return EmbeddedControlPlane(self.spec.workdir, self.spec.seed, self.progress)
+    def _new_control_plane(self) -> KubeControlPlane:
         from migdra_devcluster.upstream.access import render_chart_access  # noqa: PLC0415
-        from migdra_devcluster.upstream.binaries import find_binaries  # noqa: PLC0415
+        from migdra_devcluster.upstream.binaries import ensure_binaries  # noqa: PLC0415
         from migdra_devcluster.upstream.controlplane import KubeControlPlane  # noqa: PLC0415
 
-        binaries = find_binaries(self.spec.kube_bin_dir, self.spec.kube_version)
+        binaries = ensure_binaries(self.spec.kube_bin_dir, self.spec.kube_version, self.progress)
         access = render_chart_access(self.spec.driver_name, self.spec.realize_before_bind)
         return KubeControlPlane(self.spec.workdir, binaries, access, self.progress)
 

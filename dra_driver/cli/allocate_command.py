@@ -205,18 +205,28 @@ def load_objects(paths: tuple[Path, ...], flag: str, kinds: tuple[str, ...]) -> 
 
 
 def _check_object(body: Any, where: str) -> None:
-    """Refuse what kube-apiserver would refuse (its validation, :mod:`dra_driver.validation`, as the local
-    API server runs it), so a hand-written file fails with the field named instead of confusing the allocator."""
-    from dra_driver.validation import validate  # noqa: PLC0415
+    """Refuse what kube-apiserver would refuse on create (its validation as :mod:`dra_driver.validation`
+    mirrors it, judged by tests/kube/test_validation_differential.py), so a hand-written file fails with
+    the field named instead of confusing the allocator."""
+    from dra_driver.validation import validate, validate_object_meta  # noqa: PLC0415
 
     kind = str(body.get("kind", ""))
-    errors = validate("resource.k8s.io", "v1", kind, body, None, None)
+    namespaced = kind not in CLUSTER_SCOPED_KINDS
+    metadata = body.get("metadata")
+    if namespaced and isinstance(metadata, dict) and not metadata.get("namespace"):
+        body = {**body, "metadata": {**metadata, "namespace": "default"}}  # where kubectl would create it
+    errors = validate_object_meta(body, namespaced, "dns-subdomain") + validate(
+        "resource.k8s.io", "v1", kind, body, None, None
+    )
     status = body.get("status")
     if not errors and kind == "ResourceClaim" and status is not None:
         errors = validate("resource.k8s.io", "v1", kind, body, {**body, "status": {}}, "status")
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ConfigurationError(f"{where}: invalid: {errors[0].detail()}{more}")
+
+
+CLUSTER_SCOPED_KINDS = frozenset({"ResourceSlice", "DeviceClass", "Node"})
 
 
 def _split_claims(claims: list[JSON]) -> tuple[list[JSON], list[JSON]]:

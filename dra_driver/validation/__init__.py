@@ -1,7 +1,8 @@
 """Validation of ``resource.k8s.io/v1`` objects as kube-apiserver validates them: dicts in, field errors out.
 
-Two users: ``migdra allocate`` refuses a hand-written object the API server would refuse, and the
-development cluster's local API server (package ``migdra-devcluster``) validates every write with it.
+Its user: ``migdra allocate`` (and ``migdra plan``) refuses a hand-written object the API server would
+refuse, naming the field, before the allocator reads it.  tests/kube/test_validation_differential.py holds
+it to kube-apiserver's verdicts and field paths.
 
 It mirrors kube-apiserver's ``pkg/apis/resource/validation`` for the rules stated in
 ``docs/resource-api.md``, with kube's field paths and messages, because kubectl and the Python client

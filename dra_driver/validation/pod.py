@@ -1,6 +1,6 @@
 """The DRA part of a Pod's validation: ``spec.resourceClaims``, as kube's core validation checks it
 (``validatePodResourceClaims``): each entry a unique DNS label naming exactly one source, a claim or a
-template, whose name is a DNS subdomain.  The rest of a Pod is not validated by the local API server.
+template, whose name is a DNS subdomain.  The rest of a Pod is not validated here.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ exactly one of ``validValues`` and ``validRange``; ``default`` required with eit
 ascending, at most 10, unique by integer value, none above the capacity's value, the default among them;
 ``validRange`` with ``min`` (at most the capacity), ``default`` inside ``[min, max]``, ``max`` not below
 ``min`` nor above the capacity, ``step`` not taking ``min`` past the capacity and ``default`` / ``max``
-whole steps from ``min``.  Field paths, values and messages are kube's, so the local API server answers as
+whole steps from ``min``.  Field paths, values and messages are kube's, so ``migdra allocate`` answers as
 the real one does.  Whether a policy is allowed at all (only with ``allowMultipleAllocations: true``) is
 the device's rule (:mod:`dra_driver.validation.resourceslice`).
 

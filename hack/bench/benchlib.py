@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -186,29 +185,17 @@ def stop_process(process: subprocess.Popen[Any], timeout: float = 30) -> None:
 
 
 @contextmanager
-def api_server_process(root: Path, env: Mapping[str, str] | None = None) -> Iterator[tuple[str, Path]]:
-    """``migdra sim apiserver`` as its own process, as a cluster's API server is (serving costs the
-    measured process no CPU): its URL and a kubeconfig for it under ``root``."""
-    kubeconfig = root / "kubeconfig"
-    argv = [sys.executable, "-m", "dra_driver.cli.main", "sim", "apiserver", "--port", "0"]
-    argv += ["--kubeconfig-out", str(kubeconfig)]
-    process = subprocess.Popen(
-        argv, env=dict(env) if env is not None else None, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not kubeconfig.exists():  # written once the server listens
-            if process.poll() is not None:
-                stderr = process.stderr.read().decode() if process.stderr else ""
-                raise SystemExit(f"migdra sim apiserver exited {process.returncode}: {stderr}")
-            if time.monotonic() > deadline:
-                raise SystemExit("migdra sim apiserver wrote no kubeconfig within 60 s")
-            time.sleep(0.02)
-        text = kubeconfig.read_text(encoding="utf-8")
-        url = next(line.split("server:", 1)[1].strip() for line in text.splitlines() if "server:" in line)
-        yield url, kubeconfig
-    finally:
-        stop_process(process)
+def api_server_process(root: Path) -> Iterator[tuple[str, Path]]:
+    """kube-apiserver on its own etcd (``make kube``'s oldest build), processes of their own as a cluster's
+    are (serving costs the measured process no CPU): its URL and an admin kubeconfig for it under ``root``."""
+    from migdra_devcluster.upstream.binaries import built_versions, find_binaries  # noqa: PLC0415
+    from migdra_devcluster.upstream.standalone import standalone_apiserver  # noqa: PLC0415
+
+    versions = built_versions()
+    if not versions:
+        raise SystemExit("this benchmark runs kube-apiserver: build it with `make kube` first")
+    with standalone_apiserver(root / "kube-apiserver", find_binaries(None, versions[0])) as server:
+        yield server.url, server.kubeconfig_path
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, default_runs: int = MIN_RUNS) -> None:

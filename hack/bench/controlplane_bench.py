@@ -1,22 +1,22 @@
 #!/usr/bin/env python3
-"""Benchmark: pod creation to Running on the real control plane and on migdra's embedded one, with the
-``dynamic`` and the ``static`` placement policy, side by side.
+"""Benchmark: pod creation to Running on the upstream control plane, with the ``dynamic`` placement policy
+beside its simple alternative, ``static``.
 
-Four ``migdra sim up`` clusters run at once (2 nodes x 4 H100 80GB each): ``local``/``kube`` control plane
-x ``dynamic``/``static`` policy.  Each run measures every cluster in turn, in an order rotated from run to
-run, so a burst of load falls on all of them alike:
+Two ``migdra sim up`` clusters run at once (2 nodes x 4 H100 80GB each, kube-apiserver, kube-scheduler and
+kube-controller-manager of ``make kube``), one per policy.  Each run measures both in turn, in an order
+rotated from run to run, so a burst of load falls on both alike:
 
 - one pod with a 1g.10gb claim (from a ResourceClaimTemplate): seconds from its create to Running;
 - a burst of ``--pods`` such pods created back to back: seconds from the first create until all run,
   pods per second, and how many pods were told FailedScheduling on the way -- with ``dynamic`` a node
   re-publishes its slices after each allocation, and while the new pool generation is incomplete
   kube-scheduler skips the node, so pods wait;
-- on ``kube`` only, from kube-apiserver's audit log: API requests per pod of migdra's node plugins and of
-  its reservation controller during the burst.
+- from kube-apiserver's audit log: API requests per pod of migdra's node plugins and of its reservation
+  controller during the burst.
 
 Then every pod is deleted and the run waits until every MIG instance is gone.  Times come from a watch on
-the namespace's pods (the moment the Running status arrives), not from polling.  ``kube`` needs
-``make kube``; without it the benchmark says so and measures ``local`` only.
+the namespace's pods (the moment the Running status arrives), not from polling.  ``sim up`` builds the
+control plane first when ``make kube`` has not.
 
 Results go to ``docs/benchmarks.md`` ("Control planes: pod creation to Running") through ``run_all.py``.
 """
@@ -45,6 +45,7 @@ from migdra_devcluster.upstream.access import RELEASE_NAMESPACE
 from migdra_devcluster.upstream.binaries import built_versions
 
 NAMESPACE = "default"
+POLICIES = ("dynamic", "static")
 GPUS = "H100-SXM5-80GB:4"
 TEMPLATE = {
     "apiVersion": "resource.k8s.io/v1",
@@ -176,7 +177,6 @@ class RunningWatch:
 @dataclass
 class Cluster:
     label: str
-    control_plane: str
     workdir: Path
     process: subprocess.Popen[str]
     client: Client
@@ -197,12 +197,10 @@ class Cluster:
 
 
 @contextmanager
-def sim_cluster(root: Path, control_plane: str, policy: str, nodes: int, kube_version: str) -> Iterator[Cluster]:
-    workdir = root / f"{control_plane[0]}{policy[0]}"
+def sim_cluster(root: Path, policy: str, nodes: int, kube_version: str) -> Iterator[Cluster]:
+    workdir = root / policy[0]
     argv = [str(Path(sys.executable).with_name("migdra")), "sim", "up", "--workdir", str(workdir)]
-    argv += ["--nodes", str(nodes), "--gpus", GPUS, "--control-plane", control_plane]
-    if control_plane == "kube":
-        argv += ["--kube-version", kube_version]
+    argv += ["--nodes", str(nodes), "--gpus", GPUS, "--kube-version", kube_version]
     for number in range(1, nodes + 1):
         argv += ["--plugin-env", f"node-{number}:MIGDRA_PLACEMENT_POLICY={policy}"]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -210,11 +208,11 @@ def sim_cluster(root: Path, control_plane: str, policy: str, nodes: int, kube_ve
     line = process.stdout.readline()
     if not line.startswith("ready kubeconfig="):
         process.kill()
-        raise SystemExit(f"migdra sim up --control-plane {control_plane} did not get ready: {line!r}")
+        raise SystemExit(f"migdra sim up ({policy}) did not get ready: {line!r}")
     client = Client(Path(line.strip().split("=", 1)[1]))
     client.create(CLAIM_TEMPLATES, TEMPLATE)
     try:
-        yield Cluster(f"{control_plane}, {policy}", control_plane, workdir, process, client)
+        yield Cluster(policy, workdir, process, client)
     finally:
         client.close()
         subprocess.run(
@@ -242,9 +240,8 @@ def measure(cluster: Cluster, pods: int) -> None:
             cluster.client.create(PODS, pod(name))
         cluster.burst.append(watch.wait(names) - started)
         after = cluster.audit_counts()
-        if cluster.control_plane == "kube":
-            for component in USERS:
-                cluster.requests.setdefault(component, []).append((after[component] - before[component]) / pods)
+        for component in USERS:
+            cluster.requests.setdefault(component, []).append((after[component] - before[component]) / pods)
     events = cluster.client.list(EVENTS, NAMESPACE, field_selector="reason=FailedScheduling")[0]
     cluster.waited.append(
         len(
@@ -278,17 +275,10 @@ def main() -> int:
     parser.add_argument("--kube-version", default=None, help="a built version (default: the oldest, CI's 1.36)")
     args = parser.parse_args()
     check_runs(parser, args)
-    planes = ["local", "kube"] if built_versions() else ["local"]
-    if planes == ["local"]:
-        print("controlplane bench: no `make kube` binaries; measuring the local control plane only", file=sys.stderr)
-    version = args.kube_version or (built_versions()[0] if built_versions() else "none")
+    version = args.kube_version or (built_versions() or ["1.36"])[0]
     report = Report("controlplane", args, {"pods": args.pods, "nodes": args.nodes, "gpus": GPUS, "kube": version})
     with tempfile.TemporaryDirectory(prefix="migdra-cp-", dir="/tmp") as scratch, ExitStack() as stack:
-        clusters = [
-            stack.enter_context(sim_cluster(Path(scratch), plane, policy, args.nodes, version))
-            for plane in planes
-            for policy in ("dynamic", "static")
-        ]
+        clusters = [stack.enter_context(sim_cluster(Path(scratch), p, args.nodes, version)) for p in POLICIES]
         with report:
             for run in range(args.runs):
                 for cluster in clusters[run % len(clusters) :] + clusters[: run % len(clusters)]:
@@ -297,7 +287,7 @@ def main() -> int:
     table = report.table(
         "pods",
         f"Pod creation to Running, {args.nodes} nodes x {GPUS}, 1g.10gb claims from a template (kube {version})",
-        ["control plane, policy", "1 pod", f"{args.pods} pods, all Running", "pods/s", "pods told FailedScheduling"],
+        ["placement policy", "1 pod", f"{args.pods} pods, all Running", "pods/s", "pods told FailedScheduling"],
     )
     for cluster in clusters:
         table.add(
@@ -307,25 +297,21 @@ def main() -> int:
             summary([args.pods / t for t in cluster.burst], "", 1),
             summary(cluster.waited, "", 0),
         )
-    by_label = {c.label: c for c in clusters}
-    if "kube, dynamic" in by_label:
-        ratio = report.table("ratio", "kube / local, per run (the same runs)", ["policy", "1 pod", f"{args.pods} pods"])
-        for policy in ("dynamic", "static"):
-            kube, local = by_label[f"kube, {policy}"], by_label[f"local, {policy}"]
-            ratio.add(
-                policy,
-                summary(ratios(kube.one_pod, local.one_pod), "x", 2),
-                summary(ratios(kube.burst, local.burst), "x", 2),
-            )
-        calls = report.table(
-            "requests",
-            f"API requests per pod on kube-apiserver (audit log, during the {args.pods}-pod burst)",
-            ["policy", "node plugins", "reservation controller"],
+    dynamic, static = clusters
+    ratio = report.table("ratio", "dynamic / static, per run (the same runs)", ["1 pod", f"{args.pods} pods"])
+    ratio.add(
+        summary(ratios(dynamic.one_pod, static.one_pod), "x", 2), summary(ratios(dynamic.burst, static.burst), "x", 2)
+    )
+    calls = report.table(
+        "requests",
+        f"API requests per pod on kube-apiserver (audit log, during the {args.pods}-pod burst)",
+        ["policy", "node plugins", "reservation controller"],
+    )
+    for cluster in clusters:
+        calls.add(
+            cluster.label, summary(cluster.requests["plugin"], "", 1), summary(cluster.requests["controller"], "", 1)
         )
-        for policy in ("dynamic", "static"):
-            kube = by_label[f"kube, {policy}"]
-            calls.add(policy, summary(kube.requests["plugin"], "", 1), summary(kube.requests["controller"], "", 1))
-    report.note("Four clusters run at once; each run measures every one of them in a rotated order.")
+    report.note("Both clusters run at once; each run measures both in a rotated order.")
     report.finish()
     return 0
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: how fast `migdra kubelet-plugin` starts, and what an idle rescan costs.
 
-**Start-up** (wall time, each run a fresh node): `migdra kubelet-plugin` against `migdra sim apiserver`
+**Start-up** (wall time, each run a fresh node): `migdra kubelet-plugin` against kube-apiserver
 with a simulated 8x H100, from the process's start to its kubelet registration socket being there, and
 to its ResourceSlices being published (the one line it prints after the first publish).  Beside it, in
 the same runs (interleaved, rotated), the floors no Python DRA plugin gets under:
@@ -32,9 +32,8 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -73,23 +72,20 @@ def _env(tree: Path) -> dict[str, str]:
 
 @contextmanager
 def api_server(root: Path) -> Iterator[tuple[str, Path]]:
-    """`migdra sim apiserver` as its own process (its CPU is not the plugin's), with this node's Node."""
-    with api_server_process(root, _env(REPO)) as (url, kubeconfig):
-        _request(url, "POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    """kube-apiserver as its own processes (its CPU is not the plugin's), with this node's Node."""
+    from dra_driver.kube.client import NODES, Client  # noqa: PLC0415 -- this tree's, for the set-up only
+
+    with api_server_process(root) as (url, kubeconfig), closing(Client(kubeconfig)) as kube:
+        kube.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         yield url, kubeconfig
 
 
-def _request(url: str, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url + path, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        result: dict[str, Any] = json.load(answer)
-        return result
+def _delete_slices(kubeconfig: Path) -> None:
+    from dra_driver.kube.client import SLICES, Client  # noqa: PLC0415
 
-
-def _delete_slices(url: str) -> None:
-    for item in _request(url, "GET", "/apis/resource.k8s.io/v1/resourceslices")["items"]:
-        _request(url, "DELETE", f"/apis/resource.k8s.io/v1/resourceslices/{item['metadata']['name']}")
+    with closing(Client(kubeconfig)) as kube:
+        for item in kube.list(SLICES)[0]:
+            kube.delete(SLICES, None, item["metadata"]["name"])
 
 
 # -- start-up --------------------------------------------------------------------------------------
@@ -110,7 +106,7 @@ def _watch_for(stream: IO[str], line_start: str, seen: threading.Event, lines: l
 
 def _time_plugin(tree: Path, url: str, kubeconfig: Path) -> tuple[float, float]:
     """Seconds from the plugin's start to its registration socket, and to its slices published."""
-    _delete_slices(url)
+    _delete_slices(kubeconfig)
     with tempfile.TemporaryDirectory(prefix="migdra-bench-") as directory:
         root = Path(directory)
         for name in ("registry", "plugin", "cdi", "proc"):

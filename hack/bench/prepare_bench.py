@@ -61,6 +61,7 @@ from benchlib import (
 from kubernetes import client
 
 from dra_driver.kube.client import CLAIMS, EVENTS, Client
+from dra_driver.kube.config import load_kubeconfig_file
 from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
@@ -193,6 +194,9 @@ class ApiServer:
     url: str
     kubeconfig: Path
 
+    def configuration(self) -> client.Configuration:
+        return load_kubeconfig_file(self.kubeconfig, what="the benchmark's kubeconfig")
+
 
 @contextmanager
 def api_server(root: Path) -> Iterator[ApiServer]:
@@ -228,7 +232,9 @@ def simulated_node(gpus: int, latency: dict[str, float]) -> Iterator[Node]:
         nvml = Nvml(observe_call=clock.observe)
         nvml.init()
         stack.callback(nvml.shutdown)
-        api_client = stack.enter_context(client.ApiClient(client.Configuration(host=api.url)))
+        api_client = stack.enter_context(
+            client.ApiClient(load_kubeconfig_file(api.kubeconfig, what="the benchmark kubeconfig"))
+        )
         service = PrepareService(
             nvml=nvml,
             client=Client(api_client=api_client),
@@ -395,7 +401,7 @@ def socket_run(rounds: int) -> dict[str, float]:
     with (
         short_socket_dir() as root,
         api_server(root) as api,
-        client.ApiClient(client.Configuration(host=api.url)) as api_client,
+        client.ApiClient(load_kubeconfig_file(api.kubeconfig, what="the benchmark kubeconfig")) as api_client,
     ):
         client.CoreV1Api(api_client).create_node({"metadata": {"name": PLUGIN_NODE}})
         with plugin_process(root, api, port) as kubelet:

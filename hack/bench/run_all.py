@@ -33,7 +33,6 @@ BENCHES: dict[str, list[str]] = {
     "scale": [],
     "cel": [],
     "allocator": [],
-    "apiserver": [],
     "placement": [],
     "sharing": [],
     "share_prepare": [],

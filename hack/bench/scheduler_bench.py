@@ -82,7 +82,7 @@ from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from kubeletplugin.publisher import SlicePublisher
-from migdra_devcluster.apiserver.kubeconfig import write_kubeconfig
+from migdra_devcluster.kubeconfig import write_kubeconfig
 from migdra_devcluster.kubelet.node import node_status
 from migdra_devcluster.upstream.binaries import KubeBinaries, built_versions, find_binaries
 from migdra_devcluster.upstream.components import (

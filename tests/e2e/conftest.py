@@ -7,17 +7,17 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from migdra_devcluster.apiserver import LocalAPIServer
 from tests.e2e.test_kubelet_plugin_process import NODE, PluginProcess
+from tests.kube_apiserver import KubeApiServer
 from tests.kubelet_client import short_socket_dir
 
 
 @pytest.fixture
-def plugin(api_server: LocalAPIServer) -> Iterator[PluginProcess]:
+def plugin(api_server: KubeApiServer) -> Iterator[PluginProcess]:
     with short_socket_dir() as root:
         kubeconfig = root / "kubeconfig"
         api_server.write_kubeconfig(kubeconfig)
-        with client.ApiClient(client.Configuration(host=api_server.url)) as c:
+        with api_server.api_client() as c:
             client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
         runner = PluginProcess(api_server, root, kubeconfig)
         try:

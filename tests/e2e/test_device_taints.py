@@ -8,8 +8,6 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-from kubernetes import client
-
 from dra_driver.allocation import DEFAULT_FEATURES, allocate
 from dra_driver.kube.client import SLICES, Client
 from tests.e2e.test_kubelet_plugin_process import PluginProcess, _stop
@@ -56,7 +54,7 @@ def test_an_xid_on_gpu_1_taints_its_devices_survives_a_restart_and_new_claims_la
     plugin: PluginProcess,
 ) -> None:
     process = plugin.start()
-    api = Client(configuration=client.Configuration(host=plugin.api.url))
+    api = Client(configuration=plugin.api.configuration())
     assert wait_for("the untainted pool", lambda: _tainted(api) == {} or None) is True
     assert len(_fits(api, 14) or []) == 14  # both GPUs' seven 1g.10gb placements
 

@@ -104,9 +104,8 @@ class Plugin:
 @pytest.fixture
 def plugin() -> Iterator[Plugin]:
     with short_socket_dir() as root, restartable_api_server(root) as api:
-        assert api.server is not None
-        api.server.write_kubeconfig(root / "kubeconfig")
-        with client.ApiClient(client.Configuration(host=api.url)) as c:
+        api.write_kubeconfig(root / "kubeconfig")
+        with api.api_client() as c:
             client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
         runner = Plugin(api, root)
         try:
@@ -120,14 +119,14 @@ def plugin() -> Iterator[Plugin]:
 
 
 def _our_entries(api: RestartableApiServer, claim: ClaimRef) -> list[dict[str, Any]]:
-    with client.ApiClient(client.Configuration(host=api.url)) as c:
+    with api.api_client() as c:
         devices = read_claim_json(c, claim).get("status", {}).get("devices") or []
     return [d for d in devices if d["driver"] == DRIVER and d["pool"] == NODE]
 
 
 def _published_devices(api: RestartableApiServer) -> set[str] | None:
     """The devices of the pool's newest generation once all its slices are there, else None."""
-    with client.ApiClient(client.Configuration(host=api.url)) as c:
+    with api.api_client() as c:
         slices = client.ResourceV1Api(c).list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
     if not slices:
         return None
@@ -157,21 +156,17 @@ def test_an_api_outage_stops_neither_the_plugin_nor_unprepare_and_everything_con
     plugin: Plugin,
 ) -> None:
     process, output = plugin.start({"MIGDRA_STATUS_RECONCILE_INTERVAL": "2"})
-    with client.ApiClient(client.Configuration(host=plugin.api.url)) as api_client:
+    with plugin.api.api_client() as api_client:
         leaving = create_claim(api_client, "leaving", [result("gpu-0-mig-3g40gb-9-4")])
         staying = create_claim(api_client, "staying", [result("gpu-1-mig-1g20gb-15-6")])
         newcomer = create_claim(api_client, "newcomer", [result("gpu-0-mig-1g10gb-19-0")])
     with plugin.kubelet() as kubelet:
         prepared = kubelet.prepare([leaving, staying])
     assert {uid: r.error for uid, r in prepared.items()} == {leaving.uid: "", staying.uid: ""}
-    wait_for(
-        "the prepared claim says Ready", lambda: len(_our_entries(plugin.api, leaving)) == 1, changes=plugin.api.changes
-    )
+    wait_for("the prepared claim says Ready", lambda: len(_our_entries(plugin.api, leaving)) == 1)
     # The claims allocated here change the placement order (the default dynamic policy): the plugin may be
     # writing a new generation of the pool, slice by slice, so wait until one generation is complete.
-    published_before = wait_for(
-        "a complete generation of the pool", lambda: _published_devices(plugin.api), changes=plugin.api.changes
-    )
+    published_before = wait_for("a complete generation of the pool", lambda: _published_devices(plugin.api))
 
     plugin.api.stop()
     with plugin.kubelet() as kubelet:
@@ -194,7 +189,6 @@ def test_an_api_outage_stops_neither_the_plugin_nor_unprepare_and_everything_con
     wait_for(
         "the slices are republished with the operator's instance withheld",
         lambda: (devices := _published_devices(plugin.api)) is not None and devices != published_before,
-        changes=plugin.api.changes,
     )
     published = _published_devices(plugin.api)
     assert published is not None
@@ -203,7 +197,6 @@ def test_an_api_outage_stops_neither_the_plugin_nor_unprepare_and_everything_con
     wait_for(
         "the unprepared claim's status is cleared",
         lambda: _our_entries(plugin.api, leaving) == [],
-        changes=plugin.api.changes,
     )
     (entry,) = _our_entries(plugin.api, staying)
     assert entry["conditions"][0]["status"] == "True"
@@ -216,13 +209,11 @@ def test_an_api_outage_stops_neither_the_plugin_nor_unprepare_and_everything_con
 def test_claim_status_lost_at_shutdown_during_an_outage_is_reconciled_at_the_next_start(plugin: Plugin) -> None:
     hour = {"MIGDRA_STATUS_RECONCILE_INTERVAL": "3600"}  # only the reconciliation at start can do it
     process, output = plugin.start(hour)
-    with client.ApiClient(client.Configuration(host=plugin.api.url)) as api_client:
+    with plugin.api.api_client() as api_client:
         claim = create_claim(api_client, "interrupted", [result("gpu-0-mig-3g40gb-9-4")])
     with plugin.kubelet() as kubelet:
         assert kubelet.prepare([claim])[claim.uid].error == ""
-    wait_for(
-        "the prepared claim says Ready", lambda: len(_our_entries(plugin.api, claim)) == 1, changes=plugin.api.changes
-    )
+    wait_for("the prepared claim says Ready", lambda: len(_our_entries(plugin.api, claim)) == 1)
 
     plugin.api.stop()
     with plugin.kubelet() as kubelet:
@@ -236,6 +227,5 @@ def test_claim_status_lost_at_shutdown_during_an_outage_is_reconciled_at_the_nex
     wait_for(
         "the restarted plugin clears the status",
         lambda: _our_entries(plugin.api, claim) == [],
-        changes=plugin.api.changes,
     )
     assert "Traceback" not in plugin.stop(process, output)

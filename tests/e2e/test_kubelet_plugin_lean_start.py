@@ -38,9 +38,8 @@ class Node:
 @pytest.fixture
 def node() -> Iterator[Node]:
     with short_socket_dir() as root, restartable_api_server(root) as server:
-        assert server.server is not None
-        server.server.write_kubeconfig(root / "kubeconfig")
-        with client.ApiClient(client.Configuration(host=server.url)) as c:
+        server.write_kubeconfig(root / "kubeconfig")
+        with server.api_client() as c:
             client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
             claim = create_claim(c, "waiting", [result("gpu-0-mig-1g10gb-19-0")])
         yield Node(server, root, claim)

@@ -104,7 +104,7 @@ def test_metrics_liveness_and_json_logs_of_a_real_run(plugin: PluginProcess) -> 
         args=("--metrics-address", f"127.0.0.1:{port}", "--healthcheck-address", f"127.0.0.1:{health_port}"),
         verbose=True,  # the prepare lines are INFO
     )
-    with client.ApiClient(client.Configuration(host=plugin.api.url)) as api_client:
+    with plugin.api.api_client() as api_client:
         first = create_claim(api_client, "first", [result("gpu-0-mig-3g40gb-9-0")])
         overlapping = create_claim(api_client, "overlapping", [result("gpu-0-mig-4g40gb-5-0")])
         with plugin.kubelet() as kubelet:

@@ -1,4 +1,4 @@
-"""The whole node plugin as a process: `migdra kubelet-plugin` against the local API server and the
+"""The whole node plugin as a process: `migdra kubelet-plugin` against kube-apiserver and the
 simulated NVML, driven by a test kubelet over the real unix sockets; then `kill -9` at every crash
 point of a prepare, a restart, and prepare + unprepare again with nothing leaked or duplicated."""
 
@@ -18,7 +18,7 @@ from kubernetes import client
 
 from dra_driver.mig import load_catalog
 from dra_driver.nvml import sim
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.kubelet_client import KubeletClient
 from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env
 from tests.prepare_harness import create_claim, read_claim_json, result
@@ -29,7 +29,7 @@ H100 = load_catalog().model("H100-SXM5-80GB")
 
 @dataclass
 class PluginProcess:
-    api: LocalAPIServer
+    api: KubeApiServer
     root: Path
     kubeconfig: Path
     processes: list[subprocess.Popen[str]] = field(default_factory=list)
@@ -87,7 +87,7 @@ class PluginProcess:
 
 
 def _api(plugin: PluginProcess) -> client.ApiClient:
-    return client.ApiClient(client.Configuration(host=plugin.api.url))
+    return plugin.api.api_client()
 
 
 def _stop(process: subprocess.Popen[str]) -> str:

@@ -1,5 +1,6 @@
-"""Realize before bind on `migdra sim up --realize-before-bind`: real plugin processes, the scheduler's
-binding conditions, the simulated kubelet.
+"""Realize before bind on `migdra sim up --realize-before-bind`: real plugin processes, kube-scheduler's
+DynamicResources plugin waiting for migdra's binding condition (and, on ``realization-failed``,
+unreserving the claim and placing the pod again, on another device), the simulated kubelet.
 
 One cluster of two nodes serves both tests.  node-1's plugin fails its first GPU-instance creation
 (a simulator fault plan passed with `--plugin-env`), node-2's creates slowly (a simulated latency), so
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,8 +20,7 @@ from dra_driver.devicemodel.naming import parse_mig_device_name
 from dra_driver.kube.client import CLAIMS, EVENTS, PODS
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
-from tests.kubelet_client import short_socket_dir
-from tests.sim_cluster import DEMO, SimCluster, start_cluster, stop_cluster
+from tests.sim_cluster import DEMO, SimCluster, versioned_cluster
 from tests.waiting import WAIT, wait_for
 
 DRIVER = "gpu.migdra.io"
@@ -38,25 +37,17 @@ SLOW_CREATION = {"latency": {"nvmlDeviceCreateGpuInstanceWithPlacement": 3.0}}
 pytestmark = pytest.mark.xdist_group("e2e-realize-before-bind")
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SimCluster]:
-    with short_socket_dir() as root:
-        sim = start_cluster(
-            root / "sim",
-            "--nodes",
-            "2",
-            "--gpus",
-            "H100-SXM5-80GB:1",
-            "--realize-before-bind",
-            "--plugin-env",
-            f"node-1:MIGDRA_SIM_FAULTS={json.dumps(FAIL_FIRST_CREATION)}",
-            "--plugin-env",
-            f"node-2:MIGDRA_SIM_FAULTS={json.dumps(SLOW_CREATION)}",
-        )
-        try:
-            yield sim
-        finally:
-            stop_cluster(sim)
+cluster = versioned_cluster(
+    "--nodes",
+    "2",
+    "--gpus",
+    "H100-SXM5-80GB:1",
+    "--realize-before-bind",
+    "--plugin-env",
+    f"node-1:MIGDRA_SIM_FAULTS={json.dumps(FAIL_FIRST_CREATION)}",
+    "--plugin-env",
+    f"node-2:MIGDRA_SIM_FAULTS={json.dumps(SLOW_CREATION)}",
+)
 
 
 def pinned_pod(node: str) -> str:
@@ -131,6 +122,8 @@ def test_a_failed_realization_sends_the_pod_to_another_placement_and_leaves_no_i
     assert [(m, p, s) for m, p, s, _ in on_node] == [(minor, profile_id, start)], "no instance left behind"
     assert instances(cluster, "node-2") == []
 
+    cluster.describe_running_claims(namespace)
+
     cluster.delete_all(namespace)
     wait_for("the instance to go with the pod", lambda: instances(cluster, "node-1") == [])
 
@@ -180,6 +173,8 @@ def test_the_pod_binds_only_once_realized_and_kubelet_creates_nothing_new(cluste
     cdi = json.loads(pod["metadata"]["annotations"]["sim.migdra.io/cdi-devices"])
     assert cdi
     assert all(cdi.values())
+
+    cluster.describe_running_claims(namespace)
 
     cluster.delete_all(namespace)
     wait_for("the instance to go with the pod", lambda: instances(cluster, "node-2") == [])

@@ -27,7 +27,7 @@ from kubernetes import client
 from dra_driver.kubelet.calls import ClaimRef, PrepareResult
 from dra_driver.nvml import sim
 from kubeletplugin.prepare.locks import LOCKS_DIR, lock_file_name, release_flock, try_flock
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.kubelet_client import KubeletClient, short_socket_dir
 from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env
 from tests.prepare_harness import create_claim, result
@@ -40,7 +40,7 @@ WAIT_S = 30.0
 class Plugins:
     """Plugin processes of one node, started as the two pods of a DaemonSet update would be."""
 
-    api: LocalAPIServer
+    api: KubeApiServer
     root: Path
     kubeconfig: Path
     processes: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
@@ -129,11 +129,11 @@ class Plugins:
 
 
 @pytest.fixture
-def plugins(api_server: LocalAPIServer) -> Iterator[Plugins]:
+def plugins(api_server: KubeApiServer) -> Iterator[Plugins]:
     with short_socket_dir() as root:
         kubeconfig = root / "kubeconfig"
         api_server.write_kubeconfig(kubeconfig)
-        with client.ApiClient(client.Configuration(host=api_server.url)) as c:
+        with api_server.api_client() as c:
             client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
         runner = Plugins(api_server, root, kubeconfig)
         try:
@@ -171,7 +171,7 @@ def test_old_and_new_plugin_serve_side_by_side_then_the_old_one_stops(plugins: P
         "g": "gpu-0-mig-1g10gb-19-4",  # g and h: the same device, a double allocation across the pods
         "h": "gpu-0-mig-1g10gb-19-4",
     }
-    with client.ApiClient(client.Configuration(host=plugins.api.url)) as api_client:
+    with plugins.api.api_client() as api_client:
         claim = {name: create_claim(api_client, name, [result(device)]) for name, device in devices.items()}
     old, pool = plugins.kubelet("pod-old"), ThreadPoolExecutor(4)
     try:

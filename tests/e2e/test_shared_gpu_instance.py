@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,8 +14,7 @@ import pytest
 from dra_driver.kube.client import CLAIMS, SLICES
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
-from tests.kubelet_client import short_socket_dir
-from tests.sim_cluster import SimCluster, start_cluster, stop_cluster
+from tests.sim_cluster import SimCluster, versioned_cluster
 from tests.sim_objects import latest_pool
 from tests.waiting import wait_for
 
@@ -66,14 +64,7 @@ FOUR_G = "['4g.40gb']"
 SHARED_4G = "gpu-0-shared-4g40gb-5-0"
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SimCluster]:
-    with short_socket_dir() as root:
-        sim = start_cluster(root / "sim", "--nodes", "1", "--gpus", "H100-SXM5-80GB:1")
-        try:
-            yield sim
-        finally:
-            stop_cluster(sim)
+cluster = versioned_cluster("--nodes", "1", "--gpus", "H100-SXM5-80GB:1")
 
 
 def _compute_instances(cluster: SimCluster, node: str) -> dict[tuple[str, int], list[str]]:
@@ -112,7 +103,6 @@ def _share_entry(claim: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def test_three_shares_run_on_one_gpu_instance_each_on_its_own_compute_instance(cluster: SimCluster) -> None:
-    """(Also run on the upstream control plane: tests/kube/test_sim_cluster_on_kube.py.)"""
     node = cluster.kubectl("get", "nodes", "-o", "jsonpath={.items[0].metadata.name}").stdout.strip()
     # One GPU of the node (an H100 has one 4g.40gb placement): the shares must meet on its GI, whichever
     # of the node's GPUs a scheduler would pick first for each of them.
@@ -165,6 +155,8 @@ def test_three_shares_run_on_one_gpu_instance_each_on_its_own_compute_instance(c
     # CIs at 0:1 and 1:1 remain: a 2-slice share still has 2:2, a 4-slice one no placement, so the
     # published device stops admitting 4 (the plugin re-publishes when a share's CI comes or goes).
     wait_for("the shared device to admit 1 and 2", lambda: _admitted(cluster, node, device) == ["1", "2"])
+
+    cluster.describe_running_claims(namespace)
 
     cluster.delete_all(namespace)
     cluster.kubectl("delete", "resourceclaims", "--all", "-n", namespace, "--wait=true", "--timeout=60s")
@@ -228,6 +220,8 @@ def test_a_fragmented_gpu_instance_is_not_offered_a_share_it_cannot_place(cluste
     (claim,) = (c for c in cluster.claims(namespace) if c["metadata"]["name"] == "two")
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     assert (result["device"], result["consumedCapacity"]["computeSlices"]) == (other, "2")
+
+    cluster.describe_running_claims(namespace)
 
     cluster.delete_all(namespace)
     cluster.kubectl("delete", "resourceclaims", "--all", "-n", namespace, "--wait=true", "--timeout=60s")

@@ -1,9 +1,11 @@
-"""`migdra sim up` end to end: real processes, real sockets, the real kubectl.
+"""`migdra sim up` end to end on the upstream control plane: kube-apiserver validates, kube-scheduler
+allocates, kube-controller-manager's resourceclaim controller makes the claims of templates and
+deallocates them; real processes, real sockets, the real kubectl.
 
-One simulated cluster (2 nodes x 4 H100 80GB, one `migdra kubelet-plugin` process per node) serves
-the tests of this module, each in its own namespace and cleaning up after itself; a second cluster
-checks `migdra sim down`.  Every wait polls observable state (the API, the NVML state files, the
-process table) with a bounded deadline.
+One simulated cluster (2 nodes x 4 H100 80GB, one `migdra kubelet-plugin` process per node) per
+Kubernetes version of the tier serves the tests of this module, each in its own namespace and cleaning
+up after itself; more clusters check `migdra sim down`.  Every wait polls observable state (the API,
+the NVML state files, the process table) with a bounded deadline.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +25,15 @@ from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from migdra_devcluster.supervision import process_alive
 from tests.kubelet_client import short_socket_dir
-from tests.sim_cluster import BIN, DEMO, SimCluster, sim_down, start_cluster, stop_cluster
+from tests.sim_cluster import BIN, DEMO, SimCluster, sim_down, start_cluster, versioned_cluster
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("e2e-sim-cluster")
 
+UPSTREAM = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SimCluster]:
-    with short_socket_dir() as root:
-        sim = start_cluster(root / "sim", "--nodes", "2", "--gpus", "H100-SXM5-80GB:4")
-        try:
-            yield sim
-        finally:
-            stop_cluster(sim)
+
+cluster = versioned_cluster("--nodes", "2", "--gpus", "H100-SXM5-80GB:4")
 
 
 def _results(claim: dict[str, Any]) -> list[dict[str, Any]]:
@@ -99,11 +95,6 @@ def test_the_demo_workloads_run_on_mig_devices_and_go_away_without_a_trace(clust
     event = wait_for("the FailedScheduling Event of too-big", failed)[0]
     assert event["type"] == "Warning"
     assert event["message"].startswith("0/2 nodes are available: 2 cannot allocate all claims.")
-    if cluster.control_plane == "local":  # kube-scheduler stops at the summary (docs/local-cluster.md)
-        assert 'request "gpus"' in event["message"]
-        assert "needs 5" in event["message"]
-        assert "node-1:" in event["message"]
-        assert "node-2:" in event["message"]
     assert cluster.pods(namespace)["too-big"]["status"]["phase"] == "Pending"
     training_claim = _owned(claims, "training-3g")["metadata"]["name"]
     described = cluster.kubectl("describe", "resourceclaim", "-n", namespace, training_claim)
@@ -112,6 +103,8 @@ def test_the_demo_workloads_run_on_mig_devices_and_go_away_without_a_trace(clust
     for shown in ("Type:                  Reserved", "Type:                  Ready", "Mig UUID:", "Gpu UUID:"):
         assert shown in described.stdout, shown
     assert re.search(r"Placement:\s+Size:\s+4\s+Start:\s+[04]", described.stdout), described.stdout
+
+    cluster.describe_running_claims(namespace)
 
     cluster.delete_all(namespace)
     wait_for("the generated claims to be deleted", lambda: not cluster.claims(namespace))
@@ -157,6 +150,7 @@ def test_a_pods_claim_is_reserved_then_ready_with_the_instance_the_simulated_nvm
     described = cluster.kubectl("describe", "resourceclaim", "-n", namespace, claim["metadata"]["name"]).stdout
     for text in ("Reserved", "Allocated", "MigInstanceReady", data["migUUID"], data["gpuUUID"], "Schema Version"):
         assert text in described, text
+    cluster.describe_running_claims(namespace)
     cluster.delete_all(namespace)
 
 
@@ -223,6 +217,7 @@ def test_a_claim_with_opaque_configuration_shows_reserved_ready_and_its_mig_uuid
     (path,) = spec.glob(f"*_{claim['metadata']['uid']}.json")
     edits = json.loads(path.read_text())
     assert "NCCL_DEBUG=INFO" in json.dumps(edits), "the configured environment is in the claim's CDI spec"
+    cluster.describe_running_claims(namespace)
     cluster.delete_all(namespace)
 
 
@@ -251,6 +246,7 @@ def test_a_restarted_plugin_leaves_running_pods_alone_and_serves_later_ones(clus
     assert pods["inference-1g"]["metadata"]["uid"] == first["metadata"]["uid"]
     assert pods["inference-1g"]["metadata"]["annotations"] == first["metadata"]["annotations"]
     assert cluster.mig_instances()[node] == 2
+    cluster.describe_running_claims(namespace)
     cluster.delete_all(namespace)
     assert sum(cluster.mig_instances().values()) == 0
 
@@ -310,6 +306,7 @@ def test_a_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod(clust
 
     wait_for("the reservation of reader-a to end", reserved_for_b_only)
     assert sum(cluster.mig_instances().values()) == 1, "still used by reader-b: not unprepared"
+    cluster.describe_running_claims(namespace)
     cluster.delete_all(namespace)
 
     def deallocated() -> bool:
@@ -398,6 +395,7 @@ def test_a_killed_supervisor_is_found_stopped_by_sim_down_and_a_new_run_starts_a
         assert first.mig_instances() == {"node-1": 1}
         orphan = first.plugin_pid("node-1")
         controller = int((workdir / "controller.pid").read_text().split()[0])
+        upstream = {c: int((workdir / "kube" / f"{c}.pid").read_text().split()[0]) for c in UPSTREAM}
         first.client.close()
         first.process.kill()  # the supervisor dies; its plugin process (its own session) lives on
         first.process.wait(timeout=30)
@@ -405,6 +403,7 @@ def test_a_killed_supervisor_is_found_stopped_by_sim_down_and_a_new_run_starts_a
         first.process.stdout.close()
         assert process_alive(orphan)
         assert process_alive(controller)
+        assert all(process_alive(pid) for pid in upstream.values()), "each runs in its own session"
 
         refused = subprocess.run(
             [str(BIN / "migdra"), "sim", "up", "--workdir", str(workdir)],
@@ -416,7 +415,7 @@ def test_a_killed_supervisor_is_found_stopped_by_sim_down_and_a_new_run_starts_a
         assert refused.returncode == 2
         running = re.search(r"a simulated cluster still runs there \(pid ([\d ]+)\)", refused.stderr)
         assert running is not None, refused.stderr
-        assert sorted(int(pid) for pid in running.group(1).split()) == sorted([orphan, controller])
+        assert sorted(int(pid) for pid in running.group(1).split()) == sorted([orphan, controller, *upstream.values()])
         assert process_alive(orphan), "a refused start must not touch the running plugin"
         assert process_alive(controller), "nor the running controller"
 
@@ -426,10 +425,14 @@ def test_a_killed_supervisor_is_found_stopped_by_sim_down_and_a_new_run_starts_a
         assert str(controller) in down.stderr
         wait_for("the orphaned plugin to stop", lambda: not process_alive(orphan))
         wait_for("the orphaned controller to stop", lambda: not process_alive(controller))
+        for component, pid in upstream.items():
+            assert str(pid) in down.stderr, component
+        wait_for("every process of the cluster to stop", lambda: not _processes_under(workdir))
 
         second = start_cluster(workdir, "--gpus", "H100-SXM5-80GB:1")
         try:
-            # The API server kept nothing, so neither do the nodes: no instance of the old claim is left.
+            # A new run starts afresh (etcd's data too), so do the nodes: no instance of the old claim is left.
+            assert second.pods("default") == {}
             assert second.mig_instances() == {"node-1": 0}
             second.apply("default", (DEMO / "01-mig-1g.yaml").read_text())
             wait_for("the pod of the new run to run", lambda: second.running("default", {"inference-1g"}))

@@ -19,7 +19,7 @@ from kubernetes import client
 
 from dra_driver.allocation import DEFAULT_FEATURES, allocate
 from dra_driver.devicemodel import example_slices
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 
 MIGDRA = str(Path(sys.executable).with_name("migdra"))
 REPO = Path(__file__).resolve().parents[2]
@@ -207,11 +207,11 @@ def test_feature_gates_change_the_answer(files: dict[str, str], tmp_path: Path) 
 
 
 @pytest.fixture
-def cluster(api_server: LocalAPIServer, tmp_path: Path) -> Path:
+def cluster(api_server: KubeApiServer, tmp_path: Path) -> Path:
     """A local API server with node-a, its slices, the DeviceClasses, an allocated claim and a pending pod."""
     kubeconfig = tmp_path / "kubeconfig"
     api_server.write_kubeconfig(kubeconfig)
-    with client.ApiClient(client.Configuration(host=api_server.url)) as api_client:
+    with api_server.api_client() as api_client:
         core = client.CoreV1Api(api_client)
         resource = client.ResourceV1Api(api_client)
         core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})

@@ -13,7 +13,7 @@ import yaml
 from kubernetes import client
 
 from dra_driver.devicemodel import example_slices
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 
 MIGDRA = str(Path(sys.executable).with_name("migdra"))
 REPO = Path(__file__).resolve().parents[2]
@@ -176,11 +176,11 @@ def test_lint_of_the_shipped_device_classes_is_clean() -> None:
 
 
 @pytest.fixture
-def cluster(api_server: LocalAPIServer, tmp_path: Path) -> Path:
+def cluster(api_server: KubeApiServer, tmp_path: Path) -> Path:
     """A local API server holding the H100 slices and NVIDIA's slice; yields its kubeconfig."""
     kubeconfig = tmp_path / "kubeconfig"
     api_server.write_kubeconfig(kubeconfig)
-    with client.ApiClient(client.Configuration(host=api_server.url)) as api_client:
+    with api_server.api_client() as api_client:
         resource = client.ResourceV1Api(api_client)
         for body in [*example_slices(["H100-SXM5-80GB"], mig_enabled=True), foreign_slice()]:
             resource.create_resource_slice(body)

@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver import claimstatus
 from dra_driver.kube.client import CLAIMS, EVENTS, LEASES, SLICES, Client
-from migdra_devcluster.apiserver import LocalAPIServer
-from tests.api_outage import free_port
+from migdra_devcluster.upstream.controlplane import free_port
+from tests.kube_apiserver import KubeApiServer
 from tests.plugin_command import MIGDRA
 from tests.sim_objects import DRIVER, H100, node_slices
 from tests.waiting import wait_for
@@ -31,7 +31,7 @@ LEASE_DURATION = 3.0
 
 
 @pytest.fixture
-def api(api_server: LocalAPIServer) -> Iterator[tuple[Client, Path]]:
+def api(api_server: KubeApiServer) -> Iterator[tuple[Client, Path]]:
     assert api_server.kubeconfig_path is not None
     client = Client(api_server.kubeconfig_path)
     for resource_slice in node_slices(NODE, [H100, H100]):

@@ -19,13 +19,11 @@ def test_a_sim_up_that_fails_is_reported_as_failed_with_its_status_at_once(tmp_p
             str(REPO / "hack" / "demo.py"),
             "--state-dir",
             str(tmp_path / "demo"),
-            "--control-plane",
-            "kube",
         ],
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,  # the demo would have waited its 300 s start bound before
+        timeout=120,  # the demo would have waited its start bound (minutes: a first build) before
         check=False,
     )
     assert done.returncode == 1

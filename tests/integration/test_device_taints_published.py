@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client
 
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.faults import GpuFault, taint_pool
@@ -15,8 +14,8 @@ from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.kube.client import SLICES, Client
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.inventory import read_inventory
-from migdra_devcluster.apiserver import LocalAPIServer
 from tests.conftest import OpenSimulatedNode
+from tests.kube_apiserver import KubeApiServer
 from tests.unit.test_device_taints import DRIVER, _uuid
 
 
@@ -26,7 +25,7 @@ def pool(simulated_node: OpenSimulatedNode) -> Iterator[NodePool]:
         yield build_pool(read_inventory(nvml), DeviceModelConfig())
 
 
-def test_tainted_slices_are_accepted_by_the_api_server(api_server: LocalAPIServer, pool: NodePool) -> None:
+def test_tainted_slices_are_accepted_by_the_api_server(api_server: KubeApiServer, pool: NodePool) -> None:
     faults = [
         GpuFault(_uuid(pool, 1), "gpu-lost", "", "2026-12-02T00:00:00Z"),
         GpuFault(_uuid(pool, 0), "xid", "48", "2026-12-02T00:00:00Z", Placement(start=0, size=1)),
@@ -34,7 +33,7 @@ def test_tainted_slices_are_accepted_by_the_api_server(api_server: LocalAPIServe
     tainted = taint_pool(pool, faults)
     slices = render_slices(tainted, "node-a", 1)
     assert all(len(s["spec"].get("devices", [])) <= 64 for s in slices)
-    kube = Client(configuration=client.Configuration(host=api_server.url))
+    kube = Client(configuration=api_server.configuration())
     for body in slices:
         kube.create(SLICES, body)
     stored = [d for s in kube.list(SLICES)[0] for d in s["spec"].get("devices", []) if d.get("taints")]

@@ -12,7 +12,7 @@ import pytest
 
 from dra_driver.kube.client import PODS, Client
 from dra_driver.kube.informer import Changes, Informer
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.waiting import wait_for
 
 
@@ -26,7 +26,7 @@ def _pod(name: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def client(api_server: LocalAPIServer) -> Iterator[Client]:
+def client(api_server: KubeApiServer) -> Iterator[Client]:
     c = Client(api_server.kubeconfig_path)
     yield c
     c.close()

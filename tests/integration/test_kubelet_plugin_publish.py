@@ -13,22 +13,22 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.waiting import wait_for
 
 MIGDRA = str(Path(sys.executable).with_name("migdra"))
 
 
 @pytest.fixture
-def api(api_server: LocalAPIServer, tmp_path: Path) -> LocalAPIServer:
+def api(api_server: KubeApiServer, tmp_path: Path) -> KubeApiServer:
     api_server.write_kubeconfig(tmp_path / "kubeconfig")
-    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
+    with api_server.api_client() as c:
         client.CoreV1Api(c).create_node({"metadata": {"name": "node-p"}})
     return api_server
 
 
-def _slices(api: LocalAPIServer) -> list[client.V1ResourceSlice]:
-    with client.ApiClient(client.Configuration(host=api.url)) as c:
+def _slices(api: KubeApiServer) -> list[client.V1ResourceSlice]:
+    with api.api_client() as c:
         return list(client.ResourceV1Api(c).list_resource_slice(field_selector="spec.nodeName=node-p").items)
 
 
@@ -58,7 +58,7 @@ def _start(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
     )
 
 
-def _wait_for_slices(api: LocalAPIServer, process: subprocess.Popen[str]) -> None:
+def _wait_for_slices(api: KubeApiServer, process: subprocess.Popen[str]) -> None:
     """Until the whole pool is there: the publisher writes its slices one request at a time."""
 
     def whole_pool() -> bool:
@@ -75,7 +75,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_publishes_and_keeps_the_slices_after_sigterm(api: LocalAPIServer, tmp_path: Path) -> None:
+def test_publishes_and_keeps_the_slices_after_sigterm(api: KubeApiServer, tmp_path: Path) -> None:
     port = _free_port()
     process = _start(tmp_path, "--metrics-address", f"127.0.0.1:{port}")
     try:
@@ -98,7 +98,7 @@ def test_publishes_and_keeps_the_slices_after_sigterm(api: LocalAPIServer, tmp_p
     assert len(_slices(api)) == 2  # kubelet removes them if the plugin stays away; we do not
 
 
-def test_cleanup_on_exit_removes_the_slices(api: LocalAPIServer, tmp_path: Path) -> None:
+def test_cleanup_on_exit_removes_the_slices(api: KubeApiServer, tmp_path: Path) -> None:
     process = _start(tmp_path, "--cleanup-on-exit")
     try:
         _wait_for_slices(api, process)

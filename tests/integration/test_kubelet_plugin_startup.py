@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.kubelet_client import short_socket_dir
 
 MIGDRA = str(Path(sys.executable).with_name("migdra"))
@@ -30,15 +30,15 @@ def root() -> Iterator[Path]:
 
 
 @pytest.fixture
-def api(api_server: LocalAPIServer, root: Path) -> LocalAPIServer:
+def api(api_server: KubeApiServer, root: Path) -> KubeApiServer:
     api_server.write_kubeconfig(root / "kubeconfig")
-    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
+    with api_server.api_client() as c:
         client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
     return api_server
 
 
-def _slices(api: LocalAPIServer) -> list[client.V1ResourceSlice]:
-    with client.ApiClient(client.Configuration(host=api.url)) as c:
+def _slices(api: KubeApiServer) -> list[client.V1ResourceSlice]:
+    with api.api_client() as c:
         return list(client.ResourceV1Api(c).list_resource_slice().items)
 
 
@@ -92,7 +92,7 @@ BAD_FLAGS = {
 
 @pytest.mark.parametrize(("flags", "named"), BAD_FLAGS.values(), ids=list(BAD_FLAGS))
 def test_a_bad_flag_stops_the_plugin_before_the_api_or_the_hardware(
-    api: LocalAPIServer, root: Path, busy_port: int, flags: tuple[str, ...], named: str
+    api: KubeApiServer, root: Path, busy_port: int, flags: tuple[str, ...], named: str
 ) -> None:
     filled = [f.replace("{root}", str(root)).replace("{busy_port}", str(busy_port)) for f in flags]
     command = _command(root, *filled)
@@ -109,7 +109,7 @@ def test_a_bad_flag_stops_the_plugin_before_the_api_or_the_hardware(
     assert not (root / "registry").exists() or not any((root / "registry").iterdir())  # nothing served
 
 
-def test_a_good_start_says_so_in_one_line_and_nothing_else(api: LocalAPIServer, root: Path) -> None:
+def test_a_good_start_says_so_in_one_line_and_nothing_else(api: KubeApiServer, root: Path) -> None:
     process = subprocess.Popen(
         _command(root), env=_environment(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

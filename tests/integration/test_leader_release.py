@@ -14,7 +14,7 @@ import pytest
 
 from dra_driver.controller.leader import LeaderElector, LeaseTiming
 from dra_driver.kube.client import LEASES, Client, Kind
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 
 
 class StopOnWrite(Client):
@@ -39,7 +39,7 @@ class StopOnWrite(Client):
 
 
 @pytest.fixture
-def client(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[StopOnWrite]:
+def client(api_server: KubeApiServer, tmp_path: Path) -> Iterator[StopOnWrite]:
     api_server.write_kubeconfig(tmp_path / "kubeconfig")
     stopping = StopOnWrite(tmp_path / "kubeconfig")
     try:

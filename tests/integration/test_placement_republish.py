@@ -38,13 +38,11 @@ from dra_driver.nvml.settings import build_nvml_settings
 from kubeletplugin.app import run_publish_only
 from kubeletplugin.publisher import SlicePublisher
 from kubeletplugin.settings import PluginSettings
-from migdra_devcluster.apiserver import LocalAPIServer
-from migdra_devcluster.apiserver.watch import Event
-from tests.api_outage import StoreChanges
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import DRIVER, NODE, create_claim, read_claim_json, result
+from tests.slice_watch import slice_watch
 from tests.waiting import wait_for
 
-SLICES_KEY = "resourceslices.resource.k8s.io"
 FEATURES = Features.from_names(DEFAULT_FEATURES)
 NODE_OBJECT = {"metadata": {"name": NODE}}
 JSON = Mapping[str, Any]
@@ -52,16 +50,16 @@ Layout = tuple[tuple[str, int, tuple[str, ...]], ...]
 
 
 @pytest.fixture
-def api(api_server: LocalAPIServer, tmp_path: Path) -> LocalAPIServer:
+def api(api_server: KubeApiServer, tmp_path: Path) -> KubeApiServer:
     api_server.write_kubeconfig(tmp_path / "kubeconfig")
-    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
+    with api_server.api_client() as c:
         client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
     return api_server
 
 
 @pytest.fixture
-def api_client(api: LocalAPIServer) -> Iterator[client.ApiClient]:
-    with client.ApiClient(client.Configuration(host=api.url)) as c:
+def api_client(api: KubeApiServer) -> Iterator[client.ApiClient]:
+    with api.api_client() as c:
         yield c
 
 
@@ -114,22 +112,8 @@ def problem_of(state: Sequence[JSON], old: Sequence[JSON], new: Sequence[JSON]) 
     return None
 
 
-class SliceStates:
-    """Every state of the ResourceSlices the API server holds, one after each write while ``recording``."""
-
-    def __init__(self, api: LocalAPIServer) -> None:
-        self._api = api
-        self.recording = False
-        self.states: list[list[dict[str, Any]]] = []
-        api.store.add_listener(self._record)
-
-    def _record(self, event: Event) -> None:  # under the store's lock, right after the write
-        if self.recording and event.resource_key == SLICES_KEY:
-            self.states.append(copy.deepcopy(self._api.store.objects(SLICES_KEY)))
-
-
 def test_a_republish_that_moves_devices_between_slices_never_shows_the_allocator_an_invalid_pool(
-    api: LocalAPIServer, api_client: client.ApiClient
+    api: KubeApiServer, api_client: client.ApiClient
 ) -> None:
     pool = pool_of(10)
     policy = DynamicPlacementPolicy()
@@ -138,34 +122,37 @@ def test_a_republish_that_moves_devices_between_slices_never_shows_the_allocator
     first = publisher.publish(pool)
     assert first.generation == 1
     assert not first.occupancy_only
-    old = copy.deepcopy(api.store.objects(SLICES_KEY))
+    old = published(api)
 
     occupancy[0] = frozenset({"gpu-9-mig-1g10gb-19-6"})  # GPU 9 is now the fullest: its 1g devices first
     expected = render_slices(pool, NODE, 2, policy=policy, allocated=occupancy[0])
     moved = {d for d, s in membership(old).items() if membership(expected)[d] != s}
     assert moved, "the case must move devices between slices, not only reorder them"
-    states = SliceStates(api)
-    states.recording = True
-    second = publisher.publish(pool)
-    states.recording = False
+    with slice_watch(api) as states:
+        states.recording = True
+        second = publisher.publish(pool)
+        states.barrier()
+        states.recording = False
 
-    assert second.occupancy_only
-    assert (second.created, second.deleted, second.generation) == (0, 0, 2)
-    assert second.updated == len(old)  # every slice carries the new generation
-    new = states.states[-1]
-    assert layout(new) == layout(expected)
-    seen = [what_the_allocator_sees(state, old, new) for state in states.states]
-    assert seen == ["incomplete"] * (len(seen) - 1) + ["new"], seen
+        assert second.occupancy_only
+        assert (second.created, second.deleted, second.generation) == (0, 0, 2)
+        assert second.updated == len(old)  # every slice carries the new generation
+        new = states.states[-1]
+        assert layout(new) == layout(expected)
+        seen = [what_the_allocator_sees(state, old, new) for state in states.states]
+        assert seen == ["incomplete"] * (len(seen) - 1) + ["new"], seen
 
-    # The same occupancy again: nothing to render or write.  An occupancy that leaves the order as it is
-    # (a device no longer published, say): rendered, compared, no write.
-    states.recording = True
-    assert publisher.publish(pool).writes == 0
-    occupancy[0] = frozenset({"gpu-9-mig-1g10gb-19-6", "a-device-no-longer-published"})
-    unchanged = publisher.publish(pool)
-    states.recording = False
+        # The same occupancy again: nothing to render or write.  An occupancy that leaves the order as it is
+        # (a device no longer published, say): rendered, compared, no write.
+        recorded = len(states.writes)
+        states.recording = True
+        assert publisher.publish(pool).writes == 0
+        occupancy[0] = frozenset({"gpu-9-mig-1g10gb-19-6", "a-device-no-longer-published"})
+        unchanged = publisher.publish(pool)
+        states.barrier()
+        states.recording = False
     assert (unchanged.writes, unchanged.generation, unchanged.occupancy_only) == (0, 2, True)
-    assert states.states[-1] is new  # no write was recorded
+    assert len(states.writes) == recorded  # kube-apiserver saw no write
 
 
 def test_the_checker_catches_the_naive_order_a_new_order_at_the_same_generation() -> None:
@@ -191,11 +178,13 @@ def test_the_checker_catches_the_naive_order_a_new_order_at_the_same_generation(
 # -- the plugin ------------------------------------------------------------------------------------
 
 
-def published(api: LocalAPIServer) -> list[dict[str, Any]]:
-    return [s for s in api.store.objects(SLICES_KEY) if s["spec"].get("nodeName") == NODE]
+def published(api: KubeApiServer) -> list[dict[str, Any]]:
+    with api.api_client() as api_client:
+        items = client.ResourceV1Api(api_client).list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
+        return [api_client.sanitize_for_serialization(item) for item in items]
 
 
-def complete_layout(api: LocalAPIServer) -> Layout | None:
+def complete_layout(api: KubeApiServer) -> Layout | None:
     """The node's device slices when the API holds one complete generation of them (else None)."""
     slices = published(api)
     generations = {int(s["spec"]["pool"]["generation"]) for s in slices}
@@ -247,14 +236,13 @@ def publish_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ca
 
 
 def test_the_plugin_republishes_the_dynamic_order_for_a_claim_allocated_here_and_back_when_it_goes(
-    api: LocalAPIServer, api_client: client.ApiClient, tmp_path: Path, publish_only: Any
+    api: KubeApiServer, api_client: client.ApiClient, tmp_path: Path, publish_only: Any
 ) -> None:
     pool, policy = pool_of(2), DynamicPlacementPolicy()
     held = frozenset({"gpu-1-mig-1g10gb-19-6"})
     empty_order = names(layout(render_slices(pool, NODE, 1, policy=policy)))
     held_order = names(layout(render_slices(pool, NODE, 1, policy=policy, allocated=held)))
     assert held_order != empty_order  # GPU 1 is the fuller one now: its 1g devices come first
-    changes = StoreChanges(api)
 
     publish_only(
         PluginSettings(
@@ -266,13 +254,13 @@ def test_the_plugin_republishes_the_dynamic_order_for_a_claim_allocated_here_and
             placement_min_interval=0.1,
         )
     )
-    wait_for("the first publish", lambda: names(complete_layout(api)) == empty_order, timeout=20, changes=changes)
+    wait_for("the first publish", lambda: names(complete_layout(api)) == empty_order, timeout=20)
     assert {s["spec"]["pool"]["generation"] for s in published(api)} == {1}
 
     claim = create_claim(api_client, "one-g", [result("gpu-1-mig-1g10gb-19-6")])
-    wait_for("the order for the claim", lambda: names(complete_layout(api)) == held_order, timeout=10, changes=changes)
+    wait_for("the order for the claim", lambda: names(complete_layout(api)) == held_order, timeout=10)
     assert {s["spec"]["pool"]["generation"] for s in published(api)} == {2}  # one re-publish, no churn
 
     deallocate(api_client, claim)
-    wait_for("the order without it", lambda: names(complete_layout(api)) == empty_order, timeout=10, changes=changes)
+    wait_for("the order without it", lambda: names(complete_layout(api)) == empty_order, timeout=10)
     assert {s["spec"]["pool"]["generation"] for s in published(api)} == {3}

@@ -22,9 +22,9 @@ from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.driver_files import load_driver_edits
 from kubeletplugin.prepare.service import PrepareService
 from kubeletplugin.settings import PrepareSettings
-from migdra_devcluster.apiserver import LocalAPIServer
 from tests.fake_driver_root import LIBRARIES as FAKE_LIBRARIES
 from tests.fake_driver_root import VERSION, build_fake_driver_root
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import BOOT_ID, DRIVER, NODE, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
@@ -42,7 +42,7 @@ HOOK_NAMES = ("prestart", "createRuntime", "createContainer", "startContainer", 
 
 
 @pytest.fixture
-def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+def node(api_server: KubeApiServer, tmp_path: Path) -> Iterator[Node]:
     with simulated_node(tmp_path / "node", [H100], api=api_server) as simulated:
         yield simulated
 

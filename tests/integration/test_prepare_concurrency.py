@@ -24,7 +24,7 @@ from dra_driver.nvml.backend import Nvml
 from kubeletplugin.prepare.locks import LOCKS_DIR, lock_file_name, release_flock, try_flock
 from kubeletplugin.prepare.records import DeviceIntent
 from kubeletplugin.prepare.service import PrepareService
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import Background, HeldAfter, HeldCall, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
@@ -33,7 +33,7 @@ EXCLUSIVE = "gpu-0-mig-4g40gb-5-0"  # the exclusive device of the same placement
 
 
 @pytest.fixture
-def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+def node(api_server: KubeApiServer, tmp_path: Path) -> Iterator[Node]:
     with simulated_node(tmp_path, [H100, H100], api=api_server) as simulated:
         yield simulated
 

@@ -30,7 +30,7 @@ from kubeletplugin.prepare.metadata import (
 )
 from kubeletplugin.prepare.records import ClaimRecord
 from kubeletplugin.prepare.service import PrepareService
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import DRIVER, NODE, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
@@ -39,7 +39,7 @@ CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 
 
 @pytest.fixture
-def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+def node(api_server: KubeApiServer, tmp_path: Path) -> Iterator[Node]:
     with simulated_node(tmp_path, [H100], api=api_server) as simulated:
         yield simulated
 

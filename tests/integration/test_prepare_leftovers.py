@@ -21,7 +21,7 @@ import pytest
 from dra_driver.durable import process_is_gone
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.locks import LOCKS_DIR, lock_file_name, release_flock, try_flock
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import DRIVER, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
@@ -34,7 +34,7 @@ write_file_atomically(Path(sys.argv[1]), b"{}", before_replace=lambda tmp: os.ki
 
 
 @pytest.fixture
-def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+def node(api_server: KubeApiServer, tmp_path: Path) -> Iterator[Node]:
     with simulated_node(tmp_path, [H100], api=api_server) as simulated:
         yield simulated
 

@@ -19,7 +19,7 @@ from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.errors import NvmlInUse
 from kubeletplugin.prepare import cdi as cdi_module
 from kubeletplugin.prepare import claim_files as claim_files_module
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
@@ -27,7 +27,7 @@ DEVICE = "gpu-0-mig-3g40gb-9-0"  # 3g.40gb at memory slices 0-3 -> GI ID 1
 
 
 @pytest.fixture
-def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+def node(api_server: KubeApiServer, tmp_path: Path) -> Iterator[Node]:
     with simulated_node(tmp_path, [H100], api=api_server) as simulated:
         yield simulated
 

@@ -22,7 +22,7 @@ from dra_driver.nvml.types import GpuInstanceInfo
 from kubeletplugin.prepare.checkpoint import CheckpointStore
 from kubeletplugin.prepare.records import ClaimRecord, DeviceRecord
 from kubeletplugin.prepare.service import PrepareService
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import Background, HeldCall, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
@@ -35,7 +35,7 @@ def gi_at(node: Node, gpu: str, placement: Placement) -> GpuInstanceInfo | None:
 
 
 def test_a_gpu_instance_is_migdras_while_its_compute_instance_is_being_created(
-    api_server: LocalAPIServer, tmp_path: Path
+    api_server: KubeApiServer, tmp_path: Path
 ) -> None:
     with simulated_node(tmp_path, [H100, H100], api=api_server) as node:
         service = node.service()
@@ -62,7 +62,7 @@ def test_a_gpu_instance_is_migdras_while_its_compute_instance_is_being_created(
 
 
 def test_a_gpu_instance_being_created_is_migdras_by_placement_until_its_id_is_recorded(
-    api_server: LocalAPIServer, tmp_path: Path
+    api_server: KubeApiServer, tmp_path: Path
 ) -> None:
     with simulated_node(tmp_path, [H100, H100], api=api_server) as node:
         service = node.service()
@@ -86,7 +86,7 @@ def test_a_gpu_instance_being_created_is_migdras_by_placement_until_its_id_is_re
 
 
 def test_a_claim_that_collides_with_one_being_prepared_is_told_whose_it_is(
-    api_server: LocalAPIServer, tmp_path: Path
+    api_server: KubeApiServer, tmp_path: Path
 ) -> None:
     """A double allocation during the CI creation of the first claim names that claim, not a stranger."""
     with simulated_node(tmp_path, [H100, H100], api=api_server) as node:
@@ -125,7 +125,7 @@ class _RecordedSteps:
 
 
 def test_a_gpu_instance_whose_id_cannot_be_recorded_is_destroyed_before_anything_else(
-    api_server: LocalAPIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    api_server: KubeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     steps = _RecordedSteps(monkeypatch, fail_gpu_instance=True)
     with simulated_node(tmp_path, [H100], api=api_server) as node:
@@ -139,7 +139,7 @@ def test_a_gpu_instance_whose_id_cannot_be_recorded_is_destroyed_before_anything
 
 
 def test_an_occupied_placement_is_refused_before_the_request_is_recorded(
-    api_server: LocalAPIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    api_server: KubeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The placement is checked again under the GPU's lock: a GI that appeared since is never in a request."""
     steps = _RecordedSteps(monkeypatch, fail_gpu_instance=False)

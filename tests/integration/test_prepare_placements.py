@@ -14,7 +14,7 @@ import pytest
 
 from dra_driver.devicemodel.naming import mig_device_name
 from dra_driver.mig.catalog import load_catalog
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import result, simulated_node
 
 MODELS = ("H100-SXM5-80GB", "A100-SXM4-40GB")
@@ -32,7 +32,7 @@ def every_placement() -> list[object]:
 
 @pytest.mark.parametrize(("model", "profile_id", "start"), every_placement())
 def test_prepare_creates_exactly_the_allocated_placement(
-    api_server: LocalAPIServer, tmp_path: Path, model: str, profile_id: int, start: int
+    api_server: KubeApiServer, tmp_path: Path, model: str, profile_id: int, start: int
 ) -> None:
     profile = load_catalog().model(model).profile_by_id(profile_id)
     device = mig_device_name(0, profile.name, profile_id, start)

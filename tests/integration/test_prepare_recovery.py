@@ -1,7 +1,7 @@
 """Crash recovery: kill -9 at every step of prepare, restart on the same files, prepare and unprepare.
 
 The child process runs a PrepareService on a shared simulator state file, checkpoint directory and
-CDI directory against the LocalAPIServer of this test process, and is killed (SIGKILL) by a crash
+CDI directory against the KubeApiServer of this test process, and is killed (SIGKILL) by a crash
 point of the service or a ``kill_after`` rule of the simulator.  A new service on the same files must
 then leave no leaked and no duplicate instance, finish prepare and unprepare, and never touch the
 foreign instance created beforehand.
@@ -25,7 +25,7 @@ from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.mig.catalog import Placement
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.errors import CheckpointError
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import DRIVER, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
@@ -35,7 +35,7 @@ EXPECTED = {(0, 5, 15, 4, 7), (1, 2, 9, 4, 2)}  # (GPU, GI, profile, start, CI p
 
 
 @pytest.fixture
-def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+def node(api_server: KubeApiServer, tmp_path: Path) -> Iterator[Node]:
     with simulated_node(tmp_path, [H100, H100], api=api_server) as simulated:
         yield simulated
 
@@ -48,7 +48,7 @@ def run_child(
         "cdi_dir": str(node.cdi_dir),
         "state_dir": str(node.state_dir),
         "proc_root": str(node.proc_root),
-        "api_url": node.api.url,
+        "kubeconfig": str(node.api.kubeconfig_path),
         "claims": [{"namespace": c.namespace, "name": c.name, "uid": c.uid} for c in claims],
         "unprepare": unprepare,
     }

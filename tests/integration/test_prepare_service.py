@@ -25,7 +25,7 @@ from kubeletplugin.prepare import claim_files as claim_files_module
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.metadata import METADATA_DIR
 from kubeletplugin.settings import PrepareSettings
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import DRIVER, Node, mig_config, opaque, read_only_directory, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
@@ -34,7 +34,7 @@ ONE_G_20 = "gpu-0-mig-1g20gb-15-6"  # H100 1g.20gb at 6:2: CI profile 7, 26 SMs
 
 
 @pytest.fixture
-def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+def node(api_server: KubeApiServer, tmp_path: Path) -> Iterator[Node]:
     with simulated_node(tmp_path, [H100, H100], api=api_server) as simulated:
         yield simulated
 
@@ -97,7 +97,7 @@ class MeetingNvml(Nvml):
         return super().create_gpu_instance(gpu_uuid, profile_id, placement)
 
 
-def test_claims_of_an_idle_gpu_do_not_queue_behind_a_busy_one(api_server: LocalAPIServer, tmp_path: Path) -> None:
+def test_claims_of_an_idle_gpu_do_not_queue_behind_a_busy_one(api_server: KubeApiServer, tmp_path: Path) -> None:
     """Seven claims on GPU 0 listed before one on GPU 1: GPU 1's instance is made while GPU 0's first is."""
     with simulated_node(tmp_path, [H100, H100], api=api_server) as node:
         gpus = [node.gpu_uuid(0), node.gpu_uuid(1)]
@@ -116,7 +116,7 @@ def test_claims_of_an_idle_gpu_do_not_queue_behind_a_busy_one(api_server: LocalA
 
 @pytest.mark.parametrize("calls", ["one-call", "concurrent-calls"])
 def test_claims_on_different_gpus_are_created_in_parallel(
-    api_server: LocalAPIServer, tmp_path: Path, calls: str
+    api_server: KubeApiServer, tmp_path: Path, calls: str
 ) -> None:
     with simulated_node(tmp_path, [H100, H100], api=api_server) as node:
         gpus = [node.gpu_uuid(0), node.gpu_uuid(1)]
@@ -240,7 +240,7 @@ def test_a_placement_held_by_a_foreign_instance_is_an_error_and_it_survives(
     assert node.instances() == [(0, foreign_gi, profile_id, start, [(0, 0, foreign_uuid)])]
 
 
-def test_an_occupied_placement_reported_by_nvml_destroys_nothing(api_server: LocalAPIServer, tmp_path: Path) -> None:
+def test_an_occupied_placement_reported_by_nvml_destroys_nothing(api_server: KubeApiServer, tmp_path: Path) -> None:
     """The placement was free when checked, but NVML refuses the create (someone was faster)."""
     faults = {
         "rules": [{"symbol": "nvmlDeviceCreateGpuInstanceWithPlacement", "nth": 2, "error": "InsufficientResources"}]
@@ -305,7 +305,7 @@ def test_a_compute_instance_short_of_sms_fails_loudly_and_leaves_nothing(
         nvml.shutdown()
 
 
-def test_a_failed_device_rolls_back_the_claims_other_devices(api_server: LocalAPIServer, tmp_path: Path) -> None:
+def test_a_failed_device_rolls_back_the_claims_other_devices(api_server: KubeApiServer, tmp_path: Path) -> None:
     faults = {"rules": [{"symbol": "nvmlDeviceCreateGpuInstanceWithPlacement", "nth": 2, "error": "Unknown"}]}
     with simulated_node(tmp_path, [H100, H100], api=api_server, faults=faults) as node:
         service = node.service()
@@ -321,7 +321,7 @@ def test_a_failed_device_rolls_back_the_claims_other_devices(api_server: LocalAP
 
 
 def test_a_rollback_that_fails_is_recorded_and_finished_by_the_next_prepare(
-    api_server: LocalAPIServer, tmp_path: Path
+    api_server: KubeApiServer, tmp_path: Path
 ) -> None:
     """NVIDIA #1452: GI created, CI failed, and the GI could not be destroyed -- it must not leak."""
     faults = {
@@ -487,7 +487,7 @@ def test_cdi_spec_has_the_devices_nodes_config_env_and_is_deleted_on_unprepare(n
     assert list(node.cdi_dir.iterdir()) == []
 
 
-def test_whole_gpu_needs_nothing_created(api_server: LocalAPIServer, tmp_path: Path) -> None:
+def test_whole_gpu_needs_nothing_created(api_server: KubeApiServer, tmp_path: Path) -> None:
     with simulated_node(tmp_path, [A100], api=api_server, mig_enabled=False) as node:
         service = node.service()
         ref = node.claim("whole", [result("gpu-0")])

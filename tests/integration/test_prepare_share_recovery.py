@@ -21,8 +21,8 @@ import pytest
 from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.nvml import sim
 from kubeletplugin.prepare.cdi import spec_path
-from migdra_devcluster.apiserver import LocalAPIServer
 from tests.integration.test_prepare_recovery import run_child
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import DRIVER, Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
@@ -30,7 +30,7 @@ SHARED = "gpu-0-shared-4g40gb-5-0"
 
 
 @pytest.fixture
-def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+def node(api_server: KubeApiServer, tmp_path: Path) -> Iterator[Node]:
     with simulated_node(tmp_path, [H100], api=api_server) as simulated:
         yield simulated
 

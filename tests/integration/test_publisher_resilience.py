@@ -37,16 +37,15 @@ TWO_H100 = 2 * (25 + 7)  # published devices of two H100s: 25 exclusive and 7 sh
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[RestartableApiServer]:
     with restartable_api_server(tmp_path) as server:
-        assert server.server is not None
-        server.server.write_kubeconfig(tmp_path / "kubeconfig")
-        with client.ApiClient(client.Configuration(host=server.url)) as c:
+        server.write_kubeconfig(tmp_path / "kubeconfig")
+        with server.api_client() as c:
             client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
         yield server
 
 
 def published(api: RestartableApiServer) -> list[dict[str, Any]]:
     """The pool's slices as stored, once all slices of its newest generation are there; else []."""
-    with client.ApiClient(client.Configuration(host=api.url)) as c:
+    with api.api_client() as c:
         items = client.ResourceV1Api(c).list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
         slices = [c.sanitize_for_serialization(i) for i in items]
     if not slices:
@@ -81,7 +80,7 @@ def test_an_api_outage_never_stops_the_publish_loop_and_it_republishes_when_the_
         rounds.append(result)
         round_done.set()
 
-    with client.ApiClient(client.Configuration(host=api.url)) as api_client:
+    with api.api_client() as api_client:
         loop = PublishLoop(
             SlicePublisher(Client(api_client=api_client, timeout=5), NODE, DRIVER),
             lambda: pools[-1],
@@ -168,7 +167,6 @@ def test_gpu_instances_destroyed_while_they_are_listed_are_read_again_in_the_sam
             "the first round publishes",
             lambda: device_count(published(api)) == TWO_H100,
             timeout=20,
-            changes=api.changes,
         )
     records = _plugin_records(caplog)
     assert [r for r in records if r.levelno >= logging.WARNING] == []
@@ -185,7 +183,6 @@ def test_gpu_instances_that_keep_changing_skip_a_round_in_one_line_without_a_tra
             "the next round publishes",
             lambda: device_count(published(api)) == TWO_H100,
             timeout=20,
-            changes=api.changes,
         )
     records = _plugin_records(caplog)
     assert [r for r in records if r.levelno >= logging.WARNING] == []

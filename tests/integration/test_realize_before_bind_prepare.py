@@ -19,7 +19,7 @@ from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kubelet.calls import ClaimRef
 from kubeletplugin.prepare.service import PrepareService
 from kubeletplugin.realize_before_bind import Realizer
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import DRIVER, NODE, Node, read_claim_json, result, simulated_node
 from tests.waiting import wait_for
 
@@ -36,7 +36,7 @@ def waiting_result(device: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+def node(api_server: KubeApiServer, tmp_path: Path) -> Iterator[Node]:
     with simulated_node(tmp_path, ["H100-SXM5-80GB"], api=api_server) as simulated:
         yield simulated
 
@@ -150,7 +150,7 @@ def test_a_claim_without_binding_conditions_is_left_to_kubelet(node: Node, reali
 
 
 def test_a_failed_realization_says_why_on_the_claim_and_leaves_nothing(
-    api_server: LocalAPIServer, tmp_path: Path
+    api_server: KubeApiServer, tmp_path: Path
 ) -> None:
     plan = {"rules": [{"symbol": "nvmlDeviceCreateGpuInstanceWithPlacement", "error": "InsufficientResources"}]}
     with simulated_node(tmp_path, ["H100-SXM5-80GB"], api=api_server, faults=plan) as node:

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 
 from dra_driver.devicemodel import example_slices
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 
 MIGDRA = str(Path(sys.executable).with_name("migdra"))
 DRIVER = "gpu.migdra.io"
@@ -49,11 +49,11 @@ def ready_entry(device: str, mig_uuid: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def cluster(api_server: LocalAPIServer, tmp_path: Path) -> Path:
+def cluster(api_server: KubeApiServer, tmp_path: Path) -> Path:
     """Two H100s on node-a and one MIG-disabled GPU on node-b; a realized 3g at 4 and a reserved 1g at 6."""
     kubeconfig = tmp_path / "kubeconfig"
     api_server.write_kubeconfig(kubeconfig)
-    with client.ApiClient(client.Configuration(host=api_server.url)) as api_client:
+    with api_server.api_client() as api_client:
         core = client.CoreV1Api(api_client)
         resource = client.ResourceV1Api(api_client)
         for node in ("node-a", "node-b", "node-c"):

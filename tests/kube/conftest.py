@@ -1,9 +1,10 @@
-"""The tier on the upstream control plane: etcd, kube-apiserver, kube-controller-manager and kube-scheduler
-built by ``make kube`` (docs/testing.md).
+"""The tier that judges migdra against upstream (kube-scheduler's allocation, the chart's access under the
+real authorizer, the shipped manifests under kube-apiserver's validation), on the binaries ``make kube``
+builds (docs/testing.md).
 
-Without the binaries the tier is skipped, so ``make test`` runs on a machine without Go; CI sets
-``MIGDRA_REQUIRE_KUBE=1`` after ``make kube``, which turns that skip into a failure: the tier can never
-silently stop running there.  ``MIGDRA_KUBE_VERSION`` picks a built version (default: the oldest, CI's 1.36).
+Without the binaries the tier is skipped, so ``make test`` runs on a machine without Go (as is every
+test that needs an API server: ``tests.kube_apiserver``); CI sets ``MIGDRA_REQUIRE_KUBE=1`` after
+``make kube``, which turns that skip into a failure: the tier can never silently stop running there.
 """
 
 from __future__ import annotations

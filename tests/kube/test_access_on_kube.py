@@ -13,7 +13,6 @@ real kube-apiserver.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +20,10 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.kube.client import SLICES, Client, Kind
-from migdra_devcluster.apiserver.kubeconfig import write_kubeconfig
+from migdra_devcluster.kubeconfig import write_kubeconfig
 from migdra_devcluster.upstream.access import RELEASE_NAMESPACE, request_token
 from tests.integration.helm.chart import bound_rules, render
-from tests.kube.cluster import kube_cluster
-from tests.sim_cluster import DEMO, SimCluster
+from tests.sim_cluster import DEMO, SimCluster, versioned_cluster
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("kube-access")
@@ -53,10 +51,7 @@ NOT_EXERCISED = {
 }
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SimCluster]:
-    with kube_cluster("--nodes", "2", "--gpus", "H100-SXM5-80GB:1") as sim:
-        yield sim
+cluster = versioned_cluster("--nodes", "2", "--gpus", "H100-SXM5-80GB:1")
 
 
 def audit(cluster: SimCluster) -> list[dict[str, Any]]:

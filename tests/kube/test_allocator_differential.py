@@ -69,8 +69,7 @@ from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from kubeletplugin.occupancy import compute_allocated_devices
-from tests.kube.cluster import kube_cluster
-from tests.sim_cluster import SimCluster
+from tests.sim_cluster import SimCluster, sim_cluster
 from tests.sim_objects import latest_pool
 from tests.waiting import wait_for
 
@@ -655,7 +654,7 @@ def cluster() -> Iterator[SimCluster]:
         fast_republish += ["--plugin-env", f"{node}:MIGDRA_PLACEMENT_DEBOUNCE=0.05"]
         fast_republish += ["--plugin-env", f"{node}:MIGDRA_PLACEMENT_MIN_INTERVAL=0"]
     mixed = [f"--node-gpus={node}={gpus}" for node, gpus in NODE_GPUS.items() if node != "node-1"]
-    with kube_cluster("--nodes", str(len(NODE_GPUS)), "--gpus", NODE_GPUS["node-1"], *mixed, *fast_republish) as sim:
+    with sim_cluster("--nodes", str(len(NODE_GPUS)), "--gpus", NODE_GPUS["node-1"], *mixed, *fast_republish) as sim:
         yield sim
 
 

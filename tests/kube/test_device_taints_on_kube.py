@@ -6,15 +6,13 @@ Pending with FailedScheduling although GPU 1's memory is free."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from dra_driver.devicemodel.naming import parse_mig_device_name
 from dra_driver.kube.client import EVENTS, SLICES
-from tests.kube.cluster import kube_cluster
-from tests.sim_cluster import BIN, DEMO, SimCluster
+from tests.sim_cluster import BIN, DEMO, SimCluster, versioned_cluster
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("kube-taints")
@@ -23,10 +21,7 @@ DRIVER = "gpu.migdra.io"
 PODS_ON_GPU_0 = 7
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SimCluster]:
-    with kube_cluster("--nodes", "1", "--gpus", "H100-SXM5-80GB:2") as sim:
-        yield sim
+cluster = versioned_cluster("--nodes", "1", "--gpus", "H100-SXM5-80GB:2")
 
 
 def published(cluster: SimCluster) -> dict[str, dict[str, Any]]:
@@ -97,6 +92,8 @@ def test_an_xid_taints_the_gpu_and_kube_scheduler_places_nothing_on_it(cluster: 
     assert len(devices) == PODS_ON_GPU_0
     assert {(parse_mig_device_name(d) or (-1,))[0] for d in devices} == {0}, devices
     assert cluster.mig_instances() == {"node-1": PODS_ON_GPU_0}
+
+    cluster.describe_running_claims(namespace)
 
     cluster.delete_all(namespace)
     wait_for("every instance to go", lambda: cluster.mig_instances() == {"node-1": 0})

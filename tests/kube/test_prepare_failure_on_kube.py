@@ -8,19 +8,17 @@ NodePrepareResources with its backoff.  Meanwhile: the pod waits (never Running 
 have), nothing is left created on the GPU, and the claim carries **one** Warning Event naming the NVML
 error whose count grows with each retry.  When the cause goes, the next retry prepares the claim and the
 pod runs, by itself.  (With realize before bind, a failed realization sends the pod to another placement
-instead: tests/kube/test_realize_before_bind_on_kube.py.)
+instead: tests/e2e/test_realize_before_bind.py.)
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.kube.cluster import kube_cluster
-from tests.sim_cluster import DEMO, SimCluster
+from tests.sim_cluster import DEMO, SimCluster, versioned_cluster
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("kube-prepare-failure")
@@ -32,17 +30,14 @@ FAIL_THREE_CREATIONS = {
 }
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SimCluster]:
-    with kube_cluster(
-        "--nodes",
-        "1",
-        "--gpus",
-        "H100-SXM5-80GB:1",
-        "--plugin-env",
-        f"node-1:MIGDRA_SIM_FAULTS={json.dumps(FAIL_THREE_CREATIONS)}",
-    ) as sim:
-        yield sim
+cluster = versioned_cluster(
+    "--nodes",
+    "1",
+    "--gpus",
+    "H100-SXM5-80GB:1",
+    "--plugin-env",
+    f"node-1:MIGDRA_SIM_FAULTS={json.dumps(FAIL_THREE_CREATIONS)}",
+)
 
 
 def prepare_failures(cluster: SimCluster, namespace: str) -> list[dict[str, Any]]:
@@ -77,4 +72,5 @@ def test_a_claim_the_node_cannot_prepare_waits_with_one_counted_warning_then_run
     described = cluster.kubectl("describe", "resourceclaim", "-n", namespace).stdout
     assert "MigInstanceReady" in described
     assert "MigDevicesPrepareFailed" in described
+    cluster.describe_running_claims(namespace)
     cluster.delete_all(namespace)

@@ -11,22 +11,17 @@ token -- no restart, no 401 left.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
 from migdra_devcluster.upstream.access import RELEASE_NAMESPACE
-from tests.kube.cluster import kube_cluster
-from tests.sim_cluster import DEMO, SimCluster
+from tests.sim_cluster import DEMO, SimCluster, versioned_cluster
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("kube-recovery")
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SimCluster]:
-    with kube_cluster("--nodes", "2", "--gpus", "H100-SXM5-80GB:1") as sim:
-        yield sim
+cluster = versioned_cluster("--nodes", "2", "--gpus", "H100-SXM5-80GB:1")
 
 
 def plugin_pods(cluster: SimCluster) -> dict[str, str]:
@@ -65,4 +60,5 @@ def test_deleting_every_pod_leaves_the_plugins_working_with_new_tokens(cluster: 
         )
 
     wait_for("the new claim's status (Ready, MIG UUID) written with the new token", ready)
+    cluster.describe_running_claims(namespace)
     cluster.delete_all(namespace)

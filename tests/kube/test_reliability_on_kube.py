@@ -18,15 +18,13 @@ import os
 import signal
 import threading
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dra_driver.kube.client import PODS
-from tests.kube.cluster import kube_cluster
-from tests.sim_cluster import DEMO, SimCluster
+from tests.sim_cluster import DEMO, SimCluster, versioned_cluster
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("kube-reliability")
@@ -34,10 +32,7 @@ pytestmark = pytest.mark.xdist_group("kube-reliability")
 WAIT = 180.0  # a restarted kube-apiserver on a loaded two-core machine, then every client's relist
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SimCluster]:
-    with kube_cluster("--nodes", "2", "--gpus", "H100-SXM5-80GB:1") as sim:
-        yield sim
+cluster = versioned_cluster("--nodes", "2", "--gpus", "H100-SXM5-80GB:1")
 
 
 def pid_of(cluster: SimCluster, component: str) -> int:
@@ -186,6 +181,8 @@ def test_the_components_ride_out_restarts_of_kube_apiserver_and_etcd(cluster: Si
         detail=lambda: f"last seen: {last_seen[0]}\n{problems_logged(cluster)}",
     )
     assert {node: cluster.plugin_pid(node) for node in plugin_pids} == plugin_pids, "no plugin was restarted"
+
+    cluster.describe_running_claims(namespace)
 
     cluster.delete_all(namespace)
     wait_for("every claim to go", lambda: not cluster.claims(namespace), timeout=WAIT)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import kubeletplugin.prepare.checkpoint as checkpoint_module
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import Node, result, simulated_node
 
 H100 = "H100-SXM5-80GB"
@@ -34,7 +34,7 @@ class Writes:
 
 
 @pytest.fixture
-def node(api_server: LocalAPIServer, tmp_path: Path) -> Iterator[Node]:
+def node(api_server: KubeApiServer, tmp_path: Path) -> Iterator[Node]:
     with simulated_node(tmp_path, [H100] * GPUS, api=api_server) as simulated:
         yield simulated
 

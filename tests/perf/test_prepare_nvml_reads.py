@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dra_driver.kubelet.calls import ClaimRef, UnprepareResult
 from dra_driver.nvml.backend import Nvml
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import result, simulated_node
 
 # NVML calls that read a GPU's identity (list_gpus) or its GI profiles and placements.
@@ -30,7 +30,7 @@ def _calls(library: object, names: tuple[str, ...]) -> int:
     return sum(faults.calls(name) for name in names)
 
 
-def test_a_prepare_reads_only_the_gpu_its_device_names(api_server: LocalAPIServer, tmp_path: Path) -> None:
+def test_a_prepare_reads_only_the_gpu_its_device_names(api_server: KubeApiServer, tmp_path: Path) -> None:
     with simulated_node(tmp_path, ["H100-SXM5-80GB"] * 4, api=api_server) as node:
         service = node.service()
         first = node.claim("first", [result(_device(0, 0))])
@@ -47,7 +47,7 @@ def test_a_prepare_reads_only_the_gpu_its_device_names(api_server: LocalAPIServe
         assert _calls(node.library, PROFILE_CALLS) - profiles_before <= one_gpu
 
 
-def _one_gpu_profile_reads(root: Path, api: LocalAPIServer) -> int:
+def _one_gpu_profile_reads(root: Path, api: KubeApiServer) -> int:
     """How many profile calls reading one H100's profiles and placements takes (on a node of its own)."""
     with simulated_node(root, ["H100-SXM5-80GB"], api=api) as node:
         before = _calls(node.library, PROFILE_CALLS)
@@ -58,7 +58,7 @@ def _one_gpu_profile_reads(root: Path, api: LocalAPIServer) -> int:
 
 
 def test_a_mig_mode_change_behind_migdras_back_is_seen_by_the_next_prepare(
-    api_server: LocalAPIServer, tmp_path: Path
+    api_server: KubeApiServer, tmp_path: Path
 ) -> None:
     with simulated_node(tmp_path, ["H100-SXM5-80GB"] * 2, api=api_server) as node:
         service = node.service()
@@ -82,7 +82,7 @@ def test_a_mig_mode_change_behind_migdras_back_is_seen_by_the_next_prepare(
         assert _calls(node.library, IDENTITY_CALLS) > listed_before
 
 
-def test_unprepare_of_an_unknown_claim_succeeds_without_any_call(api_server: LocalAPIServer, tmp_path: Path) -> None:
+def test_unprepare_of_an_unknown_claim_succeeds_without_any_call(api_server: KubeApiServer, tmp_path: Path) -> None:
     with simulated_node(tmp_path, ["H100-SXM5-80GB"] * 2, api=api_server) as node:
         service = node.service()
         calls = node.nvml_calls()

@@ -28,7 +28,8 @@ from dra_driver.nvml.settings import build_nvml_settings
 from kubeletplugin.publisher import InventoryReader, PublishLoop, PublishResult, SlicePublisher
 from kubeletplugin.publishing import Publishing
 from kubeletplugin.settings import PluginSettings
-from migdra_devcluster.apiserver import LocalAPIServer
+from tests.kube_apiserver import KubeApiServer
+from tests.slice_watch import slice_watch
 
 NODE = "node-i"
 DRIVER = "gpu.migdra.io"
@@ -63,8 +64,8 @@ class Requests:
 
 
 @pytest.fixture
-def api(api_server: LocalAPIServer) -> LocalAPIServer:
-    with client.ApiClient(client.Configuration(host=api_server.url)) as c:
+def api(api_server: KubeApiServer) -> KubeApiServer:
+    with api_server.api_client() as c:
         client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
     return api_server
 
@@ -84,7 +85,7 @@ def nvml(tmp_path: Path, nvml_calls: list[str], monkeypatch: pytest.MonkeyPatch)
         yield session
 
 
-def _loop(api: LocalAPIServer, api_client: client.ApiClient, nvml: Nvml) -> PublishLoop:
+def _loop(api: KubeApiServer, api_client: client.ApiClient, nvml: Nvml) -> PublishLoop:
     """The plugin's own publish round (publish-only: no prepare service), run with ``publish_now``."""
     publishing = Publishing(PluginSettings(node_name=NODE), CollectorRegistry(), threading.Event())
     reader = InventoryReader()
@@ -96,7 +97,7 @@ def _loop(api: LocalAPIServer, api_client: client.ApiClient, nvml: Nvml) -> Publ
 
 
 def test_an_unchanged_rescan_lists_once_writes_nothing_renders_nothing_and_rereads_only_what_can_change(
-    api: LocalAPIServer, nvml: Nvml, nvml_calls: list[str], monkeypatch: pytest.MonkeyPatch
+    api: KubeApiServer, nvml: Nvml, nvml_calls: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     renders = Counter[str]()
 
@@ -105,30 +106,29 @@ def test_an_unchanged_rescan_lists_once_writes_nothing_renders_nothing_and_rerea
         return render_slices(*args, **kwargs)
 
     monkeypatch.setattr("kubeletplugin.publisher.render_slices", counting_render)
-    with client.ApiClient(client.Configuration(host=api.url)) as api_client:
+    with api.api_client() as api_client:
         loop = _loop(api, api_client, nvml)
         first = loop.publish_now()
         assert (first.created, first.generation) == (6, 1)  # 8 H100s: counters + 4 device slices + 1 of shared
 
         requests = Requests(api_client, monkeypatch)
-        writes: list[Any] = []
-        api.store.add_listener(writes.append)
-        version = api.store.resource_version
         nvml_calls.clear()
         renders.clear()
-        for _ in range(3):
-            assert loop.publish_now() == PublishResult(generation=1)
+        with slice_watch(api) as slices:
+            slices.recording = True
+            for _ in range(3):
+                assert loop.publish_now() == PublishResult(generation=1)
+            slices.barrier()
 
     assert requests.sent == [("GET", "/apis/resource.k8s.io/v1/resourceslices")] * 3
-    assert writes == []
-    assert api.store.resource_version == version
+    assert slices.writes == []  # as kube-apiserver saw it
     assert renders == Counter()  # the pool and every slice's resourceVersion were what it last wrote
     assert set(nvml_calls).isdisjoint(STABLE_READS), Counter(nvml_calls)
     assert Counter(nvml_calls)["nvmlDeviceGetMigMode"] > 0  # the mode is asked for each time: it can change
 
 
-def test_a_rescan_sees_a_new_gpu_instance_and_a_mig_mode_change(api: LocalAPIServer, nvml: Nvml) -> None:
-    with client.ApiClient(client.Configuration(host=api.url)) as api_client:
+def test_a_rescan_sees_a_new_gpu_instance_and_a_mig_mode_change(api: KubeApiServer, nvml: Nvml) -> None:
+    with api.api_client() as api_client:
         loop = _loop(api, api_client, nvml)
         loop.publish_now()
         three_g = load_catalog().model("H100").profile_by_name("3g.40gb")

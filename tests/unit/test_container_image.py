@@ -69,7 +69,7 @@ def test_the_product_wheel_holds_no_development_cluster_code() -> None:
         for module in (REPO / "devcluster" / "migdra_devcluster").rglob("*.py")
         if module.stat().st_size > 0
     }
-    assert len(dev_modules) > 40  # the tree was found
+    assert len(dev_modules) > 15  # the tree was found
     copies = {
         path: dev_modules[digest]
         for path, text in sources.items()

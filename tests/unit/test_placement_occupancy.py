@@ -311,27 +311,3 @@ def test_the_plugin_counts_a_round_for_the_occupancy_alone_and_no_other() -> Non
     assert registry.get_sample_value("migdra_placement_republishes_total", {"result": "written"}) == 1
     assert registry.get_sample_value("migdra_placement_republishes_total", {"result": "unchanged"}) == 1
     assert registry.get_sample_value("migdra_placement_republish_writes_total") == 2
-
-
-def test_once_synced_the_allocated_set_is_the_listed_one(api_server: Any) -> None:
-    """wait_synced means the set was computed from the first complete list, not only that the informer
-    listed: the first publish reads the claims already allocated, never the empty set before them."""
-    kube = Client(configuration=client.Configuration(host=api_server.url), timeout=5.0)
-    allocated = claim(result("gpu-0-mig-1g10gb-19-6"), name="a")
-    allocated["metadata"] = {"namespace": "default", "name": "a"}
-    allocated["apiVersion"], allocated["kind"] = "resource.k8s.io/v1", "ResourceClaim"
-    allocated["spec"] = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "mig.migdra.io"}}]}}
-    status = allocated.pop("status")
-    created = kube.create(CLAIMS, allocated)
-    created["status"] = status
-    kube.update(CLAIMS, created, subresource="status")
-    claims = Informer(kube, CLAIMS, Changes())
-    source = ClaimOccupancy(claims, DRIVER, NODE, lambda: None, debounce=0.2, min_interval=1.0)
-    claims.start()
-    source.start()
-    try:
-        assert source.wait_synced(30)
-        assert source.allocated() == frozenset({"gpu-0-mig-1g10gb-19-6"})
-    finally:
-        source.stop()
-        claims.stop()

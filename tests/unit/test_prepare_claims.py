@@ -12,6 +12,7 @@ from kubeletplugin.prepare.claims import (
     AllocatedDevice,
     ResourceClaimView,
     compute_claim_allocation,
+    compute_share,
     describe_validation_error,
 )
 from kubeletplugin.prepare.errors import ClaimMismatchError
@@ -95,3 +96,16 @@ def test_a_claim_migdra_cannot_read_is_described_in_one_line() -> None:
     with pytest.raises(ValidationError) as raised:
         ResourceClaimView.model_validate({"metadata": {"namespace": "team"}})
     assert describe_validation_error(raised.value) == "metadata.name: Field required (and 1 more)"
+
+
+@pytest.mark.parametrize(
+    "share_id", ["not-a-uuid", "B67A2CD4-4C46-466C-BA21-803B4B5203DE"], ids=["malformed", "upper-case"]
+)
+def test_a_share_id_not_in_normalized_form_fails_naming_the_field(share_id: str) -> None:
+    """kube-apiserver refuses such an allocation already; the plugin's check is for any other writer."""
+    (result,) = claim([{"request": "r", "driver": DRIVER, "pool": NODE, "device": "d", "shareID": share_id}]).results
+    with pytest.raises(ClaimMismatchError) as failure:
+        compute_share(result, 0, DRIVER)
+    assert str(failure.value).startswith(
+        f"status.allocation.devices.results[0].shareID: {share_id!r} is not a UUID in normalized form"
+    )

@@ -30,7 +30,7 @@ from dra_driver.durable import write_file_atomically
 from dra_driver.errors import ConfigurationError
 from dra_driver.kube.client import PODS, Client, Kind
 from dra_driver.kube.failures import describe_failure
-from migdra_devcluster.apiserver.kubeconfig import write_kubeconfig
+from migdra_devcluster.kubeconfig import write_kubeconfig
 
 CHART_DIR = Path(__file__).resolve().parents[3] / "helm" / "migdra"
 HELM = Path(__file__).resolve().parents[3] / ".tools" / "helm" / "helm"
@@ -125,9 +125,9 @@ def grant_chart_access(client: Client, access: ChartAccess) -> None:
         client.create(_APPLIED_KINDS[document["kind"]], document)
 
 
-def plugin_pod(access: ChartAccess, node: str) -> dict[str, Any]:
+def plugin_pod(access: ChartAccess, node: str, namespace: str = RELEASE_NAMESPACE) -> dict[str, Any]:
     """The plugin's Pod on ``node``, from the DaemonSet's template (as the DaemonSet controller makes it,
-    but bound directly: it is never scheduled)."""
+    but bound directly: it is never scheduled), in the release's ``namespace``."""
     template = copy.deepcopy(access.plugin_pod_template)
     spec = template["spec"]
     spec["nodeName"] = node
@@ -137,21 +137,23 @@ def plugin_pod(access: ChartAccess, node: str) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {
             "name": f"{RELEASE}-kubelet-plugin-{node}",
-            "namespace": RELEASE_NAMESPACE,
+            "namespace": namespace,
             "labels": (template.get("metadata") or {}).get("labels") or {},
         },
         "spec": spec,
     }
 
 
-def request_token(client: Client, service_account: str, bound_pod: dict[str, Any] | None = None) -> str:
-    """A TokenRequest for ``service_account`` in the release namespace, bound to ``bound_pod`` when given."""
+def request_token(
+    client: Client, service_account: str, bound_pod: dict[str, Any] | None = None, namespace: str = RELEASE_NAMESPACE
+) -> str:
+    """A TokenRequest for ``service_account`` in the release's ``namespace``, bound to ``bound_pod`` when given."""
     spec: dict[str, Any] = {"expirationSeconds": TOKEN_SECONDS}
     if bound_pod is not None:
         meta = bound_pod["metadata"]
         spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-    answer = client.create_subresource(SERVICE_ACCOUNTS, RELEASE_NAMESPACE, service_account, "token", body)
+    answer = client.create_subresource(SERVICE_ACCOUNTS, namespace, service_account, "token", body)
     return str(answer["status"]["token"])
 
 

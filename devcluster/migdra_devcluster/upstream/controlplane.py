@@ -25,7 +25,7 @@ import yaml
 
 from dra_driver.errors import ConfigurationError
 from dra_driver.kube.client import Client
-from migdra_devcluster.apiserver.kubeconfig import write_kubeconfig
+from migdra_devcluster.kubeconfig import write_kubeconfig
 from migdra_devcluster.supervision import SupervisedProcess
 from migdra_devcluster.upstream.access import (
     RELEASE_NAMESPACE,
@@ -194,7 +194,7 @@ class KubeControlPlane:
     def start(self, interrupt: threading.Event) -> Path | None:
         """Start every component; the admin kubeconfig once all are healthy (None if interrupted)."""
         self.files.directory.mkdir(parents=True, exist_ok=True)
-        # A new cluster starts afresh, as the embedded one does: the node's simulated GPUs are new too.
+        # A new cluster starts afresh: the nodes' simulated GPUs are new too, so no object may outlive them.
         shutil.rmtree(self.files.etcd_data, ignore_errors=True)
         pki = write_cluster_pki(self.files.pki.directory)
         write_audit_policy(self.files)

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from migdra_devcluster.apiserver.kubeconfig import ClientCertificate
+from migdra_devcluster.kubeconfig import ClientCertificate
 
 VALIDITY = datetime.timedelta(days=365)
 SERVICE_CLUSTER_IP = "10.96.0.1"

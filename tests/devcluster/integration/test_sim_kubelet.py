@@ -1,4 +1,4 @@
-"""The simulated cluster's kubelet against a real `migdra kubelet-plugin` process and the local API server.
+"""The simulated cluster's kubelet against a real `migdra kubelet-plugin` process and kube-apiserver.
 
 Pods and claims are written directly as the scheduler would (claim allocated and reserved for the pod,
 then the pod bound); the kubelet must prepare them through the plugin's real sockets, report the pod
@@ -22,8 +22,8 @@ import pytest
 from dra_driver.kube.client import CLAIMS, EVENTS, NODES, PODS, SLICES, Client
 from dra_driver.kube.failures import BackoffPolicy
 from dra_driver.nvml import sim
-from migdra_devcluster.apiserver import LocalAPIServer
 from migdra_devcluster.kubelet import CDI_ANNOTATION, FAILED_PREPARE, FAILED_UNPREPARE, Kubelet
+from tests.kube_apiserver import KubeApiServer
 from tests.kubelet_client import short_socket_dir
 from tests.plugin_command import DRIVER, NODE, kubelet_plugin_argv, kubelet_plugin_env
 from tests.waiting import wait_for
@@ -35,7 +35,7 @@ NAMESPACE = "default"
 class SimNode:
     """One node: API server, a kubelet, and the plugin processes started for it."""
 
-    api: LocalAPIServer
+    api: KubeApiServer
     client: Client
     root: Path
     kubeconfig: Path
@@ -166,7 +166,7 @@ class SimNode:
 
 
 @pytest.fixture
-def make_node(api_server: LocalAPIServer) -> Iterator[Callable[..., SimNode]]:
+def make_node(api_server: KubeApiServer) -> Iterator[Callable[..., SimNode]]:
     """Build the node (kubelet started, no plugin yet); everything is stopped and killed afterwards."""
     nodes: list[SimNode] = []
     with short_socket_dir() as root:

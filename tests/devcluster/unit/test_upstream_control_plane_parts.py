@@ -1,5 +1,6 @@
-"""The pure parts of ``--control-plane kube``: which binaries are found, the components' command lines,
-the PKI's identities, and the pinning module ``make kube`` builds from (no process is started)."""
+"""The pure parts of the upstream control plane ``sim up`` runs: which binaries are found (and when they
+are built first), the components' command lines, the PKI's identities, and the pinning module ``make
+kube`` builds from (no process is started)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from dra_driver.errors import ConfigurationError
-from migdra_devcluster.upstream.binaries import COMPONENTS, find_binaries
+from migdra_devcluster.upstream import binaries
+from migdra_devcluster.upstream.binaries import COMPONENTS, ensure_binaries, find_binaries, kube_version_problem
 from migdra_devcluster.upstream.components import (
     DISABLED_CONTROLLERS,
     FEATURE_GATES,
@@ -69,6 +71,47 @@ def test_missing_binaries_are_one_line_that_names_make_kube(
         find_binaries(None, wanted, tools)
     assert message.format(tools=tools) in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("built_before", "wanted", "builds", "chosen"),
+    [
+        ((), None, ["1.36"], "v1.36.5"),
+        (("v1.36.5",), None, [], "v1.36.5"),
+        (("v1.36.5",), "1.37", ["1.37"], "v1.37.2"),
+        (("v1.36.5", "v1.37.2"), "1.37", [], "v1.37.2"),
+    ],
+    ids=["nothing-built-builds-the-default", "something-built-builds-nothing", "another-minor", "asked-and-built"],
+)
+def test_sim_up_builds_a_minor_only_when_it_is_not_built(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    built_before: tuple[str, ...],
+    wanted: str | None,
+    builds: list[str],
+    chosen: str,
+) -> None:
+    tools = built(tmp_path / "kube", *built_before)
+    done: list[str] = []
+
+    def build(minor: str, progress: object) -> None:  # stands in for `make kube`'s script
+        done.append(minor)
+        built(tools, {"1.36": "v1.36.5", "1.37": "v1.37.2"}[minor])
+
+    monkeypatch.setattr(binaries, "build_minor", build)
+    assert ensure_binaries(None, wanted, lambda line: None, tools).version == chosen
+    assert done == builds
+
+
+def test_a_version_neither_built_nor_pinned_is_one_line_naming_the_pinned_minors(tmp_path: Path) -> None:
+    tools = built(tmp_path / "kube", "v1.36.5")
+    assert kube_version_problem("1.36", tools) is None
+    assert kube_version_problem("1.37", tools) is None  # pinned: built on first use
+    assert kube_version_problem("v1.36.5", tools) is None
+    assert kube_version_problem("1.20", tools) == (
+        "--kube-version 1.20: neither built nor pinned (pinned: 1.36, 1.37; `make kube KUBE_VERSIONS=...`)"
+    )
+    assert kube_version_problem("v1.37.9", tools) is not None  # a patch release of its own is not buildable
 
 
 def argv_flags(argv: list[str]) -> dict[str, str]:

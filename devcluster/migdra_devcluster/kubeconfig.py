@@ -1,4 +1,4 @@
-"""The kubeconfig that points ``kubectl`` and the official client at a local API server."""
+"""The kubeconfigs of the development cluster: how kubectl, the client and each component reach kube-apiserver."""
 
 from __future__ import annotations
 
