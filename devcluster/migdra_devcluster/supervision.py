@@ -24,7 +24,7 @@ SUPERVISOR_PID = "sim.pid"
 PLUGIN_PID = "plugin.pid"
 CONTROLLER_PID = "controller.pid"
 UPSTREAM_PID_GLOB = "kube/*.pid"
-"""The upstream components' pid files (``--control-plane kube``), under the workdir."""
+"""The upstream components' pid files, under the workdir."""
 STOP_TIMEOUT_SECONDS = 15.0
 _RESTART_BACKOFF = (0.5, 10.0)
 

@@ -1,4 +1,4 @@
-"""The upstream control plane of ``migdra sim up --control-plane kube``: etcd, kube-apiserver,
+"""The upstream control plane of ``migdra sim up``: etcd, kube-apiserver,
 kube-controller-manager and kube-scheduler built from their Go modules (``make kube``), run as processes
 on loopback with their own PKI, and migdra's components given exactly the Helm chart's credentials.
 

@@ -85,7 +85,7 @@ def helm_binary() -> Path:
         return HELM
     found = shutil.which("helm")
     if found is None:
-        raise ConfigurationError(f"--control-plane kube renders the Helm chart: no helm at {HELM} (run `make tools`)")
+        raise ConfigurationError(f"migdra sim up renders the Helm chart: no helm at {HELM} (run `make tools`)")
     return Path(found)
 
 
