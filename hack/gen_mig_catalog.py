@@ -61,6 +61,40 @@ COMPUTE_CAPABILITY = {
     "RTX-PRO-6000-Blackwell-Server-Edition": "12.0",
 }
 
+# What nvmlDeviceGetBrand and nvmlDeviceGetAddressingMode answer per model (NVML enum values:
+# NVML_BRAND_NVIDIA = 14, NVML_BRAND_NVIDIA_RTX = 13; NVML_DEVICE_ADDRESSING_MODE_NONE = 0, _HMM = 1,
+# _ATS = 2), with where each value was seen: public `nvidia-smi -q` outputs ("Product Brand", "Addressing
+# Mode"), none of them a recording of ours (our one recording predates migdra hw record asking).  The
+# addressing mode belongs to the host as much as to the GPU (HMM needs the open kernel modules and a
+# kernel with HMM; ATS needs a Grace CPU): the value here is the common one, what the simulator answers.
+_SEEN_DATACENTER_BRAND = "nvidia-smi -q shows 'Product Brand: NVIDIA' (NVML_BRAND_NVIDIA)"
+BRAND: dict[str, tuple[int, str]] = {
+    "A30": (14, "INFERRED: as the other Ampere/Hopper data-center boards; never seen on an A30"),
+    "A100-SXM4-40GB": (14, "INFERRED: seen on A100-SXM4-80GB; never seen on the 40GB board"),
+    "A100-SXM4-80GB": (14, f"{_SEEN_DATACENTER_BRAND} on drivers 525.60.13 and 555.42.02; not recorded by us"),
+    "H100-SXM5-80GB": (14, f"{_SEEN_DATACENTER_BRAND} on driver 560.35.03; not recorded by us"),
+    "H100-NVL": (14, f"{_SEEN_DATACENTER_BRAND} on driver 550.127.06 (vGPU host); not recorded by us"),
+    "H200": (14, "INFERRED: as H100; not asked when the H200 was recorded"),
+    "GH200-96GB": (14, f"{_SEEN_DATACENTER_BRAND} on GH200 480GB, driver 550.127.05; not recorded by us"),
+    "B200": (14, "INFERRED: as the Hopper boards; never seen on a B200"),
+    "RTX-PRO-6000-Blackwell-Server-Edition": (
+        13,
+        "UNCONFIRMED: RTX professional boards show 'Product Brand: NVIDIA RTX'; never seen on this one",
+    ),
+}
+_SEEN_NO_ADDRESSING = "nvidia-smi -q shows 'Addressing Mode: None' (x86 host without HMM)"
+ADDRESSING_MODE: dict[str, tuple[int, str]] = {
+    "A30": (0, "INFERRED: as A100 on an x86 host; HMM (1) where the kernel and open modules provide it"),
+    "A100-SXM4-40GB": (0, "INFERRED: as A100-SXM4-80GB; HMM (1) where the kernel and open modules provide it"),
+    "A100-SXM4-80GB": (0, f"{_SEEN_NO_ADDRESSING} on driver 555.42.02; HMM (1) on hosts that provide it"),
+    "H100-SXM5-80GB": (0, f"{_SEEN_NO_ADDRESSING} on driver 560.35.03; HMM (1) on hosts that provide it"),
+    "H100-NVL": (0, "INFERRED: as H100 SXM; a vGPU host showed N/A (NOT_SUPPORTED)"),
+    "H200": (0, "INFERRED: as H100 on an x86 host; not asked when the H200 was recorded"),
+    "GH200-96GB": (2, "nvidia-smi -q shows 'Addressing Mode: ATS' on GH200 480GB, driver 550.127.05"),
+    "B200": (0, "INFERRED: as H100 on an x86 host"),
+    "RTX-PRO-6000-Blackwell-Server-Edition": (0, "INFERRED: as H100 on an x86 host"),
+}
+
 # Values the reference could not find (null there).  The simulator needs a number, so each gets an
 # explicit estimate with its reasoning; the catalog marks every one of them in `uncertain:`.
 GPU_ESTIMATES: dict[str, dict[str, tuple[Any, str]]] = {
@@ -268,6 +302,8 @@ def build_gpu(key: str, ref_key: str, aliases: list[str], ref_gpu: dict[str, Any
         "architecture": architecture,
         "nvml_architecture": arch_value,
         "cuda_compute_capability": COMPUTE_CAPABILITY[key],
+        "nvml_brand": BRAND[key][0],
+        "nvml_addressing_mode": ADDRESSING_MODE[key][0],
         "total_memory_mib": ref_gpu.get("total_memory_mib"),
         "memory_slices": ref_gpu["memory_slices"],
         "compute_slices": ref_gpu["compute_slices"],
@@ -275,6 +311,8 @@ def build_gpu(key: str, ref_key: str, aliases: list[str], ref_gpu: dict[str, Any
         "max_gpu_instances": ref_gpu["max_gpu_instances"],
         "mig_mode_change_requires_reset": ref_gpu["mig_mode_change_requires_reset"],
     }
+    uncertain["nvml_brand"] = BRAND[key][1]
+    uncertain["nvml_addressing_mode"] = ADDRESSING_MODE[key][1]
     for field, (value, why) in GPU_ESTIMATES.get(key, {}).items():
         if gpu.get(field) is not None:
             raise SystemExit(f"{key}.{field}: reference now has a value; drop the estimate")

@@ -77,6 +77,8 @@ def example_inventory(
             memory_total_bytes=model.total_memory_mib * 2**20,
             mig_mode=MigModeState(current=mode, pending=mode),
             numa_node=index * 2 // max(len(gpus), 1),
+            nvml_brand=model.nvml_brand,
+            nvml_addressing_mode=model.nvml_addressing_mode,
         )
         entries.append(GpuInventory(gpu=gpu, profiles=_profiles(model), gpu_instances=()))
     return NodeInventory(driver_version, cuda_driver_version, tuple(entries))

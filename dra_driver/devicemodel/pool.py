@@ -70,6 +70,31 @@ from dra_driver.nvml.types import GpuInstanceInfo, GpuInstanceProfileInfo, GpuIn
 # NVML_DEVICE_ARCH_* -> the name published in the `architecture` attribute.
 _ARCHITECTURE_NAMES = {7: "Ampere", 8: "Ada", 9: "Hopper", 10: "Blackwell"}
 
+# NVML_BRAND_* -> the name published in the `brand` attribute: NVIDIA's DRA driver's spelling (from its
+# NVML helper library, go-nvlib), so selectors written for it compare the same strings.
+_BRAND_NAMES = {
+    0: "Unknown",
+    1: "Quadro",
+    2: "Tesla",
+    3: "NVS",
+    4: "Grid",
+    5: "GeForce",
+    6: "Titan",
+    7: "NvidiaVApps",
+    8: "NvidiaVPC",
+    9: "NvidiaVCS",
+    10: "NvidiaVWS",
+    11: "NvidiaCloudGaming",
+    12: "QuadroRTX",
+    13: "NvidiaRTX",
+    14: "Nvidia",
+    15: "GeForceRTX",
+    16: "TitanRTX",
+}
+
+# NVML_DEVICE_ADDRESSING_MODE_* -> the `addressingMode` attribute, spelt as NVIDIA's driver does.
+_ADDRESSING_MODE_NAMES = {0: "None", 1: "HMM", 2: "ATS"}
+
 # catalog/NVML resource field -> its published capacity and counter.
 _CAPACITY_OF_FIELD = {spec.resource_field: spec for spec in CAPACITIES}
 assert set(_CAPACITY_OF_FIELD) == set(RESOURCE_FIELDS), "every GPU resource is published, once"
@@ -280,6 +305,11 @@ def _common_attributes(
         "cudaDriverVersion": (ValueType.VERSION, _semver(inventory.cuda_driver_version)),
         f"{STANDARD_DOMAIN}/pciBusID": (ValueType.STRING, normalise_pci_bus_id(gpu.pci_bus_id)),
     }
+    if gpu.nvml_brand is not None:
+        attributes["brand"] = (ValueType.STRING, _BRAND_NAMES.get(gpu.nvml_brand, f"nvml-{gpu.nvml_brand}"))
+    if gpu.nvml_addressing_mode is not None:
+        mode = gpu.nvml_addressing_mode
+        attributes["addressingMode"] = (ValueType.STRING, _ADDRESSING_MODE_NAMES.get(mode, f"nvml-{mode}"))
     if gpu.pcie_root is not None:
         attributes[f"{STANDARD_DOMAIN}/pcieRoot"] = (ValueType.STRING, gpu.pcie_root)
     if gpu.numa_node is not None:

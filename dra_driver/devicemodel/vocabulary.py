@@ -1,10 +1,11 @@
 """Every attribute, capacity and counter name migdra publishes, with its type and where it appears.
 
 One place per fact: the device model writes exactly these names, ``migdra cel lint`` checks selectors
-against them, and the docs table is generated from them.  Names follow NVIDIA's DRA driver where a
-name exists there, so selectors carry over (``type``, ``profile``, ``parentUUID``, ``productName``,
-``architecture``, ``cudaComputeCapability``; capacities ``memory`` (bytes), ``multiprocessors``,
-``copyEngines``, ``decoders``, ``encoders``, ``jpegEngines``, ``ofaEngines``).
+against them, and the table of docs/device-model.md is held to them by a test.  Names follow NVIDIA's
+DRA driver where a name exists there, so selectors carry over (``type``, ``profile``, ``parentUUID``,
+``productName``, ``architecture``, ``brand``, ``addressingMode``, ``cudaComputeCapability``; capacities
+``memory`` (bytes), ``multiprocessors``, ``copyEngines``, ``decoders``, ``encoders``, ``jpegEngines``,
+``ofaEngines``).
 
 Attribute names without a domain belong to the driver's domain (the driver name, e.g.
 ``gpu.migdra.io``); the ``resource.kubernetes.io/`` names are Kubernetes' standard attributes.
@@ -67,6 +68,20 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec("profile", ValueType.STRING, _MIG, True, "MIG profile name, e.g. '1g.10gb' or '1g.10gb+me'"),
     AttributeSpec("productName", ValueType.STRING, _BOTH, True, "NVML device name, e.g. 'NVIDIA H100 80GB HBM3'"),
     AttributeSpec("architecture", ValueType.STRING, _BOTH, True, "'Ampere', 'Hopper' or 'Blackwell'"),
+    AttributeSpec(
+        "brand",
+        ValueType.STRING,
+        _BOTH,
+        False,
+        "NVML brand as NVIDIA's driver spells it, e.g. 'Nvidia'; absent where NVML does not answer",
+    ),
+    AttributeSpec(
+        "addressingMode",
+        ValueType.STRING,
+        _BOTH,
+        False,
+        "'None', 'HMM' or 'ATS' (NVML addressing mode); absent where NVML does not answer (older drivers, vGPU guests)",
+    ),
     AttributeSpec("cudaComputeCapability", ValueType.VERSION, _BOTH, True, "e.g. 9.0.0"),
     AttributeSpec("driverVersion", ValueType.VERSION, _BOTH, True, "NVIDIA driver version, e.g. 580.65.6"),
     AttributeSpec("cudaDriverVersion", ValueType.VERSION, _BOTH, True, "CUDA version the driver supports"),

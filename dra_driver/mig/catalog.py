@@ -231,6 +231,10 @@ class GpuModel(_Frozen):
     architecture: Architecture
     nvml_architecture: int
     cuda_compute_capability: str
+    nvml_brand: int = Field(ge=0, description="nvmlDeviceGetBrand: an NVML_BRAND_* value")
+    nvml_addressing_mode: int = Field(
+        ge=0, description="nvmlDeviceGetAddressingMode on a common host: an NVML_DEVICE_ADDRESSING_MODE_* value"
+    )
     total_memory_mib: int = Field(gt=0)
     memory_slices: int = Field(gt=0, description="placement units; 12 on RTX PRO 6000")
     compute_slices: int = Field(gt=0)

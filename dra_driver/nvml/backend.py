@@ -636,6 +636,10 @@ class Nvml:
                 numa: int | None = int(pynvml.nvmlDeviceGetNumaNodeId(handle))
         except (NvmlNotSupported, NvmlLibraryUnavailable, NvmlInvalidArgument):
             numa = None  # older drivers lack the call; NUMA is optional information
+        brand = self._optional_answer("nvmlDeviceGetBrand", uuid, lambda: pynvml.nvmlDeviceGetBrand(handle))
+        addressing = self._optional_answer(
+            "nvmlDeviceGetAddressingMode", uuid, lambda: pynvml.nvmlDeviceGetAddressingMode(handle)
+        )
         return GpuInfo(
             index=index,
             uuid=uuid,
@@ -648,7 +652,25 @@ class Nvml:
             memory_total_bytes=int(memory.total),
             mig_mode=self._mig_mode(handle, uuid),
             numa_node=numa if numa is not None and numa >= 0 else None,
+            nvml_brand=brand,
+            nvml_addressing_mode=addressing,
         )
+
+    def _optional_answer(self, operation: str, gpu_uuid: str, call: Callable[[], Any]) -> int | None:
+        """An enum NVML may not answer: ``None`` where the driver lacks the call or says NOT_SUPPORTED.
+
+        Only those two: any other failure (GPU lost, no permission) is an error of the listing, as for the
+        mandatory properties, so a flaky GPU is not published with an attribute silently missing.
+        """
+        try:
+            with self._calling(operation, gpu_uuid):
+                return int(call())
+        except NvmlNotSupported:
+            return None
+        except NvmlLibraryUnavailable as exc:
+            if exc.code == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                return None
+            raise
 
     def possible_placements(self, gpu_uuid: str, profile_id: int) -> tuple[Placement, ...]:
         """``nvmlDeviceGetGpuInstancePossiblePlacements_v2``: every legal placement, MIG on or off.

@@ -93,7 +93,8 @@ class RecordedGpuInstance(BaseModel):
 
 
 class RecordedGpu(BaseModel):
-    """One GPU; ``gpu_instances`` and ``pci_device_id`` are absent from the oldest recordings."""
+    """One GPU; ``gpu_instances``, ``pci_device_id``, ``brand`` and ``addressing_mode`` are absent from the
+    oldest recordings (absent: not asked; ``None``: NVML did not answer)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -104,6 +105,10 @@ class RecordedGpu(BaseModel):
     mig_mode: tuple[int, int] | RecordedError | None = Field(description="None: the GPU has no MIG")
     max_mig_devices: int | RecordedError
     pci_device_id: str | None = None
+    brand: int | None = Field(default=None, description="nvmlDeviceGetBrand: an NVML_BRAND_* value")
+    addressing_mode: int | None = Field(
+        default=None, description="nvmlDeviceGetAddressingMode: an NVML_DEVICE_ADDRESSING_MODE_* value"
+    )
     profiles: list[RecordedProfile]
     gpu_instances: list[RecordedGpuInstance] | None = None
 
@@ -212,6 +217,8 @@ def _record_gpu(nvml: Nvml, gpu: GpuInfo) -> dict[str, Any]:
         "mig_mode": mig_mode,
         "max_mig_devices": max_mig_devices,
         "pci_device_id": f"0x{gpu.pci_device_id:08X}",
+        "brand": gpu.nvml_brand,
+        "addressing_mode": gpu.nvml_addressing_mode,
         "profiles": profiles,
         "gpu_instances": [_record_gpu_instance(gi) for gi in nvml.gpu_instances(gpu.uuid)] if enabled else [],
     }

@@ -51,6 +51,10 @@ class GpuInfo:
     memory_total_bytes: int
     mig_mode: MigModeState | None  # None: the GPU does not support MIG at all
     numa_node: int | None = None
+    # nvmlDeviceGetBrand (NVML_BRAND_*) and nvmlDeviceGetAddressingMode (NVML_DEVICE_ADDRESSING_MODE_*):
+    # None where NVML does not answer (a driver without the call, or NOT_SUPPORTED on this GPU or host).
+    nvml_brand: int | None = None
+    nvml_addressing_mode: int | None = None
     pcie_root: str | None = None  # from sysfs, not NVML (dra_driver.host.pci); None when unknown
 
     @property

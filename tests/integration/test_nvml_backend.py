@@ -251,3 +251,56 @@ def test_a_compute_instance_the_backend_cannot_hand_back_is_destroyed_again(
             with pytest.raises(errors.NvmlUnexpectedError, match="destroying it again failed, it is left in the GI"):
                 nvml.create_compute_instance_at(uuid, gi, 0, Placement(start=0, size=1))
         assert [ci.placement for ci in nvml.compute_instances(uuid, gi)] == [Placement(start=3, size=1)]
+
+
+@pytest.mark.parametrize(
+    ("fault", "brand", "addressing_mode"),
+    [
+        pytest.param(None, 14, 2, id="answered"),
+        pytest.param("NotSupported", None, None, id="not-supported"),
+        pytest.param("FunctionNotFound", None, None, id="a-driver-without-the-call"),
+    ],
+)
+def test_brand_and_addressing_mode_are_read_where_nvml_answers_them(
+    tmp_path: Path, fault: str | None, brand: int | None, addressing_mode: int | None
+) -> None:
+    """NVIDIA's ``brand`` and ``addressingMode`` come from NVML when it answers; NOT_SUPPORTED (a vGPU
+    guest, a host without HMM support) and a driver without the call leave them unknown, not an error."""
+    from dra_driver.nvml import sim
+    from dra_driver.nvml.backend import Nvml
+
+    symbols = ("nvmlDeviceGetBrand", "nvmlDeviceGetAddressingMode")
+    rules = [{"symbol": symbol, "count": 99, "error": fault} for symbol in symbols] if fault else []
+    sim.install(tmp_path / "state.json", gpus=["GH200-96GB"], mig_enabled=True, faults={"rules": rules})
+    try:
+        with Nvml() as nvml:
+            (gpu,) = nvml.list_gpus()
+    finally:
+        sim.uninstall()
+    assert (gpu.nvml_brand, gpu.nvml_addressing_mode) == (brand, addressing_mode)
+
+
+def test_a_failing_brand_read_other_than_not_answered_fails_the_listing(tmp_path: Path) -> None:
+    """A lost GPU must not be published with its attributes silently thinned."""
+    from dra_driver.nvml import sim
+    from dra_driver.nvml.backend import Nvml
+
+    rules = [{"symbol": "nvmlDeviceGetBrand", "error": "GpuIsLost"}]
+    sim.install(tmp_path / "state.json", gpus=["H100-SXM5-80GB"], mig_enabled=True, faults={"rules": rules})
+    try:
+        with Nvml() as nvml, pytest.raises(errors.NvmlUnexpectedError, match="nvmlDeviceGetBrand"):
+            nvml.list_gpus()
+    finally:
+        sim.uninstall()
+
+
+def test_the_addressing_mode_struct_must_carry_its_version(boot: Any) -> None:
+    """The simulator refuses a caller that forgets ``version``, as NVML does for versioned structs."""
+    import ctypes
+
+    handle = boot(["H100-SXM5-80GB"])
+    assert pynvml.nvmlDeviceGetAddressingMode(handle) == pynvml.NVML_DEVICE_ADDRESSING_MODE_NONE
+    unversioned = pynvml.c_nvmlDeviceAddressingMode_t()
+    unversioned.version = 0
+    call = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetAddressingMode")
+    assert call(handle, ctypes.byref(unversioned)) == pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH

@@ -57,6 +57,9 @@ def h200_recording() -> dict[str, Any]:
         (("profiles", 17, "info", "value"), 3, "profiles[17].info.value: recorded 3, simulator 2"),
         (("memory_total",), 1, "nvml.gpus[0].memory_total: recorded 1"),
         (("max_mig_devices",), 7, "nvml.gpus[0].max_mig_devices: recorded 7, simulator 0"),
+        # asked since migdra hw record reads them: absent from the H200 recording, compared once present
+        (("brand",), 2, "nvml.gpus[0].brand: recorded 2, simulator 14"),
+        (("addressing_mode",), None, "nvml.gpus[0].addressing_mode: recorded None, simulator 0"),
     ],
 )
 def test_a_changed_recording_is_reported_field_by_field(

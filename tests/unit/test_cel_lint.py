@@ -211,13 +211,22 @@ def test_rendering_names_file_object_path_and_suggestion() -> None:
 
 
 def test_an_unknown_name_behind_a_presence_guard_is_a_warning_always_false_not_an_error() -> None:
-    """A selector written for another driver's vocabulary (NVIDIA's ``brand``), guarded: harmless, never
-    matches -- not a scheduling abort."""
-    guarded = only(lint(device_class("x", f"{GUARD} && 'brand' in {D} && {D}.brand == 'Tesla'")))
+    """A selector written for another driver's vocabulary (NVIDIA's Fabric Manager ``gpuModuleID``),
+    guarded: harmless, never matches -- not a scheduling abort."""
+    guarded = only(lint(device_class("x", f"{GUARD} && 'gpuModuleID' in {D} && {D}.gpuModuleID == 1")))
     assert guarded.severity is Severity.WARNING
-    assert "never publishes attribute 'brand', so this guarded clause is always false" in guarded.message
-    unguarded = only(lint(device_class("x", f"{GUARD} && {D}.brand == 'Tesla'")))
+    assert "never publishes attribute 'gpuModuleID', so this guarded clause is always false" in guarded.message
+    unguarded = only(lint(device_class("x", f"{GUARD} && {D}.gpuModuleID == 1")))
     assert unguarded.severity is Severity.ERROR
+
+
+def test_brand_and_addressing_mode_are_published_where_nvml_answers_so_a_lookup_needs_its_guard() -> None:
+    """NVIDIA's ``brand`` and ``addressingMode`` exist in migdra's vocabulary but not on every node (older
+    drivers and vGPU guests do not answer them): guarded they pass, unguarded they could abort scheduling."""
+    for name, value in (("brand", "'Nvidia'"), ("addressingMode", "'HMM'")):
+        assert lint(device_class("x", f"{GUARD} && '{name}' in {D} && {D}.{name} == {value}")) == []
+        unguarded = only(lint(device_class("x", f"{GUARD} && {D}.{name} == {value}")))
+        assert unguarded.severity is Severity.ERROR, unguarded.render()
 
 
 @pytest.mark.parametrize(

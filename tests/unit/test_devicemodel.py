@@ -20,7 +20,7 @@ from dra_driver.devicemodel.config import DeviceModelConfig, ProfileFilter
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.naming import parse_mig_device_name
 from dra_driver.devicemodel.pool import Device, NodePool, build_pool
-from dra_driver.devicemodel.vocabulary import ATTRIBUTES, CAPACITIES, DeviceType
+from dra_driver.devicemodel.vocabulary import ATTRIBUTES, CAPACITIES, DeviceType, ValueType
 from dra_driver.mig import Placement, load_catalog
 from dra_driver.nvml import sim
 from dra_driver.nvml.inventory import read_inventory
@@ -317,6 +317,35 @@ def test_pcie_root_and_numa_node_are_published_only_when_known() -> None:
     assert with_root.attributes["resource.kubernetes.io/numaNode"][1] == 1
     assert "resource.kubernetes.io/pcieRoot" not in without.attributes
     assert "resource.kubernetes.io/numaNode" not in without.attributes
+
+
+def test_brand_and_addressing_mode_are_published_as_nvidia_spells_them_and_only_when_nvml_answers() -> None:
+    """Selectors written for NVIDIA's driver compare ``brand == 'Nvidia'`` and ``addressingMode == 'ATS'``:
+    the same strings, on whole GPUs and on every MIG device (inherited from the parent)."""
+    for model_key, mig_enabled, addressing in (("GH200-96GB", True, "ATS"), ("H100", False, "None")):
+        devices = pool_of(model_key, mig_enabled=mig_enabled).devices
+        assert {d.attributes["brand"] for d in devices} == {(ValueType.STRING, "Nvidia")}
+        assert {d.attributes["addressingMode"] for d in devices} == {(ValueType.STRING, addressing)}
+    inventory = example_inventory(["A30"])
+    entry = inventory.gpus[0]
+    for brand, addressing, published in ((None, None, {}), (19, 7, {"brand": "nvml-19", "addressingMode": "nvml-7"})):
+        gpu = dataclasses.replace(entry.gpu, nvml_brand=brand, nvml_addressing_mode=addressing)
+        node = dataclasses.replace(inventory, gpus=(dataclasses.replace(entry, gpu=gpu),))
+        device = build_pool(node, DeviceModelConfig()).devices[0]
+        got = {name: device.attributes[name][1] for name in ("brand", "addressingMode") if name in device.attributes}
+        assert got == published
+
+
+def test_the_attribute_table_of_the_docs_is_the_vocabulary() -> None:
+    """docs/device-model.md lists every attribute migdra publishes, as the vocabulary says, and no other."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "device-model.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`") for line in text.splitlines() if line.startswith("| `")}
+    for spec in ATTRIBUTES:
+        on = ", ".join(t.value for t in sorted(spec.on, key=lambda t: t.value != "gpu"))
+        row = f"| `{spec.name}` | {spec.value_type.value} | {on} | {'yes' if spec.always else 'when known'} |"
+        assert row in text, row
+    capacities = {c.name for c in CAPACITIES}
+    assert rows - capacities == {spec.name for spec in ATTRIBUTES}
 
 
 def test_an_instance_being_created_at_a_recorded_placement_is_not_foreign() -> None:

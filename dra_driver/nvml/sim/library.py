@@ -401,6 +401,17 @@ class _NvmlFunctions:
         write_value(minor_ref, int(minor or "0"))
         return int(pynvml.NVML_SUCCESS)
 
+    def nvmlDeviceGetBrand(self, device: Any, brand_ref: Any) -> int:
+        write_value(brand_ref, hardware.gpu_model(self._gpu(self._store.read(), device)).nvml_brand)
+        return int(pynvml.NVML_SUCCESS)
+
+    def nvmlDeviceGetAddressingMode(self, device: Any, mode_ref: Any) -> int:
+        gpu = self._gpu(self._store.read(), device)
+        mode = out_target(mode_ref)
+        self._check_version(mode, pynvml.nvmlDeviceAddressingMode_v1)
+        mode.value = hardware.gpu_model(gpu).nvml_addressing_mode
+        return int(pynvml.NVML_SUCCESS)
+
     def nvmlDeviceGetPciInfo_v3(self, device: Any, info_ref: Any) -> int:
         gpu = self._gpu(self._store.read(), device)
         info = out_target(info_ref)
