@@ -10,7 +10,7 @@ DEMO_STATE ?= .state/demo
 # where the environment says PYTHONDONTWRITEBYTECODE.  They are git-ignored.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo check test lint install tools kube clean catalog bench bench-docs image
+.PHONY: demo check test lint install tools kube node clean catalog bench bench-docs image
 
 # migdra and its development cluster (devcluster/, which `migdra sim` runs) in one pip command, both editable:
 # the `dev` extra's pin on migdra-devcluster is met by ./devcluster, whose pin on migdra is met by `.`.
@@ -35,6 +35,14 @@ tools: $(HELM)
 KUBE_VERSIONS ?= 1.36
 kube:
 	hack/kube/build.sh $(KUBE_VERSIONS)
+
+## node: what a real node of `migdra sim up` runs besides migdra (docs/real-node.md): the kubelet from the
+## pinning module of each of NODE_VERSIONS (beside that minor's control plane in .tools/kube/<version>/bin),
+## containerd + its runc shim + ctr and crictl from their Go modules into .tools/node/bin; checks that
+## Debian's runc, CNI plugins, busybox-static and iptables are installed.  Skips what is built.
+NODE_VERSIONS ?= 1.36
+node:
+	hack/node/build.sh $(NODE_VERSIONS)
 
 ## demo: a simulated cluster (2 nodes x 4 H100 80GB, `migdra sim up`) on the upstream control plane (built by
 ## `make kube` on first use, with its progress shown), the workloads of demo/ scheduled onto MIG devices by

@@ -85,10 +85,10 @@ class PluginSettings(BaseSettings):
     )
     shutdown_grace: float = Field(default=30.0, ge=0, description="seconds in-flight kubelet calls get at shutdown")
     health: bool = Field(
-        default=False,
-        description="serve kubelet's DRA resource-health stream (v1alpha1.DRAResourceHealth; kubelet feature "
-        "gate ResourceHealthStatus): a device is unhealthy while its GPU does not answer NVML or while it "
-        "carries a GPU fault's taint",
+        default=True,
+        description="serve kubelet's DRA resource-health stream (v1alpha1.DRAResourceHealth, which kubelets from "
+        "1.34 ask every plugin for; pod status shows it with kubelet feature gate ResourceHealthStatus): a device "
+        "is unhealthy while its GPU does not answer NVML or while it carries a GPU fault's taint",
     )
     health_interval: float = Field(default=10.0, gt=0, description="seconds between health reports to kubelet")
     device_taints: bool = Field(
@@ -268,6 +268,12 @@ class PrepareSettings(BaseSettings):
         "mounts plus the nvidia-cdi-hook hooks to every claim's CDI spec, so a stock CUDA image runs; off: device "
         "nodes and environment only (the image brings a matching libcuda)",
     )
+    dev_root: Path = Field(
+        default=Path("/"),
+        description="host directory whose dev/ holds the /dev/nvidia* device nodes: each node's CDI hostPath is "
+        "<dev root>/dev/...; / on a node with NVIDIA's driver; a directory of nodes made with mknod for simulated "
+        "GPUs on a real node (the runtime reads a node's type and numbers from its hostPath)",
+    )
     cdi_device_nodes: bool = Field(
         default=True,
         description="put the /dev/nvidia* device nodes into the CDI specs; off only where the node has none (a "
@@ -292,7 +298,7 @@ class PrepareSettings(BaseSettings):
         default=None, description="TESTS ONLY: SIGKILL this process at that point of prepare"
     )
 
-    @field_validator("driver_root", "host_driver_root")
+    @field_validator("driver_root", "host_driver_root", "dev_root")
     @classmethod
     def _absolute(cls, value: Path | None) -> Path | None:
         if value is not None and not value.is_absolute():

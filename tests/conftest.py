@@ -42,6 +42,7 @@ TIERS = {
     "e2e": ("e2e", "whole flows on simulated clusters (migdra sim up), on every Kubernetes version built"),
     "kube": ("kube", "migdra judged against upstream: kube-scheduler's allocation, the chart's access"),
     "perf": ("perf", "pinned NVML call counts and file writes"),
+    "node": ("node", "a real node: the upstream kubelet, containerd with CDI and runc (root, make node)"),
 }
 """Folder name -> (tier marker, what the tier holds).  ``make check`` runs the ``check`` tier."""
 

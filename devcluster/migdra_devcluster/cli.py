@@ -72,6 +72,14 @@ def sim() -> None:
     metavar="VERSION",
     help="which Kubernetes version (1.36, v1.36.5), built first if it is not [default: the newest built, else 1.36]",
 )
+@click.option(
+    "--real-node",
+    "real_nodes",
+    multiple=True,
+    metavar="NODE",
+    help="run NODE as a real node: the upstream kubelet, containerd with CDI and runc (root; `make node`); "
+    "repeatable (docs/real-node.md)",
+)
 def up(
     workdir: Path,
     nodes: int,
@@ -82,6 +90,7 @@ def up(
     plugin_env: tuple[str, ...],
     kube_bin_dir: Path | None,
     kube_version: str | None,
+    real_nodes: tuple[str, ...],
 ) -> None:
     """Run a simulated cluster: the upstream control plane (etcd, kube-apiserver, kube-controller-manager,
     kube-scheduler; built on first use, as `make kube` does), DeviceClasses, migdra's controller, and per
@@ -115,6 +124,7 @@ def up(
         node_gpus=tuple(_parse_node_gpus(item) for item in node_gpus),
         kube_bin_dir=kube_bin_dir.absolute() if kube_bin_dir is not None else None,
         kube_version=kube_version,
+        real_nodes=real_nodes,
     )
     cluster = LocalCluster(spec, progress)
     cluster.check()
@@ -156,6 +166,7 @@ def _parse_node_gpus(item: str) -> tuple[str, str]:
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), required=True)
 def down(workdir: Path) -> None:
     """Stop the simulated cluster running in --workdir (and any plugin process it left behind)."""
+    from migdra_devcluster.realnode.node import restore_real_nodes  # noqa: PLC0415
     from migdra_devcluster.supervision import stop_recorded  # noqa: PLC0415
 
     stopped = stop_recorded(workdir.absolute())
@@ -163,6 +174,9 @@ def down(workdir: Path) -> None:
         click.echo(f"stopped {len(stopped)} process(es): {' '.join(str(p) for p in stopped)}", err=True)
     else:
         click.echo(f"nothing was running in {workdir}", err=True)
+    restored = restore_real_nodes(workdir.absolute())
+    if restored:
+        click.echo(f"restored the host after the real node(s) {' '.join(restored)}", err=True)
 
 
 @sim.command()

@@ -14,7 +14,9 @@ Parts, started in this order and stopped in reverse:
    wipes the node's slices, as kubelet does at start-up) and the node's own ``migdra kubelet-plugin``
    **process** on its own simulated GPUs (``<workdir>/nodes/<node>/nvml-state.json``), registered
    through real unix sockets.  A plugin process that exits is started again after a short backoff,
-   as a DaemonSet's pod would be.
+   as a DaemonSet's pod would be.  A node named in ``real_nodes`` is a real node instead
+   (:mod:`migdra_devcluster.realnode`): containerd with CDI and the upstream kubelet, which registers the
+   Node and calls the same plugin process through its own plugin registry; root only.
 
 Ready means every node's pool of ResourceSlices is published and complete.  Every process this
 supervisor starts is recorded (``<workdir>/sim.pid``, ``<workdir>/controller.pid``,
@@ -40,8 +42,18 @@ from dra_driver.devicemodel.naming import driver_name_problem
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.durable import writable_directory_problem
 from dra_driver.errors import ConfigurationError
-from dra_driver.kube.client import DEVICE_CLASSES, SLICES, Client
+from dra_driver.kube.client import DEVICE_CLASSES, NODES, SLICES, Client
 from migdra_devcluster.kubelet.kubelet import Kubelet
+from migdra_devcluster.realnode.containerd import NodeNetwork
+from migdra_devcluster.realnode.images import TEST_IMAGE
+from migdra_devcluster.realnode.node import (
+    NODE_TOOLS_DIR,
+    REAL_NODE_DIR,
+    RealNode,
+    RealNodeSpec,
+    real_node_problem,
+    restore_real_nodes,
+)
 from migdra_devcluster.supervision import (
     CONTROLLER_PID,
     PLUGIN_PID,
@@ -75,6 +87,7 @@ class ClusterSpec:
     node_gpus: tuple[tuple[str, str], ...] = ()
     kube_bin_dir: Path | None = None
     kube_version: str | None = None
+    real_nodes: tuple[str, ...] = ()  # nodes run by the upstream kubelet and containerd (root only)
 
     def node_names(self) -> list[str]:
         return [f"node-{number}" for number in range(1, self.nodes + 1)]
@@ -159,11 +172,20 @@ class ControllerProcess(SupervisedProcess):
 
 
 class PluginProcess(SupervisedProcess):
-    """One node's ``migdra kubelet-plugin`` process."""
+    """One node's ``migdra kubelet-plugin`` process.  On a real node ``kubelet_paths`` replaces the
+    simulated kubelet's directories with the real kubelet's (``registry``, ``plugin``) and containerd's
+    CDI directory (``cdi``)."""
 
-    def __init__(self, spec: ClusterSpec, node: str, kubeconfig: Path, progress: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        node: str,
+        kubeconfig: Path,
+        progress: Callable[[str], None],
+        kubelet_paths: dict[str, Path] | None = None,
+    ) -> None:
         self.node = node
-        self.paths = node_layout(spec, node)
+        self.paths = {**node_layout(spec, node), **(kubelet_paths or {})}
         super().__init__(f"plugin of {node}", self.paths["log"], self.paths["pid"], progress)
         self.spec = spec
         self.kubeconfig = kubeconfig
@@ -173,6 +195,7 @@ class PluginProcess(SupervisedProcess):
         p = self.paths
         return [
             migdra,
+            "-v",  # INFO: one line per kubelet call, what each prepare and unprepare did
             "kubelet-plugin",
             "--node-name",
             self.node,
@@ -193,6 +216,8 @@ class PluginProcess(SupervisedProcess):
             "--sim-gpus",
             self.spec.gpus_of(self.node),
             *(["--realize-before-bind"] if self.spec.realize_before_bind else []),
+            *(["--dev-root", str(p["dev_root"])] if "dev_root" in p else []),
+            *(["--driver-root", str(p["driver_root"]), "--cdi-driver-files"] if "driver_root" in p else []),
         ]
 
     def start(self) -> None:
@@ -217,6 +242,7 @@ class LocalCluster:
         self.control_plane: KubeControlPlane | None = None
         self.client: Client | None = None
         self.kubelets: dict[str, Kubelet] = {}
+        self.real_nodes: dict[str, RealNode] = {}
         self.plugins: dict[str, PluginProcess] = {}
         self.reservation_controller: ControllerProcess | None = None
 
@@ -273,6 +299,13 @@ class LocalCluster:
                 parse_sim_gpus(gpus)
             except ValueError as exc:
                 raise ConfigurationError(f"{flag}: {exc}") from exc
+        for node in self.spec.real_nodes:
+            if node not in self.spec.node_names():
+                raise ConfigurationError(
+                    f"--real-node {node}: there is no node {node!r} (nodes node-1 … node-{self.spec.nodes})"
+                )
+        if self.spec.real_nodes and (problem := real_node_problem()):
+            raise ConfigurationError(f"--real-node {self.spec.real_nodes[0]}: {problem}")
         for node, name, _value in self.spec.plugin_env:
             if node not in self.spec.node_names():
                 raise ConfigurationError(
@@ -287,6 +320,7 @@ class LocalCluster:
         self.spec.workdir.mkdir(parents=True, exist_ok=True)
         # The API server keeps nothing across runs, so a previous run's simulated GPUs (with its MIG
         # instances), plugin checkpoints, CDI specs and logs would describe claims that no longer exist.
+        restore_real_nodes(self.spec.workdir)  # a killed cluster's real nodes: their mounts, bridge, sysctls
         shutil.rmtree(self.spec.workdir / "nodes", ignore_errors=True)
         interrupt = interrupt or threading.Event()
         self.control_plane = self._new_control_plane()
@@ -299,12 +333,18 @@ class LocalCluster:
             self.client.create(DEVICE_CLASSES, document)
         self.progress(f"installed {len(documents)} DeviceClasses")
         for node in self.spec.node_names():
+            if node in self.spec.real_nodes:
+                self.real_nodes[node] = self._start_real_node(node)
+                continue
             layout = node_layout(self.spec, node)
             layout["registry"].mkdir(parents=True, exist_ok=True)
             kubelet = Kubelet(self.client, node, layout["registry"], wipe_delay=self.spec.wipe_delay)
             kubelet.start()
             self.kubelets[node] = kubelet
-        self.control_plane.grant(self.client, self.spec.node_names())
+        if not self._wait_real_nodes_registered(timeout, interrupt):
+            return None
+        stand_ins = dict.fromkeys(self.real_nodes, TEST_IMAGE)
+        self.control_plane.grant(self.client, self.spec.node_names(), stand_ins)
         self.progress("starting the reservation controller")
         self.reservation_controller = ControllerProcess(
             self.spec, self.control_plane.controller_kubeconfig(), self.control_plane.lease_namespace, self.progress
@@ -312,12 +352,78 @@ class LocalCluster:
         self.reservation_controller.start()
         for node in self.spec.node_names():
             self.progress(f"starting the kubelet plugin of {node} ({self.spec.gpus_of(node)})")
-            plugin = PluginProcess(self.spec, node, self.control_plane.plugin_kubeconfig(node), self.progress)
+            real = self.real_nodes.get(node)
+            kubelet_paths = (
+                {
+                    "registry": real.plugins_registry,
+                    "plugin": real.plugin_dir(self.spec.driver_name),
+                    "cdi": real.cdi_dir,
+                    "dev_root": real.dev_root,
+                    "driver_root": real.driver_root,
+                }
+                if real is not None
+                else None
+            )
+            plugin = PluginProcess(
+                self.spec, node, self.control_plane.plugin_kubeconfig(node), self.progress, kubelet_paths
+            )
             plugin.start()
             self.plugins[node] = plugin
         if not self._wait_published(timeout, interrupt):
             return None
         return self.kubeconfig
+
+    def _start_real_node(self, node: str) -> RealNode:
+        from dra_driver.nvml.settings import parse_sim_gpus  # noqa: PLC0415 -- loads the MIG catalog
+
+        assert self.control_plane is not None
+        kubelet = self.control_plane.binaries.path("kubelet")
+        if not kubelet.is_file():
+            version = self.control_plane.binaries.version
+            raise ConfigurationError(
+                f"--real-node {node}: no kubelet for {version} in {kubelet.parent}; build it with "
+                f"`make node NODE_VERSIONS={version.lstrip('v').rsplit('.', 1)[0]}`"
+            )
+        number = self.spec.node_names().index(node) + 1
+        control_plane = self.control_plane
+        real = RealNode(
+            RealNodeSpec(
+                name=node,
+                directory=self.spec.node_dir(node) / REAL_NODE_DIR,
+                kubelet=kubelet,
+                node_bin=NODE_TOOLS_DIR,
+                client_ca=control_plane.ca_cert,
+                kubelet_kubeconfig_writer=lambda path: control_plane.write_node_kubeconfig(node, path),
+                network=NodeNetwork(bridge=f"migdra-{node}"[:15], subnet=f"10.244.{number}.0/24"),
+                gpu_count=len(parse_sim_gpus(self.spec.gpus_of(node))),
+            ),
+            self.progress,
+        )
+        real.start()
+        return real
+
+    def _wait_real_nodes_registered(self, timeout: float, interrupt: threading.Event) -> bool:
+        """Until each real node's kubelet has created its Node (its plugin's token is bound to a Pod there)."""
+        assert self.client is not None
+        deadline = time.monotonic() + timeout
+        waiting = set(self.real_nodes)
+        while waiting:
+            for node in sorted(waiting):
+                if self.client.get(NODES, None, node) is not None:
+                    waiting.discard(node)
+                    self.progress(f"{node}: registered by its kubelet (real node)")
+            for node, real in self.real_nodes.items():
+                if node in waiting and real.kubelet is not None and real.kubelet.restarts >= 2:
+                    raise ConfigurationError(
+                        f"the kubelet of {node} keeps exiting; its log:\n{real.kubelet.log_tail()}"
+                    )
+            if not waiting:
+                break
+            if time.monotonic() > deadline:
+                raise ConfigurationError(f"timed out after {timeout:g} s waiting for the kubelets of {sorted(waiting)}")
+            if interrupt.wait(0.1):
+                return False
+        return True
 
     def _new_control_plane(self) -> KubeControlPlane:
         from migdra_devcluster.upstream.access import render_chart_access  # noqa: PLC0415
@@ -371,10 +477,13 @@ class LocalCluster:
             self.reservation_controller = None
         for kubelet in self.kubelets.values():
             kubelet.stop()
+        for real in self.real_nodes.values():
+            real.stop()
         if self.client is not None:
             self.client.close()
         if self.control_plane is not None:
             self.control_plane.stop()
         self.plugins.clear()
         self.kubelets.clear()
+        self.real_nodes.clear()
         self.control_plane = self.client = None

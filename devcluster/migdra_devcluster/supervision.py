@@ -25,6 +25,8 @@ PLUGIN_PID = "plugin.pid"
 CONTROLLER_PID = "controller.pid"
 UPSTREAM_PID_GLOB = "kube/*.pid"
 """The upstream components' pid files, under the workdir."""
+REAL_NODE_PID_GLOB = "nodes/*/real/*.pid"
+"""A real node's containerd and kubelet pid files, under the workdir."""
 STOP_TIMEOUT_SECONDS = 15.0
 _RESTART_BACKOFF = (0.5, 10.0)
 
@@ -144,6 +146,7 @@ def recorded_processes(workdir: Path) -> list[RecordedProcess]:
         workdir / SUPERVISOR_PID,
         workdir / CONTROLLER_PID,
         *sorted(workdir.glob(f"nodes/*/{PLUGIN_PID}")),
+        *sorted(workdir.glob(REAL_NODE_PID_GLOB), key=lambda p: p.name != "kubelet.pid"),  # kubelet first
         *sorted(workdir.glob(UPSTREAM_PID_GLOB)),
     ]:
         try:

@@ -201,6 +201,12 @@ def slices(
     help="bind-mount the driver's libraries and binaries through CDI (stock CUDA images run)",
 )
 @click.option(
+    "--dev-root",
+    type=click.Path(file_okay=False),  # str: an error quotes what was typed
+    default=None,
+    help="host directory whose dev/ holds the /dev/nvidia* device nodes (CDI host paths) [/]",
+)
+@click.option(
     "--cdi-device-nodes/--no-cdi-device-nodes",
     default=None,
     help="/dev/nvidia* device nodes in the CDI specs (off on a node without them)",
@@ -262,6 +268,7 @@ def kubelet_plugin(
     host_driver_root: str | None,
     cdi_hook_path: Path | None,
     cdi_driver_files: bool | None,
+    dev_root: str | None,
     cdi_device_nodes: bool | None,
     pod_uid: str | None,
     rescan_interval: float | None,
@@ -320,6 +327,7 @@ def kubelet_plugin(
         host_driver_root=host_driver_root,
         cdi_hook_path=cdi_hook_path,
         cdi_driver_files=cdi_driver_files,
+        dev_root=dev_root,
         cdi_device_nodes=cdi_device_nodes,
     )
     for beside_socket in ("state_dir", "plugin_data_dir"):  # neither flag nor variable: beside dra.sock

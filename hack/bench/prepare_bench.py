@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import stat
 import statistics
 import subprocess
@@ -67,6 +66,7 @@ from dra_driver.nvml import sim
 from dra_driver.nvml.backend import Nvml
 from kubeletplugin.prepare.service import PrepareService
 from kubeletplugin.settings import PrepareSettings
+from migdra_devcluster.ports import free_port
 
 sys.path.insert(0, str(REPO))  # tests/kubelet_client.py: kubelet's side of the socket, as the e2e tests use it
 from tests.kubelet_client import KubeletClient, short_socket_dir
@@ -370,12 +370,6 @@ def wait_for_reports(api_client: client.ApiClient, ref: ClaimRef, *, ready: bool
             return
         time.sleep(0.005)
     raise SystemExit(f"the plugin did not finish writing the status and Events of claim {ref.name} in 30 s")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def claim_seconds(metrics_port: int) -> dict[str, tuple[float, float]]:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the upstream control plane for the real-Kubernetes test tier: etcd, kube-apiserver,
 # kube-controller-manager and kube-scheduler, from the Go modules pinned in hack/kube/<minor>/go.mod, into
-# .tools/kube/<version>/bin/ (git-ignored).  Usage: hack/kube/build.sh [MINOR ...]   (default: 1.36)
+# .tools/kube/<version>/bin/ (git-ignored).  Usage: hack/kube/build.sh [--kubelet] [MINOR ...]   (default: 1.36)
+# --kubelet builds the kubelet of those minors instead (`make node`, hack/node/build.sh): a real node's, not
+# the control plane's, so `make kube` does not pay for it.
 #
 # Why this way: Kubernetes publishes its server components only as Go modules and release tarballs; the
 # module proxy is what the project's machines reach.  `go build` of the pinned module is how any Go program
@@ -11,6 +13,11 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 DEST_ROOT="${KUBE_TOOLS_DIR:-$ROOT/.tools/kube}"
+COMPONENTS=control-plane
+if [[ "${1:-}" == --kubelet ]]; then
+  COMPONENTS=kubelet
+  shift
+fi
 MINORS=("$@")
 [[ ${#MINORS[@]} -gt 0 ]] || MINORS=(1.36)
 
@@ -46,6 +53,7 @@ build_minor() {
     "kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager Kubernetes $version"
     "kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler Kubernetes $version"
   )
+  [[ $COMPONENTS == kubelet ]] && targets=("kubelet k8s.io/kubernetes/cmd/kubelet Kubernetes $version")
   local target name package expected
   for target in "${targets[@]}"; do
     read -r name package expected <<<"$target"

@@ -96,20 +96,37 @@ class DraPluginServicer:
         return complete_results(operation, claims, results, failed)
 
     def NodePrepareResources(
-        self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
+        self,
+        request: v1.NodePrepareResourcesRequest,
+        context: grpc.ServicerContext,
+        service: str = SUPPORTED_VERSIONS[0],
     ) -> v1.NodePrepareResourcesResponse:
         claims = convert.claim_refs(request.claims)
-        log.debug("NodePrepareResources for claims %s", ", ".join(_describe(c) for c in claims))
+        log_call(service, "NodePrepareResources", claims)
         results = self._call("prepare", claims, self._service.prepare, lambda error: PrepareResult(error=error))
         return convert.prepare_response(results)
 
     def NodeUnprepareResources(
-        self, request: v1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+        self,
+        request: v1.NodeUnprepareResourcesRequest,
+        context: grpc.ServicerContext,
+        service: str = SUPPORTED_VERSIONS[0],
     ) -> v1.NodeUnprepareResourcesResponse:
         claims = convert.claim_refs(request.claims)
-        log.debug("NodeUnprepareResources for claims %s", ", ".join(_describe(c) for c in claims))
+        log_call(service, "NodeUnprepareResources", claims)
         results = self._call("unprepare", claims, self._service.unprepare, lambda error: UnprepareResult(error=error))
         return convert.unprepare_response(results)
+
+
+CALL_LOG_PREFIX = "kubelet called"
+
+
+def log_call(service: str, method: str, claims: Sequence[ClaimRef]) -> None:
+    """One INFO line per kubelet call, ``kubelet called v1.DRAPlugin/NodePrepareResources for claims
+    ns/name (uid U), ...``: which service version the kubelet chose and what it asked, in the order it
+    asked -- how an operator follows the kubelet's calls (``-v``), and how the development cluster's
+    simulated kubelet is compared with the real one (docs/real-node.md)."""
+    log.info("%s %s/%s for claims %s", CALL_LOG_PREFIX, service, method, ", ".join(_describe(c) for c in claims))
 
 
 class DraPluginV1beta1Servicer:
@@ -121,11 +138,15 @@ class DraPluginV1beta1Servicer:
     def NodePrepareResources(
         self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1beta1.NodePrepareResourcesResponse:
-        response = self._v1.NodePrepareResources(convert.prepare_request_from_v1beta1(request), context)
+        response = self._v1.NodePrepareResources(
+            convert.prepare_request_from_v1beta1(request), context, SUPPORTED_VERSIONS[1]
+        )
         return convert.prepare_response_to_v1beta1(response)
 
     def NodeUnprepareResources(
         self, request: v1beta1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1beta1.NodeUnprepareResourcesResponse:
-        response = self._v1.NodeUnprepareResources(convert.unprepare_request_from_v1beta1(request), context)
+        response = self._v1.NodeUnprepareResources(
+            convert.unprepare_request_from_v1beta1(request), context, SUPPORTED_VERSIONS[1]
+        )
         return convert.unprepare_response_to_v1beta1(response)

@@ -25,7 +25,9 @@ device nodes and minors" and "CDI for MIG devices"):
   libraries, binaries and firmware as read-only bind ``mounts`` and the ``nvidia-cdi-hook``
   ``createContainer`` hooks (:mod:`~kubeletplugin.prepare.driver_files` finds and builds them), so a
   stock CUDA image runs without its own libcuda;
-- no ``deviceNodes`` at all when device nodes are off (a simulated node has no ``/dev/nvidia*``).
+- no ``deviceNodes`` at all when device nodes are off (a simulated node has no ``/dev/nvidia*``); with a
+  device root other than ``/`` (``--dev-root``) each node's ``hostPath`` is under it (the runtime reads
+  the node's type and numbers there: a real node of the development cluster makes them with mknod).
 
 ``write_claim_spec`` / ``ensure_claim_spec`` turn a checkpointed claim record
 into its spec file.  ``build_``/``compute_`` functions are pure; ``read_``/``write_``/``ensure_``/``delete_``
@@ -68,8 +70,11 @@ class DeviceNode:
     minor: int | None = None
     file_mode: int | None = None
 
-    def to_cdi(self) -> dict[str, Any]:
+    def to_cdi(self, dev_root: str = "/") -> dict[str, Any]:
+        """The entry; ``dev_root`` other than ``/``: the host node is ``<dev_root>/<path>`` (``hostPath``)."""
         node: dict[str, Any] = {"path": self.path}
+        if dev_root != "/":
+            node["hostPath"] = dev_root.rstrip("/") + self.path
         if self.major is not None and self.minor is not None:
             node.update(type="c", major=self.major, minor=self.minor)
             if self.file_mode is not None:
@@ -93,6 +98,7 @@ class CommonEdits:
     device_nodes: bool = True
     mounts: tuple[Mapping[str, Any], ...] = ()
     hooks: tuple[Mapping[str, Any], ...] = ()
+    dev_root: str = "/"  # where the host's dev/nvidia* nodes are (--dev-root)
 
 
 DEFAULT_COMMON_EDITS = CommonEdits()
@@ -195,10 +201,17 @@ def gpu_device_nodes(gpu_minor: int) -> tuple[DeviceNode, ...]:
     return (DeviceNode(f"/dev/nvidia{gpu_minor}"),)
 
 
-def compute_cdi_version(device_names: Sequence[str]) -> str:
-    """The lowest CDI version that accepts the spec: 0.5.0 once a device name starts with a digit
-    (claim UIDs often do), else 0.3.0 (the oldest the CDI library still reads)."""
-    return "0.5.0" if any(name and not name[0].isalpha() for name in device_names) else "0.3.0"
+def compute_cdi_version(devices: Sequence[Mapping[str, Any]], container_edits: Mapping[str, Any]) -> str:
+    """The lowest CDI version that accepts the spec (the CDI library refuses a spec that uses more than its
+    ``cdiVersion`` says, and the runtime then cannot resolve any of its devices): 0.5.0 once a device name
+    starts with a digit (claim UIDs often do) or a device node names its ``hostPath`` (``--dev-root``),
+    else 0.3.0 (the oldest the CDI library still reads).  Nothing migdra writes needs a later version."""
+    edits = [container_edits, *(device["containerEdits"] for device in devices)]
+    if any(device["name"][:1].isdigit() for device in devices) or any(
+        "hostPath" in node for edit in edits for node in edit.get("deviceNodes") or ()
+    ):
+        return "0.5.0"
+    return "0.3.0"
 
 
 def build_cdi_spec(
@@ -219,7 +232,7 @@ def build_cdi_spec(
     for device in devices:
         edits: dict[str, Any] = {"env": [f"{key}={value}" for key, value in sorted(device.env.items())]}
         if common.device_nodes:
-            edits["deviceNodes"] = [node.to_cdi() for node in device.device_nodes]
+            edits["deviceNodes"] = [node.to_cdi(common.dev_root) for node in device.device_nodes]
         device_mounts = (mounts or {}).get(device.device_name)
         if device_mounts:
             edits["mounts"] = [dict(mount) for mount in device_mounts]
@@ -229,13 +242,13 @@ def build_cdi_spec(
         env.append(f"MIGDRA_MIG_UUIDS={','.join(mig_uuids)}")
     container_edits: dict[str, Any] = {"env": env}
     if common.device_nodes:
-        container_edits["deviceNodes"] = [{"path": path} for path in CONTROL_DEVICE_NODES]
+        container_edits["deviceNodes"] = [DeviceNode(path).to_cdi(common.dev_root) for path in CONTROL_DEVICE_NODES]
     if common.mounts:
         container_edits["mounts"] = [dict(mount) for mount in common.mounts]
     if common.hooks:
         container_edits["hooks"] = [dict(hook) for hook in common.hooks]
     return {
-        "cdiVersion": compute_cdi_version([compute_cdi_device_name(claim_uid, d.device_name) for d in devices]),
+        "cdiVersion": compute_cdi_version(cdi_devices, container_edits),
         "kind": cdi_kind(driver_name),
         "devices": cdi_devices,
         "containerEdits": container_edits,

@@ -247,6 +247,7 @@ class PrepareService:
             plugin_data_dir=settings.plugin_data_dir,
             common_edits=CommonEdits(
                 device_nodes=settings.cdi_device_nodes,
+                dev_root=str(settings.dev_root),
                 mounts=driver_edits.mounts if driver_edits is not None else (),
                 hooks=driver_edits.hooks if driver_edits is not None else (),
             ),

@@ -13,9 +13,7 @@ about a claim carry its UID.
 from __future__ import annotations
 
 import json
-import socket
 import urllib.request
-from contextlib import closing
 from typing import Any
 
 import grpc
@@ -26,16 +24,11 @@ from prometheus_client.samples import Sample
 
 from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.nvml import sim
+from migdra_devcluster.ports import free_port
 from tests.e2e.test_kubelet_plugin_process import PluginProcess, _stop
 from tests.plugin_command import NODE
 from tests.prepare_harness import create_claim, read_claim_json, result
 from tests.waiting import wait_for
-
-
-def _free_port() -> int:
-    with closing(socket.socket()) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _scrape(port: int) -> dict[str, list[Sample]]:
@@ -98,7 +91,7 @@ def _assert_instance_info(
 
 
 def test_metrics_liveness_and_json_logs_of_a_real_run(plugin: PluginProcess) -> None:
-    port, health_port = _free_port(), _free_port()
+    port, health_port = free_port(), free_port()
     process = plugin.start(
         env={"MIGDRA_LOG_FORMAT": "json"},
         args=("--metrics-address", f"127.0.0.1:{port}", "--healthcheck-address", f"127.0.0.1:{health_port}"),

@@ -199,8 +199,10 @@ def test_kill_9_during_prepare_then_restart_leaks_nothing(plugin: PluginProcess,
     _stop(survivor)
 
 
-def test_health_stream_reports_every_published_device(plugin: PluginProcess) -> None:
-    process = plugin.start(args=("--health",))
+def test_health_stream_is_served_by_default_and_reports_every_published_device(plugin: PluginProcess) -> None:
+    """Kubelets from 1.34 open the stream of every plugin that offers it, and log an error for one that
+    does not: served unless ``--no-health``."""
+    process = plugin.start()
     with plugin.kubelet() as kubelet:
         assert "v1alpha1.DRAResourceHealth" in list(kubelet.info.supported_versions)
         deadline = time.monotonic() + 20

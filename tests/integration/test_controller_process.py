@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver import claimstatus
 from dra_driver.kube.client import CLAIMS, EVENTS, LEASES, SLICES, Client
-from migdra_devcluster.upstream.controlplane import free_port
+from migdra_devcluster.ports import free_port
 from tests.kube_apiserver import KubeApiServer
 from tests.plugin_command import MIGDRA
 from tests.sim_objects import DRIVER, H100, node_slices

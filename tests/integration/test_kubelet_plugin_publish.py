@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from migdra_devcluster.ports import free_port
 from tests.kube_apiserver import KubeApiServer
 from tests.waiting import wait_for
 
@@ -69,14 +69,8 @@ def _wait_for_slices(api: KubeApiServer, process: subprocess.Popen[str]) -> None
     wait_for("the whole pool to be published", whole_pool, timeout=30)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_publishes_and_keeps_the_slices_after_sigterm(api: KubeApiServer, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     process = _start(tmp_path, "--metrics-address", f"127.0.0.1:{port}")
     try:
         _wait_for_slices(api, process)

@@ -24,6 +24,7 @@ from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.serving import serving_metrics
 from kubeletplugin.grpc import PluginServers
 from kubeletplugin.grpc.liveness import FLAG, probe_sockets, serving_liveness
+from migdra_devcluster.ports import free_port
 from tests.kubelet_client import KubeletClient, RecordingDraService, short_socket_dir
 
 DRIVER = "gpu.migdra.example.com"
@@ -33,12 +34,6 @@ DRIVER = "gpu.migdra.example.com"
 def base_dir() -> Iterator[Path]:
     with short_socket_dir() as path:
         yield path
-
-
-def _free_port() -> int:
-    with closing(socket.socket()) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _check(port: int) -> int:
@@ -70,7 +65,7 @@ def test_serving_while_the_sockets_answer_and_not_when_they_do_not(
         max_workers=1,
     )
     extra: list[str] = []
-    port = _free_port()
+    port = free_port()
 
     def problem() -> str | None:
         return probe_sockets(servers.paths, timeout=1.0) or (extra[0] if extra else None)
@@ -130,7 +125,7 @@ def test_healthz_beside_the_metrics_says_what_is_wrong() -> None:
     registry = CollectorRegistry()
     Gauge("migdra_controller_leader", "leader", registry=registry).set(1)
     wrong: list[str] = []
-    port = _free_port()
+    port = free_port()
     with serving_metrics(f"127.0.0.1:{port}", registry, healthz=lambda: wrong[0] if wrong else None):
         assert _get(port, "/healthz") == (200, "ok")
         wrong.append("reservations: its thread is not running")

@@ -22,8 +22,8 @@ from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.driver_files import load_driver_edits
 from kubeletplugin.prepare.service import PrepareService
 from kubeletplugin.settings import PrepareSettings
-from tests.fake_driver_root import LIBRARIES as FAKE_LIBRARIES
-from tests.fake_driver_root import VERSION, build_fake_driver_root
+from migdra_devcluster.realnode.driver_root import LIBRARIES as FAKE_LIBRARIES
+from migdra_devcluster.realnode.driver_root import VERSION, build_fake_driver_root
 from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import BOOT_ID, DRIVER, NODE, Node, result, simulated_node
 

@@ -11,12 +11,12 @@ import pytest
 
 from kubeletplugin.prepare.cdi import (
     CdiDevice,
+    CommonEdits,
     DeviceNode,
     build_cdi_spec,
     claim_uid_of_spec,
     compute_cap_minor,
     compute_cdi_device_id,
-    compute_cdi_version,
     delete_cdi_spec,
     list_cdi_spec_claims,
     read_caps_major,
@@ -110,14 +110,19 @@ def test_spec_content() -> None:
 
 
 @pytest.mark.parametrize(
-    ("names", "version"),
+    ("uid", "common", "version"),
     [
-        pytest.param(["abc-gpu-0"], "0.3.0", id="letter"),
-        pytest.param(["abc-gpu-0", "9bc-gpu-1"], "0.5.0", id="digit"),
+        pytest.param("abc", CommonEdits(), "0.3.0", id="letter"),
+        pytest.param("9bc", CommonEdits(), "0.5.0", id="digit"),
+        pytest.param("abc", CommonEdits(dev_root="/srv/dev-root"), "0.5.0", id="host-path"),
+        pytest.param("abc", CommonEdits(device_nodes=False, dev_root="/srv/dev-root"), "0.3.0", id="no-nodes"),
     ],
 )
-def test_cdi_version_is_the_lowest_that_accepts_the_names(names: list[str], version: str) -> None:
-    assert compute_cdi_version(names) == version
+def test_cdi_version_is_the_lowest_that_accepts_the_spec(uid: str, common: CommonEdits, version: str) -> None:
+    """A device name starting with a digit and a device node's hostPath came with CDI 0.5.0: containerd's
+    CDI library refuses a spec that declares less ("the spec version must be at least v0.5.0")."""
+    spec = build_cdi_spec(DRIVER, uid, [CdiDevice("gpu-0", (DeviceNode("/dev/nvidia0"),))], [], common=common)
+    assert spec["cdiVersion"] == version
 
 
 def test_write_replaces_atomically_and_delete_is_idempotent(tmp_path: Path) -> None:

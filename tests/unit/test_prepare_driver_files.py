@@ -21,8 +21,8 @@ from kubeletplugin.prepare.driver_files import (
     load_driver_edits,
 )
 from kubeletplugin.settings import PrepareSettings
-from tests.fake_driver_root import LIBRARIES as FAKE_LIBRARIES
-from tests.fake_driver_root import VERSION, build_fake_driver_root
+from migdra_devcluster.realnode.driver_root import LIBRARIES as FAKE_LIBRARIES
+from migdra_devcluster.realnode.driver_root import VERSION, build_fake_driver_root
 
 LIB = PurePosixPath("/usr/lib/x86_64-linux-gnu")
 HOST = PurePosixPath("/run/nvidia/driver")
@@ -226,6 +226,19 @@ def test_common_edits_go_into_the_spec_level_edits_once_and_device_nodes_can_be_
     assert "deviceNodes" not in bare["containerEdits"]
     assert "deviceNodes" not in bare["devices"][0]["containerEdits"]
     assert bare["devices"][0]["containerEdits"]["env"] == ["MIGDRA_GPU_UUID=GPU-0"]  # a device keeps an edit
+
+
+def test_a_dev_root_puts_each_device_node_under_it_as_its_host_path() -> None:
+    """A real node of the development cluster keeps its mknod-made nodes in a directory of its own: the
+    container still sees /dev/nvidia0, the runtime reads the node's numbers from the host path."""
+    devices = [CdiDevice("gpu-0", (DeviceNode("/dev/nvidia0"),), {"MIGDRA_GPU_UUID": "GPU-0"})]
+    spec = build_cdi_spec("gpu.migdra.io", "uid", devices, [], common=CommonEdits(dev_root="/srv/node/dev-root/"))
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [
+        {"path": "/dev/nvidia0", "hostPath": "/srv/node/dev-root/dev/nvidia0"}
+    ]
+    control = spec["containerEdits"]["deviceNodes"]
+    assert {"path": "/dev/nvidiactl", "hostPath": "/srv/node/dev-root/dev/nvidiactl"} in control
+    assert all(node["hostPath"] == "/srv/node/dev-root" + node["path"] for node in control)
 
 
 def test_the_kubelet_plugin_flags_reach_the_prepare_settings(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,7 @@ import copy
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,13 +125,37 @@ def grant_chart_access(client: Client, access: ChartAccess) -> None:
         client.create(_APPLIED_KINDS[document["kind"]], document)
 
 
-def plugin_pod(access: ChartAccess, node: str, namespace: str = RELEASE_NAMESPACE) -> dict[str, Any]:
+def plugin_pod(
+    access: ChartAccess, node: str, namespace: str = RELEASE_NAMESPACE, stand_in_image: str | None = None
+) -> dict[str, Any]:
     """The plugin's Pod on ``node``, from the DaemonSet's template (as the DaemonSet controller makes it,
-    but bound directly: it is never scheduled), in the release's ``namespace``."""
+    but bound directly: it is never scheduled), in the release's ``namespace``.
+
+    On a real node (``stand_in_image``) its kubelet runs the Pod, and the plugin's image cannot be pulled
+    here: the Pod keeps the template's identity (service account, labels, tolerations) but runs a stand-in
+    container of ``stand_in_image`` that sleeps, without the template's host mounts; the plugin itself runs
+    beside it as a host process with a token bound to this Pod."""
     template = copy.deepcopy(access.plugin_pod_template)
     spec = template["spec"]
     spec["nodeName"] = node
     spec.pop("affinity", None)
+    if stand_in_image is not None:
+        first = spec["containers"][0]
+        spec = {
+            key: value
+            for key, value in spec.items()
+            if key in ("nodeName", "serviceAccountName", "tolerations", "priorityClassName")
+        }
+        spec["automountServiceAccountToken"] = False
+        spec["terminationGracePeriodSeconds"] = 1
+        spec["containers"] = [
+            {
+                "name": first["name"],
+                "image": stand_in_image,
+                "imagePullPolicy": "Never",
+                "command": ["sleep", "2147483647"],
+            }
+        ]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -166,10 +190,12 @@ PLUGIN_TOKEN_FILE = "plugin.token"
 recreated, read again by the running plugin (as kubelet rewrites a projected token)."""
 
 
-def issue_plugin_pod(client: Client, access: ChartAccess, workdir: Path, node: str) -> str:
+def issue_plugin_pod(
+    client: Client, access: ChartAccess, workdir: Path, node: str, stand_in_image: str | None = None
+) -> str:
     """Create the plugin's Pod on ``node`` and write a token bound to it into its token file (atomically:
     the running plugin reads it whenever it changes); the Pod's UID."""
-    pod = client.create(PODS, plugin_pod(access, node))
+    pod = client.create(PODS, plugin_pod(access, node, stand_in_image=stand_in_image))
     token = request_token(client, access.plugin_service_account, pod)
     path = plugin_kubeconfig_path(workdir, node).with_name(PLUGIN_TOKEN_FILE)
     write_file_atomically(path, token.encode(), mode=0o600, sync=False)
@@ -181,11 +207,18 @@ def controller_kubeconfig_path(workdir: Path) -> Path:
 
 
 def write_component_kubeconfigs(
-    client: Client, access: ChartAccess, nodes: list[str], workdir: Path, url: str, ca_pem: bytes
+    client: Client,
+    access: ChartAccess,
+    nodes: list[str],
+    workdir: Path,
+    url: str,
+    ca_pem: bytes,
+    stand_ins: Mapping[str, str] | None = None,
 ) -> None:
-    """Each node's plugin Pod, its token file and the kubeconfig naming it, and the controller's kubeconfig."""
+    """Each node's plugin Pod, its token file and the kubeconfig naming it, and the controller's kubeconfig.
+    ``stand_ins``: node -> stand-in image, for real nodes (:func:`plugin_pod`)."""
     for node in nodes:
-        issue_plugin_pod(client, access, workdir, node)
+        issue_plugin_pod(client, access, workdir, node, (stand_ins or {}).get(node))
         write_kubeconfig(plugin_kubeconfig_path(workdir, node), url, None, ca_pem, token_file=PLUGIN_TOKEN_FILE)
     token = request_token(client, access.controller_service_account)
     write_kubeconfig(controller_kubeconfig_path(workdir), url, token, ca_pem)
@@ -206,6 +239,7 @@ class PluginPodKeeper:
         nodes: list[str],
         progress: Callable[[str], None],
         interval: float = 1.0,
+        stand_ins: Mapping[str, str] | None = None,
     ) -> None:
         self._client = client
         self._access = access
@@ -213,6 +247,7 @@ class PluginPodKeeper:
         self._nodes = nodes
         self._progress = progress
         self._interval = interval
+        self._stand_ins = dict(stand_ins or {})
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="plugin-pod-keeper", daemon=True)
 
@@ -239,7 +274,7 @@ class PluginPodKeeper:
         for node in self._nodes:
             if plugin_pod(self._access, node)["metadata"]["name"] in present:
                 continue
-            uid = issue_plugin_pod(self._client, self._access, self._workdir, node)
+            uid = issue_plugin_pod(self._client, self._access, self._workdir, node, self._stand_ins.get(node))
             self._progress(f"{node}: the plugin's pod was deleted; made it again ({uid}) with a new token")
             made.append(node)
         return made

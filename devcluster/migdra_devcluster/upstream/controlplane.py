@@ -10,13 +10,12 @@ namespaces, priority classes) are done, which is what the next steps need.
 from __future__ import annotations
 
 import shutil
-import socket
 import ssl
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import yaml
 from dra_driver.errors import ConfigurationError
 from dra_driver.kube.client import Client
 from migdra_devcluster.kubeconfig import write_kubeconfig
+from migdra_devcluster.ports import free_port
 from migdra_devcluster.supervision import SupervisedProcess
 from migdra_devcluster.upstream.access import (
     RELEASE_NAMESPACE,
@@ -160,13 +160,6 @@ def running(
             process.stop()
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on now (the component binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class KubeControlPlane:
     """etcd + kube-apiserver + kube-controller-manager + kube-scheduler of one ``sim up``, and migdra's
     components' credentials from the Helm chart (:mod:`.access`)."""
@@ -249,13 +242,26 @@ class KubeControlPlane:
                 return False
         return True
 
-    def grant(self, client: Client, nodes: list[str]) -> None:
+    def grant(self, client: Client, nodes: list[str], stand_ins: Mapping[str, str] | None = None) -> None:
         """Each node's plugin Pod and token, and the controller's token (once the Nodes exist: a token
         bound to a Pod names the Pod's node); from then on a deleted plugin Pod is made again with a new
-        token (:class:`PluginPodKeeper`), as the chart's DaemonSet would."""
-        write_component_kubeconfigs(client, self.access, nodes, self.workdir, self.url, self.files.pki.ca_pem())
-        self.keeper = PluginPodKeeper(client, self.access, self.workdir, nodes, self.progress)
+        token (:class:`PluginPodKeeper`), as the chart's DaemonSet would.  ``stand_ins``: node -> image of
+        the stand-in container a real node's kubelet runs in the plugin's Pod (:func:`plugin_pod`)."""
+        ca = self.files.pki.ca_pem()
+        write_component_kubeconfigs(client, self.access, nodes, self.workdir, self.url, ca, stand_ins)
+        self.keeper = PluginPodKeeper(client, self.access, self.workdir, nodes, self.progress, stand_ins=stand_ins)
         self.keeper.start()
+
+    def write_node_kubeconfig(self, node: str, path: Path) -> None:
+        """A real node's kubelet credentials: a client certificate for ``system:node:<node>`` in
+        ``system:nodes``, so the Node authorizer and NodeRestriction judge it as any kubelet."""
+        pki = self.files.pki
+        certificate = pki.client_certificate(f"system:node:{node}", ("system:nodes",))
+        write_kubeconfig(path, self.url, None, pki.ca_pem(), certificate)
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.files.pki.ca_cert
 
     def plugin_kubeconfig(self, node: str) -> Path:
         return plugin_kubeconfig_path(self.workdir, node)

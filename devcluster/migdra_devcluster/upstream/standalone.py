@@ -18,6 +18,7 @@ from kubernetes import client
 
 from dra_driver.kube.config import load_kubeconfig_file
 from migdra_devcluster.kubeconfig import write_kubeconfig
+from migdra_devcluster.ports import free_port
 from migdra_devcluster.upstream.binaries import KubeBinaries
 from migdra_devcluster.upstream.components import KubeFiles, Ports
 from migdra_devcluster.upstream.controlplane import (
@@ -26,7 +27,6 @@ from migdra_devcluster.upstream.controlplane import (
     Component,
     UpstreamProcess,
     build_store_and_apiserver,
-    free_port,
     running,
     wait_healthy,
     write_audit_policy,

@@ -182,6 +182,7 @@ def test_the_pinning_module_pins_every_staging_module_to_the_release(module: Pat
         "k8s.io/kubernetes/cmd/kube-apiserver",
         "k8s.io/kubernetes/cmd/kube-controller-manager",
         "k8s.io/kubernetes/cmd/kube-scheduler",
+        "k8s.io/kubernetes/cmd/kubelet",  # a real node's (`make node`), from the same pins
     }
     assert (module.parent / "go.sum").is_file()
     assert sorted(p.name for p in module.parent.iterdir()) == ["go.mod", "go.sum"], "only the pins, no Go code"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -31,6 +30,7 @@ from kubernetes import client
 
 from dra_driver.kube.client import Client
 from dra_driver.kube.config import load_kubeconfig_file
+from migdra_devcluster.ports import free_port
 from migdra_devcluster.upstream.access import ChartAccess, plugin_pod, request_token
 from tests.integration.helm.chart import CHART, NAMESPACE, Rendered, container_env, render
 from tests.integration.helm.test_chart_apply import Kubectl
@@ -41,13 +41,6 @@ from tests.prepare_harness import create_claim, read_claim_json, result
 from tests.waiting import wait_for
 
 MIGDRA = str(Path(sys.executable).with_name("migdra"))
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -97,15 +90,15 @@ class Installed:
 @pytest.fixture
 def installed(api_server: KubeApiServer) -> Iterator[Installed]:
     with short_socket_dir() as root:
-        healthcheck = _free_port()
+        healthcheck = free_port()
         rendered = render(
             CHART / "ci" / "simulated-values.yaml",
             sets=[
                 f"kubeletDir={root}/k",
                 f"cdiDir={root}/cdi",
                 f"kubeletPlugin.healthcheckPort={healthcheck}",
-                f"kubeletPlugin.metrics.port={_free_port()}",
-                f"controller.metrics.port={_free_port()}",
+                f"kubeletPlugin.metrics.port={free_port()}",
+                f"controller.metrics.port={free_port()}",
                 "simulated.gpus=H100-SXM5-80GB:2",
             ],
         )

@@ -1,0 +1,76 @@
+"""A prepare that fails on a real node: the first two GPU instance creations of the node's plugin fail
+(a simulator fault plan); the kubelet reports the failure in the pod's events as it reports any
+prepare failure, retries on its own, and the pod runs once the fault is over -- with exactly one GPU
+instance, nothing left of the failed attempts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.node.real_node import (
+    REAL,
+    claim_entries,
+    gi_placements,
+    pod_events,
+    pod_manifest,
+    real_cluster,
+    wait_pods_running,
+)
+from tests.sim_cluster import SimCluster
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.xdist_group("real-node")
+
+NAMESPACE = "failing"
+FAULTS = {"rules": [{"symbol": "nvmlDeviceCreateGpuInstanceWithPlacement", "nth": 1, "count": 2, "error": "Unknown"}]}
+
+CLAIM = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: mig}
+spec:
+  devices:
+    requests:
+    - name: mig
+      exactly:
+        deviceClassName: mig.migdra.io
+        selectors:
+        - cel: {expression: "device.attributes['gpu.migdra.io'].profile == '1g.10gb'"}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SimCluster]:
+    plan = json.dumps(FAULTS)
+    with real_cluster(
+        "--nodes", "1", "--gpus", "H100-SXM5-80GB:1", "--plugin-env", f"{REAL}:MIGDRA_SIM_FAULTS={plan}"
+    ) as sim:
+        yield sim
+
+
+def test_a_failed_prepare_shows_in_the_pods_events_and_the_pod_runs_once_the_fault_is_over(
+    cluster: SimCluster,
+) -> None:
+    cluster.namespace(NAMESPACE)
+    cluster.apply(NAMESPACE, CLAIM + pod_manifest("unlucky", "mig"))
+
+    def failures() -> list[dict[str, Any]] | None:
+        found = [e for e in pod_events(cluster, NAMESPACE, "unlucky") if e["reason"] == "FailedPrepareDynamicResources"]
+        return found or None
+
+    (event,) = wait_for("the kubelet's event of the failed prepare", failures, timeout=120)
+    assert event["type"] == "Warning"
+    assert event["source"]["component"] == "kubelet"
+    assert "mig" in event["message"]
+    assert "Unknown" in event["message"] or "unknown" in event["message"], event["message"]
+    wait_pods_running(cluster, NAMESPACE, {"unlucky"})
+    (entry,) = claim_entries(cluster, NAMESPACE, "mig")
+    cluster.describe_claim(NAMESPACE, "mig")
+    assert [gi[4] for gi in gi_placements(cluster)] == [entry["data"]["migUUID"]]
+    repeated = failures()
+    assert repeated is not None
+    assert sum(e.get("count", 1) for e in repeated) >= 1
