@@ -157,6 +157,10 @@ def test_each_container_sees_its_devices_through_the_cdi_edits_of_the_runtime(cl
     assert len(caps) == 2, caps  # the GPU instance's and the compute instance's
     assert all(numbers == (CAPS_MAJOR, int(name.removeprefix("nvidia-cap"))) for name, numbers in caps.items())
     assert mig["device"] in reports["mig"]  # the KEP-5304 metadata file names the device
+    # What a user runs: kube-apiserver reaches the kubelet at the node's address for logs and exec.
+    assert cluster.kubectl("logs", "-n", NAMESPACE, "mig").stdout == reports["mig"]
+    caps_seen = cluster.kubectl("exec", "-n", NAMESPACE, "mig", "--", "ls", "/dev/nvidia-caps").stdout.split()
+    assert sorted(caps_seen) == sorted(caps)
 
     # Two MIG devices of one GPU in one claim: both MIG UUIDs, one parent GPU, four capability nodes.
     pair = claim_entries(cluster, NAMESPACE, "pair")

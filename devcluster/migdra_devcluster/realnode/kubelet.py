@@ -3,9 +3,11 @@
 What this machine needs of it: ``failCgroupV1: false`` (the host is on cgroup v1, which kubelets from 1.35
 refuse otherwise), ``cgroupDriver: cgroupfs`` (no systemd), ``failSwapOn: false``, a cgroup root of the
 node's own (two kubelets on one host would otherwise share ``/kubepods``), eviction thresholds low enough
-for a small disk, and its ports on loopback.  It authenticates to kube-apiserver with a client certificate
-for ``system:node:<name>`` in ``system:nodes``, so the Node authorizer and NodeRestriction admission judge
-it as any real node; its own API accepts only clients with a certificate of the cluster CA.
+for a small disk, and its ports on the host's address (:func:`node_address`: kube-apiserver reaches it
+there for ``kubectl logs`` and ``exec``; on loopback, without logs, when the host has no default route).
+It authenticates to kube-apiserver with a client certificate for ``system:node:<name>`` in
+``system:nodes``, so the Node authorizer and NodeRestriction admission judge it as any real node; its own
+API accepts only clients with a certificate of the cluster CA (kube-apiserver has one).
 
 DRA needs nothing more: ``resource.k8s.io/v1`` is GA.  The kubelet finds DRA plugins through
 ``<root-dir>/plugins_registry``; a plugin's sockets go under ``<root-dir>/plugins/<driver>/``.
@@ -13,6 +15,8 @@ DRA needs nothing more: ``resource.k8s.io/v1`` is GA.  The kubelet finds DRA plu
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,14 +68,34 @@ class KubeletPorts:
     healthz: int
 
 
+def node_address() -> str | None:
+    """The host's address on its default route (what the kubelet would detect itself), or None without one.
+
+    The kubelet refuses a loopback ``--node-ip``; kube-apiserver reaches a kubelet (``kubectl logs``,
+    ``exec``) at the Node's InternalIP, so the kubelet serves there.  Connecting a UDP socket sends nothing:
+    it only asks the kernel which source address the route would use."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("198.51.100.1", 9))  # TEST-NET-2: routed by the default route, never answered
+        except OSError:
+            return None
+        address: str = probe.getsockname()[0]
+    return None if ipaddress.ip_address(address).is_loopback else address
+
+
 def kubelet_configuration(
-    files: KubeletFiles, ports: KubeletPorts, client_ca: Path, runtime_socket: Path, cgroup_root: str
+    files: KubeletFiles,
+    ports: KubeletPorts,
+    client_ca: Path,
+    runtime_socket: Path,
+    cgroup_root: str,
+    address: str | None,
 ) -> dict[str, Any]:
     endpoint = f"unix://{runtime_socket}"
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
-        "address": "127.0.0.1",
+        "address": address or "127.0.0.1",
         "port": ports.serving,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
@@ -109,17 +133,23 @@ def kubelet_configuration(
 
 
 def write_kubelet_config(
-    files: KubeletFiles, ports: KubeletPorts, client_ca: Path, runtime_socket: Path, cgroup_root: str
+    files: KubeletFiles,
+    ports: KubeletPorts,
+    client_ca: Path,
+    runtime_socket: Path,
+    cgroup_root: str,
+    address: str | None,
 ) -> None:
     for directory in (files.directory, files.root_dir, files.cert_dir, files.pod_logs):
         directory.mkdir(parents=True, exist_ok=True)
-    configuration = kubelet_configuration(files, ports, client_ca, runtime_socket, cgroup_root)
+    configuration = kubelet_configuration(files, ports, client_ca, runtime_socket, cgroup_root, address)
     files.config.write_text(yaml.safe_dump(configuration, sort_keys=True))
 
 
-def build_kubelet_argv(binary: Path, files: KubeletFiles, node_name: str) -> list[str]:
+def build_kubelet_argv(binary: Path, files: KubeletFiles, node_name: str, address: str | None) -> list[str]:
     return [
         str(binary),
+        *([f"--node-ip={address}"] if address is not None else []),
         f"--config={files.config}",
         f"--kubeconfig={files.kubeconfig}",
         f"--hostname-override={node_name}",

@@ -29,7 +29,13 @@ from migdra_devcluster.realnode.devices import make_device_nodes
 from migdra_devcluster.realnode.driver_root import build_fake_driver_root
 from migdra_devcluster.realnode.host import record_host, restore_host
 from migdra_devcluster.realnode.images import write_node_images
-from migdra_devcluster.realnode.kubelet import KubeletFiles, KubeletPorts, build_kubelet_argv, write_kubelet_config
+from migdra_devcluster.realnode.kubelet import (
+    KubeletFiles,
+    KubeletPorts,
+    build_kubelet_argv,
+    node_address,
+    write_kubelet_config,
+)
 from migdra_devcluster.supervision import SupervisedProcess
 
 REAL_NODE_DIR = "real"
@@ -127,12 +133,17 @@ class RealNode:
         wait_until_serving(spec.node_bin / "ctr", self.containerd_files, lambda: self._running(self.containerd))
         import_images(spec.node_bin / "ctr", self.containerd_files, images)
         ports = KubeletPorts(serving=free_port(), healthz=free_port())
-        write_kubelet_config(self.kubelet_files, ports, spec.client_ca, self.containerd_files.socket, spec.cgroup_root)
+        address = node_address()
+        if address is None:
+            self.progress(f"{spec.name}: no default route: the kubelet serves on loopback (no kubectl logs/exec)")
+        write_kubelet_config(
+            self.kubelet_files, ports, spec.client_ca, self.containerd_files.socket, spec.cgroup_root, address
+        )
         spec.kubelet_kubeconfig_writer(self.kubelet_files.kubeconfig)
         self.progress(f"{spec.name}: starting the kubelet (real node)")
         self.kubelet = _NodeProcess(
             f"kubelet of {spec.name}",
-            build_kubelet_argv(spec.kubelet, self.kubelet_files, spec.name),
+            build_kubelet_argv(spec.kubelet, self.kubelet_files, spec.name, address),
             spec.directory,
             spec.node_bin,
             self.progress,

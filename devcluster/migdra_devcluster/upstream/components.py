@@ -157,6 +157,10 @@ def build_apiserver_argv(binary: Path, files: KubeFiles, ports: Ports) -> list[s
         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
         "--authorization-mode=Node,RBAC",
         "--enable-admission-plugins=NodeRestriction",
+        # kubectl logs/exec on a real node: reach its kubelet at the node's address, as this client
+        f"--kubelet-client-certificate={pki.kubelet_client_cert}",
+        f"--kubelet-client-key={pki.kubelet_client_key}",
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
         "--allow-privileged=true",
         "--endpoint-reconciler-type=none",
         f"--audit-policy-file={files.audit_policy}",

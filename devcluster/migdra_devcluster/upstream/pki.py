@@ -59,6 +59,15 @@ class ClusterPki:
     def service_account_public_key(self) -> Path:
         return self.directory / "sa.pub"
 
+    @property
+    def kubelet_client_cert(self) -> Path:
+        """kube-apiserver's client certificate towards kubelets (``kubectl logs``/``exec`` on a real node)."""
+        return self.directory / "apiserver-kubelet-client.crt"
+
+    @property
+    def kubelet_client_key(self) -> Path:
+        return self.directory / "apiserver-kubelet-client.key"
+
     def ca_pem(self) -> bytes:
         return self.ca_cert.read_bytes()
 
@@ -78,6 +87,10 @@ class ClusterPki:
             .sign(ca_key, hashes.SHA256())
         )
         return ClientCertificate(cert.public_bytes(serialization.Encoding.PEM), _private_pem(key))
+
+
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
+"""Who kube-apiserver is to a kubelet: a real node's kubelet accepts any certificate of the cluster CA."""
 
 
 def write_cluster_pki(directory: Path) -> ClusterPki:
@@ -110,6 +123,9 @@ def write_cluster_pki(directory: Path) -> ClusterPki:
     _write(pki.serving_cert, serving_cert.public_bytes(serialization.Encoding.PEM))
     _write(pki.serving_key, _private_pem(serving_key), private=True)
     _write(pki.service_account_key, _private_pem(sa_key), private=True)
+    kubelet_client = pki.client_certificate(KUBELET_CLIENT_USER)
+    _write(pki.kubelet_client_cert, kubelet_client.cert_pem)
+    _write(pki.kubelet_client_key, kubelet_client.key_pem, private=True)
     _write(
         pki.service_account_public_key,
         sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo),
