@@ -10,7 +10,7 @@ DEMO_STATE ?= .state/demo
 # where the environment says PYTHONDONTWRITEBYTECODE.  They are git-ignored.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo check test lint install tools kube node clean catalog bench bench-docs image
+.PHONY: demo demo-real-node check test lint install tools kube node clean catalog bench bench-docs image
 
 # migdra and its development cluster (devcluster/, which `migdra sim` runs) in one pip command, both editable:
 # the `dev` extra's pin on migdra-devcluster is met by ./devcluster, whose pin on migdra is met by `.`.
@@ -50,6 +50,13 @@ node:
 demo: $(STAMP) tools kube
 	rm -rf $(DEMO_STATE) && mkdir -p $(DEMO_STATE)
 	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE)
+
+## demo-real-node: the demo with a third node run as a real node (root; builds what `make node` builds): the
+## upstream kubelet, containerd with CDI and runc run one more pod there, whose container prints what it sees of
+## its MIG device (demo/real-node/, docs/real-node.md).
+demo-real-node: $(STAMP) tools kube node
+	rm -rf $(DEMO_STATE) && mkdir -p $(DEMO_STATE)
+	$(BIN)/python hack/demo.py --state-dir $(DEMO_STATE) --real-node --kube-version $(lastword $(NODE_VERSIONS))
 
 ## check: the fast loop, under 90 seconds: lint, then the check tier -- every folder named unit under tests/, the
 ## tests that start no process (docs/testing.md) -- on PYTEST_WORKERS processes.

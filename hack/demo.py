@@ -7,6 +7,10 @@ Everything is the real path: ``migdra sim up`` (upstream etcd, kube-apiserver, k
 and kube-scheduler, built on first use; simulated kubelets) with one ``migdra kubelet-plugin`` process per
 node on simulated NVML, the real ``kubectl`` against it, and at the end the pods deleted, every MIG
 instance destroyed and the cluster stopped.
+
+``--real-node`` (``make demo-real-node``; root, and ``make node`` once): a third node runs as a real node
+-- the upstream kubelet, containerd with CDI and runc (docs/real-node.md) -- and one more pod runs there,
+whose container prints what it sees of its MIG device; ``kubectl logs`` shows it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from migdra_devcluster.cluster import gpu_instances_per_node
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 NODES, GPUS, DRIVER = 2, "H100-SXM5-80GB:4", "gpu.migdra.io"
+REAL_NODE, REAL_NODE_GPUS = "node-3", "H100-SXM5-80GB:1"  # one GPU: the pod that does not fit stays unfit
+REAL_NODE_POD = "what-the-container-sees"
 UNFIT = "too-big"
 # sim up builds the upstream control plane first when `make kube` has not (minutes, its progress shown)
 START_TIMEOUT, SETTLE_TIMEOUT, DELETE_TIMEOUT = 1800.0, 120.0, 120.0
@@ -68,9 +74,14 @@ def describe_failed_start(process: subprocess.Popen[str], ended: bool) -> str:
     return f"migdra sim up did not get ready within {START_TIMEOUT:g} s (its messages are above)"
 
 
-def start_cluster(workdir: Path) -> tuple[subprocess.Popen[str], Path]:
+def start_cluster(workdir: Path, real_node: bool, version: str | None) -> tuple[subprocess.Popen[str], Path]:
     """``migdra sim up`` in the background; returns once it printed ``ready kubeconfig=<path>``."""
     command = [str(BIN / "migdra"), "sim", "up", "--workdir", str(workdir), "--nodes", str(NODES), "--gpus", GPUS]
+    if version is not None:
+        command += ["--kube-version", version]
+    if real_node:
+        command[command.index("--nodes") + 1] = str(NODES + 1)
+        command += ["--node-gpus", f"{REAL_NODE}={REAL_NODE_GPUS}", "--real-node", REAL_NODE]
     say(f"$ {' '.join(['migdra', *command[1:]])} &")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
@@ -137,17 +148,51 @@ def instances_left(workdir: Path) -> int:
     return sum(gpu_instances_per_node(workdir).values())
 
 
+REAL_NODE_MANIFEST = REPO / "demo" / "real-node" / "what-the-container-sees.yaml"
+
+
+def show_real_node_pod(kubeconfig: Path, client: Client) -> None:
+    """The pod of demo/real-node/ on the real node, and what its container printed of its MIG device."""
+    say(f"\n== A pod on the real node {REAL_NODE}: the kubelet prepares its claim through migdra's plugin,")
+    say("   containerd applies the claim's CDI spec, runc starts the container")
+    kubectl(kubeconfig, "apply", "-f", str(REAL_NODE_MANIFEST))
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while time.monotonic() < deadline:
+        pod = client.get(PODS, "default", REAL_NODE_POD) or {}
+        logs = kubectl(kubeconfig, "logs", REAL_NODE_POD, show=False) if _phase(pod) == "Running" else ""
+        if "device metadata:" in logs and "gpu.migdra.io" in logs.split("device metadata:", 1)[1]:
+            break
+        time.sleep(0.5)
+    else:
+        kubectl(kubeconfig, "describe", "pod", REAL_NODE_POD)
+        raise SystemExit(f"the pod {REAL_NODE_POD} did not run on {REAL_NODE} within {SETTLE_TIMEOUT:g} s")
+    kubectl(kubeconfig, "get", "pod", REAL_NODE_POD, "-o", "wide")
+    say("\n== What its container sees of its MIG device")
+    kubectl(kubeconfig, "logs", REAL_NODE_POD)
+    say("\n== Its claim, as kubectl describes it")
+    kubectl(kubeconfig, "describe", "resourceclaim", claim_of(client, REAL_NODE_POD))
+
+
+def _phase(pod: dict[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--real-node", action="store_true", help=f"run {REAL_NODE} as a real node (root)")
+    parser.add_argument("--kube-version", help="the Kubernetes version to run (default: sim up's)")
     args = parser.parse_args()
     workdir = args.state_dir.absolute()
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     started = time.monotonic()
     say(f"== A simulated cluster: {NODES} nodes x {GPUS}, one migdra kubelet plugin process per node")
-    say("   control plane: upstream etcd, kube-apiserver, kube-controller-manager, kube-scheduler\n")
-    process, kubeconfig = start_cluster(workdir)
+    say("   control plane: upstream etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
+    if args.real_node:
+        say(f"   and {REAL_NODE} ({REAL_NODE_GPUS}, simulated): a real node -- upstream kubelet, containerd, runc")
+    say("")
+    process, kubeconfig = start_cluster(workdir, args.real_node, args.kube_version)
     client = Client(kubeconfig)
     try:
         say("\n== The workloads of demo/ (see demo/README.md)")
@@ -159,6 +204,8 @@ def main() -> int:
         kubectl(kubeconfig, "get", "pods,resourceclaims", "-o", "wide")
         say("\n== One claim in detail: the device the scheduler allocated and the MIG instance it became")
         kubectl(kubeconfig, "describe", "resourceclaim", claim_of(client, "training-3g"))
+        if args.real_node:
+            show_real_node_pod(kubeconfig, client)
         say("\n== The pod that cannot fit: what the scheduler says (kube-scheduler: how many nodes, not why)")
         kubectl(
             kubeconfig,
@@ -197,6 +244,8 @@ def main() -> int:
 
         say("== Deleting the workloads: kubelets unprepare, MIG instances are destroyed, generated claims go")
         kubectl(kubeconfig, "delete", "-f", str(REPO / "demo"), "--wait=true", "--timeout=90s")
+        if args.real_node:
+            kubectl(kubeconfig, "delete", "-f", str(REAL_NODE_MANIFEST), "--wait=true", "--timeout=90s")
         deadline = time.monotonic() + DELETE_TIMEOUT
         while client.list(CLAIMS)[0] and time.monotonic() < deadline:
             time.sleep(0.2)

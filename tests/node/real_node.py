@@ -125,6 +125,7 @@ kind: Pod
 metadata: {{name: {name}}}
 spec:
   nodeSelector: {{kubernetes.io/hostname: {node}}}
+  tolerations: [{{key: migdra.io/real-node, operator: Exists}}]
   terminationGracePeriodSeconds: 1
   resourceClaims: [{{name: gpu, resourceClaimName: {claim}}}]
   containers:

@@ -5,10 +5,13 @@ node-2 (migdra's simulated kubelet), with every gRPC call each node's plugin rec
 The scenario, on both nodes at once: a pod with one claim, a pod with two claims, a claim shared by two
 pods; the plugins killed and started again under the running pods; the pods deleted (one of the two
 sharing pods first).  What must agree: the service version chosen, which claims each call carries (one
-call per pod, claims batched), that a claim is prepared once (a shared one once for both pods), that a
-plugin restart brings no calls, that each claim is unprepared once, after its pod's deletion was asked
+call per pod, claims batched), that a claim is prepared once (a shared one once for both pods, but see
+below), that a plugin restart brings no calls, that each claim is unprepared once, after its pod's deletion was asked
 and before the pod object is gone, and a shared claim only when its last pod goes.  What differs on
-purpose is listed in docs/real-node.md ("The simulated kubelet against the real one").
+purpose is listed in docs/real-node.md ("The simulated kubelet against the real one"): the real kubelet
+may prepare a claim shared by two pods that start together twice (its pod workers run concurrently), and
+it unprepares seconds after a deletion where the simulated one takes a fraction of one (its containers
+must stop first); the timings are printed for that table.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from datetime import datetime
 import pytest
 
 from dra_driver.kube.client import CLAIMS, PODS
-from tests.node.real_node import POD_TIMEOUT, REAL, plugin_log, real_cluster
+from tests.node.real_node import POD_TIMEOUT, REAL, gi_placements, plugin_log, real_cluster
 from tests.sim_cluster import SimCluster
 from tests.waiting import wait_for
 
@@ -76,6 +79,7 @@ kind: Pod
 metadata: {{name: {name}}}
 spec:
   nodeSelector: {{kubernetes.io/hostname: {node}}}
+  tolerations: [{{key: migdra.io/real-node, operator: Exists}}]
   terminationGracePeriodSeconds: 1
   resourceClaims: {claims}
   containers:
@@ -176,6 +180,7 @@ def test_the_simulated_kubelet_calls_the_plugin_as_the_real_kubelet_does(cluster
     every_pod = {f"{kind}-{node}" for kind in ("solo", "duo", "share-a", "share-b") for node in NODES}
     wait_for("every pod to run", lambda: cluster.running(NAMESPACE, every_pod), timeout=POD_TIMEOUT)
     roles = {node: claim_roles(cluster, node) for node in NODES}
+    instances = {node: gi_placements(cluster, node) for node in NODES}  # solo, duo (2), shared
     assert all(len(r) == 4 for r in roles.values()), roles  # solo/gpu, duo/a, duo/b, shared
 
     # The plugins killed and started again under the running pods: each kubelet registers the new one.
@@ -195,15 +200,20 @@ def test_the_simulated_kubelet_calls_the_plugin_as_the_real_kubelet_does(cluster
     last_asked, last_gone = delete_and_time(cluster, [f"share-b-{node}" for node in NODES])
 
     seen = {node: calls(cluster, node, roles[node]) for node in NODES}
-    summary = {node: describe(seen[node]) for node in NODES}
+    summary = "\n".join(f"{node}:\n  " + "\n  ".join(describe(seen[node])) for node in NODES)
     for node in NODES:
         assert {c.service for c in seen[node]} == {"v1.DRAPlugin"}, summary
-    # Prepare: one call per pod with all its claims, a shared claim once, all before the restart.
+    # Prepare: one call per pod with all its claims, before the restart.  A known difference: the real
+    # kubelet's pod workers run concurrently, so the two pods sharing a claim, started together, may both
+    # ask for it (the plugin answers the second from its checkpoint); the simulated kubelet syncs one pod
+    # at a time and asks once.  Either way each node holds exactly one instance per claimed device.
     prepares = {node: Counter(c.claims for c in seen[node] if c.method == "NodePrepareResources") for node in NODES}
-    assert prepares[REAL] == prepares[SIMULATED], summary
-    assert prepares[REAL] == Counter(
-        {frozenset({"solo/gpu"}): 1, frozenset({"duo/a", "duo/b"}): 1, frozenset({"shared"}): 1}
-    ), summary
+    once = Counter({frozenset({"solo/gpu"}): 1, frozenset({"duo/a", "duo/b"}): 1, frozenset({"shared"}): 1})
+    assert prepares[SIMULATED] == once, summary
+    shared = frozenset({"shared"})
+    assert {k: v for k, v in prepares[REAL].items() if k != shared} == {k: 1 for k in once if k != shared}, summary
+    assert 1 <= prepares[REAL][shared] <= 2, summary
+    assert {node: len(instances[node]) for node in NODES} == {REAL: 4, SIMULATED: 4}, summary
     # Nothing between the restart and the deletions; unprepare once per claim, batched per pod.
     for node in NODES:
         between = [c for c in seen[node] if restarted <= c.at < first_asked]

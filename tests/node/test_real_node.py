@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from dra_driver.kube.client import NODES, SLICES
-from migdra_devcluster.realnode.driver_root import VERSION as DRIVER_VERSION
+from dra_driver.nvml.sim import DEFAULT_DRIVER_VERSION as DRIVER_VERSION
 from tests.node.real_node import (
     REAL,
     char_devices,

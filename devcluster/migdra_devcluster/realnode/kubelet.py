@@ -23,6 +23,12 @@ from typing import Any
 
 import yaml
 
+REAL_NODE_LABEL = "migdra.io/real-node"
+"""Label (``true``) and taint key of every real node."""
+REAL_NODE_TAINT = {"key": REAL_NODE_LABEL, "effect": "NoSchedule"}
+"""Every real node registers with this taint: it runs only the images built here (no registry is
+reachable), so only pods that tolerate it are scheduled there; simulated nodes "run" any image."""
+
 
 @dataclass(frozen=True, slots=True)
 class KubeletFiles:
@@ -124,6 +130,7 @@ def kubelet_configuration(
         "maxPods": 30,
         "serializeImagePulls": False,
         "registerNode": True,
+        "registerWithTaints": [REAL_NODE_TAINT],
         "nodeStatusUpdateFrequency": "5s",
         "syncFrequency": "10s",
         "fileCheckFrequency": "20s",
@@ -153,6 +160,7 @@ def build_kubelet_argv(binary: Path, files: KubeletFiles, node_name: str, addres
         f"--config={files.config}",
         f"--kubeconfig={files.kubeconfig}",
         f"--hostname-override={node_name}",
+        f"--node-labels={REAL_NODE_LABEL}=true",  # pods select real nodes by it (NodeRestriction allows it)
         f"--root-dir={files.root_dir}",
         f"--cert-dir={files.cert_dir}",
         "--v=2",

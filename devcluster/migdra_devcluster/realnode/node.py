@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver.nvml.sim import DEFAULT_DRIVER_VERSION
 from migdra_devcluster.ports import free_port
 from migdra_devcluster.realnode.containerd import (
     ContainerdFiles,
@@ -118,7 +119,7 @@ class RealNode:
         record_host(spec.directory, spec.network.bridge, spec.cgroup_root)
         images = write_node_images(spec.directory / "images")
         make_device_nodes(self.dev_root, list(range(spec.gpu_count)))
-        build_fake_driver_root(self.driver_root)
+        build_fake_driver_root(self.driver_root, DEFAULT_DRIVER_VERSION)  # the simulated NVML's driver
         write_containerd_files(self.containerd_files, spec.network, self.cdi_dir, find_runc())
         self.progress(f"{spec.name}: starting containerd (real node)")
         containerd = spec.node_bin / "containerd"
