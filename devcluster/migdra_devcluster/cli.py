@@ -78,7 +78,7 @@ def sim() -> None:
     multiple=True,
     metavar="NODE",
     help="run NODE as a real node: the upstream kubelet, containerd with CDI and runc (root; `make node`); "
-    "repeatable (docs/real-node.md)",
+    "one per host (docs/real-node.md)",
 )
 def up(
     workdir: Path,

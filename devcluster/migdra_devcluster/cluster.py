@@ -171,6 +171,10 @@ class ControllerProcess(SupervisedProcess):
         ]
 
 
+REGISTERED_LOG_LINE = "registered with kubelet"
+"""What ``migdra kubelet-plugin -v`` logs once a kubelet accepted its registration (tests/node holds it)."""
+
+
 class PluginProcess(SupervisedProcess):
     """One node's ``migdra kubelet-plugin`` process.  On a real node ``kubelet_paths`` replaces the
     simulated kubelet's directories with the real kubelet's (``registry``, ``plugin``) and containerd's
@@ -219,6 +223,15 @@ class PluginProcess(SupervisedProcess):
             *(["--dev-root", str(p["dev_root"])] if "dev_root" in p else []),
             *(["--driver-root", str(p["driver_root"]), "--cdi-driver-files"] if "driver_root" in p else []),
         ]
+
+    def registered(self) -> bool:
+        """Whether a kubelet accepted this plugin (the line it logs at INFO for NotifyRegistrationStatus).
+        A real kubelet finds the registration socket on its own time, after the slices are published: a
+        pod scheduled before would fail with "DRA driver ... is not registered"."""
+        try:
+            return REGISTERED_LOG_LINE in self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return False
 
     def start(self) -> None:
         for key in ("registry", "plugin", "cdi", "proc"):
@@ -304,6 +317,11 @@ class LocalCluster:
                 raise ConfigurationError(
                     f"--real-node {node}: there is no node {node!r} (nodes node-1 … node-{self.spec.nodes})"
                 )
+        if len(set(self.spec.real_nodes)) > 1:
+            raise ConfigurationError(
+                f"--real-node {self.spec.real_nodes[1]}: one real node per host (two kubelets would share "
+                "/var/lib/kubelet/device-plugins); run the other nodes simulated"
+            )
         if self.spec.real_nodes and (problem := real_node_problem()):
             raise ConfigurationError(f"--real-node {self.spec.real_nodes[0]}: {problem}")
         for node, name, _value in self.spec.plugin_env:
@@ -440,7 +458,7 @@ class LocalCluster:
         waiting = set(self.spec.node_names())
         while waiting:
             for node in sorted(waiting):
-                if self._pool_complete(node):
+                if self._pool_complete(node) and (node not in self.real_nodes or self.plugins[node].registered()):
                     waiting.discard(node)
                     self.progress(f"{node}: ResourceSlices published")
             for node, plugin in self.plugins.items():

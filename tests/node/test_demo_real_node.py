@@ -17,6 +17,7 @@ from tests.sim_cluster import REPO
 pytestmark = pytest.mark.xdist_group("real-node")
 
 
+@pytest.mark.timeout(600)  # the whole demo: three nodes, seven workloads, the real node's pod, teardown
 def test_the_real_node_demo_shows_what_the_container_sees_of_its_mig_device() -> None:
     version = require_real_node()
     with short_socket_dir() as root:
@@ -25,7 +26,7 @@ def test_the_real_node_demo_shows_what_the_container_sees_of_its_mig_device() ->
             [*demo, "--real-node", "--kube-version", version],
             capture_output=True,
             text=True,
-            timeout=900,
+            timeout=540,
             check=False,
         )
     output = done.stdout

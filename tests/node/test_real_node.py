@@ -192,6 +192,7 @@ def test_restarting_the_kubelet_keeps_the_pods_and_prepares_nothing_twice(cluste
     running = ensure_pods_running(cluster)
     instances = gi_placements(cluster)
     containers = {name: container_id(cluster, name) for name in running}
+    log_before = plugin_log(cluster)
     restart_process(cluster, node_dir(cluster) / "kubelet.pid", "the kubelet")
     wait_for("the kubelet to report the node Ready again", lambda: node_ready(cluster), timeout=120)
     # The kubelet wipes its node's slices when it starts; the plugin publishes them again.
@@ -203,6 +204,8 @@ def test_restarting_the_kubelet_keeps_the_pods_and_prepares_nothing_twice(cluste
     wait_running(cluster, set(PODS))
     assert {name: container_id(cluster, name) for name in running} == containers  # the same containers
     assert gi_placements(cluster) == instances
+    # The kubelet's own checkpoint says the claims are prepared: it asks the plugin for nothing again.
+    assert "kubelet called" not in plugin_log(cluster)[len(log_before) :]
 
 
 def test_restarting_the_plugin_keeps_the_pods_and_a_new_pod_still_runs(cluster: SimCluster) -> None:

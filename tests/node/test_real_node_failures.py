@@ -59,7 +59,8 @@ def test_a_failed_prepare_shows_in_the_pods_events_and_the_pod_runs_once_the_fau
     cluster.apply(NAMESPACE, CLAIM + pod_manifest("unlucky", "mig"))
 
     def failures() -> list[dict[str, Any]] | None:
-        found = [e for e in pod_events(cluster, NAMESPACE, "unlucky") if e["reason"] == "FailedPrepareDynamicResources"]
+        events = pod_events(cluster, NAMESPACE, "unlucky")
+        found = [e for e in events if e["reason"] == "FailedPrepareDynamicResources"]
         return found or None
 
     (event,) = wait_for("the kubelet's event of the failed prepare", failures, timeout=120)
