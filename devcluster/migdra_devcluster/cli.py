@@ -108,8 +108,14 @@ def up(
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
+    requested = threading.Event()  # SIGUSR1: `migdra sim roll` left a request (migdra_devcluster.control)
+
+    def on_request(signum: int, frame: FrameType | None) -> None:
+        requested.set()
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGUSR1, on_request)
 
     def progress(message: str) -> None:
         click.echo(f"sim: {message}", err=True)
@@ -136,7 +142,10 @@ def up(
         if kubeconfig is not None:
             click.echo(f"ready kubeconfig={kubeconfig}")
             sys.stdout.flush()
-            stop.wait()
+            while not stop.wait(0.2):
+                if requested.is_set():
+                    requested.clear()
+                    cluster.serve_requests()
         progress("stopping")
     finally:
         cluster.stop()
@@ -177,6 +186,34 @@ def down(workdir: Path) -> None:
     restored = restore_real_nodes(workdir.absolute())
     if restored:
         click.echo(f"restored the host after the real node(s) {' '.join(restored)}", err=True)
+
+
+@sim.command()
+@click.option(
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), required=True, help="the cluster's directory"
+)
+@click.argument("node")
+@click.option("--timeout", type=click.FloatRange(min=1), default=180.0, show_default=True, help="seconds to wait")
+def roll(workdir: Path, node: str, timeout: float) -> None:
+    """Roll NODE's plugin side by side, as a DaemonSet update with maxSurge does: a new process starts beside
+    the old one, its kubelet registers it, then the old one stops (docs/real-node.md)."""
+    from migdra_devcluster.control import wait_answer, write_request  # noqa: PLC0415
+    from migdra_devcluster.supervision import SUPERVISOR_PID, recorded_processes  # noqa: PLC0415
+
+    workdir = workdir.absolute()
+    supervisor = next((p for p in recorded_processes(workdir) if p.path.name == SUPERVISOR_PID), None)
+    if supervisor is None or not supervisor.alive():
+        raise ConfigurationError(f"--workdir {workdir}: no migdra sim up is running there")
+    if not (workdir / "nodes" / node).is_dir():
+        raise ConfigurationError(f"{node}: the cluster in {workdir} has no such node")
+    request = write_request(workdir, "roll", node)
+    os.kill(supervisor.pid, signal.SIGUSR1)
+    result = wait_answer(workdir, request, timeout)
+    if result is None:
+        raise ConfigurationError(f"migdra sim up in {workdir} did not answer within {timeout:g} s")
+    if not result.ok:
+        raise ConfigurationError(result.message)
+    click.echo(result.message)
 
 
 @sim.command()

@@ -43,6 +43,7 @@ from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.durable import writable_directory_problem
 from dra_driver.errors import ConfigurationError
 from dra_driver.kube.client import DEVICE_CLASSES, NODES, SLICES, Client
+from migdra_devcluster.control import Answer, answer, pending_requests
 from migdra_devcluster.kubelet.kubelet import Kubelet
 from migdra_devcluster.realnode.containerd import NodeNetwork
 from migdra_devcluster.realnode.images import TEST_IMAGE
@@ -171,6 +172,7 @@ class ControllerProcess(SupervisedProcess):
         ]
 
 
+ROLL_TIMEOUT_S = 120.0
 REGISTERED_LOG_LINE = "registered with kubelet"
 """What ``migdra kubelet-plugin -v`` logs once a kubelet accepted its registration (tests/node holds it)."""
 
@@ -187,10 +189,13 @@ class PluginProcess(SupervisedProcess):
         kubeconfig: Path,
         progress: Callable[[str], None],
         kubelet_paths: dict[str, Path] | None = None,
+        pod_uid: str | None = None,
     ) -> None:
         self.node = node
+        self.pod_uid = pod_uid  # rolling-update socket names; a rollout's new process has one
         self.paths = {**node_layout(spec, node), **(kubelet_paths or {})}
-        super().__init__(f"plugin of {node}", self.paths["log"], self.paths["pid"], progress)
+        pid_path = self.paths["pid"] if pod_uid is None else self.paths["root"] / f"plugin-{pod_uid}.pid"
+        super().__init__(f"plugin of {node}", self.paths["log"], pid_path, progress)
         self.spec = spec
         self.kubeconfig = kubeconfig
 
@@ -222,16 +227,21 @@ class PluginProcess(SupervisedProcess):
             *(["--realize-before-bind"] if self.spec.realize_before_bind else []),
             *(["--dev-root", str(p["dev_root"])] if "dev_root" in p else []),
             *(["--driver-root", str(p["driver_root"]), "--cdi-driver-files"] if "driver_root" in p else []),
+            *(["--pod-uid", self.pod_uid] if self.pod_uid is not None else []),
         ]
 
     def registered(self) -> bool:
         """Whether a kubelet accepted this plugin (the line it logs at INFO for NotifyRegistrationStatus).
         A real kubelet finds the registration socket on its own time, after the slices are published: a
         pod scheduled before would fail with "DRA driver ... is not registered"."""
+        return self.registrations() > 0
+
+    def registrations(self) -> int:
+        """How often a kubelet accepted a plugin of this node (processes of a node share its log)."""
         try:
-            return REGISTERED_LOG_LINE in self.log_path.read_text(errors="replace")
+            return self.log_path.read_text(errors="replace").count(REGISTERED_LOG_LINE)
         except FileNotFoundError:
-            return False
+            return 0
 
     def start(self) -> None:
         for key in ("registry", "plugin", "cdi", "proc"):
@@ -257,6 +267,7 @@ class LocalCluster:
         self.kubelets: dict[str, Kubelet] = {}
         self.real_nodes: dict[str, RealNode] = {}
         self.plugins: dict[str, PluginProcess] = {}
+        self._rollouts = 0
         self.reservation_controller: ControllerProcess | None = None
 
     def check(self) -> None:
@@ -485,6 +496,48 @@ class LocalCluster:
         generation = max(int(s["spec"]["pool"].get("generation", 0)) for s in slices)
         current = [s for s in slices if int(s["spec"]["pool"].get("generation", 0)) == generation]
         return len(current) == int(current[0]["spec"]["pool"].get("resourceSliceCount", 1))
+
+    def serve_requests(self) -> None:
+        """Carry out what ``migdra sim roll`` asked for (:mod:`migdra_devcluster.control`)."""
+        assert self.client is not None
+        for request in pending_requests(self.spec.workdir):
+            if request.action != "roll" or request.node not in self.plugins:
+                result = Answer(False, f"no such request: {request.action} of node {request.node!r}")
+            else:
+                try:
+                    result = Answer(True, self.roll_plugin(request.node))
+                except ConfigurationError as exc:
+                    result = Answer(False, str(exc))
+            answer(self.spec.workdir, request, result)
+
+    def roll_plugin(self, node: str, timeout: float = ROLL_TIMEOUT_S) -> str:
+        """A side-by-side rollout of ``node``'s plugin, as a DaemonSet with ``maxSurge`` does it: a new
+        process in rolling-update mode (its sockets named for a new pod UID) starts beside the old one,
+        the kubelet registers it (the newest registered instance serves), and only then is the old one
+        stopped; the new process takes the old one's pid file.  Returns what happened, in one line."""
+        old = self.plugins[node]
+        self._rollouts += 1
+        pod_uid = f"r{self._rollouts}"  # short: unix socket paths are limited to 107 bytes
+        before = old.registrations()
+        new = PluginProcess(self.spec, node, old.kubeconfig, self.progress, old.paths, pod_uid=pod_uid)
+        self.progress(f"{node}: rolling its plugin: starting the new one ({pod_uid}) beside the old one")
+        new.start()
+        deadline = time.monotonic() + timeout
+        while new.registrations() <= before:
+            if new.restarts >= 2 or time.monotonic() > deadline:
+                new.stop()
+                raise ConfigurationError(
+                    f"the new plugin of {node} was not registered by its kubelet within {timeout:g} s "
+                    f"(it keeps the old one); its log:\n{new.log_tail()}"
+                )
+            time.sleep(0.1)
+        old_pid = old.process.pid if old.process is not None else None
+        old.stop()
+        new.take_pid_file(old.paths["pid"])
+        self.plugins[node] = new
+        message = f"{node}: plugin rolled: pid {old_pid} stopped, pid {new.process.pid if new.process else None} serves"
+        self.progress(message)
+        return message
 
     def stop(self) -> None:
         """Stop everything that was started, in reverse order; safe to call twice."""

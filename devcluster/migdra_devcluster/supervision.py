@@ -22,6 +22,7 @@ from dra_driver.durable import write_file_atomically
 
 SUPERVISOR_PID = "sim.pid"
 PLUGIN_PID = "plugin.pid"
+PLUGIN_PID_GLOB = "nodes/*/plugin*.pid"
 CONTROLLER_PID = "controller.pid"
 UPSTREAM_PID_GLOB = "kube/*.pid"
 """The upstream components' pid files, under the workdir."""
@@ -82,6 +83,11 @@ class SupervisedProcess(ABC):
                 return
             self.restarts += 1
             self._spawn()
+
+    def take_pid_file(self, path: Path) -> None:
+        """Record this process in ``path`` from now on (a rollout's new plugin takes its predecessor's)."""
+        self.pid_path.replace(path)
+        self.pid_path = path
 
     def exited(self) -> int | None:
         """The exit status of the current process, or None while it runs."""
@@ -145,7 +151,7 @@ def recorded_processes(workdir: Path) -> list[RecordedProcess]:
     for path in [
         workdir / SUPERVISOR_PID,
         workdir / CONTROLLER_PID,
-        *sorted(workdir.glob(f"nodes/*/{PLUGIN_PID}")),
+        *sorted(workdir.glob(PLUGIN_PID_GLOB)),  # plugin.pid, and a rollout's new process's plugin-<uid>.pid
         *sorted(workdir.glob(REAL_NODE_PID_GLOB), key=lambda p: p.name != "kubelet.pid"),  # kubelet first
         *sorted(workdir.glob(UPSTREAM_PID_GLOB)),
     ]:

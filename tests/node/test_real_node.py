@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 
 from dra_driver.kube.client import NODES, SLICES
 from dra_driver.nvml.sim import DEFAULT_DRIVER_VERSION as DRIVER_VERSION
+from migdra_devcluster.supervision import process_alive
 from tests.node.real_node import (
     REAL,
     char_devices,
@@ -36,7 +38,7 @@ from tests.node.real_node import (
     report_env,
     wait_pods_running,
 )
-from tests.sim_cluster import SimCluster
+from tests.sim_cluster import BIN, SimCluster
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("real-node")
@@ -232,6 +234,34 @@ def test_restarting_containerd_keeps_the_containers_and_a_new_pod_still_runs(clu
     )
     wait_running(cluster, {"after-containerd", *PODS})
     assert {name: container_id(cluster, name) for name in running} == containers
+
+
+def test_rolling_the_plugin_side_by_side_keeps_the_pods_and_the_new_process_serves(cluster: SimCluster) -> None:
+    """``migdra sim roll``: the new process (rolling-update socket names) starts beside the old one, the
+    real kubelet registers it, the old one stops; the pods keep their instances and a new pod is prepared
+    by the new process.  The simulated node-2 rolls the same way."""
+    ensure_pods_running(cluster)
+    instances = gi_placements(cluster)
+    old_pid = cluster.plugin_pid(REAL)
+    for node in (REAL, "node-2"):
+        rolled = subprocess.run(
+            [str(BIN / "migdra"), "sim", "roll", "--workdir", str(cluster.workdir), node],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert rolled.returncode == 0, rolled.stderr
+        assert f"{node}: plugin rolled" in rolled.stdout
+    new_pid = cluster.plugin_pid(REAL)
+    assert new_pid != old_pid
+    assert not process_alive(old_pid)
+    infos = re.findall(r"kubelet asked for plugin info: gpu\.migdra\.io at (\S+),", plugin_log(cluster))
+    assert infos[-1].endswith("/dra-r1.sock"), infos  # the kubelet took the new process's socket
+    assert gi_placements(cluster) == instances
+    cluster.apply(NAMESPACE, MANIFEST_AFTER.format(name="after-roll", pod=pod_manifest("after-roll", "after-roll")))
+    wait_running(cluster, {"after-roll", *PODS})
+    assert len(gi_placements(cluster) - instances) == 1
 
 
 MANIFEST_AFTER = """
