@@ -1,7 +1,7 @@
 """A prepare that fails on a real node: the first two GPU instance creations of the node's plugin fail
-(a simulator fault plan); the kubelet reports the failure in the pod's events as it reports any
-prepare failure, retries on its own, and the pod runs once the fault is over -- with exactly one GPU
-instance, nothing left of the failed attempts."""
+(a simulator fault plan); the kubelet reports the failure in the pod's events and status as it reports
+any prepare failure (a Warning, the pod Pending in ContainerCreating), retries on its own, and the pod
+runs once the fault is over -- with exactly one GPU instance, nothing left of the failed attempts."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.kube.client import PODS
 from tests.node.real_node import (
     REAL,
     claim_entries,
@@ -64,6 +65,13 @@ def test_a_failed_prepare_shows_in_the_pods_events_and_the_pod_runs_once_the_fau
         return found or None
 
     (event,) = wait_for("the kubelet's event of the failed prepare", failures, timeout=120)
+    # The pod's status as the kubelet reports a prepare it retries (seconds apart, so still failing here).
+    status = (cluster.client.get(PODS, NAMESPACE, "unlucky") or {})["status"]
+    assert status["phase"] == "Pending"
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions["PodReadyToStartContainers"] == "False"
+    (container,) = status["containerStatuses"]
+    assert container["state"]["waiting"]["reason"] == "ContainerCreating"
     assert event["type"] == "Warning"
     assert event["source"]["component"] == "kubelet"
     assert "mig" in event["message"]
