@@ -69,6 +69,7 @@ def tier_of(path: Path) -> str | None:
 def pytest_configure(config: pytest.Config) -> None:
     for tier, holds in TIERS.values():
         config.addinivalue_line("markers", f"{tier}: the {tier} tier, {holds} (given by the folder)")
+    config.pluginmanager.register(XdistGroupCheck(), "migdra-xdist-group-check")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
@@ -83,6 +84,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if untiered:
         folders = ", ".join(TIERS)
         raise pytest.UsageError(f"in no tier folder ({folders}; docs/testing.md): {', '.join(sorted(untiered))}")
+
+
+class XdistGroupCheck:
+    """Under ``--dist loadgroup`` every test marked ``xdist_group`` must carry its group in its id, which is
+    how pytest-xdist keeps a group on one worker; with a pytest it cannot do that with (9.2) one group would
+    silently run on two workers -- two real nodes on one host.  Registered by :func:`pytest_configure`."""
+
+    @pytest.hookimpl(trylast=True)  # after pytest-xdist's worker added each test's group to its id
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not getattr(config.option, "loadgroup", False):
+            return
+        ungrouped = [i.nodeid for i in items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+        if ungrouped:
+            raise pytest.UsageError(f"pytest-xdist did not group {ungrouped[0]} (and {len(ungrouped) - 1} more)")
 
 
 def _refuse(started: list[str], what: str) -> NoReturn:

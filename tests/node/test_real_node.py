@@ -161,7 +161,14 @@ def test_each_container_sees_its_devices_through_the_cdi_edits_of_the_runtime(cl
     assert mig["device"] in reports["mig"]  # the KEP-5304 metadata file names the device
     # What a user runs: kube-apiserver reaches the kubelet at the node's address for logs and exec.
     assert cluster.kubectl("logs", "-n", NAMESPACE, "mig").stdout == reports["mig"]
-    caps_seen = cluster.kubectl("exec", "-n", NAMESPACE, "mig", "--", "ls", "/dev/nvidia-caps").stdout.split()
+
+    # The kubelet finds the container for exec in its runtime cache, which may be a moment behind the
+    # container's start on a busy machine ("container not found"): a user would run it again, so does this.
+    def exec_caps() -> list[str] | None:
+        done = cluster.kubectl("exec", "-n", NAMESPACE, "mig", "--", "ls", "/dev/nvidia-caps", check=False)
+        return done.stdout.split() if done.returncode == 0 else None
+
+    caps_seen = wait_for("kubectl exec to reach the container", exec_caps)
     assert sorted(caps_seen) == sorted(caps)
 
     # Two MIG devices of one GPU in one claim: both MIG UUIDs, one parent GPU, four capability nodes.

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver.errors import MigdraError
 from migdra_devcluster.realnode.images import PAUSE_IMAGE, ImageArchive
 
 CNI_BIN_DIR = Path("/usr/lib/cni")
@@ -155,7 +156,7 @@ def write_containerd_files(files: ContainerdFiles, network: NodeNetwork, cdi_spe
     (files.cni_conf_dir / "10-migdra.conflist").write_text(render_cni_config(network, files))
 
 
-class ContainerdNotReady(Exception):
+class ContainerdNotReady(MigdraError):
     """containerd did not answer on its socket in time, or refused an image."""
 
 

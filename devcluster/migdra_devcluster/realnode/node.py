@@ -11,11 +11,13 @@ here: the cluster starts it as it does for a simulated node, pointed at this kub
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver.errors import MigdraError
 from dra_driver.nvml.sim import DEFAULT_DRIVER_VERSION
 from migdra_devcluster.ports import free_port
 from migdra_devcluster.realnode.containerd import (
@@ -45,8 +47,28 @@ NODE_TOOLS_DIR = Path(__file__).resolve().parents[3] / ".tools" / "node" / "bin"
 NODE_PROGRAMS = ("containerd", "containerd-shim-runc-v2", "ctr", "crictl")
 
 
-class RealNodeError(Exception):
-    """A real node cannot start here (not root, a program missing, containerd not serving)."""
+class RealNodeError(MigdraError):
+    """A real node cannot start here (another one runs): one line, as every expected failure of migdra."""
+
+
+HOST_CLAIM_NAME = b"\0migdra-real-node"
+"""The abstract unix socket a running real node holds: one per host (two kubelets would share
+``/var/lib/kubelet/device-plugins``).  Abstract: no file is left behind, and the kernel releases it when
+the holding process dies, also after ``kill -9``."""
+
+
+def claim_host() -> socket.socket:
+    """Hold this host's one real node for as long as the returned socket is open."""
+    claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        claim.bind(HOST_CLAIM_NAME)
+    except OSError as exc:
+        claim.close()
+        raise RealNodeError(
+            "another real node runs on this host (a migdra sim up with --real-node): one per host, as two "
+            "kubelets would share /var/lib/kubelet/device-plugins; stop it first (migdra sim down)"
+        ) from exc
+    return claim
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +128,7 @@ class RealNode:
         self.driver_root = spec.directory / "driver-root"
         self.containerd: _NodeProcess | None = None
         self.kubelet: _NodeProcess | None = None
+        self._host_claim: socket.socket | None = None
 
     @property
     def plugins_registry(self) -> Path:
@@ -116,6 +139,7 @@ class RealNode:
 
     def start(self) -> None:
         spec = self.spec
+        self._host_claim = claim_host()
         record_host(spec.directory, spec.network.bridge, spec.cgroup_root)
         images = write_node_images(spec.directory / "images")
         make_device_nodes(self.dev_root, list(range(spec.gpu_count)))
@@ -177,6 +201,9 @@ class RealNode:
             self.containerd.stop()
             self.containerd = None
         restored = restore_host(self.spec.directory)
+        if self._host_claim is not None:
+            self._host_claim.close()
+            self._host_claim = None
         if restored is not None and (restored.sysctls or restored.bridge_removed):
             self.progress(
                 f"{self.spec.name}: host restored (sysctls {', '.join(restored.sysctls) or 'unchanged'}; "

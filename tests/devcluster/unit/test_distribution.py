@@ -37,4 +37,4 @@ def test_migdra_sim_is_the_development_clusters_group_found_by_entry_point() -> 
     assert entry.dist.name == "migdra-devcluster"
     assert entry.load() is sim
     assert cli.get_command(click.Context(cli), "sim") is sim
-    assert set(sim.list_commands(click.Context(sim))) == {"down", "up", "xid"}
+    assert set(sim.list_commands(click.Context(sim))) == {"down", "roll", "up", "xid"}
