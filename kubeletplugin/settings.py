@@ -86,9 +86,10 @@ class PluginSettings(BaseSettings):
     shutdown_grace: float = Field(default=30.0, ge=0, description="seconds in-flight kubelet calls get at shutdown")
     health: bool = Field(
         default=True,
-        description="serve kubelet's DRA resource-health stream (v1alpha1.DRAResourceHealth, which kubelets from "
-        "1.34 ask every plugin for; pod status shows it with kubelet feature gate ResourceHealthStatus): a device "
-        "is unhealthy while its GPU does not answer NVML or while it carries a GPU fault's taint",
+        description="serve kubelet's DRA resource-health stream (v1alpha1.DRAResourceHealth: kubelets with feature "
+        "gate ResourceHealthStatus, beta and on from 1.36, open it for every plugin that offers it and show it in "
+        "pod status): a device is unhealthy while its GPU does not answer NVML or while it carries a GPU fault's "
+        "taint",
     )
     health_interval: float = Field(default=10.0, gt=0, description="seconds between health reports to kubelet")
     device_taints: bool = Field(
