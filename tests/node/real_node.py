@@ -22,7 +22,14 @@ import pytest
 from dra_driver.kube.client import CLAIMS, EVENTS
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
-from migdra_devcluster.realnode.host import CGROUP_ROOT, HOST_PATHS, SYSCTLS, mounts_under, sysctl_path
+from migdra_devcluster.realnode.host import (
+    CGROUP_ROOT,
+    HOST_PATHS,
+    SYSCTLS,
+    mounts_under,
+    network_namespaces,
+    sysctl_path,
+)
 from migdra_devcluster.realnode.images import TEST_IMAGE
 from migdra_devcluster.realnode.node import NODE_TOOLS_DIR, REAL_NODE_DIR, real_node_problem
 from migdra_devcluster.upstream.binaries import TOOLS_DIR, built_versions
@@ -69,6 +76,8 @@ def host_state(workdir: Path) -> dict[str, Any]:
         "bridges": sorted(p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith("migdra")),
         "cgroups": sorted(str(p) for p in CGROUP_ROOT.glob("*/migdra-*")),
         "mounts": mounts_under(workdir),
+        "netns": network_namespaces(),
+        "veths": sorted(p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith("veth")),
     }
 
 

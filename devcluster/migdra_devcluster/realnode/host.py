@@ -35,7 +35,12 @@ HOST_PATHS = (
     Path("/var/log/pods"),
     Path("/run/containerd"),
     Path("/var/lib/cni"),
+    Path("/run/netns"),
 )
+NETNS_DIR = Path("/run/netns")
+"""Where containerd pins each pod sandbox's network namespace (a bind mount of ``/proc/<pid>/ns/net`` on
+``cni-<uuid>``); a sandbox that was not removed through the CRI (containerd killed) leaves its pin, and
+the pin keeps the namespace and its veth on the node's bridge alive."""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 RECORD_NAME = "host-before.json"
 _MNT_DETACH = 2
@@ -52,6 +57,7 @@ class HostRecord(BaseModel):
     bridge: str
     bridge_existed: bool
     cgroup_parent: str  # the kubelet's cgroup root, e.g. "/migdra-node-1", created in every controller
+    netns_before: list[str]  # the entries of NETNS_DIR before: the others are the node's pods'
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +88,7 @@ def record_host(node_directory: Path, bridge: str, cgroup_parent: str) -> HostRe
         bridge=bridge,
         bridge_existed=bridge_exists(bridge),
         cgroup_parent=cgroup_parent,
+        netns_before=network_namespaces(),
     )
     node_directory.mkdir(parents=True, exist_ok=True)
     (node_directory / RECORD_NAME).write_text(record.model_dump_json(indent=2))
@@ -121,7 +128,7 @@ def restore_host(node_directory: Path) -> Restored | None:
         return None
     record = HostRecord.model_validate_json(path.read_text())
     kill_node_processes(node_directory, record.cgroup_parent)
-    unmounted = _unmount_all(node_directory)
+    unmounted = _unmount_all(node_directory) + _remove_network_namespaces(set(record.netns_before))
     removed = []
     for absent in record.absent_paths:
         target = Path(absent)
@@ -190,6 +197,25 @@ def _unmount_all(directory: Path) -> list[str]:
         else:
             error = ctypes.get_errno()
             raise OSError(error, f"cannot unmount {point}: {os.strerror(error)}")
+    return done
+
+
+def network_namespaces() -> list[str]:
+    """The pinned network namespaces (names in :data:`NETNS_DIR`)."""
+    return sorted(p.name for p in NETNS_DIR.iterdir()) if NETNS_DIR.is_dir() else []
+
+
+def _remove_network_namespaces(keep: set[str]) -> list[str]:
+    """Unpin and remove the network namespaces not in ``keep``; their veths go with them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    done = []
+    for name in network_namespaces():
+        if name in keep:
+            continue
+        pin = NETNS_DIR / name
+        libc.umount2(str(pin).encode(), _MNT_DETACH)  # fails (EINVAL) only for a pin already unmounted
+        pin.unlink(missing_ok=True)
+        done.append(str(pin))
     return done
 
 
