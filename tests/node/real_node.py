@@ -12,12 +12,13 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from dra_driver.kube.client import CLAIMS, EVENTS
 from dra_driver.nvml.session import open_nvml
@@ -125,6 +126,27 @@ def real_cluster(*args: str) -> Iterator[SimCluster]:
         finally:
             stop_cluster(sim)
         assert host_state(root) == before, "sim down left the host changed"
+
+
+def mig_claim(name: str, env: Mapping[str, str] | None = None) -> str:
+    """A ResourceClaim (a YAML document of its own) for one 1g.10gb MIG device, with ``env`` as the
+    opaque ``MigDeviceConfig`` of the claim when given."""
+    devices: dict[str, Any] = {
+        "requests": [
+            {
+                "name": "mig",
+                "exactly": {
+                    "deviceClassName": "mig.migdra.io",
+                    "selectors": [{"cel": {"expression": "device.attributes['gpu.migdra.io'].profile == '1g.10gb'"}}],
+                },
+            }
+        ]
+    }
+    if env is not None:
+        parameters = {"apiVersion": "gpu.migdra.io/v1alpha1", "kind": "MigDeviceConfig", "env": dict(env)}
+        devices["config"] = [{"opaque": {"driver": DRIVER, "parameters": parameters}}]
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name}}
+    return "\n---\n" + yaml.safe_dump({**claim, "spec": {"devices": devices}}, sort_keys=False)
 
 
 POD = """

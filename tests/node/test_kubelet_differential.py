@@ -28,7 +28,7 @@ from datetime import datetime
 import pytest
 
 from dra_driver.kube.client import CLAIMS, PODS
-from tests.node.real_node import POD_TIMEOUT, REAL, gi_placements, plugin_log, real_cluster
+from tests.node.real_node import POD_TIMEOUT, REAL, gi_placements, mig_claim, plugin_log, real_cluster
 from tests.sim_cluster import SimCluster
 from tests.waiting import wait_for
 
@@ -57,20 +57,6 @@ spec:
           - cel: {expression: "device.attributes['gpu.migdra.io'].profile == '1g.10gb'"}
 """
 
-SHARED_CLAIM = """
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {{name: shared-{node}}}
-spec:
-  devices:
-    requests:
-    - name: mig
-      exactly:
-        deviceClassName: mig.migdra.io
-        selectors:
-        - cel: {{expression: "device.attributes['gpu.migdra.io'].profile == '1g.10gb'"}}
-"""
 
 POD = """
 ---
@@ -106,7 +92,7 @@ def pod(name: str, node: str, claims: dict[str, str]) -> str:
 def scenario_manifest(node: str) -> str:
     return "".join(
         [
-            SHARED_CLAIM.format(node=node),
+            mig_claim(f"shared-{node}"),
             pod(f"solo-{node}", node, {"gpu": "template:one-mig"}),
             pod(f"duo-{node}", node, {"a": "template:one-mig", "b": "template:one-mig"}),
             pod(f"share-a-{node}", node, {"gpu": f"claim:shared-{node}"}),

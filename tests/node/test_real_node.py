@@ -31,6 +31,7 @@ from tests.node.real_node import (
     container_report,
     gi_placements,
     kubelet_log,
+    mig_claim,
     node_dir,
     plugin_log,
     pod_manifest,
@@ -48,22 +49,9 @@ GPUS = "H100-SXM5-80GB:3"
 NVIDIA_MAJOR, NVIDIACTL_MINOR, CAPS_MAJOR = 195, 255, 509
 PODS = ("mig", "pair", "share")
 
-MANIFEST = """
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {{name: mig}}
-spec:
-  devices:
-    requests:
-    - name: mig
-      exactly:
-        deviceClassName: mig.migdra.io
-        selectors:
-        - cel: {{expression: "device.attributes['gpu.migdra.io'].profile == '1g.10gb'"}}
-    config:
-    - opaque:
-        driver: gpu.migdra.io
-        parameters: {{apiVersion: gpu.migdra.io/v1alpha1, kind: MigDeviceConfig, env: {{HELLO: from-the-claim}}}}
+MANIFEST = (
+    mig_claim("mig", {"HELLO": "from-the-claim"})
+    + """
 ---
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
@@ -100,6 +88,7 @@ spec:
           requests: {{computeSlices: "1"}}
 {pods}
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -224,9 +213,7 @@ def test_restarting_the_plugin_keeps_the_pods_and_a_new_pod_still_runs(cluster: 
     os.kill(plugin_pid, signal.SIGKILL)
     wait_for("the plugin to be started again", lambda: cluster.plugin_pid(REAL) != plugin_pid, timeout=60)
     assert gi_placements(cluster) == instances
-    cluster.apply(
-        NAMESPACE, MANIFEST_AFTER.format(name="after-plugin", pod=pod_manifest("after-plugin", "after-plugin"))
-    )
+    cluster.apply(NAMESPACE, mig_claim("after-plugin") + pod_manifest("after-plugin", "after-plugin"))
     wait_running(cluster, {"after-plugin", *PODS})
     assert len(gi_placements(cluster) - instances) == 1
 
@@ -237,7 +224,7 @@ def test_restarting_containerd_keeps_the_containers_and_a_new_pod_still_runs(clu
     restart_process(cluster, node_dir(cluster) / "containerd.pid", "containerd")
     cluster.apply(
         NAMESPACE,
-        MANIFEST_AFTER.format(name="after-containerd", pod=pod_manifest("after-containerd", "after-containerd")),
+        mig_claim("after-containerd") + pod_manifest("after-containerd", "after-containerd"),
     )
     wait_running(cluster, {"after-containerd", *PODS})
     assert {name: container_id(cluster, name) for name in running} == containers
@@ -266,25 +253,9 @@ def test_rolling_the_plugin_side_by_side_keeps_the_pods_and_the_new_process_serv
     infos = re.findall(r"kubelet asked for plugin info: gpu\.migdra\.io at (\S+),", plugin_log(cluster))
     assert infos[-1].endswith("/dra-r1.sock"), infos  # the kubelet took the new process's socket
     assert gi_placements(cluster) == instances
-    cluster.apply(NAMESPACE, MANIFEST_AFTER.format(name="after-roll", pod=pod_manifest("after-roll", "after-roll")))
+    cluster.apply(NAMESPACE, mig_claim("after-roll") + pod_manifest("after-roll", "after-roll"))
     wait_running(cluster, {"after-roll", *PODS})
     assert len(gi_placements(cluster) - instances) == 1
-
-
-MANIFEST_AFTER = """
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {{name: {name}}}
-spec:
-  devices:
-    requests:
-    - name: mig
-      exactly:
-        deviceClassName: mig.migdra.io
-        selectors:
-        - cel: {{expression: "device.attributes['gpu.migdra.io'].profile == '1g.10gb'"}}
-{pod}
-"""
 
 
 def test_deleting_the_pods_unprepares_every_device_and_removes_their_cdi_specs(cluster: SimCluster) -> None:

@@ -16,6 +16,7 @@ from tests.node.real_node import (
     REAL,
     claim_entries,
     gi_placements,
+    mig_claim,
     pod_events,
     pod_manifest,
     real_cluster,
@@ -28,20 +29,6 @@ pytestmark = pytest.mark.xdist_group("real-node")
 
 NAMESPACE = "failing"
 FAULTS = {"rules": [{"symbol": "nvmlDeviceCreateGpuInstanceWithPlacement", "nth": 1, "count": 2, "error": "Unknown"}]}
-
-CLAIM = """
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: mig}
-spec:
-  devices:
-    requests:
-    - name: mig
-      exactly:
-        deviceClassName: mig.migdra.io
-        selectors:
-        - cel: {expression: "device.attributes['gpu.migdra.io'].profile == '1g.10gb'"}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +44,7 @@ def test_a_failed_prepare_shows_in_the_pods_events_and_the_pod_runs_once_the_fau
     cluster: SimCluster,
 ) -> None:
     cluster.namespace(NAMESPACE)
-    cluster.apply(NAMESPACE, CLAIM + pod_manifest("unlucky", "mig"))
+    cluster.apply(NAMESPACE, mig_claim("mig") + pod_manifest("unlucky", "mig"))
 
     def failures() -> list[dict[str, Any]] | None:
         events = pod_events(cluster, NAMESPACE, "unlucky")
