@@ -30,6 +30,12 @@ class PublishMetrics:
             "migdra_resourceslice_writes_total", "ResourceSlice API writes", ["operation"], registry=registry
         )
         self.pool_generation = Gauge("migdra_pool_generation", "current pool generation", registry=registry)
+        self.control_plane_scale_limited = Gauge(
+            "migdra_control_plane_scale_limited",
+            "1 when the control plane's Kubernetes is older than 1.37, whose kube-scheduler slows down with the "
+            "square of the nodes on partitionable devices (kubernetes/kubernetes#138917); 0 otherwise",
+            registry=registry,
+        )
         self.placement_republishes = Counter(
             "migdra_placement_republishes_total",
             "publish rounds for a change of the claims allocated here alone (dynamic placement), by result: "

@@ -11,7 +11,6 @@ wires the occupancy a ``dynamic`` policy reads from the process's claim informer
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from dra_driver.device_config import load_device_model_config
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.faults import GpuFault, taint_pool, tainted_devices
-from dra_driver.devicemodel.policy import PRODUCTION_POLICIES
+from dra_driver.devicemodel.policy import PRODUCTION_POLICIES, DynamicPlacementPolicy
 from dra_driver.devicemodel.policy import placement_policy as policy_named
 from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import realize_before_bind_conditions
@@ -33,6 +32,7 @@ from dra_driver.kube.failures import ApiRequestError, describe_failure
 from dra_driver.kube.informer import Informer
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
+from kubeletplugin.control_plane_version import ControlPlaneVersion
 from kubeletplugin.metrics import FaultMetrics, PublishMetrics
 from kubeletplugin.occupancy import FIRST_LIST_WAIT_SECONDS, ClaimOccupancy
 from kubeletplugin.pool_report import PoolReporter
@@ -47,32 +47,6 @@ from kubeletplugin.publisher import (
 from kubeletplugin.settings import PluginSettings
 
 log = logging.getLogger(__name__)
-
-SHARED_DEVICES_SINCE = (1, 36, 2)
-"""The oldest Kubernetes whose kube-scheduler counts committed shares when it rebuilds shared counters
-(kubernetes/kubernetes#139040): before it, an exclusive device overlapping a shared one may be allocated
-in a later scheduling cycle (docs/sharing.md, "Kubernetes versions and feature gates")."""
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
-
-
-def shared_devices_problem(git_version: str) -> str | None:
-    """Why shared devices must not be published to an API server of ``git_version``, or None.
-
-    The API server's version stands for the control plane's (kube-scheduler is not asked: it has no
-    API); a version that does not parse is taken as new enough -- a distribution's own numbering --
-    rather than turning a feature off on a guess."""
-    match = _VERSION.match(git_version.strip())
-    if match is None:
-        return None
-    version = tuple(int(part) for part in match.groups())
-    if version >= SHARED_DEVICES_SINCE:
-        return None
-    since = ".".join(str(part) for part in SHARED_DEVICES_SINCE)
-    return (
-        f"the API server is {git_version}: before {since} kube-scheduler may allocate an exclusive device "
-        "overlapping a shared one (kubernetes/kubernetes#139040), so shared GPU-instance devices are not "
-        f"published; upgrade the control plane to {since} or later, or set sharedDevices: false to say so"
-    )
 
 
 def _share_order(item: tuple[tuple[str, int, Placement], tuple[Placement, ...]]) -> tuple[str, int, int]:
@@ -145,7 +119,7 @@ class Publishing:
         self._loop: PublishLoop | None = None
         self._occupancy: ClaimOccupancy | None = None
         self._client: Client | None = None  # running()'s: asked for the API server's version
-        self._shared_devices_allowed: bool | None = None  # None: the version is not known yet
+        self._control_plane: ControlPlaneVersion | None = None  # None: the version is not known yet
 
     def loops(self) -> tuple[ClaimOccupancy, ...]:
         """The background loops publishing runs besides its own (the occupancy of a ``dynamic`` policy),
@@ -240,9 +214,9 @@ class Publishing:
 
     def _effective_config(self, live_shares: int = 0) -> DeviceModelConfig:
         """The device configuration a round publishes: shared devices only once the API server's version
-        is known to be new enough (:func:`shared_devices_problem`).  Until the version could be read (an
-        API outage at start) the round fails as any round the API server does not answer -- retried
-        after the publish loop's backoff, never fatal for an outage -- rather than publish a pool
+        is known to be new enough (:mod:`~kubeletplugin.control_plane_version`).  Until the version could
+        be read (an API outage at start) the round fails as any round the API server does not answer --
+        retried after the publish loop's backoff, never fatal for an outage -- rather than publish a pool
         without them that only the next rescan would correct; once known, the answer stays.
         Outside :meth:`running` (no API server to ask: a benchmark, a test) the configuration is as given.
 
@@ -254,19 +228,37 @@ class Publishing:
         the last share is gone."""
         if live_shares and not self.device_config.shared_devices:
             return self.device_config.model_copy(update={"shared_devices": True})
-        if live_shares:
+        control_plane = self._control_plane_version()
+        if live_shares or control_plane is None or not self.device_config.shared_devices:
             return self.device_config
-        client = self._client
-        if not self.device_config.shared_devices or self._shared_devices_allowed or client is None:
+        if control_plane.shared_devices_problem() is None:
             return self.device_config
-        if self._shared_devices_allowed is None:
-            problem = shared_devices_problem(client.server_version())  # fails the round if unanswered
-            self._shared_devices_allowed = problem is None
-            if problem is not None:
-                log.warning("%s", problem)
-            else:
-                return self.device_config
         return self.device_config.model_copy(update={"shared_devices": False})
+
+    def _control_plane_version(self) -> ControlPlaneVersion | None:
+        """The control plane's version, read once (a failed read fails the round); None outside
+        :meth:`running`.  On first reading it, what it limits is said once in the log (and the scale
+        gauge), and the ``dynamic`` policy interleaves its profiles only where slices are visited in name
+        order."""
+        if self._control_plane is not None or self._client is None:
+            return self._control_plane
+        version = ControlPlaneVersion.parse(self._client.server_version())  # fails the round if unanswered
+        self._control_plane = version
+        shared = version.shared_devices_problem()
+        if shared is not None and self.device_config.shared_devices:
+            log.warning("%s", shared)
+        scale = version.scale_problem()
+        self.metrics.control_plane_scale_limited.set(1 if scale is not None else 0)
+        if scale is not None:
+            log.warning("%s", scale)
+        if isinstance(self.policy, DynamicPlacementPolicy) and not version.slices_in_name_order:
+            self.policy.interleave = False
+            log.info(
+                "the API server is %s: kube-scheduler visits slices in no fixed order before 1.36, so the dynamic "
+                "placement policy lists each profile in one slice (not interleaved)",
+                version.git_version,
+            )
+        return version
 
     @contextmanager
     def running(

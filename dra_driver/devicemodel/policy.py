@@ -146,10 +146,28 @@ class DynamicPlacementPolicy:
     The order changes as claims come and go: the node plugin re-publishes (debounced, rate-limited).
     Counters and device names never change, and a device moves between slices only as part of a whole
     new pool generation.
+
+    **Interleaved** (``interleave=True``, the default, for Kubernetes 1.36+): the devices that fit now
+    are listed rank by rank -- the best of every profile, then the second best of every profile, and so
+    on, the profiles in the runs' order (smaller first, exclusive before shared) -- and the devices that
+    do not fit follow, run by run.  kube-scheduler's allocator stops at the first device that passes,
+    but evaluates the class and request selectors of every device it passes on the way
+    (docs/device-model.md, "What kube-scheduler pays per node"): in runs, a claim for a 3g.40gb on an
+    empty 8-GPU node walks the 168 smaller devices first; interleaved, it finds its device among the
+    first dozen, and after the node's best few 3g.40gb have been taken (between two re-publishes) a
+    dozen further per device taken -- devices in use are skipped before any selector is evaluated.
+    The choice is the runs' choice: a profile's devices keep their order, so a claim for one profile
+    gets the same device, and a selector that several profiles satisfy gets the best of the smallest
+    that fits.  On 1.35, where slices come in no fixed order and only the order inside a slice holds,
+    the node plugin turns it off and every profile stays in one slice
+    (:mod:`kubeletplugin.control_plane_version`).
     """
 
     name = "dynamic"
     uses_occupancy = True
+
+    def __init__(self, interleave: bool = True) -> None:
+        self.interleave = interleave
 
     def slice_groups(self, pool: NodePool, allocated: frozenset[str]) -> DeviceGroups:
         free = free_slices(pool, allocated)
@@ -174,7 +192,17 @@ class DynamicPlacementPolicy:
             return (1, loss, len(gpu_free), preference, minor, device.name)
 
         ordered_runs = [*self._profile_runs(exclusive, order), *self._profile_runs(shared, order)]
-        return pack_runs([sorted(whole, key=lambda d: d.gpu_minor), *ordered_runs] if whole else ordered_runs)
+        if self.interleave:
+
+            def usable(device: Device) -> bool:  # what ``order`` lists ahead of the devices that do not fit
+                return (device.shared and device.name in allocated) or fits(device, free)
+
+            fitting = [[d for d in run if usable(d)] for run in ordered_runs]
+            ranks = max((len(run) for run in fitting), default=0)
+            by_rank = [run[rank] for rank in range(ranks) for run in fitting if rank < len(run)]
+            ordered_runs = [by_rank, *([d for d in run if not usable(d)] for run in ordered_runs)]
+        runs = [sorted(whole, key=lambda d: d.gpu_minor), *ordered_runs] if whole else ordered_runs
+        return pack_runs([run for run in runs if run])
 
     @staticmethod
     def _profile_runs(devices: Iterable[Device], order: Callable[[Device], tuple[object, ...]]) -> list[list[Device]]:

@@ -109,10 +109,41 @@ class Table:
         return {"id": self.id, "title": self.title, "columns": self.columns, "rows": self.rows}
 
     def markdown(self) -> str:
+        if self.columns and self.columns[0] == CHART:
+            return chart_markdown(self)
         header = "| " + " | ".join(self.columns) + " |"
         rule = "|" + "|".join(["---"] + ["---:"] * (len(self.columns) - 1)) + "|"
         body = ["| " + " | ".join(format_cell(cell) for cell in row) + " |" for row in self.rows]
         return "\n".join([header, rule, *body])
+
+
+CHART = "chart: x"
+"""First column of a table that renders as a line chart: one row per x value, one column per line, the
+cells numbers or summaries (their medians are plotted)."""
+
+
+def chart_markdown(table: Table) -> str:
+    """A Mermaid ``xychart-beta`` line chart (GitHub renders it): x categories from the first column, one
+    line per further column, in the order of the title's legend (Mermaid draws no legend of its own)."""
+
+    def value(cell: Cell) -> float:
+        return float(cell["median"]) if isinstance(cell, dict) else float(cell)
+
+    categories = ", ".join(f'"{row[0]}"' for row in table.rows)
+    top = max((value(cell) for row in table.rows for cell in row[1:]), default=1.0)
+    legend = "; ".join(f"line {n}: {name}" for n, name in enumerate(table.columns[1:], 1))
+    lines = [
+        "```mermaid",
+        "xychart-beta",
+        f'    title "{table.title.split(" (")[0]}"',
+        f"    x-axis [{categories}]",
+        f'    y-axis "pods/s" 0 --> {top * 1.1:.0f}',
+    ]
+    for column in range(1, len(table.columns)):
+        points = ", ".join(f"{value(row[column]):.1f}" for row in table.rows)
+        lines.append(f"    line [{points}]")
+    lines += ["```", "", f"_{legend}_"]
+    return "\n".join(lines)
 
 
 class LoadSampler:

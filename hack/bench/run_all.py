@@ -38,6 +38,7 @@ BENCHES: dict[str, list[str]] = {
     "share_prepare": [],
     "controlplane": [],
     "scheduler": [],
+    "schedlayout": [],
 }
 # Also run with every CPU taken (``--busy-loops``): the node paths whose latency a loaded node changes most.
 LOADED = ("startup", "plugin", "prepare")

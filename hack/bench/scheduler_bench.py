@@ -1,664 +1,327 @@
 #!/usr/bin/env python3
-"""Benchmark: kube-scheduler's DRA scheduling throughput on migdra's ResourceSlices, beside migdra's port
-of the structured allocator (``dra_driver.allocation.allocate``) on the same cluster state.
+"""Benchmark: kube-scheduler's throughput on migdra's ResourceSlices as the cluster grows, beside its
+own rate for pods without claims on the same nodes (the floor of what a DRA pod can cost).
 
-Why: migdra publishes every legal MIG (profile, placement) as a device with shared counters -- 200
-devices and 8 counter sets per 8x H100 node -- and kube-scheduler must search them for every claim.
-How fast the real scheduler gets through a queue of MIG claims on such slices, and how that compares
-with upstream's own DRA figure, is what a cluster admin sizing a GPU cluster wants to know.
+Why: MIG runs on big fleets, and kube-scheduler searches migdra's devices -- every legal (profile,
+placement) of every GPU, with shared counters -- for every pod.  A cluster admin sizing a fleet wants
+pods/s against nodes; a driver author wants to know which part is the scheduler's own and which part
+the driver's slices add.
 
-The cluster is the real control plane and nothing else: etcd, kube-apiserver and kube-scheduler of
-``make kube``, started with ``devcluster/migdra_devcluster/upstream``'s command lines (no controller-manager,
-no kubelets, no plugins).  On it the benchmark creates ``--nodes`` Node objects (Ready, 110 pods
-allocatable, as migdra's simulated kubelet writes them, without the not-ready taint that only
-kube-controller-manager would lift), publishes each node's ResourceSlices with
-migdra's own plugin code (simulated NVML of 8 H100-SXM5-80GB read as ``migdra slices`` reads it,
-``build_pool``, then ``kubeletplugin.publisher.SlicePublisher`` with the default placement policy's
-ordering as the plugin starts with it, nothing allocated) and the DeviceClasses of ``deviceclasses/``.
+For each built Kubernetes version (``--kube-version``, repeatable; default every ``make kube`` built),
+one control plane of etcd + kube-apiserver + kube-scheduler (``schedcluster``) and a fleet of Nodes of
+8 H100-SXM5-80GB each, grown to each of ``--nodes`` in turn.  At each size, *empty* and then *half
+full* (a 4g.40gb allocated at slice 0 of every GPU), each run measures two bursts in alternating order:
 
-Each run, in a namespace of its own:
+- **DRA**: ``--pods`` pods, each with its own pre-made claim for one MIG device of an inference mix
+  (1g.10gb / 2g.20gb / 3g.40gb, seeded);
+- **floor**: as many pods without any claim, on the same nodes.
 
-1. **kube-scheduler**: ``--pods`` ResourceClaims (one MIG device each, a seeded inference mix of
-   1g.10gb / 2g.20gb / 3g.40gb) are created first, outside the clock; then one pod per claim
-   (``resourceClaimName``: no templates, so no controller-manager is needed), created in order by
-   ``--creators`` threads.  The clock runs from the first pod's create until a watch on the pods has
-   seen every one bound (``spec.nodeName`` set).  So the pods/s include the API round trips of creating
-   the pods, kube-scheduler's informers, its DRA allocation, its claim status write and its binding
-   write -- what a user submitting a burst of pods sees, on this machine's CPUs, shared by etcd,
-   kube-apiserver, kube-scheduler and the benchmark's own client.  From kube-scheduler's ``/metrics``
-   (before and after): scheduling attempts per pod and the mean of its own scheduling SLI (from
-   entering the scheduling queue to bound) and of one scheduling attempt.
-2. **The port**: the same claims (as the API server returned them) in the same order, each given to
-   ``allocate`` on the nodes in a fixed order (first that fits), with the same slices and classes as
-   the API server holds them, every result accumulated as an allocated claim.  Claims/s is pure
-   computation in this process: no API, no queue, no binding -- so the ratio of the two is informative
-   (how much of a scheduling cycle the allocation search could be), not like for like.  Its node choice
-   (first fit) is not kube-scheduler's (scored), so the two end with different placements.
+From the first create until a watch has seen every pod bound: pods/s, kube-scheduler's own mean
+scheduling attempt, and the CPU milliseconds per pod kube-scheduler, kube-apiserver and etcd spent;
+after each size their resident memory (now and peak).  A burst that fills more than half of the room
+left (half full on few nodes) is cut to fit, and a size whose previous rate would make a burst last
+over ``--max-round-seconds`` (the 1.36 collapse) gets fewer pods: each table says how many.
 
-The two parts alternate which comes first from run to run; every pod and claim of a run is deleted
-before the next one (claims lose the delete-protection finalizer the scheduler adds: no
-controller-manager runs to remove it; the empty namespace stays, as no namespace controller would
-finish deleting it).  One untimed warm-up round of each part runs first.  kube-apiserver writes its
-audit log as under ``sim up``.
-
-kube-scheduler runs with ``--kube-api-qps``/``--kube-api-burst`` 5000 by default, as upstream's
-``test/integration/scheduler_perf`` configures its scheduler's client; a default kube-scheduler allows
-50 QPS (burst 100) and needs two writes per DRA pod, so past its burst it could not bind more than
-about 25 pods/s whatever the allocation costs (``--kube-api-qps 50 --kube-api-burst 100`` measures that).
-
-Results go to ``docs/benchmarks.json`` through ``run_all.py`` (``make bench BENCH_ARGS="--only scheduler"``);
-docs/benchmarks.md gets its section with the first results (``render.py --check`` refuses table markers
-that no report fills).
+``--profile-nodes N`` also takes kube-scheduler's CPU profile (``/debug/pprof/profile``) during one more
+DRA burst at N nodes on the newest version, and reports each part's cumulative share of the samples
+(``schedcluster.PROFILE_PARTS``).  Results go to ``docs/benchmarks.json`` through ``run_all.py``
+(``make bench BENCH_ARGS="--only scheduler"``).
 """
 
 from __future__ import annotations
 
 import argparse
-import queue
-import random
-import ssl
-import sys
+import statistics
 import tempfile
-import threading
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import urllib3
-from benchlib import REPO, Report, add_common_arguments, check_runs, ratios, summary
-from prometheus_client.parser import text_string_to_metric_families
-
-sys.path.insert(0, str(REPO))
-from dra_driver.allocation import DEFAULT_FEATURES, allocate
-from dra_driver.deviceclasses import deviceclass_documents
-from dra_driver.devicemodel.config import DeviceModelConfig
-from dra_driver.devicemodel.policy import DEFAULT_POLICY, PRODUCTION_POLICIES, placement_policy
-from dra_driver.devicemodel.pool import build_pool
-from dra_driver.kube.client import CLAIMS, DEVICE_CLASSES, NODES, PODS, SLICES, Client, Kind
-from dra_driver.nvml.inventory import read_inventory
-from dra_driver.nvml.session import open_nvml
-from dra_driver.nvml.settings import build_nvml_settings
-from kubeletplugin.publisher import SlicePublisher
-from migdra_devcluster.kubeconfig import write_kubeconfig
-from migdra_devcluster.kubelet.node import node_status
-from migdra_devcluster.upstream.binaries import KubeBinaries, built_versions, find_binaries
-from migdra_devcluster.upstream.components import (
-    KubeFiles,
-    Ports,
-    build_scheduler_argv,
+from benchlib import CHART, Report, add_common_arguments, check_runs, ratios, summary
+from schedcluster import (
+    GPU_MODEL,
+    GPUS_PER_NODE,
+    MEMORY_SLICES_PER_GPU,
+    PROCESSES,
+    PROFILE_PARTS,
+    QPS_OF_SCHEDULER_PERF,
+    Burst,
+    Fleet,
+    Round,
+    claim_profiles,
+    control_plane,
+    mean_memory_slices,
+    profile_shares,
+    progress,
+    take_cpu_profile,
 )
-from migdra_devcluster.upstream.controlplane import (
-    ADMIN_GROUP,
-    ADMIN_USER,
-    SCHEDULER_USER,
-    Component,
-    build_store_and_apiserver,
-    free_port,
-    running,
-    write_audit_policy,
-)
-from migdra_devcluster.upstream.pki import write_cluster_pki
 
-DRIVER = "gpu.migdra.io"
-MIG_CLASS = "mig.migdra.io"
-GPUS = "H100-SXM5-80GB:8"
-SERVICE_ACCOUNTS = Kind("", "v1", "serviceaccounts", namespaced=True, kind="ServiceAccount")
-NAMESPACES = Kind("", "v1", "namespaces", namespaced=False, kind="Namespace")
-# An inference mix, weighted; seeded, so every run asks for the same claims in the same order.
-MIX: tuple[tuple[str, int], ...] = (("1g.10gb", 50), ("2g.20gb", 30), ("3g.40gb", 20))
-NODE_CAPACITY = {"cpu": "64", "memory": "1Ti", "pods": "110", "ephemeral-storage": "1Ti"}
-WAIT = 600.0
+from migdra_devcluster.upstream.binaries import built_versions, find_binaries
+
 WARM_UP_PODS = 16
-QPS_OF_SCHEDULER_PERF = 5000  # test/integration/scheduler_perf's client QPS and burst
-
-Json = dict[str, Any]
-
-
-def progress(text: str) -> None:
-    print(f"scheduler_bench: {text}", file=sys.stderr, flush=True)
+SCALES_FROM_MINOR = 37  # kubernetes/kubernetes#138917: before it, a burst at 256 nodes would take many minutes
+OLD_MAX_NODES = 64  # the largest size measured on an older minor unless --max-nodes says otherwise
 
 
-# -- the control plane: etcd, kube-apiserver, kube-scheduler ---------------------------------------
+def _minor(version: str) -> int:
+    return int(version.lstrip("v").split(".")[1])
 
 
-@dataclass
-class ControlPlane:
-    """The three processes, an admin client, and what it takes to read kube-scheduler's metrics."""
-
-    client: Client
-    scheduler_metrics_url: str
-    metrics_pool: urllib3.PoolManager
-
-
-@contextmanager
-def control_plane(workdir: Path, binaries: KubeBinaries, qps: int, burst: int) -> Iterator[ControlPlane]:
-    """etcd + kube-apiserver + kube-scheduler with ``sim up``'s flags (and the scheduler's client QPS):
-    nothing else writes to the cluster, so every write the benchmark sees is its own or the scheduler's."""
-    files = KubeFiles(workdir / "kube")
-    write_audit_policy(files)
-    ports = Ports(free_port(), free_port(), free_port(), free_port(), free_port())
-    pki = write_cluster_pki(files.pki.directory)
-    url = f"https://127.0.0.1:{ports.apiserver}"
-    admin = pki.client_certificate(ADMIN_USER, (ADMIN_GROUP,))
-    kubeconfig = write_kubeconfig(workdir / "kubeconfig", url, None, pki.ca_pem(), admin)
-    write_kubeconfig(
-        files.kubeconfig("kube-scheduler"), url, None, pki.ca_pem(), pki.client_certificate(SCHEDULER_USER)
-    )
-    (workdir / "admin.crt").write_bytes(admin.cert_pem)
-    (workdir / "admin.key").write_bytes(admin.key_pem)
-    scheduler_argv = build_scheduler_argv(binaries.path("kube-scheduler"), files, ports)
-    components = [
-        *build_store_and_apiserver(binaries, files, ports, pki.ca_cert),
-        Component(
-            "kube-scheduler",
-            [*scheduler_argv, f"--kube-api-qps={qps}", f"--kube-api-burst={burst}"],
-            f"https://127.0.0.1:{ports.scheduler}/healthz",
-            # It serves with a certificate it made itself at start-up: nothing to verify it against.
-            ssl._create_unverified_context(),
-        ),
-    ]
-    pool = urllib3.PoolManager(
-        # kube-scheduler serves with the certificate it wrote into its --cert-dir at start-up.
-        ca_certs=str(files.directory / "scheduler-certs" / "kube-scheduler.crt"),
-        cert_file=str(workdir / "admin.crt"),
-        key_file=str(workdir / "admin.key"),
-    )
-    client: Client | None = None
-    try:
-        progress(f"Kubernetes {binaries.version}")
-        with running(components, files, progress):
-            client = Client(kubeconfig)
-            yield ControlPlane(client, f"https://127.0.0.1:{ports.scheduler}/metrics", pool)
-    finally:
-        if client is not None:
-            client.close()
-        pool.clear()
-
-
-# -- kube-scheduler's metrics --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SchedulerCounters:
-    """Cumulative counters of kube-scheduler's /metrics; a run's figures are the differences."""
-
-    attempts: float  # scheduler_schedule_attempts_total, every result
-    sli_sum: float  # scheduler_pod_scheduling_sli_duration_seconds
-    sli_count: float
-    attempt_sum: float  # scheduler_scheduling_attempt_duration_seconds
-    attempt_count: float
-
-
-def read_scheduler_counters(plane: ControlPlane) -> SchedulerCounters:
-    """kube-scheduler's own view, read as the admin (its secure port delegates authorization)."""
-    answer = plane.metrics_pool.request("GET", plane.scheduler_metrics_url, timeout=30, retries=False)
-    if answer.status != 200:
-        raise SystemExit(f"kube-scheduler /metrics answered {answer.status}: {answer.data[:200]!r}")
-    totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(answer.data.decode()):
-        for sample in family.samples:
-            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-    return SchedulerCounters(
-        attempts=totals.get("scheduler_schedule_attempts_total", 0.0),
-        sli_sum=totals.get("scheduler_pod_scheduling_sli_duration_seconds_sum", 0.0),
-        sli_count=totals.get("scheduler_pod_scheduling_sli_duration_seconds_count", 0.0),
-        attempt_sum=totals.get("scheduler_scheduling_attempt_duration_seconds_sum", 0.0),
-        attempt_count=totals.get("scheduler_scheduling_attempt_duration_seconds_count", 0.0),
-    )
-
-
-def settled_counters(plane: ControlPlane, before: SchedulerCounters, count: int) -> SchedulerCounters:
-    """The counters once they include all ``count`` pods: kube-scheduler records a pod's SLI and attempt
-    after its binding call returns, so the watch may see the pod bound a moment before (5 s at most)."""
-    deadline = time.monotonic() + 5
-    while True:
-        after = read_scheduler_counters(plane)
-        if after.sli_count - before.sli_count >= count or time.monotonic() > deadline:
-            return after
-        time.sleep(0.05)
-
-
-# -- the cluster state: nodes, slices, classes ----------------------------------------------------
+STATES = ("empty", "half full")
 
 
 @dataclass
-class ClusterState:
-    """What both the scheduler and the port see, as the API server holds it."""
+class Point:
+    """One (version, nodes, state): its runs' bursts."""
 
-    nodes: list[Json]
-    slices: list[Json]
-    classes: list[Json]
-    devices_per_node: int
-    slices_per_node: int
-
-
-def publish_cluster(plane: ControlPlane, node_count: int, policy_name: str) -> ClusterState:
-    """Nodes as migdra's simulated kubelet writes them, each node's slices as migdra's plugin publishes
-    them (simulated NVML read as ``migdra slices`` reads it, then the plugin's publisher), and the
-    project's DeviceClasses."""
-    client = plane.client
-    for document in deviceclass_documents(REPO / "deviceclasses", DRIVER):
-        client.create(DEVICE_CLASSES, document)
-    policy = placement_policy(policy_name)
-    devices = 0
-    for number in range(node_count):
-        name = f"node-{number}"
-        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
-        created = client.create(
-            NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
-        )
-        # kube-apiserver's TaintNodesByCondition admission taints a new Node not-ready until
-        # kube-controller-manager's node-lifecycle controller sees it Ready; that controller is not running.
-        created = client.merge_patch(NODES, None, name, {"spec": {"taints": None}})
-        created["status"] = node_status(name, NODE_CAPACITY, "127.0.0.1")
-        client.update(NODES, created, subresource="status")  # a Node's status is written on its own
-        settings = build_nvml_settings(nvml=None, sim_state=None, sim_gpus=GPUS, sim_mig_enabled=None)
-        with open_nvml(settings) as session:  # a throw-away simulated node: its own GPU UUIDs
-            inventory = read_inventory(session)
-        pool = build_pool(inventory, DeviceModelConfig())
-        devices = len(pool.devices)
-        SlicePublisher(client, name, DRIVER, policy).publish(pool)  # nothing allocated yet
-    nodes = sorted(client.list(NODES)[0], key=lambda node: int(node["metadata"]["name"].split("-")[1]))
-    slices = client.list(SLICES)[0]
-    classes = client.list(DEVICE_CLASSES)[0]
-    return ClusterState(nodes, slices, classes, devices, len(slices) // node_count)
+    version: str
+    nodes: int
+    state: str
+    pods: int
+    dra: list[Round] = field(default_factory=list)
+    floor: list[Round] = field(default_factory=list)
+    memory: dict[str, tuple[float, float]] = field(default_factory=dict)  # process -> (RSS, peak) MiB
 
 
-# -- claims and pods ------------------------------------------------------------------------------
+def burst_size(args: argparse.Namespace, nodes: int, state: str, previous: Point | None) -> int:
+    """``--pods``, cut so a burst takes at most half the memory slices left, and so that it would not last
+    over ``--max-round-seconds`` if the rate fell in proportion to the nodes from the previous size's
+    (the pessimistic guess: each pod filters every node)."""
+    free_slices = nodes * GPUS_PER_NODE * MEMORY_SLICES_PER_GPU * (0.5 if state == "half full" else 1.0)
+    count = min(args.pods, int(free_slices / 2 / mean_memory_slices()))
+    if previous is not None and previous.dra:
+        expected = statistics.median(r.rate for r in previous.dra) * previous.nodes / nodes
+        count = min(count, max(args.min_pods, int(expected * args.max_round_seconds)))
+    return count
 
 
-def claim_profiles(count: int, seed: int) -> list[str]:
-    rng = random.Random(f"{seed}-claims")
-    return rng.choices([profile for profile, _ in MIX], weights=[weight for _, weight in MIX], k=count)
+def measure_version(
+    args: argparse.Namespace, version: str, profile_at: int | None, scratch: Path
+) -> tuple[list[Point], dict[str, float]]:
+    binaries = find_binaries(None, version)
+    points: list[Point] = []
+    shares: dict[str, float] = {}
+    profiles = claim_profiles(args.pods, args.seed)
+    serial = 0
 
+    def namespace(kind: str) -> str:
+        nonlocal serial
+        serial += 1
+        return f"{kind}-{serial}"
 
-def claim_body(namespace: str, name: str, profile: str) -> Json:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "mig",
-                        "exactly": {
-                            "deviceClassName": MIG_CLASS,
-                            "selectors": [
-                                {"cel": {"expression": f"device.attributes['{DRIVER}'].profile == '{profile}'"}}
-                            ],
-                        },
-                    }
-                ]
-            }
-        },
-    }
-
-
-def pod_body(namespace: str, name: str, claim: str) -> Json:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {"name": "app", "image": "registry.example/inference:1", "resources": {"claims": [{"name": "gpu"}]}}
-            ],
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-        },
-    }
-
-
-class BoundWatch:
-    """When each pod of one namespace was first seen bound (``spec.nodeName``), from a watch (a thread)."""
-
-    def __init__(self, client: Client, namespace: str) -> None:
-        self.client = client.fork()
-        self.namespace = namespace
-        self.bound: dict[str, tuple[float, str]] = {}
-        self.changed = threading.Condition()
-        self._stop = threading.Event()
-        self._stream: Any = None
-        self._thread = threading.Thread(target=self._run, name="bound-watch", daemon=True)
-        self._ready = threading.Event()
-
-    def __enter__(self) -> BoundWatch:
-        self._thread.start()
-        if not self._ready.wait(60):
-            raise SystemExit("the pod watch did not open within 60 s")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._stream is not None:
-            self._stream.close()
-        self._thread.join(timeout=30)
-        self.client.close()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            _, version = self.client.list(PODS, self.namespace)
-            try:
-                self._stream = self.client.watch(PODS, version, timeout_seconds=300)
-                self._ready.set()
-                for event in self._stream:
-                    obj = event.get("object") or {}
-                    meta = obj.get("metadata") or {}
-                    node = (obj.get("spec") or {}).get("nodeName")
-                    if event.get("type") in ("ADDED", "MODIFIED") and node and meta.get("namespace") == self.namespace:
-                        with self.changed:
-                            self.bound.setdefault(meta["name"], (time.monotonic(), node))
-                            self.changed.notify_all()
-            except Exception:  # a watch that ends or breaks is opened again; the list catches up
-                if self._stop.is_set():
-                    return
+    with control_plane(scratch / version, binaries, args.kube_api_qps, args.kube_api_burst) as plane:
+        fleet = Fleet(plane)
+        previous: Point | None = None
+        for nodes in sorted(args.nodes):
+            limit = args.max_nodes.get(version, OLD_MAX_NODES if _minor(version) < SCALES_FROM_MINOR else None)
+            if limit is not None and nodes > limit:
+                progress(f"{version}: {nodes} nodes skipped (at most {limit} nodes on this version)")
                 continue
-
-    def wait(self, names: set[str], timeout: float = WAIT) -> float:
-        """The monotonic time the last of ``names`` was bound."""
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while not names <= self.bound.keys():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    missing = sorted(names - self.bound.keys())
-                    raise SystemExit(f"{len(missing)} pods not bound within {timeout:g} s, e.g. {missing[:5]}")
-                self.changed.wait(min(left, 1.0))
-            return max(self.bound[name][0] for name in names)
-
-
-def create_pods(client: Client, bodies: list[Json], creators: int) -> float:
-    """Create the pods in order from ``creators`` threads (each its own connection); the monotonic
-    time the last create returned."""
-    work: queue.Queue[Json] = queue.Queue()
-    for body in bodies:
-        work.put(body)
-    failures: list[BaseException] = []
-
-    def creator() -> None:
-        own = client.fork()
-        try:
-            while True:
-                try:
-                    body = work.get_nowait()
-                except queue.Empty:
-                    return
-                own.create(PODS, body)
-        except BaseException as exc:  # reported by the caller, after every thread ended
-            failures.append(exc)
-        finally:
-            own.close()
-
-    threads = [threading.Thread(target=creator, name=f"creator-{n}") for n in range(creators)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise SystemExit(f"creating pods failed: {failures[0]}")
-    return time.monotonic()
+            fleet.grow(nodes)
+            if not points:
+                warm = Burst(plane, namespace("warm-up"), WARM_UP_PODS, profiles)
+                warm.run(args.creators)
+                warm.clean_up()
+            for state in STATES:
+                if state == "half full":
+                    fleet.fill_half(args.creators)
+                point = Point(version, nodes, state, burst_size(args, nodes, state, previous))
+                progress(f"{version}, {nodes} nodes, {state}: {args.runs} runs of {point.pods} pods")
+                for run in range(args.runs):
+                    bursts = {
+                        "dra": Burst(plane, namespace("dra"), point.pods, profiles),
+                        "floor": Burst(plane, namespace("floor"), point.pods, None),
+                    }
+                    order = ("dra", "floor") if run % 2 == 0 else ("floor", "dra")
+                    for kind in order:
+                        measured = bursts[kind].run(args.creators)
+                        bursts[kind].clean_up()
+                        (point.dra if kind == "dra" else point.floor).append(measured)
+                    progress(
+                        f"  run {run + 1}: DRA {point.dra[-1].rate:.1f} pods/s "
+                        f"(attempt {point.dra[-1].attempt_mean_ms:.0f} ms), floor {point.floor[-1].rate:.1f} pods/s"
+                    )
+                if profile_at == nodes and state == "empty":
+                    shares = profile_burst(plane, point, namespace("profiled"), profiles, args, scratch)
+                point.memory = {name: (s.rss_mib, s.peak_rss_mib) for name, s in plane.stats().items()}
+                points.append(point)
+                if state == "empty":
+                    previous = point
+                else:
+                    fleet.empty()
+    return points, shares
 
 
-@dataclass
-class SchedulerRound:
-    seconds: float  # first create to every pod bound
-    create_seconds: float  # first create to the last create returned
-    attempts_per_pod: float
-    sli_mean_ms: float
-    attempt_mean_ms: float
-    per_node: dict[str, int] = field(default_factory=dict)
+def profile_burst(
+    plane: Any, point: Point, namespace: str, profiles: list[str], args: argparse.Namespace, scratch: Path
+) -> dict[str, float]:
+    """One more DRA burst (not in the tables) under kube-scheduler's CPU profiler; the profile covers the
+    burst's expected time, so nearly every sample is the burst's."""
+    burst = Burst(plane, namespace, point.pods, profiles)
+    seconds = max(5, int(statistics.median(r.seconds for r in point.dra)))
+    path = (args.profile_out or scratch) / f"kube-scheduler-{point.version}-{point.nodes}-nodes.pprof"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    reader = take_cpu_profile(plane, seconds, path)
+    burst.run(args.creators)
+    reader.join(seconds + 120)
+    burst.clean_up()
+    progress(f"kube-scheduler's CPU profile: {path}")
+    return profile_shares(path)
 
 
-def create_claims(client: Client, namespace: str, profiles: list[str]) -> list[Json]:
-    """A run's namespace and its claims, outside both clocks; the claims as the API server returned them."""
-    client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    # The ServiceAccount admission plugin refuses pods without it; the controller that makes it is not running.
-    client.create(
-        SERVICE_ACCOUNTS,
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": namespace}},
-    )
-    return [
-        client.create(CLAIMS, claim_body(namespace, f"claim-{index}", profile))
-        for index, profile in enumerate(profiles)
-    ]
-
-
-def scheduler_round(plane: ControlPlane, namespace: str, count: int, creators: int) -> SchedulerRound:
-    """One burst of ``count`` pods (one per claim already created) on kube-scheduler."""
-    client = plane.client
-    pods = [pod_body(namespace, f"pod-{index}", f"claim-{index}") for index in range(count)]
-    before = read_scheduler_counters(plane)
-    with BoundWatch(client, namespace) as watch:
-        started = time.monotonic()
-        created = create_pods(client, pods, creators)
-        finished = watch.wait({body["metadata"]["name"] for body in pods})
-        placed = dict(watch.bound)
-    after = settled_counters(plane, before, count)
-    check_allocations(client, namespace, placed)
-    per_node: dict[str, int] = {}
-    for _, node in placed.values():
-        per_node[node] = per_node.get(node, 0) + 1
-    return SchedulerRound(
-        seconds=finished - started,
-        create_seconds=created - started,
-        attempts_per_pod=(after.attempts - before.attempts) / count,
-        sli_mean_ms=1000 * (after.sli_sum - before.sli_sum) / max(after.sli_count - before.sli_count, 1),
-        attempt_mean_ms=1000
-        * (after.attempt_sum - before.attempt_sum)
-        / max(after.attempt_count - before.attempt_count, 1),
-        per_node=per_node,
-    )
-
-
-def check_allocations(client: Client, namespace: str, placed: Mapping[str, tuple[float, str]]) -> None:
-    """Every claim allocated one device on the node its pod was bound to, reserved for that pod, and no
-    device allocated twice (outside the clock)."""
-    taken: set[tuple[str, str]] = set()
-    for claim in client.list(CLAIMS, namespace)[0]:
-        name = claim["metadata"]["name"]
-        pod = "pod-" + name.split("-", 1)[1]
-        status = claim.get("status") or {}
-        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-        reserved = [entry.get("name") for entry in status.get("reservedFor") or []]
-        if len(results) != 1 or reserved != [pod]:
-            raise SystemExit(
-                f"claim {namespace}/{name}: allocation {results} reserved for {reserved}, not one for {pod}"
-            )
-        device = (results[0]["pool"], results[0]["device"])
-        if device[0] != placed[pod][1] or device in taken:
-            raise SystemExit(f"claim {namespace}/{name}: device {device} is not free on node {placed[pod][1]}")
-        taken.add(device)
-
-
-def clean_up(client: Client, namespace: str) -> None:
-    """Delete the run's pods and claims and wait until they are gone, so the next run starts on empty
-    nodes.  The claims carry the scheduler's delete-protection finalizer, which kube-controller-manager
-    would remove; it is not running, so the admin removes it."""
-    for pod in client.list(PODS, namespace)[0]:
-        client.delete(PODS, namespace, pod["metadata"]["name"], grace_period_seconds=0)
-    for claim in client.list(CLAIMS, namespace)[0]:
-        name = claim["metadata"]["name"]
-        if claim["metadata"].get("finalizers"):
-            client.merge_patch(CLAIMS, namespace, name, {"metadata": {"finalizers": None}})
-        client.delete(CLAIMS, namespace, name)
-    deadline = time.monotonic() + WAIT
-    while client.list(PODS, namespace)[0] or client.list(CLAIMS, namespace)[0]:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"pods or claims of {namespace} left after {WAIT:g} s")
-        time.sleep(0.2)
-
-
-# -- the port: dra_driver.allocation.allocate on the same state ------------------------------------
-
-
-def port_round(state: ClusterState, claims: list[Json]) -> tuple[float, int]:
-    """The claims in order, each on the first node (in a fixed order) where ``allocate`` finds devices;
-    every result becomes an allocated claim later calls see.  Seconds, and ``allocate`` calls made."""
-    allocated: list[Json] = []
-    calls = 0
-    started = time.perf_counter()
-    for claim in claims:
-        for node in state.nodes:
-            calls += 1
-            results = allocate(
-                claims=[claim],
-                node=node,
-                slices=state.slices,
-                classes=state.classes,
-                allocated_claims=allocated,
-                features=DEFAULT_FEATURES,
-                rng=None,
-            )
-            if results is not None:
-                allocated.append({**claim, "status": {"allocation": results[0]}})
-                break
-        else:
-            raise SystemExit(f"the port placed claim {claim['metadata']['name']} on no node")
-    return time.perf_counter() - started, calls
-
-
-# -- main -----------------------------------------------------------------------------------------
+def parse_max_nodes(values: list[str]) -> dict[str, int]:
+    limits: dict[str, int] = {}
+    for value in values:
+        version, _, count = value.partition("=")
+        if not count.isdigit():
+            raise SystemExit(f"--max-nodes {value!r}: expected VERSION=NODES, e.g. v1.36.5=64")
+        limits[version] = int(count)
+    return limits
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     add_common_arguments(parser)
+    parser.add_argument("--pods", type=int, default=200, help="pods per burst (each with its own claim)")
+    parser.add_argument("--min-pods", type=int, default=20, help="the fewest a burst is cut to")
+    parser.add_argument("--max-round-seconds", type=float, default=30.0, help="cut bursts expected to last longer")
     parser.add_argument(
-        "--pods",
-        type=int,
-        default=200,
-        help="pods (each with its own claim) per run; 200 of the mix take about 3/4 of 8 nodes' memory slices",
+        "--nodes", type=int, action="append", help=f"cluster sizes, nodes of {GPUS_PER_NODE}x {GPU_MODEL}"
     )
-    parser.add_argument("--nodes", type=int, default=8, help=f"nodes of {GPUS}")
-    parser.add_argument("--policy", choices=PRODUCTION_POLICIES, default=DEFAULT_POLICY, help="slice ordering")
+    parser.add_argument(
+        "--max-nodes",
+        action="append",
+        default=[],
+        help=f"VERSION=NODES: stop that version there (default {OLD_MAX_NODES} before 1.{SCALES_FROM_MINOR})",
+    )
     parser.add_argument("--creators", type=int, default=4, help="threads creating the pods")
     parser.add_argument("--kube-api-qps", type=int, default=QPS_OF_SCHEDULER_PERF, help="kube-scheduler's client QPS")
     parser.add_argument("--kube-api-burst", type=int, default=QPS_OF_SCHEDULER_PERF, help="and its burst")
     parser.add_argument("--seed", type=int, default=0, help="seeds the profile mix of the claims")
-    parser.add_argument("--kube-version", default=None, help="a built version (default: the oldest, CI's 1.36)")
+    parser.add_argument("--kube-version", action="append", help="a built version (default: every one built)")
+    parser.add_argument("--profile-nodes", type=int, default=256, help="profile kube-scheduler at this size (0: not)")
+    parser.add_argument("--profile-out", type=Path, help="keep the CPU profile here")
     args = parser.parse_args()
     check_runs(parser, args)
-    versions = built_versions()
+    args.nodes = args.nodes or [8, 64, 256, 500]
+    args.max_nodes = parse_max_nodes(args.max_nodes)
+    versions = args.kube_version or built_versions()
     if not versions:
         raise SystemExit("scheduler bench: no kube binaries; run `make kube` first")
-    binaries = find_binaries(None, args.kube_version or versions[0])
-    profiles = claim_profiles(args.pods, args.seed)
-    mix = {profile: profiles.count(profile) for profile, _ in MIX}
+    newest = max(versions, key=lambda v: tuple(int(p) for p in v.lstrip("v").split(".")))
     params = {
         "pods": args.pods,
         "nodes": args.nodes,
-        "gpus": GPUS,
-        "policy": args.policy,
+        "gpus_per_node": f"{GPUS_PER_NODE}x {GPU_MODEL}",
         "creators": args.creators,
-        "kube": binaries.version,
+        "kube": versions,
         "kube_api_qps": args.kube_api_qps,
         "kube_api_burst": args.kube_api_burst,
         "seed": args.seed,
-        "mix": mix,
     }
     report = Report("scheduler", args, params)
-    rounds: list[SchedulerRound] = []
-    port_seconds: list[float] = []
-    port_calls: list[float] = []
-    with (
-        tempfile.TemporaryDirectory(prefix="migdra-sched-", dir="/tmp") as scratch,
-        control_plane(Path(scratch), binaries, args.kube_api_qps, args.kube_api_burst) as plane,
-    ):
-        state = publish_cluster(plane, args.nodes, args.policy)
-        progress(
-            f"{args.nodes} nodes, {state.devices_per_node} devices and {state.slices_per_node} ResourceSlices "
-            f"each ({args.policy} ordering); claims: {mix}"
-        )
-        warm_up_pods = min(WARM_UP_PODS, args.pods)
-        claims = create_claims(plane.client, "warm-up", profiles[:warm_up_pods])
-        warm_up = scheduler_round(plane, "warm-up", warm_up_pods, args.creators)
-        port_round(state, claims)
-        clean_up(plane.client, "warm-up")
-        progress(f"warmed up ({warm_up_pods} pods bound in {warm_up.seconds:.2f} s); measuring")
-        with report:
-            for run in range(args.runs):
-                namespace = f"run-{run}"
-                claims = create_claims(plane.client, namespace, profiles)
-                # Which part comes first alternates, so neither always runs right after the other.
-                if run % 2:
-                    seconds, calls = port_round(state, claims)
-                    measured = scheduler_round(plane, namespace, args.pods, args.creators)
-                else:
-                    measured = scheduler_round(plane, namespace, args.pods, args.creators)
-                    seconds, calls = port_round(state, claims)
-                clean_up(plane.client, namespace)
-                rounds.append(measured)
-                port_seconds.append(seconds)
-                port_calls.append(calls / args.pods)
-                progress(
-                    f"run {run + 1}/{args.runs}: kube-scheduler {args.pods / measured.seconds:.1f} pods/s "
-                    f"(created in {measured.create_seconds:.2f} s, all bound at {measured.seconds:.2f} s, "
-                    f"{measured.attempts_per_pod:.2f} attempts/pod, pods per node "
-                    f"{sorted(measured.per_node.values())}); port {args.pods / seconds:.1f} claims/s"
-                )
-
-    scheduler_rate = [args.pods / r.seconds for r in rounds]
-    port_rate = [args.pods / s for s in port_seconds]
-    table = report.table(
-        "throughput",
-        f"{args.pods} pods, one MIG claim each, on {args.nodes} nodes x {GPUS} "
-        f"({args.policy} ordering; kube {binaries.version}, scheduler client QPS {args.kube_api_qps})",
-        ["what", "pods/s (claims/s)", "seconds", "includes"],
-    )
-    table.add(
-        "kube-scheduler",
-        summary(scheduler_rate, "", 1),
-        summary([r.seconds for r in rounds], "s", 2),
-        "first pod create to every pod bound (watched): creates, queue, DRA allocation, claim status write, binding",
-    )
-    table.add(
-        "migdra's port (`allocate`)",
-        summary(port_rate, "", 1),
-        summary(port_seconds, "s", 3),
-        "in-process computation only: first-fit over the nodes in a fixed order, no API",
-    )
-    table.add(
-        "port ÷ kube-scheduler", summary(ratios(port_rate, scheduler_rate), "x", 2), "", "per run; not like for like"
-    )
-    detail = report.table(
-        "detail",
-        "kube-scheduler's run in detail (its own figures from its /metrics, differences over the run)",
-        [
-            "every pod created after",
-            "attempts per pod",
-            "mean SLI (queue to bound)",
-            "mean attempt",
-            "port: `allocate` calls per claim",
-        ],
-    )
-    detail.add(
-        summary([r.create_seconds for r in rounds], "s", 2),
-        summary([r.attempts_per_pod for r in rounds], "", 2),
-        summary([r.sli_mean_ms for r in rounds], "ms", 1),
-        summary([r.attempt_mean_ms for r in rounds], "ms", 1),
-        summary(port_calls, "", 2),
-    )
-    report.note(
-        "kube-scheduler's figure includes the API round trips of creating the pods, its informers, the claim "
-        "status write and the binding, on CPUs shared by etcd, kube-apiserver, kube-scheduler and the benchmark; "
-        "the port's is pure computation in one process. The ratio is informative, not like for like."
-    )
-    machine = report.as_json()["machine"]
-    report.note(
-        "Where this stands: upstream's test/integration/scheduler_perf reports about 250-270 pods/s for DRA "
-        "claims from templates (SchedulingWithResourceClaimTemplate) on 6 CPUs, kube-apiserver and kube-scheduler "
-        "in the test's own process, on its own test devices; here etcd, kube-apiserver, kube-scheduler and the "
-        f"benchmark share {machine['cpus']} CPUs (1-min load median {machine['load_1min_during']['median']:.1f} "
-        f"during the runs), each node publishes {state.devices_per_node} MIG devices with shared counters, and "
-        "every pod is created over HTTPS inside the measured time."
-    )
+    points: list[Point] = []
+    shares: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="migdra-sched-", dir="/tmp") as scratch, report:
+        for version in versions:
+            found, profiled = measure_version(
+                args, version, args.profile_nodes if version == newest else None, Path(scratch)
+            )
+            points += found
+            shares = shares or profiled
+    write_tables(report, points, shares, newest, args)
     report.finish()
     return 0
+
+
+def write_tables(
+    report: Report, points: list[Point], shares: dict[str, float], newest: str, args: argparse.Namespace
+) -> None:
+    curve = report.table(
+        "curve",
+        f"kube-scheduler on migdra's slices: pods/s by cluster size (nodes of {GPUS_PER_NODE}x {GPU_MODEL}, "
+        "one MIG claim per pod) beside the same scheduler's pods without claims on the same nodes",
+        [
+            "Kubernetes",
+            "nodes (GPUs)",
+            "state",
+            "pods per burst",
+            "DRA pods/s",
+            "floor pods/s (no claim)",
+            "DRA ÷ floor",
+            "mean attempt, DRA",
+            "mean attempt, floor",
+        ],
+    )
+    cost = report.table(
+        "cost",
+        "What each DRA pod cost the control plane's processes (CPU ms per pod, the burst's CPU time divided "
+        "by its pods) and what they held after each size (resident MiB, peak in brackets)",
+        [
+            "Kubernetes",
+            "nodes",
+            "state",
+            *(f"{name} CPU ms/pod (floor)" for name in PROCESSES[1:][::-1]),
+            *(f"{name} MiB" for name in PROCESSES[::-1]),
+        ],
+    )
+    for point in points:
+        dra_rate = [r.rate for r in point.dra]
+        floor_rate = [r.rate for r in point.floor]
+        curve.add(
+            point.version,
+            f"{point.nodes} ({point.nodes * GPUS_PER_NODE:,})",
+            point.state,
+            str(point.pods),
+            summary(dra_rate, "", 1),
+            summary(floor_rate, "", 1),
+            summary(ratios(dra_rate, floor_rate), "x", 2),
+            summary([r.attempt_mean_ms for r in point.dra], "ms", 1),
+            summary([r.attempt_mean_ms for r in point.floor], "ms", 1),
+        )
+        cpu_cells: list[Any] = []
+        for name in PROCESSES[1:][::-1]:
+            dra = statistics.median(r.cpu_ms_per_pod[name] for r in point.dra)
+            floor = statistics.median(r.cpu_ms_per_pod[name] for r in point.floor)
+            cpu_cells.append(f"{dra:,.1f} ({floor:,.1f})")
+        cost.add(
+            point.version,
+            str(point.nodes),
+            point.state,
+            *cpu_cells,
+            *(f"{point.memory[name][0]:,.0f} ({point.memory[name][1]:,.0f})" for name in PROCESSES[::-1]),
+        )
+    newest_points = [p for p in points if p.version == newest]
+    sizes = sorted({p.nodes for p in newest_points})
+    if len(sizes) > 1:
+        plot = report.table(
+            "plot",
+            f"kube-scheduler {newest}: pods/s by nodes (of {GPUS_PER_NODE}x {GPU_MODEL}), medians of the runs",
+            [CHART, "one MIG claim per pod, empty nodes", "one MIG claim per pod, half full", "no claims, empty nodes"],
+        )
+        by_key = {(p.nodes, p.state): p for p in newest_points}
+        for nodes in sizes:
+            empty, half = by_key.get((nodes, "empty")), by_key.get((nodes, "half full"))
+            plot.add(
+                f"{nodes} nodes",
+                summary([r.rate for r in empty.dra], "", 1) if empty else "0",
+                summary([r.rate for r in half.dra], "", 1) if half else "0",
+                summary([r.rate for r in empty.floor], "", 1) if empty else "0",
+            )
+    if shares:
+        profile = report.table(
+            "profile",
+            f"Where kube-scheduler's CPU goes: a profile of one more DRA burst at {args.profile_nodes} nodes, "
+            f"empty, on {newest} (cumulative share of the samples; parts overlap, each includes what it calls)",
+            ["part", "upstream function", "share of samples"],
+        )
+        for what, function in PROFILE_PARTS:
+            profile.add(what, f"`{function}`", f"{shares[what]:.1f}%" if what in shares else "-")
+    report.note(
+        "Each burst is timed from its first pod create until a watch has seen every pod bound: the creates over "
+        "HTTPS, kube-scheduler's queue, its filter and score over the nodes, the DRA allocation, the claim "
+        "status write and the binding, on CPUs shared by etcd, kube-apiserver, kube-scheduler and the benchmark."
+    )
 
 
 if __name__ == "__main__":

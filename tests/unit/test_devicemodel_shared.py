@@ -20,7 +20,7 @@ from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.naming import parse_shared_device_name, shared_device_name
 from dra_driver.devicemodel.occupancy import occupancy
-from dra_driver.devicemodel.policy import PLACEMENT_POLICIES, placement_policy
+from dra_driver.devicemodel.policy import PLACEMENT_POLICIES, DynamicPlacementPolicy, placement_policy
 from dra_driver.devicemodel.pool import Device, NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import (
     ATTRIBUTES,
@@ -199,14 +199,42 @@ def test_every_device_follows_the_vocabulary_shared_only_names_only_on_shared_de
     assert DeviceType.MIG in next(a for a in ATTRIBUTES if a.name == "shared").on
 
 
+def _run_of(device: Device) -> tuple[object, ...]:
+    return (device.placement.size if device.placement else 0, device.compute_slices, device.profile_name, device.shared)
+
+
 @pytest.mark.parametrize("policy", sorted(PLACEMENT_POLICIES))
 def test_every_policy_lists_shared_devices_after_every_exclusive_one(policy: str) -> None:
+    """Each kind in runs of its own (the dynamic policy as it publishes to 1.35: not interleaved)."""
     pool = pool_of(H100, "A100-SXM4-40GB", H100)
+    chosen = DynamicPlacementPolicy(interleave=False) if policy == "dynamic" else placement_policy(policy)
     for held in (frozenset(), frozenset({"gpu-1-shared-3g20gb-9-0", "gpu-0-mig-1g10gb-19-6"})):
-        listed = [d for group in placement_policy(policy).slice_groups(pool, held) for d in group]
+        listed = [d for group in chosen.slice_groups(pool, held) for d in group]
         kinds = [d.shared for d in listed]
         assert kinds == sorted(kinds), policy  # False (exclusive) first, then True (shared)
         assert sum(kinds) == 21
+
+
+def test_interleaved_dynamic_lists_shared_devices_after_the_exclusive_ones_of_each_rank() -> None:
+    """Interleaved (1.36+), the devices that fit come rank by rank -- each profile's best, then each
+    profile's second best -- and inside each rank the exclusive profiles before the shared ones."""
+    pool = pool_of(H100, "A100-SXM4-40GB", H100)
+    for held in (frozenset(), frozenset({"gpu-1-shared-3g20gb-9-0", "gpu-0-mig-1g10gb-19-6"})):
+        listed = [d for group in placement_policy("dynamic").slice_groups(pool, held) for d in group]
+        ranks: list[list[Device]] = [[]]
+        for device in listed:
+            if _run_of(device) in {_run_of(d) for d in ranks[-1]}:
+                ranks.append([])
+            ranks[-1].append(device)
+        assert len(ranks[0]) >= 14  # every exclusive and shared profile of both models has a best
+        for rank in ranks:
+            kinds = [d.shared for d in rank]
+            assert kinds == sorted(kinds)
+        assert sum(d.shared for d in listed) == 21
+
+
+def _run_of(device: Device) -> tuple[object, ...]:
+    return (device.placement.size if device.placement else 0, device.compute_slices, device.profile_name, device.shared)
 
 
 def test_static_orders_shared_devices_as_it_orders_exclusive_ones() -> None:

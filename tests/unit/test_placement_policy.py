@@ -8,6 +8,7 @@ starts (1g.20gb also at 6), 3g.40gb at 0 and 4, 4g.40gb and 7g.80gb at 0.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,7 +21,14 @@ from dra_driver.allocation.pools import gather_pools
 from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.examples import example_inventory
-from dra_driver.devicemodel.fragmentation import capability, gpu_profiles, most_instances, placement_loss
+from dra_driver.devicemodel.fragmentation import (
+    capability,
+    fits,
+    free_slices,
+    gpu_profiles,
+    most_instances,
+    placement_loss,
+)
 from dra_driver.devicemodel.layout import plan_slices, render_slices
 from dra_driver.devicemodel.policy import (
     MAX_DEVICES_PER_SLICE,
@@ -140,13 +148,53 @@ def test_every_policy_lists_each_device_once_within_the_slice_limit(policy: str)
         assert placement_policy(policy).slice_groups(pool, held) == groups  # deterministic
 
 
-def test_dynamic_keeps_each_profile_in_one_slice_so_the_1_35_shuffle_cannot_reorder_it() -> None:
+def test_dynamic_not_interleaved_keeps_each_profile_in_one_slice_so_the_1_35_shuffle_cannot_reorder_it() -> None:
+    """What the plugin publishes to a 1.35 control plane (slices visited in no fixed order)."""
     pool = pool_of(*[H100] * 8)
-    groups = DynamicPlacementPolicy().slice_groups(pool, frozenset())
+    groups = DynamicPlacementPolicy(interleave=False).slice_groups(pool, frozenset())
     for profile, shared in {(d.profile_name, d.shared) for d in pool.devices}:
         kind = (profile, shared)
         holding = {index for index, group in enumerate(groups) for d in group if (d.profile_name, d.shared) == kind}
         assert len(holding) == 1, (profile, shared)
+
+
+def _walk(groups: list[tuple[Device, ...]]) -> list[Device]:
+    return [device for group in groups for device in group]
+
+
+@pytest.mark.parametrize(
+    "held",
+    [
+        frozenset(),
+        frozenset({name(0, "3g.40gb", 4), name(1, "4g.40gb", 0), name(5, "1g.10gb", 6), name(2, "7g.80gb", 0)}),
+    ],
+)
+def test_interleaved_lists_each_profiles_best_first_and_changes_no_choice(held: frozenset[str]) -> None:
+    """Interleaved (1.36+), the best fitting device of every profile comes ahead of every second best:
+    a claim for any profile finds its device within the first few of the node's list instead of after
+    every smaller profile's devices, and it is the device the runs would give -- for one profile and
+    for a selector several profiles satisfy (the first that fits in the walk)."""
+    pool = pool_of(*[H100] * 8)
+    interleaved = _walk(DynamicPlacementPolicy().slice_groups(pool, held))
+    without = _walk(DynamicPlacementPolicy(interleave=False).slice_groups(pool, held))
+    kinds = {(d.profile_name, d.shared) for d in pool.devices}
+    free = free_slices(pool, held)
+
+    def first_fit(walk: list[Device], wanted: Callable[[Device], bool]) -> tuple[int, str] | None:
+        for index, device in enumerate(walk):
+            if device.name not in held and wanted(device) and fits(device, free):
+                return index, device.name
+        return None
+
+    for profile, shared in kinds:
+        found = first_fit(interleaved, lambda d, p=profile, s=shared: (d.profile_name, d.shared) == (p, s))
+        expected = first_fit(without, lambda d, p=profile, s=shared: (d.profile_name, d.shared) == (p, s))
+        assert (found and found[1]) == (expected and expected[1]), (profile, shared)
+        if found is not None:
+            assert found[0] < len(kinds), (profile, shared, found)  # within the first rank
+    for minimum in (1, 2, 4):  # "at least this many memory slices": several profiles satisfy it
+        wanted = lambda d, m=minimum: not d.shared and d.placement is not None and d.placement.size >= m  # noqa: E731
+        assert (first_fit(interleaved, wanted) or (0, ""))[1] == (first_fit(without, wanted) or (0, ""))[1]
 
 
 def test_slice_names_sort_as_the_policy_lists_them_beyond_ten_slices() -> None:

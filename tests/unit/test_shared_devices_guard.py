@@ -12,8 +12,9 @@ from prometheus_client import CollectorRegistry
 
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.pool import build_pool
+from kubeletplugin.control_plane_version import shared_devices_problem
 from kubeletplugin.publisher import RoundFailure, classify_round_failure
-from kubeletplugin.publishing import Publishing, shared_devices_problem
+from kubeletplugin.publishing import Publishing
 from kubeletplugin.settings import PluginSettings
 
 
