@@ -10,7 +10,9 @@ What it decides:
   administrator's profile filters; a MIG-disabled GPU publishes one whole-GPU device and nothing else;
 - every MIG device consumes its memory slices and its SM / engine / memory amounts from its GPU's
   counter set, so kube-scheduler's counter arithmetic alone forbids overlapping placements and
-  engine over-subscription (a second ``+me``, anything beside ``+me.all``);
+  engine over-subscription (a second ``+me``, anything beside ``+me.all``); the aggregate counters
+  the memory slices imply are left out (:mod:`~dra_driver.devicemodel.counters`): they refuse nothing
+  and cost kube-scheduler time on every node it filters;
 - GPU instances we did not create (*foreign* ones) are never touched: every placement overlapping
   one is withheld, their memory slices are published as used (0) and their SMs, engines and memory
   are taken off the counter set, so whatever remains allocatable is also creatable.  Instances we own
@@ -36,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dra_driver.devicemodel.config import DeviceModelConfig
+from dra_driver.devicemodel.counters import implied_counters
 from dra_driver.devicemodel.faults import DeviceTaint
 from dra_driver.devicemodel.naming import (
     counter_set_name,
@@ -420,6 +423,15 @@ def _mig_devices(
                 name_shared = shared_device_name(gpu.minor_number, name, profile.profile_id, placement.start)
                 shared.append(_shared_device(devices[-1], name_shared, sizes))
     devices.extend(shared)  # after the GPU's exclusive devices: a stable order for every policy
+    # Counters the memory slices imply cost kube-scheduler time on every node it filters and refuse nothing.
+    implied = implied_counters(
+        [(frozenset(d.placement.slices()), d.consumes) for d in devices if d.placement is not None], available
+    )
+    if implied:
+        counters = {name: value for name, value in counters.items() if name not in implied}
+        devices = [
+            dataclasses.replace(d, consumes={c: v for c, v in d.consumes.items() if c not in implied}) for d in devices
+        ]
     foreign = [
         ForeignInstance(
             gpu_uuid=gpu.uuid,

@@ -50,6 +50,7 @@ from schedcluster import (
 
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.policy import DynamicPlacementPolicy
+from dra_driver.devicemodel.vocabulary import CAPACITIES
 from migdra_devcluster.upstream.binaries import built_versions, find_binaries
 
 # What every claim and class of the benchmark reads; a probe that strips attributes keeps these.
@@ -85,6 +86,27 @@ def memory_slice_counters_only(slices: list[Json]) -> list[Json]:
     for device in _devices(slices):
         for consumed in device.get("consumesCounters") or []:
             consumed["counters"] = {k: v for k, v in consumed["counters"].items() if k.startswith("memory-slice-")}
+    return slices
+
+
+def every_aggregate_counter(slices: list[Json]) -> list[Json]:
+    """Every device consumes its SM / engine / memory amounts again (read from its capacities) and every
+    counter set meters them (the largest profile's amounts): the counters before implied ones were
+    left out."""
+    slices = copy.deepcopy(slices)
+    budget: dict[str, dict[str, int]] = {}
+    for device in _devices(slices):
+        for consumed in device.get("consumesCounters") or []:
+            for spec in CAPACITIES:
+                amount = int((device.get("capacity") or {}).get(spec.name, {}).get("value", "0"))
+                if amount:
+                    consumed["counters"][spec.counter] = {"value": str(amount)}
+                    known = budget.setdefault(consumed["counterSet"], {})
+                    known[spec.counter] = max(known.get(spec.counter, 0), amount)
+    for body in slices:
+        for counter_set in body["spec"].get("sharedCounters") or []:
+            for counter, amount in budget.get(counter_set["name"], {}).items():
+                counter_set["counters"][counter] = {"value": str(amount)}
     return slices
 
 
@@ -140,8 +162,16 @@ LAYOUTS: tuple[tuple[Layout, bool], ...] = (
     (Layout("no capacities", "probe: no capacities on exclusive devices", transform=no_capacities), False),
     (
         Layout(
+            "every aggregate counter",
+            "every device consumes its SM, engine and memory counters too (the default until 2026-12)",
+            transform=every_aggregate_counter,
+        ),
+        True,
+    ),
+    (
+        Layout(
             "memory-slice counters only",
-            "probe: counters of memory slices only (no memory, SM or engine counters)",
+            "probe: counters of memory slices only (not even the OFA counter two +me need)",
             transform=memory_slice_counters_only,
         ),
         False,

@@ -108,10 +108,15 @@ def test_foreign_slices_claims_and_what_still_fits_on_one_gpu() -> None:
 
 
 def _with_counter(slices: list[dict[str, Any]], counter: str, value: str) -> list[dict[str, Any]]:
+    return _with_counters(slices, [counter], value)
+
+
+def _with_counters(slices: list[dict[str, Any]], counters: list[str], value: str) -> list[dict[str, Any]]:
     changed = copy.deepcopy(slices)
     for resource_slice in changed:
         for counter_set in resource_slice["spec"].get("sharedCounters") or []:
-            counter_set["counters"][counter] = {"value": value}
+            for counter in counters:
+                counter_set["counters"][counter] = {"value": value}
     return changed
 
 
@@ -155,17 +160,17 @@ def _with_counter(slices: list[dict[str, Any]], counter: str, value: str) -> lis
             {("1g.10gb+me", 0), ("7g.80gb", 0)},
             id="foreign-takes-the-ofa",
         ),
-        pytest.param(  # counter values are read from the slice: 40 SMs left rules out 3g (60 SMs) and up
-            _with_counter(example_slices(["H100"], node_name=NODE), "multiprocessors", "40"),
+        pytest.param(  # counter values are read from the slice: no OFA left rules out +me and 7g
+            _with_counter(example_slices(["H100"], node_name=NODE), "ofa-engines", "0"),
             [],
-            "2g.20gb",
-            [0, 2, 4],
-            1 - 2 / 8,
-            {("3g.40gb", 0), ("4g.40gb", 0), ("7g.80gb", 0)},
-            id="published-sms-not-the-catalog",
+            "4g.40gb",
+            [0],
+            1 - 4 / 8,
+            {("1g.10gb+me", 0), ("7g.80gb", 0)},
+            id="published-counters-not-the-catalog",
         ),
         pytest.param(  # a value that is not an integer never makes a device look allocatable
-            _with_counter(example_slices(["H100"], node_name=NODE), "memory", "80Gi"),
+            _with_counters(example_slices(["H100"], node_name=NODE), [f"memory-slice-{i}" for i in range(8)], "one"),
             [],
             None,
             [],

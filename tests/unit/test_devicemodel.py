@@ -150,8 +150,15 @@ def test_profile_filters_per_model_and_default() -> None:
     assert "1g.10gb+me" not in h100
     assert "1g.10gb" in h100
     assert a100 == {"1g.5gb", "1g.5gb+me", "1g.10gb", "7g.40gb"}  # the model's own entry replaces '*'
-    # filters hide devices; they never change what the hardware has
-    assert pool.counter_sets == pool_of("H100-SXM5-80GB", "A100-SXM4-40GB").counter_sets
+    # filters hide devices; they never change the memory slices.  An aggregate counter only the hidden
+    # devices could exceed is implied by the rest and left out (without +me nothing needs the OFA counter).
+    unfiltered = pool_of("H100-SXM5-80GB", "A100-SXM4-40GB")
+    for filtered_set, full_set in zip(pool.counter_sets, unfiltered.counter_sets, strict=True):
+        slices = {k: v for k, v in full_set.counters.items() if k.startswith("memory-slice-")}
+        assert {k: v for k, v in filtered_set.counters.items() if k.startswith("memory-slice-")} == slices
+        assert set(filtered_set.counters) <= set(full_set.counters)
+    assert "ofa-engines" in unfiltered.counter_sets[0].counters
+    assert "ofa-engines" not in pool.counter_sets[0].counters
 
 
 def test_excluded_gpus_by_uuid_and_pci_bus_id() -> None:
@@ -180,14 +187,10 @@ def test_attributes_and_capacities_follow_the_vocabulary() -> None:
     assert device.attributes["resource.kubernetes.io/pciBusID"][1] == "0000:1b:00.0"
     assert device.capacity["multiprocessors"] == 26
     assert device.capacity["memory"] == 20096 * 2**20
+    # its SMs, engines and memory are implied by its memory slices on an H100 (devicemodel/counters.py)
     assert device.consumes == {
         "memory-slice-6": 1,
         "memory-slice-7": 1,
-        "multiprocessors": 26,
-        "copy-engines": 1,
-        "decoders": 1,
-        "jpeg-engines": 1,
-        "memory": 20096 * 2**20,
     }
 
 
@@ -297,8 +300,11 @@ def test_foreign_instance_withholds_its_overlapping_placements_and_nothing_else(
     assert counters_after["gpu-1-counter-set"] == counters_before["gpu-1-counter-set"]
     gpu0 = counters_after["gpu-0-counter-set"]
     assert [gpu0[f"memory-slice-{i}"] for i in range(8)] == [1, 1, 1, 1, 0, 0, 0, 0]
-    assert gpu0["multiprocessors"] == 132 - 60
-    assert gpu0["memory"] == (81152 - 40448) * 2**20
+    # the foreign 3g.40gb holds no OFA: the +me placements left (slices 0-3) still need the counter; the
+    # SMs and memory left are implied by the free memory slices (devicemodel/counters.py)
+    assert gpu0["ofa-engines"] == 1
+    assert "multiprocessors" not in gpu0
+    assert "memory" not in gpu0
 
     # once migdra owns that instance (it is in the checkpoint), everything is published again
     owned = build_pool(after_inventory, config, owned_instances={(after_inventory.gpus[0].gpu.uuid, 2)})
