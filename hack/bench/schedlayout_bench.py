@@ -76,19 +76,6 @@ def no_capacities(slices: list[Json]) -> list[Json]:
     return slices
 
 
-def memory_slice_counters_only(slices: list[Json]) -> list[Json]:
-    slices = copy.deepcopy(slices)
-    for body in slices:
-        for counter_set in body["spec"].get("sharedCounters") or []:
-            counter_set["counters"] = {
-                k: v for k, v in counter_set["counters"].items() if k.startswith("memory-slice-")
-            }
-    for device in _devices(slices):
-        for consumed in device.get("consumesCounters") or []:
-            consumed["counters"] = {k: v for k, v in consumed["counters"].items() if k.startswith("memory-slice-")}
-    return slices
-
-
 def every_aggregate_counter(slices: list[Json]) -> list[Json]:
     """Every device consumes its SM / engine / memory amounts again (read from its capacities) and every
     counter set meters them (the largest profile's amounts): the counters before implied ones were
@@ -167,22 +154,6 @@ LAYOUTS: tuple[tuple[Layout, bool], ...] = (
             transform=every_aggregate_counter,
         ),
         True,
-    ),
-    (
-        Layout(
-            "memory-slice counters only",
-            "probe: counters of memory slices only (not even the OFA counter two +me need)",
-            transform=memory_slice_counters_only,
-        ),
-        False,
-    ),
-    (
-        Layout(
-            "one-clause class selector",
-            "probe: mig.migdra.io's selector cut to its last clause (equivalent on this fleet)",
-            class_selectors={"mig.migdra.io": f"!('shared' in device.attributes['{DRIVER}'])"},
-        ),
-        False,
     ),
 )
 
