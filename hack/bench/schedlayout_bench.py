@@ -34,7 +34,6 @@ from typing import Any
 from benchlib import Report, add_common_arguments, check_runs, summary
 from schedcluster import (
     DEFAULT_LAYOUT,
-    DRIVER,
     GPU_MODEL,
     GPUS_PER_NODE,
     QPS_OF_SCHEDULER_PERF,
