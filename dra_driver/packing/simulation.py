@@ -43,7 +43,7 @@ from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.examples import example_inventory
 from dra_driver.devicemodel.fragmentation import fits, free_slices
 from dra_driver.devicemodel.layout import plan_slices, render_planned
-from dra_driver.devicemodel.policy import PlacementPolicy, placement_policy
+from dra_driver.devicemodel.policy import DynamicPlacementPolicy, PlacementPolicy, placement_policy
 from dra_driver.devicemodel.pool import Device, NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import COMPUTE_SLICES_CAPACITY, DEFAULT_DRIVER_NAME
 from dra_driver.packing.oracle import RepackingOracle, RequestType
@@ -264,13 +264,22 @@ class Cluster:
     policy_name: str
     driver: str = DEFAULT_DRIVER_NAME
     lag: int = 0
+    order: str = SORTED
     nodes: list[SimNode] = field(init=False)
 
     def __post_init__(self) -> None:
         self.nodes = [
-            SimNode(f"node-{index + 1}", models, placement_policy(self.policy_name), self.driver, self.lag)
+            SimNode(f"node-{index + 1}", models, self._policy(), self.driver, self.lag)
             for index, models in enumerate(self.shape.nodes)
         ]
+
+    def _policy(self) -> PlacementPolicy:
+        """The policy as the node plugin publishes with it for the allocator's order: on 1.35 (slices
+        shuffled) ``dynamic`` is not interleaved (kubeletplugin/control_plane_version.py)."""
+        policy = placement_policy(self.policy_name)
+        if isinstance(policy, DynamicPlacementPolicy) and self.order == SHUFFLED:
+            policy.interleave = False
+        return policy
 
 
 def matching_devices(kind: ClaimKind, node: SimNode, driver: str) -> list[Device]:
@@ -291,7 +300,7 @@ def run_policy(
     kinds: Mapping[str, ClaimShape] = KINDS,
 ) -> Outcome:
     """Replay ``trace`` on a fresh cluster of ``shape`` whose nodes publish with ``policy_name``."""
-    cluster = Cluster(shape, policy_name, driver, lag)
+    cluster = Cluster(shape, policy_name, driver, lag, order)
     rng = random.Random(seed) if order == SHUFFLED else None
     specs = {name: kind.spec(driver) for name, kind in kinds.items()}  # one dict per kind: CEL compiled once
     seven_kind = kinds.get(SEVEN_G)

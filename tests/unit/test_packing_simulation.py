@@ -8,7 +8,8 @@ import pytest
 from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.devicemodel.policy import placement_policy
 from dra_driver.packing.bench import COMPARED_POLICIES, mean_ci
-from dra_driver.packing.simulation import SHUFFLED, SORTED, SimNode, run_oracle, run_policy
+from dra_driver.devicemodel.policy import DynamicPlacementPolicy
+from dra_driver.packing.simulation import SHUFFLED, SORTED, Cluster, SimNode, run_oracle, run_policy
 from dra_driver.packing.workloads import CLUSTERS, KINDS, MIXES, fill_trace, poisson_trace
 
 CLASSES = deviceclass_documents(DEVICECLASS_DIR, "gpu.migdra.io")
@@ -62,3 +63,13 @@ def test_confidence_interval() -> None:
     assert mean == pytest.approx(0.6)
     assert (low, high) == pytest.approx((0.6 - 12.706 * 0.1, 0.6 + 12.706 * 0.1), rel=1e-3)
     assert mean_ci([0.4]) == (0.4, 0.4, 0.4)
+
+
+@pytest.mark.parametrize(("order", "interleaved"), [(SORTED, True), (SHUFFLED, False)])
+def test_the_simulated_nodes_publish_as_the_plugin_does_for_that_allocator_order(order: str, interleaved: bool) -> None:
+    """On 1.35 (slices shuffled) the node plugin publishes ``dynamic`` without interleaving
+    (kubeletplugin/control_plane_version.py); the benchmark's 1.35 column must measure that."""
+    cluster = Cluster(H100, "dynamic", order=order)
+    policy = cluster.nodes[0].policy
+    assert isinstance(policy, DynamicPlacementPolicy)
+    assert policy.interleave is interleaved
