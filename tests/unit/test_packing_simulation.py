@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
-from dra_driver.devicemodel.policy import placement_policy
+from dra_driver.devicemodel.policy import DynamicPlacementPolicy, placement_policy
 from dra_driver.packing.bench import COMPARED_POLICIES, mean_ci
-from dra_driver.devicemodel.policy import DynamicPlacementPolicy
 from dra_driver.packing.simulation import SHUFFLED, SORTED, Cluster, SimNode, run_oracle, run_policy
 from dra_driver.packing.workloads import CLUSTERS, KINDS, MIXES, fill_trace, poisson_trace
 
