@@ -70,6 +70,8 @@ def pytest_configure(config: pytest.Config) -> None:
     for tier, holds in TIERS.values():
         config.addinivalue_line("markers", f"{tier}: the {tier} tier, {holds} (given by the folder)")
     config.pluginmanager.register(XdistGroupCheck(), "migdra-xdist-group-check")
+    if not hasattr(config, "workerinput"):  # the run's controller (or a run without workers) only
+        config.pluginmanager.register(HostPathCheck(), "migdra-host-path-check")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
@@ -84,6 +86,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if untiered:
         folders = ", ".join(TIERS)
         raise pytest.UsageError(f"in no tier folder ({folders}; docs/testing.md): {', '.join(sorted(untiered))}")
+
+
+class HostPathCheck:
+    """Fails a run after which a host path the product writes by default exists that did not before: a
+    test that leaves a setting at its production default writes into the host's kubelet directories
+    (it happened: a crash-test child wrote KEP-5304 metadata under /var/lib/kubelet/plugins).  The real
+    node's own host paths are restored by its stop and checked by the node tier."""
+
+    PATHS = (Path("/var/lib/kubelet"), Path("/var/run/cdi"), Path("/etc/cdi"))
+
+    def __init__(self) -> None:
+        self.before = {path for path in self.PATHS if path.exists()}
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        left = sorted(str(path) for path in self.PATHS if path.exists() and path not in self.before)
+        if left:
+            print(f"\nthe tests left on the host what did not exist before the run: {', '.join(left)}")
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 class XdistGroupCheck:

@@ -447,6 +447,8 @@ def _child(arguments: dict[str, Any]) -> None:
     settings = PrepareSettings(
         cdi_dir=Path(arguments["cdi_dir"]),
         state_dir=Path(arguments["state_dir"]),
+        # the device metadata files under the test's directory, never the host's /var/lib/kubelet/plugins
+        plugin_data_dir=Path(arguments["state_dir"]),
         proc_root=Path(arguments["proc_root"]),
     )
     kubeconfig = load_kubeconfig_file(Path(arguments["kubeconfig"]), what="the test's kubeconfig")
