@@ -177,6 +177,9 @@ class DynamicPlacementPolicy:
         slices = {minor: _memory_slices(pool, minor, devices) for minor, devices in by_gpu.items()}
         whole = [d for d in exclusive if d.placement is None]
 
+        def usable(device: Device) -> bool:  # a shared device with claims, or one whose memory slices are free
+            return (device.shared and device.name in allocated) or fits(device, free)
+
         def order(device: Device) -> tuple[object, ...]:
             placement = device.placement
             assert placement is not None
@@ -185,7 +188,7 @@ class DynamicPlacementPolicy:
             # A shared device that already serves claims costs the GPU nothing more: it comes first.
             if device.shared and device.name in allocated:
                 return (0, (), 0, 0, minor, device.name)
-            if not fits(device, free):
+            if not usable(device):
                 return (2, (), 0, 0, minor, device.name)
             loss = placement_loss(profiles.get(minor, ()), gpu_free, placement)
             preference = -placement.start if _is_small(device, slices.get(minor, 0)) else placement.start
@@ -193,16 +196,18 @@ class DynamicPlacementPolicy:
 
         ordered_runs = [*self._profile_runs(exclusive, order), *self._profile_runs(shared, order)]
         if self.interleave:
-
-            def usable(device: Device) -> bool:  # what ``order`` lists ahead of the devices that do not fit
-                return (device.shared and device.name in allocated) or fits(device, free)
-
-            fitting = [[d for d in run if usable(d)] for run in ordered_runs]
-            ranks = max((len(run) for run in fitting), default=0)
-            by_rank = [run[rank] for rank in range(ranks) for run in fitting if rank < len(run)]
-            ordered_runs = [by_rank, *([d for d in run if not usable(d)] for run in ordered_runs)]
+            ordered_runs = self._interleaved(ordered_runs, usable)
         runs = [sorted(whole, key=lambda d: d.gpu_minor), *ordered_runs] if whole else ordered_runs
         return pack_runs([run for run in runs if run])
+
+    @staticmethod
+    def _interleaved(runs: list[list[Device]], usable: Callable[[Device], bool]) -> list[list[Device]]:
+        """The usable devices of all runs rank by rank (every run's first, then every run's second, ...),
+        then each run's devices that are not usable."""
+        fitting = [[d for d in run if usable(d)] for run in runs]
+        ranks = max((len(run) for run in fitting), default=0)
+        by_rank = [run[rank] for rank in range(ranks) for run in fitting if rank < len(run)]
+        return [by_rank, *([d for d in run if not usable(d)] for run in runs)]
 
     @staticmethod
     def _profile_runs(devices: Iterable[Device], order: Callable[[Device], tuple[object, ...]]) -> list[list[Device]]:

@@ -609,9 +609,8 @@ class Burst:
         before, stats_before = read_scheduler_counters(plane), plane.stats()
         with BoundWatch(plane.client, self.namespace) as watch:
             started = time.monotonic()
-            created_at: list[float] = []
             in_parallel(plane.client, self.pods, lambda own, body: own.create(PODS, body), creators)
-            created_at.append(time.monotonic())
+            created = time.monotonic()
             finished = watch.wait({body["metadata"]["name"] for body in self.pods})
             placed = dict(watch.bound)
         after, stats_after = settled_counters(plane, before, len(self.pods)), plane.stats()
@@ -624,7 +623,7 @@ class Burst:
         return Round(
             pods=count,
             seconds=finished - started,
-            create_seconds=created_at[0] - started,
+            create_seconds=created - started,
             attempts_per_pod=(after.attempts - before.attempts) / count,
             sli_mean_ms=1000 * (after.sli_sum - before.sli_sum) / max(after.sli_count - before.sli_count, 1),
             attempt_mean_ms=1000

@@ -202,7 +202,7 @@ def main() -> int:
             fleet.grow(args.nodes)
             if args.state == "half full":
                 fleet.fill_half(args.creators)
-            warm = Burst(plane, "warm-up", 16, profiles)
+            warm = Burst(plane, "warm-up", min(16, len(profiles)), profiles)
             warm.run(args.creators)
             warm.clean_up()
             for run in range(args.runs):

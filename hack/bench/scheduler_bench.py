@@ -46,6 +46,7 @@ from schedcluster import (
     PROFILE_PARTS,
     QPS_OF_SCHEDULER_PERF,
     Burst,
+    ControlPlane,
     Fleet,
     Round,
     claim_profiles,
@@ -119,7 +120,7 @@ def measure_version(
                 continue
             fleet.grow(nodes)
             if not points:
-                warm = Burst(plane, namespace("warm-up"), WARM_UP_PODS, profiles)
+                warm = Burst(plane, namespace("warm-up"), min(WARM_UP_PODS, len(profiles)), profiles)
                 warm.run(args.creators)
                 warm.clean_up()
             for state in STATES:
@@ -153,7 +154,7 @@ def measure_version(
 
 
 def profile_burst(
-    plane: Any, point: Point, namespace: str, profiles: list[str], args: argparse.Namespace, scratch: Path
+    plane: ControlPlane, point: Point, namespace: str, profiles: list[str], args: argparse.Namespace, scratch: Path
 ) -> dict[str, float]:
     """One more DRA burst (not in the tables) under kube-scheduler's CPU profiler; the profile covers the
     burst's expected time, so nearly every sample is the burst's."""
