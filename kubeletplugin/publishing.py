@@ -24,7 +24,7 @@ from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.faults import GpuFault, taint_pool, tainted_devices
 from dra_driver.devicemodel.policy import PRODUCTION_POLICIES, DynamicPlacementPolicy
 from dra_driver.devicemodel.policy import placement_policy as policy_named
-from dra_driver.devicemodel.pool import NodePool, build_pool
+from dra_driver.devicemodel.pool import NodePool, OwnedInstances, build_pool
 from dra_driver.devicemodel.vocabulary import realize_before_bind_conditions
 from dra_driver.errors import MigdraError
 from dra_driver.kube.client import Client
@@ -64,9 +64,7 @@ class PublishingError(MigdraError):
 class Ownership(Protocol):
     """What the prepare service knows about the GPU instances migdra created."""
 
-    def owned_instances(self) -> set[tuple[str, int]]: ...
-
-    def owned_placements(self) -> set[tuple[str, int, Placement]]: ...
+    def owned(self) -> OwnedInstances: ...
 
     def live_shares(self) -> int: ...
 
@@ -176,19 +174,20 @@ class Publishing:
     def compute_pool(self, nvml: Nvml, ownership: Ownership | None, reader: InventoryReader | None = None) -> NodePool:
         """The pool from a fresh NVML read (through ``reader``, which asks only for what can change).
 
-        What migdra owns is read before *and* after the inventory, so an instance being created (known
-        by placement until its ID is recorded) or being destroyed (record dropped right after) never
-        shows up as foreign for one round.  The same inventory and ownership as last time give the
+        What migdra owns is read before *and* after the inventory, each time IDs and placements from one
+        read of the records (:class:`~dra_driver.devicemodel.pool.OwnedInstances`), so an instance being
+        created (known by placement until its ID is recorded) or being destroyed (record dropped right
+        after) never shows up as foreign for one round.  The same inventory and ownership as last time give the
         same pool object back (building one is pure), which the publisher recognises at once."""
         read = (reader or InventoryReader()).read
         shares: dict[tuple[str, int, Placement], tuple[Placement, ...]] = {}
         if ownership is None:
             inventory = read_settled_inventory(nvml, read)
-            owned: tuple[frozenset[tuple[str, int]], frozenset[tuple[str, int, Placement]]] = (frozenset(), frozenset())
+            owned = OwnedInstances()
         else:
-            before = ownership.owned_instances()
+            before = ownership.owned()
             inventory = read_settled_inventory(nvml, read)
-            owned = (frozenset(before | ownership.owned_instances()), frozenset(ownership.owned_placements()))
+            owned = before | ownership.owned()
             shares = ownership.share_compute_instances()
         faults = self.faults() if self.faults is not None else ()
         config = self._effective_config(ownership.live_shares() if ownership is not None else 0)
@@ -203,8 +202,8 @@ class Publishing:
             pool = build_pool(
                 inventory,
                 config,
-                owned_instances=owned[0],
-                owned_placements=owned[1],
+                owned_instances=owned.instances,
+                owned_placements=owned.placements,
                 binding=binding,
                 share_compute_instances=shares,
             )

@@ -205,6 +205,21 @@ class ForeignInstance:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnedInstances:
+    """The GPU instances migdra created, as one read of its records names them: by GI ID once NVML
+    returned it, by (GPU UUID, GI profile ID, placement) while NVML is being asked.
+
+    One value from one read, because the record swaps a placement for its ID in one step: two separate
+    reads (IDs, then placements) can fall on either side of that swap and name the instance in neither."""
+
+    instances: frozenset[tuple[str, int]] = frozenset()
+    placements: frozenset[tuple[str, int, Placement]] = frozenset()
+
+    def __or__(self, other: OwnedInstances) -> OwnedInstances:
+        return OwnedInstances(self.instances | other.instances, self.placements | other.placements)
+
+
+@dataclass(frozen=True, slots=True)
 class _Ownership:
     """Which GPU instances are migdra's: recorded by ID, or being created at a recorded placement; and
     the compute instances its shares hold in each shared GPU instance."""

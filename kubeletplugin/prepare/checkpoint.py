@@ -7,9 +7,9 @@ touches NVML; then, per MIG device and under the GPU's lock, the GPU instances s
 just before it asks NVML for the GI (``gpuInstancesBefore``: "creation requested"), and the GI ID as
 soon as NVML returns it (before the compute instance is created); and ``PrepareCompleted`` (plus the
 compute instance, MIG UUID and CDI IDs) after the CDI spec is on disk.  So after a crash the record
-tells recovery exactly which instances may be migdra's, and :meth:`CheckpointStore.owned_instances` /
-:meth:`~CheckpointStore.owned_placements` tell the slice publisher about an instance from the moment
-it exists.  It never talks to NVML or the API server and never decides what to destroy.
+tells recovery exactly which instances may be migdra's, and :meth:`CheckpointStore.owned` tells the
+slice publisher about an instance from the moment it exists.  It never talks to NVML or the API server
+and never decides what to destroy.
 
 Layout: one file per claim, ``<state dir>/claims/<boot ID>/<claim UID>.json``, so a change of a claim
 rewrites that claim's file alone and a prepare's disk work does not grow with the claims the node
@@ -57,6 +57,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver.devicemodel.pool import OwnedInstances
 from dra_driver.durable import WriteCost, remove_leftover_temporary_files, write_file_atomically
 from dra_driver.mig.catalog import Placement
 from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError, LockTimeoutError
@@ -265,19 +266,35 @@ class CheckpointStore:
             self._refresh_all_locked()
             return tuple(pinned.record for pinned in self._sorted_files())
 
-    def owned_instances(self) -> set[tuple[str, int]]:
-        """(GPU UUID, GI ID) of every GPU instance a record says migdra created (admin access excluded).
+    def owned(self) -> OwnedInstances:
+        """Every GPU instance the records say migdra created (admin access excluded), from one read.
 
-        A GI counts from the intermediate write right after NVML created it, so an instance that is
-        still waiting for its compute instance is migdra's, not a foreign one, in every publish round --
-        whichever plugin process created it.
+        By GI ID from the intermediate write right after NVML created it, so an instance still waiting
+        for its compute instance is migdra's, not a foreign one, in every publish round -- whichever
+        plugin process created it.  By (GPU UUID, GI profile ID, placement) while NVML is being asked
+        and the ID is unknown: the entry is recorded under the GPU's lock after the placement was found
+        free, before the NVML call, and replaced by the GI ID in one step (one replacement of the
+        claim's file).  Both come from the same read of the records, so the instance is named by one
+        or the other whenever that read falls; read before and after the node's instances, the two
+        reads together name every GI migdra created that the inventory shows.
         """
-        return {
-            (device.intent.gpu_uuid, device.gpu_instance_id)
-            for record in self.records()
-            for device in record.devices
-            if device.owns_instance and device.gpu_instance_id is not None
-        }
+        records = self.records()
+        return OwnedInstances(
+            instances=frozenset(
+                (device.intent.gpu_uuid, device.gpu_instance_id)
+                for record in records
+                for device in record.devices
+                if device.owns_instance and device.gpu_instance_id is not None
+            ),
+            placements=frozenset(
+                (device.intent.gpu_uuid, device.intent.profile_id, device.intent.placement)
+                for record in records
+                for device in record.devices
+                if device.creation_in_flight
+                and device.intent.profile_id is not None
+                and device.intent.placement is not None
+            ),
+        )
 
     def live_shares(self) -> int:
         """How many devices of the records are shares of a shared GPU instance (prepared, being
@@ -297,24 +314,6 @@ class CheckpointStore:
                 if intent.is_share and placement is not None and intent.profile_id is not None and intent.placement:
                     taken.setdefault((intent.gpu_uuid, intent.profile_id, intent.placement), []).append(placement)
         return {key: tuple(sorted(placements, key=lambda p: p.start)) for key, placements in taken.items()}
-
-    def owned_placements(self) -> set[tuple[str, int, Placement]]:
-        """(GPU UUID, GI profile ID, placement) of every GI NVML is being asked for, whose ID is unknown yet.
-
-        Covers the moment between NVML creating a GI and its ID reaching the checkpoint: a GI of exactly
-        that profile at exactly that placement on that GPU is migdra's.  The entry is recorded under the
-        GPU's lock after the placement was found free, before the NVML call, and replaced by the GI ID
-        (:meth:`owned_instances`) in one step (one replacement of the claim's file); so, read after the
-        node's instances were read, the two together name every GI migdra created.
-        """
-        return {
-            (device.intent.gpu_uuid, device.intent.profile_id, device.intent.placement)
-            for record in self.records()
-            for device in record.devices
-            if device.creation_in_flight
-            and device.intent.profile_id is not None
-            and device.intent.placement is not None
-        }
 
     def find_owner(self, gpu_uuid: str, profile_id: int, placement: Placement) -> DeviceRecord | None:
         """The completed, non-admin device record that created the instance at exactly this placement."""

@@ -63,6 +63,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
+from dra_driver.devicemodel.pool import OwnedInstances
 from dra_driver.kube.client import Client
 from dra_driver.kubelet.calls import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 from dra_driver.logs import log_context
@@ -1055,12 +1056,11 @@ class PrepareService:
             and device.intent.placement is not None
         ]
 
-    def owned_instances(self) -> set[tuple[str, int]]:
-        """(GPU UUID, GPU-instance ID) of every GI migdra created and still records (for the publisher).
-
-        Includes a GI whose prepare is still running: its ID is recorded as soon as NVML returns it.
-        """
-        return self._require_store().owned_instances()
+    def owned(self) -> OwnedInstances:
+        """The GPU instances migdra created and still records, by ID or, while NVML is being asked, by
+        placement -- from one read of the records (for the publisher; see docs/prepare.md, "What the
+        slice publisher is told").  Includes a GI whose prepare is still running."""
+        return self._require_store().owned()
 
     def live_shares(self) -> int:
         """Devices of the checkpoint that are shares of a shared GPU instance (for the publisher)."""
@@ -1069,15 +1069,6 @@ class PrepareService:
     def share_compute_instances(self) -> dict[tuple[str, int, Placement], tuple[Placement, ...]]:
         """The CI placements shares hold in each shared GI (for the publisher: the sizes still placeable)."""
         return self._require_store().share_compute_instances()
-
-    def owned_placements(self) -> set[tuple[str, int, Placement]]:
-        """(GPU UUID, GI profile ID, placement) of every GI being created whose ID is not recorded yet.
-
-        A GI of that profile at exactly that placement on that GPU is migdra's.  Read *after* the node's
-        instances, this and :meth:`owned_instances` together name every GI migdra created (see
-        docs/prepare.md, "What the slice publisher is told").
-        """
-        return self._require_store().owned_placements()
 
     def checkpoint_write_stats(self) -> CheckpointWriteStats:
         """The checkpoint's disk work done by this process so far (the prepare benchmark reads it)."""

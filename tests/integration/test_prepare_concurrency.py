@@ -76,19 +76,19 @@ def test_a_second_plugin_starts_beside_a_running_one_and_shares_its_claims(node:
     gi = node.instances()[0][1]
 
     new = node.service(nvml=other_nvml)  # no wait for the running one: locks are per operation
-    assert new.owned_instances() == {(node.gpu_uuid(0), gi)}  # the publisher of the new pod: not foreign
+    assert new.owned().instances == {(node.gpu_uuid(0), gi)}  # the publisher of the new pod: not foreign
     again = new.prepare([first])[first.uid]
     assert again == old.prepare([first])[first.uid]  # the old pod's record, verified, nothing created
     assert len(node.instances()) == 1
 
     second = node.claim("second", [result("gpu-0-mig-1g20gb-15-6")])
     assert new.prepare([second])[second.uid].error == ""
-    assert len(old.owned_instances()) == 2  # the old pod sees the new pod's record too
+    assert len(old.owned().instances) == 2  # the old pod sees the new pod's record too
 
     assert old.unprepare([second])[second.uid].error == ""  # prepared by the new pod, released by the old
     assert new.unprepare([first])[first.uid].error == ""
     assert node.instances() == []
-    assert old.owned_instances() == new.owned_instances() == set()
+    assert old.owned().instances == new.owned().instances == set()
 
 
 def test_a_placement_prepared_by_one_plugin_is_refused_to_a_claim_on_the_other(node: Node, other_nvml: Nvml) -> None:
@@ -154,7 +154,7 @@ def test_owned_placements_include_a_creation_in_flight_in_the_other_plugin(node:
     with HeldCall(other_nvml, "create_gpu_instance") as held:
         prepare = Background(old, [ref])
         held.wait_entered()
-        pending = new.owned_placements()
+        pending = new.owned().placements
     assert prepare.join()[ref.uid].error == ""
     assert pending == {(node.gpu_uuid(0), 15, Placement(start=2, size=2))}
 

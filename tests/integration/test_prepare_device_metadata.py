@@ -58,7 +58,7 @@ def metadata_dir(node: Node) -> Path:
 def published_attributes(node: Node, service: PrepareService, device_name: str) -> dict[str, Any]:
     """What the slice publisher publishes for the device right now (its own read and build)."""
     pool = build_pool(
-        read_inventory(node.nvml), DeviceModelConfig(driver_name=DRIVER), owned_instances=service.owned_instances()
+        read_inventory(node.nvml), DeviceModelConfig(driver_name=DRIVER), owned_instances=service.owned().instances
     )
     (device,) = [d for d in pool.devices if d.name == device_name]
     attributes = device.to_api()["attributes"]

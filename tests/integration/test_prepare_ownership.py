@@ -1,7 +1,7 @@
 """What the slice publisher is told while a prepare is running: migdra's own GI is never foreign.
 
-The publisher builds the pool from the node's instances and ``owned_instances()`` (and, once
-``build_pool`` takes them, ``owned_placements()``), read in that order from its own thread.  A GI
+The publisher builds the pool from what ``owned()`` names (GI IDs, and placements of GIs NVML is being
+asked for) read before and after the node's instances, from its own thread.  A GI
 migdra is creating must count as migdra's from the moment it exists, not only from
 ``PrepareCompleted``: otherwise the allocated device vanishes from the slices, the pool generation is
 bumped twice and ``migdra_foreign_gpu_instances`` reports a false foreign instance.
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.devicemodel.config import DeviceModelConfig
-from dra_driver.devicemodel.pool import build_pool
+from dra_driver.devicemodel.pool import OwnedInstances, build_pool
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import GpuInstanceInfo
@@ -48,13 +48,13 @@ def test_a_gpu_instance_is_migdras_while_its_compute_instance_is_being_created(
             gi = gi_at(node, gpu, PLACEMENT)
             assert gi is not None, "the GPU instance was never created"
             assert gi.compute_instances == ()
-            owned = (gpu, gi.gpu_instance_id) in service.owned_instances()
+            owned = (gpu, gi.gpu_instance_id) in service.owned().instances
             still_preparing = prepare.running
-            # A publish round now: the node's instances, then owned_instances() (the publisher's order).
-            pool = build_pool(read_inventory(node.nvml), DeviceModelConfig(), owned_instances=service.owned_instances())
+            # A publish round now: the node's instances, then owned() (the publisher's order).
+            pool = build_pool(read_inventory(node.nvml), DeviceModelConfig(), owned_instances=service.owned().instances)
         results = prepare.join()
 
-    assert owned, "owned_instances() did not contain the GI migdra created while its prepare was running"
+    assert owned, "owned() did not contain the GI migdra created while its prepare was running"
     assert still_preparing
     assert pool.foreign_instances == ()
     assert DEVICE in {device.name for device in pool.devices}
@@ -72,17 +72,15 @@ def test_a_gpu_instance_being_created_is_migdras_by_placement_until_its_id_is_re
         with HeldCall(node.nvml, "create_gpu_instance") as held:
             prepare = Background(service, [ref])
             held.wait_entered()  # NVML is being asked for the GI: no ID yet
-            pending = service.owned_placements()
-            ids_meanwhile = service.owned_instances()
+            meanwhile = service.owned()
             still_preparing = prepare.running
         results = prepare.join()
-        after = (service.owned_placements(), service.owned_instances())
+        after = service.owned()
 
-    assert pending == {(gpu, 15, PLACEMENT)}
-    assert ids_meanwhile == set()
+    assert meanwhile == OwnedInstances(placements=frozenset({(gpu, 15, PLACEMENT)}))
     assert still_preparing
     assert results[ref.uid].error == ""
-    assert after == (set(), {(gpu, 5)})
+    assert after == OwnedInstances(instances=frozenset({(gpu, 5)}))
 
 
 def test_a_claim_that_collides_with_one_being_prepared_is_told_whose_it_is(
@@ -133,7 +131,7 @@ def test_a_gpu_instance_whose_id_cannot_be_recorded_is_destroyed_before_anything
         ref = node.claim("disk-full", [result(DEVICE)])
         error = service.prepare([ref])[ref.uid].error
         assert "disk full" in error
-        assert service.owned_instances() == set()  # no GI left for the record to name
+        assert service.owned().instances == set()  # no GI left for the record to name
         assert node.instances() == []
         assert [device.gpu_instances_before for device in steps.devices] == [()]
 

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.policy import DynamicPlacementPolicy
-from dra_driver.devicemodel.pool import build_pool
+from dra_driver.devicemodel.pool import OwnedInstances, build_pool
 from kubeletplugin.control_plane_version import ControlPlaneVersion, shared_devices_problem
 from kubeletplugin.publisher import RoundFailure, classify_round_failure
 from kubeletplugin.publishing import Publishing
@@ -125,11 +125,8 @@ class _Shares:
     def __init__(self, count: int) -> None:
         self.count = count
 
-    def owned_instances(self) -> set[tuple[str, int]]:
-        return set()
-
-    def owned_placements(self) -> set[Any]:
-        return set()
+    def owned(self) -> OwnedInstances:
+        return OwnedInstances()
 
     def live_shares(self) -> int:
         return self.count

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.devicemodel.pool import OwnedInstances
 from dra_driver.mig.catalog import Placement
 from kubeletplugin.prepare.checkpoint import CheckpointStore
 from kubeletplugin.prepare.errors import CheckpointError, DeviceConflictError
@@ -77,7 +78,7 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
     assert outcome.discarded == ()
     assert reloaded.get("uid-1") == record
     assert reloaded.get("uid-2") == started
-    assert reloaded.owned_instances() == {(GPU, 13)}
+    assert reloaded.owned().instances == {(GPU, 13)}
 
 
 def rewrite(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
@@ -235,17 +236,17 @@ def test_each_step_of_a_prepare_is_on_disk_and_owned_from_the_moment_the_gpu_ins
     store.load()
     first, second = DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-0", 0)), DeviceRecord(intent=intent("d1", 1))
     store.begin(started("uid-1", first, second))
-    assert (store.owned_instances(), store.owned_placements()) == (set(), set())  # nothing asked of NVML yet
+    assert store.owned() == OwnedInstances()  # nothing asked of NVML yet
 
     requested = store.update_device("uid-1", 0, first.model_copy(update={"gpu_instances_before": (3, 9)}))
     assert requested.devices == (first.model_copy(update={"gpu_instances_before": (3, 9)}), second)
-    assert store.owned_placements() == {(GPU, 19, Placement(start=0, size=1))}
-    assert store.owned_instances() == set()
+    assert store.owned().placements == {(GPU, 19, Placement(start=0, size=1))}
+    assert store.owned().instances == set()
     assert CheckpointStore(tmp_path, BOOT).load().records == (requested,)  # durable before the NVML call
 
     created = store.update_device("uid-1", 0, requested.devices[0].model_copy(update={"gpu_instance_id": 13}))
-    assert store.owned_instances() == {(GPU, 13)}  # a started record's GI is migdra's: never foreign
-    assert store.owned_placements() == set()
+    assert store.owned().instances == {(GPU, 13)}  # a started record's GI is migdra's: never foreign
+    assert store.owned().placements == set()
     assert CheckpointStore(tmp_path, BOOT).load().records == (created,)
     assert created.devices[0].gpu_instances_before == (3, 9)
 
@@ -260,7 +261,7 @@ def test_admin_access_and_whole_gpus_are_never_owned_placements(tmp_path: Path) 
             DeviceRecord(intent=intent("gpu-0", None), gpu_instances_before=()),
         )
     )
-    assert (store.owned_instances(), store.owned_placements()) == (set(), set())
+    assert store.owned() == OwnedInstances()
 
 
 def test_a_checkpoint_written_before_gpu_instances_before_existed_still_loads(tmp_path: Path) -> None:
@@ -286,7 +287,7 @@ def test_two_plugin_processes_share_one_checkpoint_without_losing_a_record(tmp_p
     with pytest.raises(DeviceConflictError, match="already prepared for claim ns/uid-old"):
         new.begin(started("uid-double", DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-0", 0))))
     new.update_device("uid-old", 0, DeviceRecord(intent=intent("gpu-0-mig-1g10gb-19-0", 0), gpu_instance_id=7))
-    assert old.owned_instances() == {(GPU, 7)}  # the other process's step, seen by this one's publisher
+    assert old.owned().instances == {(GPU, 7)}  # the other process's step, seen by this one's publisher
     old.drop("uid-new")
     assert [r.claim_uid for r in new.records()] == ["uid-old"]
     assert [r.claim_uid for r in CheckpointStore(tmp_path, BOOT).load().records] == ["uid-old"]
