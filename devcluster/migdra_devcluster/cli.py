@@ -53,6 +53,12 @@ def sim() -> None:
     help="run the plugins with --realize-before-bind: MIG instances are created before pods are bound",
 )
 @click.option(
+    "--shared-devices",
+    is_flag=True,
+    help="publish shared GPU-instance devices (the plugins' device config says sharedDevices: true), so claims of "
+    "mig-shared.migdra.io can share one GPU instance",
+)
+@click.option(
     "--plugin-env",
     "plugin_env",
     multiple=True,
@@ -87,6 +93,7 @@ def up(
     node_gpus: tuple[str, ...],
     driver_name: str,
     realize_before_bind: bool,
+    shared_devices: bool,
     plugin_env: tuple[str, ...],
     kube_bin_dir: Path | None,
     kube_version: str | None,
@@ -126,6 +133,7 @@ def up(
         gpus,
         driver_name=driver_name,
         realize_before_bind=realize_before_bind,
+        shared_devices=shared_devices,
         plugin_env=tuple(_parse_plugin_env(item) for item in plugin_env),
         node_gpus=tuple(_parse_node_gpus(item) for item in node_gpus),
         kube_bin_dir=kube_bin_dir.absolute() if kube_bin_dir is not None else None,

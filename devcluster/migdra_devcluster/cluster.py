@@ -83,6 +83,7 @@ class ClusterSpec:
     wipe_delay: float = 30.0
     deviceclass_dir: Path = DEVICECLASS_DIR
     realize_before_bind: bool = False
+    shared_devices: bool = False  # the plugins publish shared GPU-instance devices (sharedDevices: true)
     # (node, variable, value): extra environment of one node's plugin (a fault plan for one node's GPUs).
     plugin_env: tuple[tuple[str, str, str], ...] = ()
     node_gpus: tuple[tuple[str, str], ...] = ()
@@ -112,6 +113,7 @@ def node_layout(spec: ClusterSpec, node: str) -> dict[str, Path]:
         "proc": root / "proc",
         "state": root / "nvml-state.json",
         "log": root / "plugin.log",
+        "device_config": root / "device-config.yaml",
         "pid": root / PLUGIN_PID,
     }
 
@@ -225,6 +227,7 @@ class PluginProcess(SupervisedProcess):
             "--sim-gpus",
             self.spec.gpus_of(self.node),
             *(["--realize-before-bind"] if self.spec.realize_before_bind else []),
+            *(["--device-config", str(p["device_config"])] if self.spec.shared_devices else []),
             *(["--dev-root", str(p["dev_root"])] if "dev_root" in p else []),
             *(["--driver-root", str(p["driver_root"]), "--cdi-driver-files"] if "driver_root" in p else []),
             *(["--pod-uid", self.pod_uid] if self.pod_uid is not None else []),
@@ -246,6 +249,8 @@ class PluginProcess(SupervisedProcess):
     def start(self) -> None:
         for key in ("registry", "plugin", "cdi", "proc"):
             self.paths[key].mkdir(parents=True, exist_ok=True)
+        if self.spec.shared_devices:
+            self.paths["device_config"].write_text("sharedDevices: true\n", encoding="utf-8")
         super().start()
 
     def env(self) -> dict[str, str]:

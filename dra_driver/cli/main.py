@@ -120,7 +120,7 @@ def gpus(
     "config_file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="device model configuration (YAML: driverName, profiles, excludeGpus)",
+    help="device model configuration (YAML: driverName, profiles, excludeGpus, sharedDevices)",
 )
 @click.option("--exclude-gpu", multiple=True, help="leave out a GPU (UUID or PCI bus id); repeatable")
 @click.option("-o", "--output", type=click.Choice(["table", "yaml", "json"]), default="table", show_default=True)

@@ -8,6 +8,7 @@ with the allocator's reasons); 2: an input cannot be used.  See :mod:`dra_driver
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -81,6 +82,11 @@ def _counts(values: tuple[str, ...]) -> dict[str, int]:
     show_default=True,
     help="the node plugin's placement policy",
 )
+@click.option(
+    "--shared-devices",
+    is_flag=True,
+    help="the nodes publish shared GPU-instance devices (the plugin's sharedDevices: true): claims may be shares",
+)
 @click.option("--driver-name", default=DEFAULT_DRIVER_NAME, show_default=True, help="DRA driver name")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def plan_command(
@@ -92,6 +98,7 @@ def plan_command(
     arrivals: int,
     seeds: int,
     policy: str,
+    shared_devices: bool,
     driver_name: str,
     output: str,
 ) -> None:
@@ -99,12 +106,18 @@ def plan_command(
     from dra_driver.cli.allocate_command import load_objects  # noqa: PLC0415
     from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents  # noqa: PLC0415
     from dra_driver.devicemodel.naming import driver_name_problem  # noqa: PLC0415
-    from dra_driver.packing.plan import claims_from_documents, compute_pod_counts, parse_nodes, plan  # noqa: PLC0415
+    from dra_driver.packing.plan import (  # noqa: PLC0415
+        claims_from_documents,
+        compute_pod_counts,
+        parse_nodes,
+        plan,
+        shared_class_problem,
+    )
 
     problem = driver_name_problem(driver_name)
     if problem is not None:
         raise click.BadParameter(f"{driver_name!r} is not a DRA driver name: it {problem}", param_hint="--driver-name")
-    shape = parse_nodes(node_specs)
+    shape = dataclasses.replace(parse_nodes(node_specs), shared_devices=shared_devices)
     loaded = load_objects(workload_files, "--workload", ("ResourceClaim", "ResourceClaimTemplate", "Pod"))
     documents = [d for d in loaded if d.get("kind") != "Pod"]
     if not documents:
@@ -116,6 +129,10 @@ def plan_command(
     # Pods in the files say how many of each claim they use (a template once per Pod); --count wins.
     pod_counts = compute_pod_counts([d for d in loaded if d.get("kind") == "Pod"], names)
     claims = claims_from_documents(documents, {**pod_counts, **_counts(counts)}, "--rate" if rates else "--count")
+    if not shared_devices:
+        shared = shared_class_problem(claims)
+        if shared is not None:
+            raise ConfigurationError(shared)
     unknown = sorted(set(rate_of) - {c.name for c in claims})
     if unknown:
         raise ConfigurationError(f"--rate {unknown[0]}=...: no claim or template of that name in the workload")

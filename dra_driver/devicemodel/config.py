@@ -72,7 +72,7 @@ class DeviceModelConfig(BaseModel):
         description="GPUs to leave out entirely, by UUID ('GPU-...') or PCI bus id ('0000:1b:00.0')",
     )
     shared_devices: bool = Field(
-        default=True,
+        default=False,
         description="publish a shared GPU-instance device (allowMultipleAllocations, one compute instance per "
         "claim) beside each exclusive MIG device whose profile can hold several compute instances; false: "
         "exclusive devices only",

@@ -188,6 +188,23 @@ class PlanResult:
         return self.first_failure is None
 
 
+def shared_class_problem(claims: Sequence[PlannedClaim]) -> str | None:
+    """Why these claims cannot be planned on nodes without shared GPU-instance devices: the first request
+    that names the shared DeviceClass (``mig-shared.*``), whose devices a node publishes only with
+    ``sharedDevices: true``; None if none does."""
+    for claim in claims:
+        for request in (claim.spec.get("devices") or {}).get("requests") or []:
+            for option in [request.get("exactly") or {}, *(request.get("firstAvailable") or [])]:
+                class_name = str(option.get("deviceClassName") or "")
+                if class_name.startswith("mig-shared."):
+                    return (
+                        f"claim {claim.name}: request {request.get('name')!r} asks for DeviceClass {class_name}, "
+                        "whose shared GPU-instance devices a node publishes only with sharedDevices: true: "
+                        "plan with --shared-devices"
+                    )
+    return None
+
+
 def plan(
     shape: ClusterShape,
     claims: Sequence[PlannedClaim],
@@ -197,7 +214,7 @@ def plan(
 ) -> PlanResult:
     """Place every copy of every claim in order; stop at the first that does not fit anywhere."""
     nodes = [
-        SimNode(f"node-{i + 1}", models, placement_policy(policy), driver, lag=0)
+        SimNode(f"node-{i + 1}", models, placement_policy(policy), driver, lag=0, shared_devices=shape.shared_devices)
         for i, models in enumerate(shape.nodes)
     ]
     result = PlanResult(shape, policy, requested={c.name: c.count for c in claims}, driver=driver)

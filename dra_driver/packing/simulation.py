@@ -140,17 +140,20 @@ def node_object(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}
 
 
-# (node name, GPU models, driver) -> the pool and its device dicts.  Shared by every run in the process:
+# (node name, GPU models, driver, shared devices) -> the pool and its device dicts.  Shared by every run in the process:
 # the pool is a pure function of these, and the same device dict lets the allocator's CEL activation
 # and verdict caches (keyed by the dict's identity, as kube-scheduler's by its informer's objects) carry
 # from one policy's run to the next instead of converting every device again.
-_POOLS: dict[tuple[str, tuple[str, ...], str], tuple[NodePool, dict[str, dict[str, object]]]] = {}
+_POOLS: dict[tuple[str, tuple[str, ...], str, bool], tuple[NodePool, dict[str, dict[str, object]]]] = {}
 
 
-def _pool_of(name: str, models: Sequence[str], driver: str) -> tuple[NodePool, dict[str, dict[str, object]]]:
-    key = (name, tuple(models), driver)
+def _pool_of(
+    name: str, models: Sequence[str], driver: str, shared_devices: bool
+) -> tuple[NodePool, dict[str, dict[str, object]]]:
+    key = (name, tuple(models), driver, shared_devices)
     if key not in _POOLS:
-        pool = build_pool(example_inventory(list(models)), DeviceModelConfig(driver_name=driver))
+        config = DeviceModelConfig(driver_name=driver, shared_devices=shared_devices)
+        pool = build_pool(example_inventory(list(models)), config)
         _POOLS[key] = (pool, {device.name: device.to_api() for device in pool.devices})
     return _POOLS[key]
 
@@ -158,10 +161,21 @@ def _pool_of(name: str, models: Sequence[str], driver: str) -> tuple[NodePool, d
 class SimNode:
     """One node: its pool, the slices the scheduler sees, and the claims allocated on it."""
 
-    def __init__(self, name: str, models: Sequence[str], policy: PlacementPolicy, driver: str, lag: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        models: Sequence[str],
+        policy: PlacementPolicy,
+        driver: str,
+        lag: int,
+        *,
+        shared_devices: bool = False,
+    ) -> None:
         self.name = name
         self.node = node_object(name)
-        self.pool, self._api = _pool_of(name, models, driver)  # device name -> its dict, the same in every publish
+        self.pool, self._api = _pool_of(
+            name, models, driver, shared_devices
+        )  # device name -> its dict, the same in every publish
         self.policy = policy
         self.lag = lag
         self.by_name: dict[str, Device] = {device.name: device for device in self.pool.devices}
@@ -269,7 +283,14 @@ class Cluster:
 
     def __post_init__(self) -> None:
         self.nodes = [
-            SimNode(f"node-{index + 1}", models, self._policy(), self.driver, self.lag)
+            SimNode(
+                f"node-{index + 1}",
+                models,
+                self._policy(),
+                self.driver,
+                self.lag,
+                shared_devices=self.shape.shared_devices,
+            )
             for index, models in enumerate(self.shape.nodes)
         ]
 
@@ -391,7 +412,8 @@ def accepted_profiles(
     programs = {name: [compile_selector(e) for e in expressions] for name, expressions in selectors.items()}
     accepted: dict[str, dict[str, frozenset[str]]] = {name: {} for name in selectors}
     for model in sorted(set(shape.gpu_models)):
-        pool = build_pool(example_inventory([model]), DeviceModelConfig(driver_name=driver))
+        config = DeviceModelConfig(driver_name=driver, shared_devices=shape.shared_devices)
+        pool = build_pool(example_inventory([model]), config)
         for name, compiled in programs.items():
             accepted[name][model] = frozenset(
                 d.profile_name
@@ -407,7 +429,8 @@ def selects_shared(
     """Whether some name's CEL ``selectors`` all accept a shared GPU-instance device of the cluster's models."""
     programs = [[compile_selector(e) for e in expressions] for expressions in selectors.values()]
     for model in sorted(set(shape.gpu_models)):
-        pool = build_pool(example_inventory([model]), DeviceModelConfig(driver_name=driver))
+        config = DeviceModelConfig(driver_name=driver, shared_devices=shape.shared_devices)
+        pool = build_pool(example_inventory([model]), config)
         for device in pool.devices:
             if device.shared and any(all(p.matches(device.to_api(), driver=driver) for p in c) for c in programs):
                 return True

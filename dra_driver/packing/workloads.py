@@ -30,7 +30,7 @@ import enum
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
@@ -269,6 +269,9 @@ class ClusterShape:
 
     name: str
     nodes: tuple[tuple[str, ...], ...]
+    # Whether the nodes publish shared GPU-instance devices (the plugin's ``sharedDevices: true``; off by
+    # default, docs/device-model.md): without them no claim can be a share.
+    shared_devices: bool = False
 
     @property
     def gpu_models(self) -> list[str]:
@@ -469,7 +472,7 @@ def sharing_workloads() -> list[Workload]:
                 Workload(
                     f"fill-pods-{needs}-{asked.value}@{SHARING_CLUSTER}",
                     mix,
-                    CLUSTERS[SHARING_CLUSTER],
+                    replace(CLUSTERS[SHARING_CLUSTER], shared_devices=True),
                     fill=True,
                     kinds=pod_kinds(POD_NEEDS[needs], asked),
                 )

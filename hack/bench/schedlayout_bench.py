@@ -130,9 +130,9 @@ LAYOUTS: tuple[tuple[Layout, bool], ...] = (
     (Layout("static", "the static policy: GPUs in minor order, fixed", policy=named_policy("static")), True),
     (
         Layout(
-            "no shared devices",
-            "sharedDevices: false (the 7 shared GPU-instance devices per GPU not published)",
-            config=DeviceModelConfig(shared_devices=False),
+            "shared devices",
+            "sharedDevices: true: the 7 shared GPU-instance devices per GPU published too (the default until 2026-12)",
+            config=DeviceModelConfig(shared_devices=True),
         ),
         True,
     ),

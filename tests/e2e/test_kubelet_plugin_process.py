@@ -136,7 +136,7 @@ def test_register_prepare_and_unprepare_on_v1_and_v1beta1(plugin: PluginProcess)
             slices = client.ResourceV1Api(api_client).list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
             return sum(len(s.spec.devices or []) for s in slices)
 
-        wait_for("every placement to be published again", lambda: published() == 2 * (25 + 7))  # exclusive, shared
+        wait_for("every placement to be published again", lambda: published() == 2 * 25)  # every placement
     output = _stop(process)
     assert not plugin.registration_socket.exists()
     assert "Traceback" not in output
@@ -210,7 +210,7 @@ def test_health_stream_is_served_by_default_and_reports_every_published_device(p
         for devices in kubelet.watch_health(timeout=20):
             if devices or time.monotonic() > deadline:
                 break
-    assert len(devices) == 2 * (25 + 7)  # two H100s: exclusive and shared devices
+    assert len(devices) == 2 * 25  # two H100s: every exclusive placement (no shared devices unless enabled)
     assert {d.health for d in devices} == {"HEALTHY"}
     assert {d.pool_name for d in devices} == {NODE}
     _stop(process)

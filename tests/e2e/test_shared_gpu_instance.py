@@ -64,7 +64,7 @@ FOUR_G = "['4g.40gb']"
 SHARED_4G = "gpu-0-shared-4g40gb-5-0"
 
 
-cluster = versioned_cluster("--nodes", "1", "--gpus", "H100-SXM5-80GB:1")
+cluster = versioned_cluster("--nodes", "1", "--gpus", "H100-SXM5-80GB:1", "--shared-devices")
 
 
 def _compute_instances(cluster: SimCluster, node: str) -> dict[tuple[str, int], list[str]]:

@@ -148,7 +148,16 @@ def test_plan_seven_one_slice_shares_of_an_h100(tmp_path: Path) -> None:
     workload = tmp_path / "shares.yaml"
     workload.write_text(SHARES)
     done = migdra(
-        "plan", "--nodes", "H100-SXM5-80GB=1", "--workload", str(workload), "--count", "slice=8", "-o", "json"
+        "plan",
+        "--nodes",
+        "H100-SXM5-80GB=1",
+        "--shared-devices",
+        "--workload",
+        str(workload),
+        "--count",
+        "slice=8",
+        "-o",
+        "json",
     )
     assert done.returncode == 3, done.stderr
     answer = json.loads(done.stdout)
@@ -159,6 +168,21 @@ def test_plan_seven_one_slice_shares_of_an_h100(tmp_path: Path) -> None:
     (device,) = answer["sharedDevices"]
     assert (device["device"], device["computeSlices"], device["usedComputeSlices"]) == ("gpu-0-shared-7g80gb-0-0", 7, 7)
     assert [share["computeSlices"] for share in device["shares"]] == [1] * 7
+
+
+def test_plan_refuses_shares_on_nodes_without_shared_devices_in_one_line(tmp_path: Path) -> None:
+    """Shared devices are published only with sharedDevices: true: planning shares without saying so
+    names the claim and the flag, instead of answering that nothing fits."""
+    workload = tmp_path / "shares.yaml"
+    workload.write_text(SHARES)
+    done = migdra("plan", "--nodes", "H100-SXM5-80GB=1", "--workload", str(workload), "--count", "slice=8")
+    assert done.returncode != 0
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "claim slice" in lines[0]
+    assert "mig-shared.migdra.io" in lines[0]
+    assert "--shared-devices" in lines[0]
 
 
 def test_the_demo_files_with_their_pods_are_a_workload() -> None:

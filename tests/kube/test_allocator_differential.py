@@ -365,7 +365,8 @@ def build_node_pools(sim: SimCluster, claims: list[dict[str, Any]] | None = None
 
 
 _POOLS: dict[tuple[object, ...], NodePool] = {}
-_CONFIG = load_device_model_config(None, driver_name=DRIVER)
+# The nodes' plugins publish shared devices (``sim up --shared-devices``): the expected pools do too.
+_CONFIG = load_device_model_config(None, driver_name=DRIVER).model_copy(update={"shared_devices": True})
 
 
 def _build_node_pool(node: str, state: Path, shared: frozenset[tuple[str, Any]]) -> NodePool:
@@ -654,7 +655,8 @@ def cluster() -> Iterator[SimCluster]:
         fast_republish += ["--plugin-env", f"{node}:MIGDRA_PLACEMENT_DEBOUNCE=0.05"]
         fast_republish += ["--plugin-env", f"{node}:MIGDRA_PLACEMENT_MIN_INTERVAL=0"]
     mixed = [f"--node-gpus={node}={gpus}" for node, gpus in NODE_GPUS.items() if node != "node-1"]
-    with sim_cluster("--nodes", str(len(NODE_GPUS)), "--gpus", NODE_GPUS["node-1"], *mixed, *fast_republish) as sim:
+    nodes = ["--nodes", str(len(NODE_GPUS)), "--gpus", NODE_GPUS["node-1"], *mixed, "--shared-devices"]
+    with sim_cluster(*nodes, *fast_republish) as sim:
         yield sim
 
 

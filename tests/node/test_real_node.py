@@ -93,7 +93,7 @@ spec:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SimCluster]:
-    with real_cluster("--nodes", "2", "--gpus", GPUS) as sim:
+    with real_cluster("--nodes", "2", "--gpus", GPUS, "--shared-devices") as sim:
         yield sim
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ DRIVER = "gpu.migdra.io"
 CLASSES = deviceclass_documents(DEVICECLASS_DIR, DRIVER)
 H100 = "H100-SXM5-80GB"
 SEVEN_G_SHARED = "gpu-0-shared-7g80gb-0-0"
+ONE_H100_SHARING = replace(parse_nodes([f"{H100}=1"]), shared_devices=True)  # sharedDevices: true
 
 
 def claim(uid: str, kind: ClaimShape) -> dict[str, Any]:
@@ -58,7 +60,7 @@ def place(node: SimNode, uid: str, kind: ClaimShape) -> dict[str, Any] | None:
 
 
 def h100_node(policy: str = "dynamic") -> SimNode:
-    return SimNode("node-1", [H100], placement_policy(policy), DRIVER, lag=0)
+    return SimNode("node-1", [H100], placement_policy(policy), DRIVER, lag=0, shared_devices=True)
 
 
 def test_the_same_shared_device_takes_shares_until_its_compute_slices_are_used() -> None:
@@ -127,7 +129,7 @@ def test_shares_and_exclusive_claims_never_over_commit_a_gpu(policy: str) -> Non
         PodKind("e1", 1, 12, Asked.SHARED_OR_EXCLUSIVE),
     ]
     rng = random.Random(7)
-    node = SimNode("node-1", [H100, H100], placement_policy(policy), DRIVER, lag=0)
+    node = SimNode("node-1", [H100, H100], placement_policy(policy), DRIVER, lag=0, shared_devices=True)
     placed = shares = 0
     for step in range(120):
         if node.claims and rng.random() < 0.3:
@@ -148,7 +150,7 @@ def test_plan_seven_one_slice_shares_fit_an_h100_the_eighth_does_not() -> None:
     share = PodKind("share", 1, 4, Asked.SHARED_7G)
     spec = share.spec(DRIVER)
     assert valid_claim(spec)
-    result = plan(parse_nodes([f"{H100}=1"]), [PlannedClaim("share", spec, 8)], CLASSES, "dynamic", DRIVER)
+    result = plan(ONE_H100_SHARING, [PlannedClaim("share", spec, 8)], CLASSES, "dynamic", DRIVER)
     assert result.placed["share"] == 7
     assert result.first_failure == ("share", 8)
     assert result.oracle_placed is None  # the oracle does not model shares
@@ -168,7 +170,7 @@ def test_plan_exclusive_claims_keep_the_oracle_and_take_the_gpu_from_shares() ->
     instance in the other half of the GPU do -- the 2g.20gb at slices 4-5, the smallest shared device
     that fits (slices 6-7 hold only 1g instances, which have none); the oracle is off as soon as a claim
     may be a share."""
-    nodes = parse_nodes([f"{H100}=1"])
+    nodes = ONE_H100_SHARING
     four = PlannedClaim("four", KINDS["4g"].spec(DRIVER), 1)
     alone = plan(nodes, [four], CLASSES, "dynamic", DRIVER)
     assert alone.oracle_placed == {"four": 1}

@@ -205,6 +205,18 @@ def test_the_device_configuration_reaches_the_plugin_as_its_file_format(tmp_path
     assert config.exclude_gpus == ("0000:1b:00.0",)
 
 
+@pytest.mark.parametrize(("sets", "shared"), [((), False), (("sharedDevices=true",), True)])
+def test_shared_devices_are_published_only_where_the_values_enable_them(
+    tmp_path: Path, sets: tuple[str, ...], shared: bool
+) -> None:
+    """Off by default (they cost kube-scheduler CPU per pod on large clusters); ``sharedDevices=true``
+    reaches the plugin's device configuration."""
+    config_map = render(sets=sets).one("ConfigMap", "-kubelet-plugin")
+    path = tmp_path / "device-config.yaml"
+    path.write_text(config_map["data"]["device-config.yaml"])
+    assert load_device_model_config(path, driver_name="gpu.migdra.io").shared_devices is shared
+
+
 def test_the_controller_runs_two_replicas_with_leader_election_by_default() -> None:
     deployment = render().one("Deployment", "-controller")
     env = container_env(deployment, "controller")
