@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import queue
 import random
+import re
 import signal
 import ssl
 import subprocess
@@ -684,8 +685,12 @@ def check_allocations(client: Client, namespace: str, placed: Mapping[str, tuple
 # (what, the function of kube-scheduler whose cumulative share of the CPU samples says it).  Read with
 # ``go tool pprof -top -cum``; the names are upstream's (k8s.io/dynamic-resource-allocation,
 # k8s.io/kubernetes/pkg/scheduler), matched as substrings of the profile's function names.
+TOTAL_SAMPLES = "everything kube-scheduler ran, all goroutines (% of one core)"
+"""The profile's own row: its samples' CPU time over its duration.  The parts below are shares of those
+samples; ``scheduleOne`` is only the scheduling goroutine (Filter runs on parallel goroutines of its own)."""
+
 PROFILE_PARTS: tuple[tuple[str, str], ...] = (
-    ("every scheduling cycle", "scheduler.(*Scheduler).scheduleOne"),
+    ("the scheduling goroutine (without parallel Filter workers)", "scheduler.(*Scheduler).scheduleOne"),
     ("Filter, all plugins, all nodes", "(*frameworkImpl).RunFilterPlugins"),
     ("DRA Filter", "dynamicresources.(*DynamicResources).Filter"),
     ("allocator: one node's search", "(*Allocator).Allocate"),
@@ -723,6 +728,10 @@ def profile_shares(path: Path) -> dict[str, float]:
     ).stdout
     shares: dict[str, float] = {}
     for line in listing.splitlines():
+        total = re.search(r"Duration: ([0-9.]+)s, Total samples = ([0-9.]+)(m?s)", line)
+        if total is not None:  # every goroutine's CPU in the profile's time: the cores it kept busy, in %
+            cpu = float(total.group(2)) / (1000 if total.group(3) == "ms" else 1)
+            shares[TOTAL_SAMPLES] = 100 * cpu / float(total.group(1))
         parts = line.split()
         if len(parts) < 6 or not parts[4].endswith("%"):
             continue

@@ -45,6 +45,7 @@ from schedcluster import (
     PROCESSES,
     PROFILE_PARTS,
     QPS_OF_SCHEDULER_PERF,
+    TOTAL_SAMPLES,
     Burst,
     ControlPlane,
     Fleet,
@@ -316,6 +317,8 @@ def write_tables(
             f"empty, on {newest} (cumulative share of the samples; parts overlap, each includes what it calls)",
             ["part", "upstream function", "share of samples"],
         )
+        if TOTAL_SAMPLES in shares:
+            profile.add(TOTAL_SAMPLES, "(the profile's samples over its duration)", f"{shares[TOTAL_SAMPLES]:.0f}%")
         for what, function in PROFILE_PARTS:
             profile.add(what, f"`{function}`", f"{shares[what]:.1f}%" if what in shares else "-")
     report.note(
