@@ -39,6 +39,7 @@ BENCHES: dict[str, list[str]] = {
     "controlplane": [],
     "scheduler": [],
     "schedlayout": [],
+    "components": [],
 }
 # Also run with every CPU taken (``--busy-loops``): the node paths whose latency a loaded node changes most.
 LOADED = ("startup", "plugin", "prepare")

@@ -73,7 +73,8 @@ def test_eval_lists_matches_non_matches_and_why(slices_file: Path) -> None:
     assert f"clause 2 of 4 is false: {D}.type == 'mig'" in whole_gpu
     nvidia = next(line for line in lines["NO MATCH"] if "gpu.nvidia.com" in line)
     assert "clause 1 of 4 is false: device.driver == 'gpu.migdra.io'" in nvidia
-    assert result.stdout.splitlines()[-1] == "34 devices: 2 match, 32 do not match, 0 errors"  # 7 of them shared
+    # the H100's 25 MIG devices (no shared ones by default), the whole A100 and NVIDIA's GPU
+    assert result.stdout.splitlines()[-1] == "27 devices: 2 match, 25 do not match, 0 errors"
 
 
 def test_eval_names_a_bare_literal_clause(slices_file: Path) -> None:
@@ -193,7 +194,8 @@ def test_eval_from_cluster(cluster: Path) -> None:
     lines = device_lines(result.stdout)
     assert len(lines["MATCH"]) == 1
     assert "gpu-0-mig-7g80gb" in lines["MATCH"][0]
-    assert result.stdout.splitlines()[-1] == "33 devices: 1 match, 32 do not match, 0 errors"  # 7 of them shared
+    # the H100's 25 MIG devices (no shared ones by default) and NVIDIA's GPU
+    assert result.stdout.splitlines()[-1] == "26 devices: 1 match, 25 do not match, 0 errors"
     only_nvidia = migdra(
         "eval", MIG_CLASS, "--from-cluster", "--kubeconfig", str(cluster), "--driver", "gpu.nvidia.com"
     )

@@ -110,10 +110,27 @@ def test_slices_for_simulated_gpus_need_no_state_file_and_no_cluster(tmp_path: P
     )
     assert result.returncode == 0, result.stderr
     items = json.loads(result.stdout)["items"]
-    # per H100: 25 exclusive MIG devices and 7 shared GPU-instance devices
-    assert sum(len(i["spec"].get("devices", [])) for i in items) == 8 * (25 + 7)
+    # per H100: 25 exclusive MIG devices (shared GPU-instance devices only with sharedDevices: true)
+    assert sum(len(i["spec"].get("devices", [])) for i in items) == 8 * 25
     assert {i["spec"]["pool"]["name"] for i in items} == {"n1"}
     assert list(tmp_path.iterdir()) == []  # nothing left behind
+
+
+def test_slices_with_shared_devices_in_the_config_add_seven_per_h100(tmp_path: Path) -> None:
+    """``--config`` with ``sharedDevices: true``: the 7 shared devices of each H100 (2g x3, 3g x2, 4g, 7g)."""
+    config = tmp_path / "config.yaml"
+    config.write_text("sharedDevices: true\n")
+    result = subprocess.run(
+        [MIGDRA, "slices", "--sim-gpus", "H100-SXM5-80GB:8", "--config", str(config), "-o", "json"],
+        env={k: v for k, v in os.environ.items() if not k.startswith("MIGDRA_")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    devices = [d for i in json.loads(result.stdout)["items"] for d in i["spec"].get("devices", [])]
+    assert len(devices) == 8 * (25 + 7)
+    assert sum(d.get("allowMultipleAllocations") is True for d in devices) == 8 * 7
 
 
 def test_a_state_file_of_other_gpus_is_one_clear_error_line(tmp_path: Path) -> None:

@@ -76,14 +76,14 @@ def test_publishes_and_keeps_the_slices_after_sigterm(api: KubeApiServer, tmp_pa
         _wait_for_slices(api, process)
         slices = _slices(api)
         assert len(slices) == 2
-        assert sum(len(s.spec.devices or []) for s in slices) == 2 * (25 + 7)  # exclusive and shared
+        assert sum(len(s.spec.devices or []) for s in slices) == 2 * 25  # MIG devices; no shared ones by default
 
         def metrics_text() -> str | None:  # the metrics are set right after the publish round that made the slices
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-            return text if 'migdra_published_devices{type="mig"} 64.0' in text else None
+            return text if 'migdra_published_devices{type="mig"} 50.0' in text else None
 
         metrics = wait_for("the published devices in the metrics", metrics_text, timeout=10)
-        assert 'migdra_published_devices{type="mig"} 64.0' in metrics
+        assert 'migdra_published_devices{type="mig"} 50.0' in metrics
         assert "migdra_pool_generation 1.0" in metrics
     finally:
         process.send_signal(signal.SIGTERM)

@@ -128,8 +128,8 @@ def test_a_good_start_says_so_in_one_line_and_nothing_else(api: KubeApiServer, r
             assert scale in line, line
             line = process.stderr.readline()
         assert line.startswith(
-            f"migdra kubelet-plugin: serving node {NODE} for gpu.migdra.io: 2 GPUs, 64 devices"
-        )  # 25 + 7 shared per H100
+            f"migdra kubelet-plugin: serving node {NODE} for gpu.migdra.io: 2 GPUs, 50 devices"
+        )  # 25 per H100 (no shared devices by default)
         assert f"to {api.url}; kubelet registration socket {root / 'registry' / 'gpu.migdra.io-reg.sock'}" in line
         assert len(_slices(api)) == 2
         time.sleep(0.5)  # and then it is quiet

@@ -186,8 +186,12 @@ def test_release_in_any_order_never_destroys_the_gi_early_and_leaves_nothing(
 
 def admitted_sizes(node: Node, service: PrepareService) -> list[int]:
     """The share sizes the shared device admits in the pool a publish round builds now (with ``service``
-    as what migdra owns): its ``computeSlices`` request policy's valid values."""
-    publishing = Publishing(PluginSettings(node_name=NODE), CollectorRegistry(), threading.Event())
+    as what migdra owns): its ``computeSlices`` request policy's valid values.  The node's device
+    configuration says ``sharedDevices: true`` (off by default)."""
+    device_config = node.root / "device-config.yaml"
+    device_config.write_text("sharedDevices: true\n")
+    settings = PluginSettings(node_name=NODE, device_config=device_config)
+    publishing = Publishing(settings, CollectorRegistry(), threading.Event())
     (device,) = [d for d in publishing.compute_pool(node.nvml, service).devices if d.name == SHARED]
     return list(device.request_policies[COMPUTE_SLICES_CAPACITY].valid_values)
 

@@ -171,7 +171,7 @@ def test_someone_elses_edit_is_reverted_and_a_conflict_is_retried(
     assert raced
     assert result.generation >= 2
     stored = stored_slices(api_client)
-    assert sum(len(s["spec"].get("devices", [])) for s in stored) == 25 + 7  # exclusive + shared
+    assert sum(len(s["spec"].get("devices", [])) for s in stored) == 25  # every MIG device (no shared ones by default)
     assert {s["spec"]["pool"]["generation"] for s in stored} == {result.generation}
 
 
@@ -185,11 +185,15 @@ def test_cleanup_on_exit_deletes_the_pool_and_only_it(api_client: client.ApiClie
     assert {s["spec"]["driver"] for s in remaining} == {"other.example.com"}
 
 
+@pytest.mark.parametrize("shared_devices", [False, True], ids=["default", "shared-devices"])
 @pytest.mark.parametrize("model_key", sorted(load_catalog().gpus))
 def test_a_node_with_eight_gpus_of_each_model_is_accepted_by_the_api(
-    api_client: client.ApiClient, node: Any, model_key: str
+    api_client: client.ApiClient, node: Any, model_key: str, shared_devices: bool
 ) -> None:
-    result = SlicePublisher(Client(api_client=api_client), NODE, DRIVER).publish(pool_of(*[model_key] * 8))
+    """As the default publishes them, and with ``sharedDevices: true`` (shared devices and their request
+    policies too)."""
+    pool = pool_of(*[model_key] * 8, config=DeviceModelConfig(shared_devices=shared_devices))
+    result = SlicePublisher(Client(api_client=api_client), NODE, DRIVER).publish(pool)
     assert result.created == len(stored_slices(api_client))
 
 

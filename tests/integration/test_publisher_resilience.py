@@ -31,7 +31,7 @@ NODE = "node-r"
 DRIVER = "gpu.migdra.io"
 FAST = BackoffPolicy(initial=0.001, maximum=0.01)
 
-TWO_H100 = 2 * (25 + 7)  # published devices of two H100s: 25 exclusive and 7 shared each
+TWO_H100 = 2 * 25  # published devices of two H100s: 25 MIG devices each (no shared ones by default)
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_an_api_outage_never_stops_the_publish_loop_and_it_republishes_when_the_
             loop.stop()
     assert not fatal
     assert rounds[-1].generation == 2
-    assert device_count(published(api)) == 25 + 7  # one H100: 25 exclusive devices, 7 shared
+    assert device_count(published(api)) == 25  # one H100: its 25 MIG devices
 
 
 @pytest.fixture

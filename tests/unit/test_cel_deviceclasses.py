@@ -2,7 +2,7 @@
 
 Devices are written by hand from the vocabulary (dra_driver.devicemodel.vocabulary) with the numbers of
 the MIG catalog, for H100 80GB, A100 40GB and B200 placements, whole GPUs, and a device of NVIDIA's
-driver, and then against the device model's own ``example_slices`` for the same GPU models.
+driver, and then against the slices the device model renders for the same GPU models (shared devices on).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import yaml
 from dra_driver.cel import CELRuntimeError, Quantity, compile_selector
 from dra_driver.cel.documents import load_documents, selector_sites
 from dra_driver.cel.lint import Linter
-from dra_driver.devicemodel import example_inventory, example_slices
+from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
+from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.pool import build_pool
 from dra_driver.devicemodel.vocabulary import ATTRIBUTES, CAPACITIES, SHARE_CAPACITIES, DeviceType
 from dra_driver.mig import load_catalog
@@ -242,7 +243,9 @@ def test_hand_written_devices_follow_the_vocabulary() -> None:
 
 @pytest.mark.parametrize("mig_enabled", [True, False], ids=["mig-on", "mig-off"])
 def test_classes_against_the_device_model(mig_enabled: bool) -> None:
-    slices = example_slices(["H100-SXM5-80GB", "A100-SXM4-40GB", "B200"], mig_enabled=mig_enabled)
+    """Every class on every device of the model, shared devices included (``sharedDevices: true``)."""
+    inventory = example_inventory(["H100-SXM5-80GB", "A100-SXM4-40GB", "B200"], mig_enabled)
+    slices = render_slices(build_pool(inventory, DeviceModelConfig(shared_devices=True)), "example-node", 1)
     devices = [(s["spec"]["driver"], d) for s in slices for d in s["spec"].get("devices") or []]
     assert devices
     for class_name, expressions in CLASSES.items():
@@ -277,7 +280,8 @@ def test_classes_against_the_device_model(mig_enabled: bool) -> None:
 
 def test_each_standard_class_selects_exactly_its_kind_of_device_of_a_built_pool() -> None:
     """On a node with a MIG H100, a MIG A100 and a MIG-disabled H100, built by build_pool: mig.migdra.io
-    selects the exclusive MIG devices, mig-shared.migdra.io the shared ones, gpu.migdra.io the whole GPU."""
+    selects the exclusive MIG devices, mig-shared.migdra.io the shared ones (published with
+    ``sharedDevices: true``), gpu.migdra.io the whole GPU."""
     inventory = example_inventory(["H100-SXM5-80GB", "A100-SXM4-40GB", "H100-SXM5-80GB"])
     gpus = list(inventory.gpus)
     last = gpus[2]
@@ -285,7 +289,7 @@ def test_each_standard_class_selects_exactly_its_kind_of_device_of_a_built_pool(
         last,
         gpu=dataclasses.replace(last.gpu, mig_mode=dataclasses.replace(last.gpu.mig_mode, current=0)),  # type: ignore[arg-type]
     )
-    pool = build_pool(dataclasses.replace(inventory, gpus=tuple(gpus)), DeviceModelConfig())
+    pool = build_pool(dataclasses.replace(inventory, gpus=tuple(gpus)), DeviceModelConfig(shared_devices=True))
     kinds = {
         "mig.migdra.io": {d.name for d in pool.devices if d.type is DeviceType.MIG and not d.shared},
         "mig-shared.migdra.io": {d.name for d in pool.devices if d.shared},

@@ -19,7 +19,6 @@ from dra_driver.devicemodel.occupancy import GpuOccupancy, render_occupancy
 from dra_driver.devicemodel.pool import build_pool
 from dra_driver.mig import Placement, load_catalog
 from dra_driver.nvml.types import GpuInstanceInfo
-from tests.sim_objects import node_slices
 
 DRIVER = "gpu.migdra.io"
 NODE = "n1"
@@ -36,6 +35,12 @@ def slices_with_foreign(profile: str, start: int, size: int, gpus: int = 1) -> l
     carved = dataclasses.replace(entry, gpu_instances=(foreign,))
     inventory = dataclasses.replace(inventory, gpus=(carved, *inventory.gpus[1:]))
     return render_slices(build_pool(inventory, DeviceModelConfig()), NODE, generation=1)
+
+
+def slices_with_shared_devices(node_name: str, gpus: list[str]) -> list[dict[str, Any]]:
+    """What a node with ``sharedDevices: true`` publishes (off by default): its shared devices too."""
+    config = DeviceModelConfig(driver_name=DRIVER, shared_devices=True)
+    return render_slices(build_pool(example_inventory(gpus), config), node_name, generation=1)
 
 
 def claim(name: str, *devices: str, status: list[dict[str, Any]] | None = None, **result: Any) -> dict[str, Any]:
@@ -376,7 +381,7 @@ def test_shares_of_one_gpu_instance_hold_its_slices_together_and_each_is_listed(
                 },
             }
         )
-    gpus = compute_cluster_occupancy(node_slices("node-1", ["H100"]), claims, DRIVER)
+    gpus = compute_cluster_occupancy(slices_with_shared_devices("node-1", ["H100"]), claims, DRIVER)
     gpu = gpus[0]
     assert gpu.slices[:4] == [f"shared {shared}"] * 4
     assert [(i.claim, i.share_slices, i.compute_instance_id, i.realized) for i in gpu.instances] == [
@@ -408,7 +413,7 @@ def test_a_shared_gpu_instance_with_room_for_more_shares_is_allocatable_but_not_
         "metadata": {"namespace": "default", "name": "infer", "uid": "uid-infer"},
         "status": {"allocation": {"devices": {"results": [share]}}},
     }
-    (gpu,) = compute_cluster_occupancy(node_slices("node-1", ["H100"]), [one_share], DRIVER)
+    (gpu,) = compute_cluster_occupancy(slices_with_shared_devices("node-1", ["H100"]), [one_share], DRIVER)
     (room,) = [a for a in gpu.allocatable if a.is_share]
     assert (room.device, room.profile, room.placement_start, room.compute_slices_free) == (shared, "4g.40gb", 0, 3)
     assert gpu.largest_allocatable is not None

@@ -71,8 +71,12 @@ def _shared_names(publishing: Publishing) -> set[str]:
 
 
 @pytest.fixture
-def publishing() -> Publishing:
-    return Publishing(PluginSettings(node_name="node-1"), CollectorRegistry(), threading.Event())
+def publishing(tmp_path: Any) -> Publishing:
+    """A plugin whose device configuration asks for shared devices (they are off by default)."""
+    config_file = tmp_path / "devices.yaml"
+    config_file.write_text("sharedDevices: true\n")
+    settings = PluginSettings(node_name="node-1", device_config=config_file)
+    return Publishing(settings, CollectorRegistry(), threading.Event())
 
 
 def test_an_old_control_plane_gets_no_shared_devices_and_is_asked_once(publishing: Publishing) -> None:
@@ -112,7 +116,9 @@ def test_live_shares_keep_shared_devices_published_whatever_the_setting_or_versi
     )
     assert not off._effective_config(live_shares=0).shared_devices
     assert off._effective_config(live_shares=2).shared_devices
-    old = Publishing(PluginSettings(node_name="node-1"), CollectorRegistry(), threading.Event())
+    wanted = tmp_path / "shared.yaml"
+    wanted.write_text("sharedDevices: true\n")
+    old = Publishing(PluginSettings(node_name="node-1", device_config=wanted), CollectorRegistry(), threading.Event())
     server = _Server("v1.36.1")
     old._client = server  # type: ignore[assignment]
     assert old._effective_config(live_shares=1).shared_devices

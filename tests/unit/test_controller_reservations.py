@@ -17,6 +17,10 @@ from dra_driver.controller.ratelimit import TokenBucket
 from dra_driver.controller.reservation_metrics import ReservationMetrics
 from dra_driver.controller.reservations import Placement, Verdict, compute_reservations
 from dra_driver.controller.status import build_reserved_message, compute_claim_entries
+from dra_driver.devicemodel import example_inventory
+from dra_driver.devicemodel.config import DeviceModelConfig
+from dra_driver.devicemodel.layout import render_slices
+from dra_driver.devicemodel.pool import build_pool
 from tests.sim_objects import DRIVER, H100, node_slices
 
 NOW = "2026-12-01T00:00:00Z"
@@ -52,6 +56,12 @@ def _allocated(
 
 
 SLICES = node_slices("node-1", [H100, H100])
+SHARED_SLICES = render_slices(
+    build_pool(example_inventory([H100, H100]), DeviceModelConfig(driver_name=DRIVER, shared_devices=True)),
+    "node-1",
+    generation=1,
+)
+"""What node-1 publishes with ``sharedDevices: true`` (off by default): its shared devices too."""
 THREE_G_AT_4 = "gpu-0-mig-3g40gb-9-4"
 FOUR_G_AT_0 = "gpu-0-mig-4g40gb-5-0"
 ONE_G_AT_6 = "gpu-0-mig-1g10gb-19-6"
@@ -92,21 +102,6 @@ def _verdicts(*claims: dict[str, Any], slices: list[dict[str, Any]] = SLICES) ->
             id="the same device in two claims",
         ),
         pytest.param(
-            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", SHARED_4G_AT_0, share=SHARE_B)],
-            {("a", SHARED_4G_AT_0): Verdict.RESERVED, ("b", SHARED_4G_AT_0): Verdict.RESERVED},
-            id="two shares of one shared GPU instance do not conflict",
-        ),
-        pytest.param(
-            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", FOUR_G_AT_0)],
-            {("a", SHARED_4G_AT_0): Verdict.CONFLICT, ("b", FOUR_G_AT_0): Verdict.CONFLICT},
-            id="a share and the exclusive device of its placement conflict",
-        ),
-        pytest.param(
-            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", SHARED_4G_AT_0)],
-            {("a", SHARED_4G_AT_0): Verdict.CONFLICT, ("b", SHARED_4G_AT_0): Verdict.CONFLICT},
-            id="a share and a whole allocation of the shared device (no shareID) conflict",
-        ),
-        pytest.param(
             [_allocated("a", THREE_G_AT_4), _allocated("b", ONE_G_AT_6, admin=True)],
             {("a", THREE_G_AT_4): Verdict.RESERVED},
             id="admin access holds nothing",
@@ -130,6 +125,31 @@ def _verdicts(*claims: dict[str, Any], slices: list[dict[str, Any]] = SLICES) ->
 )
 def test_reservation_verdicts(claims: list[dict[str, Any]], expected: dict[tuple[str, str], Verdict]) -> None:
     assert _verdicts(*claims) == expected
+
+
+@pytest.mark.parametrize(
+    ("claims", "expected"),
+    [
+        pytest.param(
+            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", SHARED_4G_AT_0, share=SHARE_B)],
+            {("a", SHARED_4G_AT_0): Verdict.RESERVED, ("b", SHARED_4G_AT_0): Verdict.RESERVED},
+            id="two shares of one shared GPU instance do not conflict",
+        ),
+        pytest.param(
+            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", FOUR_G_AT_0)],
+            {("a", SHARED_4G_AT_0): Verdict.CONFLICT, ("b", FOUR_G_AT_0): Verdict.CONFLICT},
+            id="a share and the exclusive device of its placement conflict",
+        ),
+        pytest.param(
+            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", SHARED_4G_AT_0)],
+            {("a", SHARED_4G_AT_0): Verdict.CONFLICT, ("b", SHARED_4G_AT_0): Verdict.CONFLICT},
+            id="a share and a whole allocation of the shared device (no shareID) conflict",
+        ),
+    ],
+)
+def test_reservation_verdicts_of_shares(claims: list[dict[str, Any]], expected: dict[tuple[str, str], Verdict]) -> None:
+    """On a node that publishes shared devices (``sharedDevices: true``)."""
+    assert _verdicts(*claims, slices=SHARED_SLICES) == expected
 
 
 def test_a_pool_in_the_middle_of_a_republish_says_nothing_about_gone_devices() -> None:
@@ -292,7 +312,7 @@ def _share(name: str, device: str, slices: int, share_id: str, *, qualified: boo
 
 
 def test_shares_of_one_device_are_reserved_together() -> None:
-    slices = SLICES  # the device model publishes the shared device beside the exclusive one
+    slices = SHARED_SLICES  # with sharedDevices: true the shared device is published beside the exclusive one
     claims = [
         _share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111"),
         _share("b", SHARED_4G_AT_0, 1, "22222222-2222-4222-8222-222222222222", qualified=True),
@@ -315,7 +335,7 @@ def test_shares_of_one_device_are_reserved_together() -> None:
 
 
 def test_shares_over_the_compute_slices_conflict_with_each_other() -> None:
-    slices = SLICES  # the device model publishes the shared device beside the exclusive one
+    slices = SHARED_SLICES  # with sharedDevices: true the shared device is published beside the exclusive one
     claims = [
         _share("a", SHARED_4G_AT_0, 2, "11111111-1111-4111-8111-111111111111"),
         _share("b", SHARED_4G_AT_0, 2, "22222222-2222-4222-8222-222222222222"),
@@ -328,7 +348,7 @@ def test_shares_over_the_compute_slices_conflict_with_each_other() -> None:
 
 @pytest.mark.parametrize("exclusive", [FOUR_G_AT_0, "gpu-0-mig-1g10gb-19-3", "gpu-0-mig-3g40gb-9-4"])
 def test_a_share_conflicts_with_an_overlapping_exclusive_device(exclusive: str) -> None:
-    slices = SLICES  # the device model publishes the shared device beside the exclusive one
+    slices = SHARED_SLICES  # with sharedDevices: true the shared device is published beside the exclusive one
     claims = [_share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111"), _allocated("x", exclusive)]
     verdicts = _verdicts(*claims, slices=slices)
     overlaps = exclusive != "gpu-0-mig-3g40gb-9-4"  # 3g.40gb at 4 is beside 4g.40gb at 0
@@ -339,7 +359,7 @@ def test_a_share_conflicts_with_an_overlapping_exclusive_device(exclusive: str) 
 def test_one_claim_with_two_shares_of_one_device_conflicts_with_itself_as_the_node_refuses_it() -> None:
     """kube-scheduler may give two requests of one claim the same shared device; the node prepares one
     share of a device per claim, so the controller says conflict, naming the other share."""
-    slices = SLICES  # the device model publishes the shared device beside the exclusive one
+    slices = SHARED_SLICES  # with sharedDevices: true the shared device is published beside the exclusive one
     claim = _share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111")
     second = dict(claim["status"]["allocation"]["devices"]["results"][0], request="r1")
     second["shareID"] = "22222222-2222-4222-8222-222222222222"
@@ -374,7 +394,7 @@ def test_one_claim_with_two_shares_of_one_device_conflicts_with_itself_as_the_no
 def test_share_metrics_count_shares_and_slices_per_device_and_drop_to_zero() -> None:
     registry = CollectorRegistry()
     metrics = ReservationMetrics(registry)
-    slices = SLICES  # the device model publishes the shared device beside the exclusive one
+    slices = SHARED_SLICES  # with sharedDevices: true the shared device is published beside the exclusive one
     claims = [
         _share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111"),
         _share("b", SHARED_4G_AT_0, 2, "22222222-2222-4222-8222-222222222222"),
@@ -443,7 +463,7 @@ def test_a_claim_whose_status_write_keeps_failing_is_backed_off_alone(read_failu
 
 
 def test_the_controller_writes_each_share_its_own_entry_keyed_by_share_id() -> None:
-    slices = SLICES  # the device model publishes the shared device beside the exclusive one
+    slices = SHARED_SLICES  # with sharedDevices: true the shared device is published beside the exclusive one
     claim = _share("a", SHARED_4G_AT_0, 2, "11111111-1111-4111-8111-111111111111")
     other_share = {
         "driver": DRIVER,

@@ -50,7 +50,16 @@ def test_overlap_of_memory_slices(a: tuple[int, int], b: tuple[int, int], expect
     assert overlaps(Placement(start=a[0], size=a[1]), Placement(start=b[0], size=b[1])) is expected
 
 
-def test_a_whole_gpu_fault_taints_every_device_of_that_gpu_only(pool: NodePool) -> None:
+@pytest.mark.parametrize(
+    ("shared_devices", "per_gpu"), [(False, 25), (True, 25 + 7)], ids=["default", "shared-devices"]
+)
+def test_a_whole_gpu_fault_taints_every_device_of_that_gpu_only(
+    simulated_node: OpenSimulatedNode, shared_devices: bool, per_gpu: int
+) -> None:
+    """Every device of the GPU: its 25 exclusive ones, and with ``sharedDevices: true`` its 7 shared ones."""
+    with simulated_node("H100-SXM5-80GB:2") as nvml:
+        pool = build_pool(read_inventory(nvml), DeviceModelConfig(shared_devices=shared_devices))
+    assert sum(d.shared for d in pool.devices) == (2 * 7 if shared_devices else 0)
     fault = GpuFault(_uuid(pool, 1), "xid", "79", "2026-12-02T00:00:00Z")
     tainted = taint_pool(pool, [fault])
     names = {d.name for d in tainted.devices if d.taints}
@@ -59,7 +68,7 @@ def test_a_whole_gpu_fault_taints_every_device_of_that_gpu_only(pool: NodePool) 
     assert device.to_api()["taints"] == [
         {"key": f"{DRIVER}/xid", "value": "79", "effect": "NoSchedule", "timeAdded": "2026-12-02T00:00:00Z"}
     ]
-    assert tainted_devices(tainted) == {(_uuid(pool, 1), f"{DRIVER}/xid"): 25 + 7}  # exclusive and shared
+    assert tainted_devices(tainted) == {(_uuid(pool, 1), f"{DRIVER}/xid"): per_gpu}
     assert taint_pool(pool, []) is pool
 
 

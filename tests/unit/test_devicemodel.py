@@ -208,9 +208,12 @@ def test_static_policy_lists_small_profiles_from_the_top_and_large_from_the_bott
     assert profiles_in_order.index("1g.10gb") < profiles_in_order.index("3g.40gb") < profiles_in_order.index("7g.80gb")
 
 
+@pytest.mark.parametrize("shared_devices", [False, True], ids=["default", "shared-devices"])
 @pytest.mark.parametrize("model_key", MODELS)
-def test_eight_gpus_of_each_model_stay_within_the_api_limits(model_key: str) -> None:
-    slices = example_slices([model_key] * 8, node_name="big-node")
+def test_eight_gpus_of_each_model_stay_within_the_api_limits(model_key: str, shared_devices: bool) -> None:
+    """As the default publishes them, and with ``sharedDevices: true`` (the most devices a node publishes)."""
+    pool = pool_of(*[model_key] * 8, config=DeviceModelConfig(shared_devices=shared_devices))
+    slices = render_slices(pool, "big-node", generation=1)
     names: set[str] = set()
     for item in slices:
         assert validate("resource.k8s.io", "v1", "ResourceSlice", item, None, None) == []
@@ -227,8 +230,8 @@ def test_eight_gpus_of_each_model_stay_within_the_api_limits(model_key: str) -> 
 def test_several_gpus_share_a_device_slice() -> None:
     slices = example_slices(["H100"] * 3)
     device_slices = [s for s in slices if "devices" in s["spec"]]
-    # 25 exclusive devices per H100, then 7 shared ones per H100 in runs of their own; 64 per slice at most
-    assert [len(s["spec"]["devices"]) for s in device_slices] == [50, 25 + 3 * 7]
+    # 25 exclusive devices per H100 (no shared ones by default), whole GPUs together; 64 per slice at most
+    assert [len(s["spec"]["devices"]) for s in device_slices] == [2 * 25, 25]
 
 
 @pytest.mark.parametrize("model_key", MODELS)
@@ -247,16 +250,21 @@ def test_example_inventory_equals_what_the_simulated_nvml_reports(
 
 
 @pytest.mark.parametrize("libyaml", [True, False], ids=["libyaml", "pure-python-yaml"])
-@pytest.mark.parametrize("model_key", ["H100-SXM5-80GB", "A100-SXM4-40GB"])
-def test_golden_slices(model_key: str, libyaml: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("model_key", "shared_devices"),
+    [("H100-SXM5-80GB", False), ("A100-SXM4-40GB", False), ("H100-SXM5-80GB", True)],
+    ids=["H100-SXM5-80GB", "A100-SXM4-40GB", "H100-SXM5-80GB-shared-devices"],
+)
+def test_golden_slices(model_key: str, shared_devices: bool, libyaml: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Reviewed by hand against hack/data/mig-profiles.yaml; regenerate with UPDATE_GOLDEN=1, review the diff.
 
     Rendered as ``migdra slices -o yaml`` prints them, which must not depend on PyYAML having libyaml.
+    The default configuration (no shared devices) and, for the H100, ``sharedDevices: true``.
     """
     if not libyaml:
         monkeypatch.delattr(yaml, "CSafeDumper", raising=False)
-    path = GOLDEN / f"slices-1x{model_key}.yaml"
-    pool = pool_of(model_key)
+    path = GOLDEN / f"slices-1x{model_key}{'-shared-devices' if shared_devices else ''}.yaml"
+    pool = pool_of(model_key, config=DeviceModelConfig(shared_devices=shared_devices))
     rendered = slices_view.render(render_slices(pool, "node-a", generation=1), pool, "yaml")
     if os.environ.get("UPDATE_GOLDEN") == "1":
         path.write_text(rendered)
@@ -362,7 +370,7 @@ def test_an_instance_being_created_at_a_recorded_placement_is_not_foreign() -> N
     node = dataclasses.replace(inventory, gpus=(dataclasses.replace(entry, gpu_instances=(creating,)),))
     ours = build_pool(node, DeviceModelConfig(), owned_placements={(entry.gpu.uuid, 9, placement)})
     assert ours.foreign_instances == ()
-    assert len(ours.devices) == 25 + 7  # every exclusive device and every shared one (2g x3, 3g x2, 4g, 7g)
+    assert len(ours.devices) == 25  # every exclusive device of the H100, none withheld
     elsewhere = {(entry.gpu.uuid, 5, Placement(start=0, size=4))}  # another profile, another placement
     other_profile = build_pool(node, DeviceModelConfig(), owned_placements=elsewhere)
     assert [f.gpu_instance_id for f in other_profile.foreign_instances] == [2]

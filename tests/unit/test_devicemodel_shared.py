@@ -1,8 +1,10 @@
 """Shared GPU-instance devices in the device model: one beside each exclusive MIG device whose profile can
 hold several compute instances, the same placement, counters and attributes plus ``shared``, capacities
 with the request policies that let several claims in; withheld and kept exactly as their exclusive twin;
-after the exclusive devices in every placement policy; counted once by the occupancy code; switched off by
-``sharedDevices: false``; marked in ``migdra slices`` and ``migdra allocate`` output."""
+after the exclusive devices in every placement policy; counted once by the occupancy code; published only
+with ``sharedDevices: true`` (off by default); marked in ``migdra slices`` and ``migdra allocate`` output.
+
+Every pool here is built with shared devices switched on (``SHARED``) unless the test is about the switch."""
 
 from __future__ import annotations
 
@@ -40,10 +42,12 @@ from kubeletplugin.occupancy import compute_allocated_devices
 CATALOG = load_catalog()
 DRIVER = "gpu.migdra.io"
 H100 = "H100-SXM5-80GB"
+SHARED = DeviceModelConfig(shared_devices=True)
+"""The device model with shared devices switched on (``sharedDevices: true``): off by default."""
 
 
-def pool_of(*models: str, config: DeviceModelConfig | None = None) -> NodePool:
-    return build_pool(example_inventory(list(models)), config or DeviceModelConfig())
+def pool_of(*models: str, config: DeviceModelConfig = SHARED) -> NodePool:
+    return build_pool(example_inventory(list(models)), config)
 
 
 def twins(pool: NodePool) -> list[tuple[Device, Device]]:
@@ -121,7 +125,7 @@ def test_a_shared_device_admits_only_the_sizes_still_placeable_beside_its_shares
     gpu_uuid = inventory.gpus[0].gpu.uuid
     gi = Placement(start=0, size=4)
     shares = {(gpu_uuid, 5, gi): (Placement(start=1, size=1), Placement(start=3, size=1))}
-    pool = build_pool(inventory, DeviceModelConfig(), share_compute_instances=shares)
+    pool = build_pool(inventory, SHARED, share_compute_instances=shares)
     plain = pool_of(H100)
     changed = [(before, after) for before, after in zip(plain.devices, pool.devices, strict=True) if before != after]
     ((before, after),) = changed
@@ -130,7 +134,7 @@ def test_a_shared_device_admits_only_the_sizes_still_placeable_beside_its_shares
     assert after.request_policies["computeSlices"].valid_values == (1,)
     assert after.request_policies["computeSlices"].default == 1
     one_share = build_pool(
-        inventory, DeviceModelConfig(), share_compute_instances={(gpu_uuid, 5, gi): (Placement(start=0, size=1),)}
+        inventory, SHARED, share_compute_instances={(gpu_uuid, 5, gi): (Placement(start=0, size=1),)}
     )
     (device,) = [d for d in one_share.devices if d.name == "gpu-0-shared-4g40gb-5-0"]
     assert device.request_policies["computeSlices"].valid_values == (1, 2)  # 2:2 free; 4 is not
@@ -143,26 +147,47 @@ def test_profiles_without_share_sizes_and_unknown_models_get_no_shared_device() 
     inventory = example_inventory([H100])
     entry = inventory.gpus[0]
     unknown = dataclasses.replace(entry, gpu=dataclasses.replace(entry.gpu, pci_device_id=0x1, name="NVIDIA Mystery"))
-    mystery = build_pool(dataclasses.replace(inventory, gpus=(unknown,)), DeviceModelConfig())
+    mystery = build_pool(dataclasses.replace(inventory, gpus=(unknown,)), SHARED)
     assert mystery.devices
     assert not any(d.shared for d in mystery.devices)
 
 
-def test_shared_devices_setting_turns_them_off(tmp_path: Path) -> None:
+def test_shared_devices_are_off_by_default() -> None:
+    """Off unless an administrator sets ``sharedDevices: true``: kube-scheduler pays for every published
+    device of every node it filters, for every pod, and at 64 nodes the 7 shared devices per H100 were a
+    third of its DRA CPU per pod (docs/device-model.md, "Devices"; issue #36)."""
+    assert DeviceModelConfig().shared_devices is False
+    default = build_pool(example_inventory([H100]), DeviceModelConfig())
+    assert not any(d.shared for d in default.devices)
+    assert not any("-shared-" in d.name for d in default.devices)
+    assert len(default.devices) == 25  # the H100's exclusive devices only
+
+
+def test_shared_devices_setting_turns_them_on_and_off(tmp_path: Path) -> None:
+    """The default publishes none; ``sharedDevices: true`` publishes the 7 of an H100 beside its 25
+    exclusive devices (2g x3, 3g x2, 4g, 7g); ``sharedDevices: false`` none, the exclusive ones unchanged."""
     path = tmp_path / "config.yaml"
-    path.write_text("sharedDevices: false\n")
-    config = load_device_model_config(path)
-    assert config.shared_devices is False
-    off = pool_of(H100, config=config)
-    assert not any(d.shared for d in off.devices)
-    assert [d.name for d in off.devices] == [d.name for d in pool_of(H100).devices if not d.shared]
-    assert DeviceModelConfig().shared_devices is True
+    configs: dict[str, DeviceModelConfig] = {}
+    for name, text in (("default", "# nothing\n"), ("on", "sharedDevices: true\n"), ("off", "sharedDevices: false\n")):
+        path.write_text(text)
+        configs[name] = load_device_model_config(path)
+    assert [configs[name].shared_devices for name in ("default", "on", "off")] == [False, True, False]
+    pools = {name: pool_of(H100, config=config) for name, config in configs.items()}
+    on = pools["on"]
+    exclusive_names = [d.name for d in on.devices if not d.shared]
+    assert len(exclusive_names) == 25
+    shared_profiles = ["2g.20gb"] * 3 + ["3g.40gb"] * 2 + ["4g.40gb", "7g.80gb"]
+    assert [d.profile_name for d in on.devices if d.shared] == shared_profiles
+    for name in ("default", "off"):
+        assert not any(d.shared for d in pools[name].devices), name
+        assert [d.name for d in pools[name].devices] == exclusive_names, name
+    assert pools["default"] == pools["off"]
 
 
 def test_profile_filters_hide_the_shared_device_with_the_exclusive_one() -> None:
     from dra_driver.devicemodel.config import ProfileFilter
 
-    pool = pool_of(H100, config=DeviceModelConfig(profiles={"*": ProfileFilter(deny=("3g.*",))}))
+    pool = pool_of(H100, config=DeviceModelConfig(shared_devices=True, profiles={"*": ProfileFilter(deny=("3g.*",))}))
     assert not any(d.profile_name == "3g.40gb" for d in pool.devices)
     assert any(d.shared and d.profile_name == "4g.40gb" for d in pool.devices)
 
@@ -172,8 +197,8 @@ def test_a_foreign_instance_withholds_the_shared_device_as_the_exclusive_one_and
     entry = inventory.gpus[0]
     gi = GpuInstanceInfo(entry.gpu.uuid, 2, 9, Placement(start=4, size=4))  # a 3g.40gb at 4
     carved = dataclasses.replace(inventory, gpus=(dataclasses.replace(entry, gpu_instances=(gi,)),))
-    full = {d.name for d in build_pool(inventory, DeviceModelConfig()).devices}
-    foreign = build_pool(carved, DeviceModelConfig())
+    full = {d.name for d in build_pool(inventory, SHARED).devices}
+    foreign = build_pool(carved, SHARED)
     withheld = full - {d.name for d in foreign.devices}
     assert "gpu-0-shared-3g40gb-9-4" in withheld
     assert "gpu-0-mig-3g40gb-9-4" in withheld
@@ -182,7 +207,7 @@ def test_a_foreign_instance_withholds_the_shared_device_as_the_exclusive_one_and
     assert {n.replace("-shared-", "-mig-") for n in withheld if "-shared-" in n} <= withheld
     assert "gpu-0-shared-3g40gb-9-0" not in withheld
     # migdra created that GPU instance (e.g. for shares): it is owned, and everything is published again
-    owned = build_pool(carved, DeviceModelConfig(), owned_instances={(entry.gpu.uuid, 2)})
+    owned = build_pool(carved, SHARED, owned_instances={(entry.gpu.uuid, 2)})
     assert {d.name for d in owned.devices} == full
 
 
@@ -231,10 +256,6 @@ def test_interleaved_dynamic_lists_shared_devices_after_the_exclusive_ones_of_ea
             kinds = [d.shared for d in rank]
             assert kinds == sorted(kinds)
         assert sum(d.shared for d in listed) == 21
-
-
-def _run_of(device: Device) -> tuple[object, ...]:
-    return (device.placement.size if device.placement else 0, device.compute_slices, device.profile_name, device.shared)
 
 
 def test_static_orders_shared_devices_as_it_orders_exclusive_ones() -> None:
@@ -374,7 +395,7 @@ def test_the_request_policy_admits_exactly_the_compute_instance_sizes_nvml_offer
     value the GPU instance's compute slices: what the scheduler may allocate, prepare can create."""
     with simulated_node(f"{model_key}:1") as nvml:
         gpu = nvml.list_gpus()[0]
-        pool = build_pool(read_inventory(nvml), DeviceModelConfig())
+        pool = build_pool(read_inventory(nvml), SHARED)
         shared = [device for device in pool.devices if device.gpu_uuid == gpu.uuid and "-shared-" in device.name]
         for device in shared:
             assert device.profile_id is not None

@@ -38,7 +38,7 @@ def test_devices_of_a_lost_gpu_are_unhealthy_and_the_rest_healthy(
             pool = build_pool(read_inventory(nvml), DeviceModelConfig())
             health = NvmlDeviceHealth(nvml, "node-a", lambda: pool)
             report = health()
-            assert len(report) == 2 * (25 + 7)  # two H100s: exclusive and shared devices
+            assert len(report) == 2 * 25  # two H100s, 25 MIG devices each (no shared ones by default)
             assert {entry[2] for entry in report} == {True}
             assert {entry[0] for entry in report} == {"node-a"}
 

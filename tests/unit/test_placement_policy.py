@@ -45,8 +45,14 @@ H100 = "H100-SXM5-80GB"
 CLASSES = deviceclass_documents(DEVICECLASS_DIR, "gpu.migdra.io")
 
 
-def pool_of(*models: str) -> NodePool:
-    return build_pool(example_inventory(list(models)), DeviceModelConfig())
+def pool_of(*models: str, shared_devices: bool = False) -> NodePool:
+    return build_pool(example_inventory(list(models)), DeviceModelConfig(shared_devices=shared_devices))
+
+
+# The default (exclusive devices only) and ``sharedDevices: true`` (each GPU's shared devices after them).
+WITH_AND_WITHOUT_SHARED_DEVICES = pytest.mark.parametrize(
+    "shared_devices", [False, True], ids=["default", "shared-devices"]
+)
 
 
 def first(policy: str, pool: NodePool, profile: str, allocated: frozenset[str] = frozenset()) -> Device:
@@ -115,31 +121,35 @@ def test_static_small_from_the_top_large_from_slice_zero_gpus_in_minor_order() -
     assert static.slice_groups(pool, held) == static.slice_groups(pool, frozenset())
 
 
-def test_name_order_is_one_slice_per_gpu_devices_by_name() -> None:
-    pool = pool_of(H100, H100, H100)
+@WITH_AND_WITHOUT_SHARED_DEVICES
+def test_name_order_is_one_slice_per_gpu_devices_by_name(shared_devices: bool) -> None:
+    pool = pool_of(H100, H100, H100, shared_devices=shared_devices)
     groups = placement_policy("name-order").slice_groups(pool, frozenset())
-    assert len(groups) == 3 + 3  # each GPU's exclusive devices, then each GPU's shared ones
-    assert [any(d.shared for d in group) for group in groups] == [False] * 3 + [True] * 3
+    # each GPU's exclusive devices, then (sharedDevices: true) each GPU's shared ones
+    assert [any(d.shared for d in group) for group in groups] == [False] * 3 + [True] * (3 if shared_devices else 0)
     for group in groups:
         assert len({d.gpu_minor for d in group}) == 1
         assert [d.name for d in group] == sorted(d.name for d in group)
     assert first("name-order", pool, "1g.10gb").placement == Placement(start=0, size=1)  # the scatter
 
 
-def test_hami_1g_and_3g_from_the_highest_start_others_from_the_lowest_fixed_gpu_order() -> None:
-    pool = pool_of(H100, H100)
+@WITH_AND_WITHOUT_SHARED_DEVICES
+def test_hami_1g_and_3g_from_the_highest_start_others_from_the_lowest_fixed_gpu_order(shared_devices: bool) -> None:
+    pool = pool_of(H100, H100, shared_devices=shared_devices)
     assert first("hami", pool, "1g.10gb").name == name(0, "1g.10gb", 6)
     assert first("hami", pool, "3g.40gb").name == name(0, "3g.40gb", 4)
     assert first("hami", pool, "2g.20gb").name == name(0, "2g.20gb", 0)
     assert first("hami", pool, "1g.20gb").name == name(0, "1g.20gb", 6)
     groups = placement_policy("hami").slice_groups(pool, frozenset())
-    assert [group[0].gpu_minor for group in groups] == [0, 1, 0, 1]  # exclusive slices, then shared ones
-    assert [all(d.shared for d in group) for group in groups] == [False, False, True, True]
+    # exclusive slices, then (sharedDevices: true) shared ones
+    assert [group[0].gpu_minor for group in groups] == ([0, 1, 0, 1] if shared_devices else [0, 1])
+    assert [all(d.shared for d in group) for group in groups] == [False, False] + [True, True] * shared_devices
 
 
+@WITH_AND_WITHOUT_SHARED_DEVICES
 @pytest.mark.parametrize("policy", list(PLACEMENT_POLICIES))
-def test_every_policy_lists_each_device_once_within_the_slice_limit(policy: str) -> None:
-    pool = pool_of(*[H100] * 8)
+def test_every_policy_lists_each_device_once_within_the_slice_limit(policy: str, shared_devices: bool) -> None:
+    pool = pool_of(*[H100] * 8, shared_devices=shared_devices)
     for held in (frozenset(), frozenset({name(3, "3g.40gb", 4), name(5, "1g.10gb", 2)})):
         groups = placement_policy(policy).slice_groups(pool, held)
         listed = [d.name for group in groups for d in group]
@@ -148,9 +158,12 @@ def test_every_policy_lists_each_device_once_within_the_slice_limit(policy: str)
         assert placement_policy(policy).slice_groups(pool, held) == groups  # deterministic
 
 
-def test_dynamic_not_interleaved_keeps_each_profile_in_one_slice_so_the_1_35_shuffle_cannot_reorder_it() -> None:
+@WITH_AND_WITHOUT_SHARED_DEVICES
+def test_dynamic_not_interleaved_keeps_each_profile_in_one_slice_so_the_1_35_shuffle_cannot_reorder_it(
+    shared_devices: bool,
+) -> None:
     """What the plugin publishes to a 1.35 control plane (slices visited in no fixed order)."""
-    pool = pool_of(*[H100] * 8)
+    pool = pool_of(*[H100] * 8, shared_devices=shared_devices)
     groups = DynamicPlacementPolicy(interleave=False).slice_groups(pool, frozenset())
     for profile, shared in {(d.profile_name, d.shared) for d in pool.devices}:
         kind = (profile, shared)
@@ -169,12 +182,15 @@ def _walk(groups: list[tuple[Device, ...]]) -> list[Device]:
         frozenset({name(0, "3g.40gb", 4), name(1, "4g.40gb", 0), name(5, "1g.10gb", 6), name(2, "7g.80gb", 0)}),
     ],
 )
-def test_interleaved_lists_each_profiles_best_first_and_changes_no_choice(held: frozenset[str]) -> None:
+@WITH_AND_WITHOUT_SHARED_DEVICES
+def test_interleaved_lists_each_profiles_best_first_and_changes_no_choice(
+    held: frozenset[str], shared_devices: bool
+) -> None:
     """Interleaved (1.36+), the best fitting device of every profile comes ahead of every second best:
     a claim for any profile finds its device within the first few of the node's list instead of after
     every smaller profile's devices, and it is the device the runs would give -- for one profile and
     for a selector several profiles satisfy (the first that fits in the walk)."""
-    pool = pool_of(*[H100] * 8)
+    pool = pool_of(*[H100] * 8, shared_devices=shared_devices)
     interleaved = _walk(DynamicPlacementPolicy().slice_groups(pool, held))
     without = _walk(DynamicPlacementPolicy(interleave=False).slice_groups(pool, held))
     kinds = {(d.profile_name, d.shared) for d in pool.devices}
@@ -197,14 +213,17 @@ def test_interleaved_lists_each_profiles_best_first_and_changes_no_choice(held: 
         assert (first_fit(interleaved, wanted) or (0, ""))[1] == (first_fit(without, wanted) or (0, ""))[1]
 
 
-def test_slice_names_sort_as_the_policy_lists_them_beyond_ten_slices() -> None:
-    pool = pool_of(*[H100] * 12)
+@WITH_AND_WITHOUT_SHARED_DEVICES
+def test_slice_names_sort_as_the_policy_lists_them_beyond_ten_slices(shared_devices: bool) -> None:
+    pool = pool_of(*[H100] * 12, shared_devices=shared_devices)
     contents = plan_slices(pool, "node-a", placement_policy("name-order"))
     device_slices = [c.name for c in contents if c.devices]
-    assert len(device_slices) == 24  # one per GPU for its exclusive devices, then one per GPU for its shared ones
+    # one per GPU for its exclusive devices, then (sharedDevices: true) one per GPU for its shared ones
+    count = 24 if shared_devices else 12
+    assert len(device_slices) == count
     assert sorted(device_slices) == device_slices
     assert device_slices[0].endswith("-devices-000")
-    assert device_slices[23].endswith("-devices-023")
+    assert device_slices[count - 1].endswith(f"-devices-{count - 1:03d}")
 
 
 def test_unknown_policy_names_the_known_ones() -> None:

@@ -39,14 +39,15 @@ def test_foreign_instances_are_logged_on_change_and_counted(caplog: pytest.LogCa
     assert "GPU instance 2 (3g.40gb at 4:4)" in warnings[0].getMessage()
     assert value("migdra_foreign_gpu_instances", gpu_uuid=gpu0.gpu.uuid) == 1
     assert value("migdra_foreign_gpu_instances", gpu_uuid=inventory.gpus[1].gpu.uuid) == 0
-    # 11 exclusive placements overlap 4:4, and 3 shared ones (2g at 4, 3g at 4, 7g); 7 shared per H100
-    assert value("migdra_published_devices", type="mig") == 25 + 25 - 11 + 7 + 7 - 3
+    # 11 of the 25 placements per H100 overlap 4:4 (1g.10gb and 1g.10gb+me at 4, 5, 6; 1g.20gb at 4 and 6;
+    # 2g at 4; 3g at 4; 7g) and are withheld; no shared devices by default
+    assert value("migdra_published_devices", type="mig") == 25 + 25 - 11
 
     caplog.clear()
     reporter.report_pool(build_pool(inventory, DeviceModelConfig()))
     assert [r.levelno for r in caplog.records] == [logging.INFO]
     assert value("migdra_foreign_gpu_instances", gpu_uuid=gpu0.gpu.uuid) == 0
-    assert value("migdra_published_devices", type="mig") == 2 * (25 + 7)
+    assert value("migdra_published_devices", type="mig") == 2 * 25
 
     reporter.report_publish(PublishResult(created=2, updated=1, deleted=0, generation=3))
     assert value("migdra_resourceslice_writes_total", operation="create") == 2

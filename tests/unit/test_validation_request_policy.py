@@ -8,7 +8,10 @@ from typing import Any, Final
 
 import pytest
 
-from dra_driver.devicemodel import example_slices
+from dra_driver.devicemodel import example_inventory
+from dra_driver.devicemodel.config import DeviceModelConfig
+from dra_driver.devicemodel.layout import render_slices
+from dra_driver.devicemodel.pool import build_pool
 from dra_driver.mig import load_catalog
 from tests.unit.test_validation_kinds import DELETE, Case, changed, check, details, run
 
@@ -49,8 +52,10 @@ def test_a_shared_device_with_policies_is_valid() -> None:
 
 
 def test_the_device_models_shared_devices_pass_kube_rules() -> None:
+    """As a node with ``sharedDevices: true`` publishes them (off by default)."""
     models = ["H100-SXM5-80GB", "A100-SXM4-40GB", "A30", "B200"]
-    slices = example_slices(models)
+    pool = build_pool(example_inventory(models), DeviceModelConfig(shared_devices=True))
+    slices = render_slices(pool, "example-node", generation=1)
     shared = [d for s in slices for d in s["spec"].get("devices", []) if d.get("allowMultipleAllocations")]
     catalog = load_catalog()
     expected = sum(len(p.placements) for m in models for p in catalog.model(m).gpu_instance_profiles if p.share_sizes)
