@@ -5,13 +5,19 @@ list-then-watch cache (:class:`dra_driver.kube.informer.Informer`: relists on 41
 errors).  What it writes: for every allocated device of the driver, the controller's part of the claim's
 ``status.devices[]`` entry (:mod:`dra_driver.claimstatus`, :mod:`.status`), by server-side apply as its
 own field manager, and an Event when the ``Reserved`` condition changes.  It keeps no state of its own
-beyond the caches: a restarted or newly elected replica converges every claim from one list.
+beyond the caches and what it derives from them: a restarted or newly elected replica converges every
+claim from one list.
 
-How it runs (docs/architecture.md, "Concurrency"): one level-triggered thread
-(:class:`dra_driver.kube.loop.ControlLoop`).  Each pass computes every reservation from the caches
-(pure), then writes, claim by claim, what differs.  A claim whose write failed waits out its own
-capped backoff (other claims are not held up); all writes together are limited to a rate with a
-burst.  Leadership gates writing only: a follower keeps its caches warm and computes nothing.
+How it runs (docs/architecture.md, "Concurrency"): one thread (:class:`dra_driver.kube.loop.ControlLoop`).
+Each pass brings its :class:`~dra_driver.controller.index.ReservationIndex` up to date with what
+changed in the caches since the last pass -- only the pools those claims and slices touch are
+recomputed, so a pass costs in proportion to what changed, not to the cluster -- and looks at the
+claims whose reservations changed or which changed, plus those still waiting (a write the rate held
+back, a backoff): for each, its status is written where it differs.  A claim whose write failed waits
+out its own capped backoff (other claims are not held up); all writes together are limited to a rate
+with a burst.  The metrics' whole-cluster picture is refreshed at most every
+:data:`METRICS_INTERVAL_SECONDS`.  Leadership gates writing only: a follower keeps its caches warm and
+computes nothing (a new leader's first pass reads everything).
 
 Fail closed: until both caches hold a first complete list, nothing is written; a device is declared
 gone only from a completely listed pool (:mod:`.reservations`), and a claim with a device in a pool
@@ -28,16 +34,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from dra_driver import claimstatus
 from dra_driver.claimstatus import EVENT_STATUS_WRITE_REFUSED, DeviceEntry, controller_field_manager, rfc3339
+from dra_driver.controller.index import Key, ReservationIndex
 from dra_driver.controller.ratelimit import TokenBucket
 from dra_driver.controller.reservation_metrics import ReservationMetrics
-from dra_driver.controller.reservations import DeviceReservation, allocated_results, compute_reservations
+from dra_driver.controller.reservations import DeviceReservation, allocated_results
 from dra_driver.controller.status import Transition, compute_claim_entries
 from dra_driver.kube.client import CLAIMS, SLICES, Client, status_code
 from dra_driver.kube.events import EventRecorder
@@ -57,6 +63,10 @@ from dra_driver.logs import log_context
 log = logging.getLogger(__name__)
 
 WRITE_BACKOFF = BackoffPolicy(initial=0.5, maximum=60.0)
+METRICS_INTERVAL_SECONDS = 10.0
+"""How often at most the metrics' whole-cluster picture (every reservation, every GPU's occupancy) is
+computed: it costs in proportion to the cluster, so not on every pass (Prometheus scrapes every 15 s
+or more)."""
 
 
 class ReservationController(ControlLoop):
@@ -86,6 +96,9 @@ class ReservationController(ControlLoop):
         self.on_pass = on_pass
         self._backoffs: dict[str, tuple[Backoff, float]] = {}  # claim UID -> (its backoff, not before)
         self._refused: dict[str, str] = {}  # claim UID -> the resourceVersion whose status was refused
+        self._index = ReservationIndex(driver)
+        self._waiting: set[Key] = set()  # claims to look at: changed, or held back by the rate or a backoff
+        self._metrics_due = 0.0  # monotonic time of the next metrics refresh (0: at the next pass)
         self.field_manager = controller_field_manager(driver)
         self._wake_at: float | None = None
         super().__init__("reservation-controller", changes, [self.claims, self.slices], resync)
@@ -95,31 +108,34 @@ class ReservationController(ControlLoop):
     def sync(self) -> None:
         self._wake_at = None
         if not self.is_leader():
+            self._index = ReservationIndex(self.driver)  # a leader again reads everything afresh
+            self._waiting.clear()
             return
         if not (self.claims.wait_synced(0) and self.slices.wait_synced(0)):
             return  # fail closed: no decision from a cache that never listed
-        claims, slices = self.claims.items(), self.slices.items()
-        reservations = compute_reservations(claims, slices, self.driver)
-        self.metrics.observe(reservations)
-        if self.on_pass is not None:
-            self.on_pass(claims, slices)
-        by_claim: dict[str, list[DeviceReservation]] = defaultdict(list)
-        for reservation in reservations:
-            by_claim[reservation.claim_uid].append(reservation)
-        cached = {str(c["metadata"].get("uid", "")): c for c in claims}
+        changed = self._index.refresh(self.claims, self.slices)
+        self._waiting |= changed
+        self._refresh_metrics(bool(changed))
         now = time.monotonic()
-        for uid, held in by_claim.items():
+        for key in sorted(self._waiting):
             if self.stopping or not self.is_leader():
                 return
+            claim = self._index.claim(key)
+            held = self._index.reservations_of(key)
+            if claim is None or not held:
+                self._waiting.discard(key)  # deleted, or holds nothing of the driver any more
+                continue
+            uid = str(claim["metadata"].get("uid", ""))
             backoff = self._backoffs.get(uid)
             if backoff is not None and backoff[1] > now:
                 self._wake(backoff[1])
                 continue
-            claim = cached[uid]
             if self._refused.get(uid) == str(claim["metadata"].get("resourceVersion", "")):
+                self._waiting.discard(key)
                 continue  # refused as it is: again once the claim changes
             desired = self._desired(claim, held)
             if desired[0] is None:
+                self._waiting.discard(key)
                 continue
             wait = self.write_rate.take()
             if wait > 0:
@@ -127,8 +143,23 @@ class ReservationController(ControlLoop):
                 return  # the rest in the next pass, after the rate allows more
             meta = claim["metadata"]
             with log_context(claim_uid=uid or None, claim=f"{meta.get('namespace', '')}/{meta.get('name', '')}"):
-                self._converge(claim, held, desired)
-        self._forget_backoffs(set(by_claim))
+                self._converge(dict(claim), held, desired)
+            if uid not in self._backoffs:
+                self._waiting.discard(key)
+        self._forget_backoffs()
+
+    def _refresh_metrics(self, changed: bool) -> None:
+        """The metrics' whole picture, at most every :data:`METRICS_INTERVAL_SECONDS` while things change."""
+        now = time.monotonic()
+        if changed and self._metrics_due == float("inf"):
+            self._metrics_due = 0.0  # a change after a quiet spell: its picture is due
+        if now < self._metrics_due:
+            self._wake(self._metrics_due)
+            return
+        self.metrics.observe(self._index.all_reservations())
+        if self.on_pass is not None:
+            self.on_pass(self.claims.items(), self.slices.items())
+        self._metrics_due = now + METRICS_INTERVAL_SECONDS if changed else float("inf")
 
     def next_wake(self) -> float:
         if self._wake_at is None:
@@ -138,10 +169,11 @@ class ReservationController(ControlLoop):
     def _wake(self, at: float) -> None:
         self._wake_at = at if self._wake_at is None else min(self._wake_at, at)
 
-    def _forget_backoffs(self, live: set[str]) -> None:
-        for uid in [uid for uid in self._backoffs if uid not in live]:
+    def _forget_backoffs(self) -> None:
+        """Drop the backoffs and refusals of claims that no longer hold a device of the driver."""
+        for uid in [uid for uid in self._backoffs if not self._index.holds(uid)]:
             del self._backoffs[uid]
-        for uid in [uid for uid in self._refused if uid not in live]:
+        for uid in [uid for uid in self._refused if not self._index.holds(uid)]:
             del self._refused[uid]
 
     # -- one claim -----------------------------------------------------------------------------

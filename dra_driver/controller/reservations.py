@@ -102,7 +102,9 @@ class DeviceReservation:
 
 
 @dataclass
-class _Pool:
+class Pool:
+    """One pool's newest generation as listed: its devices, and whether every slice of it is there."""
+
     generation: int = -1
     slice_count: int = 0
     slices_seen: int = 0
@@ -131,9 +133,9 @@ def _memory_slice_count(counter_set: JSON) -> int:
     return sum(1 for name in counter_set.get("counters") or {} if str(name).startswith("memory-slice-"))
 
 
-def compute_published_devices(slices: Iterable[JSON], driver: str) -> dict[str, _Pool]:
+def compute_published_devices(slices: Iterable[JSON], driver: str) -> dict[str, Pool]:
     """The newest generation of every pool of ``driver``: its devices and whether it is complete."""
-    pools: dict[str, _Pool] = defaultdict(_Pool)
+    pools: dict[str, Pool] = defaultdict(Pool)
     raw: dict[str, list[JSON]] = defaultdict(list)
     for resource_slice in slices:
         spec = resource_slice.get("spec") or {}
@@ -144,7 +146,7 @@ def compute_published_devices(slices: Iterable[JSON], driver: str) -> dict[str, 
         generation = int(pool_spec.get("generation", 0))
         pool = pools[name]
         if generation > pool.generation:
-            pools[name] = pool = _Pool(generation, int(pool_spec.get("resourceSliceCount", 1)))
+            pools[name] = pool = Pool(generation, int(pool_spec.get("resourceSliceCount", 1)))
             raw[name] = []
         if generation == pool.generation:
             pool.slices_seen += 1
@@ -221,6 +223,27 @@ def compute_reservations(claims: Iterable[JSON], slices: Iterable[JSON], driver:
     device of a claim (a device serving two requests is one instance).
     """
     pools = compute_published_devices(slices, driver)
+    return pool_reservations(claims, pools, driver, every_pool_complete=_complete_listing(pools))
+
+
+def claim_pools(claim: JSON, driver: str) -> frozenset[str]:
+    """The pools of ``driver`` in which ``claim`` holds a (non-admin) device."""
+    return frozenset(str(r.get("pool", "")) for r in allocated_results(claim, driver) if not r.get("adminAccess"))
+
+
+def pool_reservations(
+    claims: Iterable[JSON],
+    pools: Mapping[str, Pool],
+    driver: str,
+    *,
+    every_pool_complete: bool,
+    only_pool: str | None = None,
+) -> list[DeviceReservation]:
+    """:func:`compute_reservations` from pools already read (:func:`compute_published_devices`), for the
+    devices of ``only_pool`` alone if given: every verdict depends only on the device's own pool (a
+    conflict is two devices of one GPU, and one pool is one node's GPUs), and on whether *every* pool
+    is completely listed when the device's pool is absent (``every_pool_complete``), which is how the
+    reservation controller recomputes one node's reservations without the others'."""
     held: list[_Held] = []
     for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"])):
         seen: set[tuple[str, str, str]] = set()
@@ -229,6 +252,8 @@ def compute_reservations(claims: Iterable[JSON], slices: Iterable[JSON], driver:
                 continue
             share_id = str(result["shareID"]) if result.get("shareID") else None
             key = (str(result.get("pool", "")), str(result.get("device", "")))
+            if only_pool is not None and key[0] != only_pool:
+                continue
             if (*key, share_id or "") in seen:
                 continue
             seen.add((*key, share_id or ""))
@@ -238,7 +263,7 @@ def compute_reservations(claims: Iterable[JSON], slices: Iterable[JSON], driver:
                 verdict = Verdict.RESERVED
             elif pool is not None and pool.complete:
                 verdict = Verdict.GONE
-            elif pool is None and _complete_listing(pools):
+            elif pool is None and every_pool_complete:
                 verdict = Verdict.GONE  # the node's whole pool went (node removed): every other pool is whole
             else:
                 verdict = Verdict.UNKNOWN
@@ -320,7 +345,7 @@ def _conflicts(held: list[_Held]) -> dict[int, set[str]]:
     return conflicts
 
 
-def _complete_listing(pools: Mapping[str, _Pool]) -> bool:
+def _complete_listing(pools: Mapping[str, Pool]) -> bool:
     """Whether every pool listed is complete: then a pool that is absent is absent, not half-listed."""
     return all(pool.complete for pool in pools.values())
 

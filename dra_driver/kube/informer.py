@@ -7,6 +7,11 @@ missed or coalesced event can never lose work; the caches only decide *when* to 
 server ends, breaks or refuses as too old (410 Gone) is followed by a fresh list, as client-go's
 reflector does; objects in the cache newer than that list (our own writes, assumed) are kept.
 
+Which objects changed: every change is numbered (:meth:`Informer.changed_since`), so a loop whose
+pass must not cost in proportion to the whole cache (the reservation controller at thousands of claims)
+looks again only at the objects that changed since its last pass, and at everything when the cache no
+longer remembers that far back.
+
 Read your own writes: a component that wrote an object hands the server's answer to
 :meth:`Informer.assume` so its next look sees the write even before the watch delivers it (the
 scheduler must never allocate a device twice because its cache lagged behind its own allocation:
@@ -84,6 +89,9 @@ class Informer:
         self.watch_timeout = watch_timeout
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
         self._deleted: dict[tuple[str, str], int] = {}  # key -> resourceVersion of its deletion (recent ones)
+        self._revision = 0  # the number of the last change to the cache
+        self._changed: dict[tuple[str, str], int] = {}  # key -> the number of its last change, oldest first
+        self._forgotten = 0  # changes up to this number may be missing from ``_changed``
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._stopping = threading.Event()
@@ -100,6 +108,29 @@ class Informer:
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         with self._lock:
             return self._objects.get((namespace or "", name))
+
+    def changed_since(self, revision: int) -> tuple[int, set[tuple[str, str]] | None]:
+        """The number of the cache's last change, and the keys (namespace, name) of the objects added,
+        changed or deleted after change ``revision`` -- or None for the keys when the cache no longer
+        remembers every change since then (look at everything).  0 asks for everything ever seen."""
+        with self._lock:
+            if revision < self._forgotten:
+                return self._revision, None
+            keys: set[tuple[str, str]] = set()
+            for key, number in reversed(self._changed.items()):
+                if number <= revision:
+                    break
+                keys.add(key)
+            return self._revision, keys
+
+    def _mark_locked(self, key: tuple[str, str]) -> None:
+        """Number a change of ``key`` (the lock held).  Only the last change of each key is kept, for at
+        most the cached objects plus the recent deletions; older numbers are forgotten in order."""
+        self._revision += 1
+        self._changed.pop(key, None)
+        self._changed[key] = self._revision
+        while len(self._changed) > len(self._objects) + _TOMBSTONES:
+            self._forgotten = self._changed.pop(next(iter(self._changed)))
 
     def wait_synced(self, timeout: float) -> bool:
         """Whether the first list arrived within ``timeout`` seconds."""
@@ -121,11 +152,14 @@ class Informer:
         meta = obj["metadata"]
         with self._lock:
             if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-                self._objects.pop(key, None)  # the write removed the last finalizer: the object is gone
+                if self._objects.pop(key, None) is not None:  # the write removed the last finalizer: gone
+                    self._mark_locked(key)
             elif self._deleted.get(key, -1) < _resource_version(obj):  # not deleted since this write
                 cached = self._objects.get(key)
                 if cached is None or _resource_version(obj) >= _resource_version(cached):
                     self._objects[key] = copy.deepcopy(obj)
+                    if cached is None or _resource_version(obj) > _resource_version(cached):
+                        self._mark_locked(key)
         self._bump()
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -178,7 +212,12 @@ class Informer:
                     key not in fresh or _resource_version(fresh[key]) < _resource_version(cached)
                 ):
                     fresh[key] = cached
+            old = self._objects
             self._objects = fresh
+            for key in old.keys() | fresh.keys():
+                before, after = old.get(key), fresh.get(key)
+                if before is None or after is None or _resource_version(before) != _resource_version(after):
+                    self._mark_locked(key)
         self._synced.set()
         self._bump()
         return resource_version
@@ -219,10 +258,13 @@ class Informer:
                 if len(self._deleted) >= _TOMBSTONES:
                     self._deleted.pop(next(iter(self._deleted)))
                 self._deleted[key] = _resource_version(obj)
+                self._mark_locked(key)
             else:
                 cached = self._objects.get(key)
                 if cached is None or _resource_version(obj) >= _resource_version(cached):
                     self._objects[key] = obj
+                    if cached is None or _resource_version(obj) > _resource_version(cached):
+                        self._mark_locked(key)  # not the echo of our own write, assumed already
         self._bump()
         return new_version
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.kube import informer as informer_module
 from dra_driver.kube.client import PODS, Client
 from dra_driver.kube.informer import Changes, Informer
 from tests.kube_apiserver import KubeApiServer
@@ -74,3 +75,36 @@ def test_stop_ends_a_watch_that_waits_for_events(pods: Informer) -> None:
     pods.stop()
     assert time.monotonic() - started < 5
     assert not pods._thread.is_alive()
+
+
+def test_changed_since_names_exactly_the_objects_added_changed_or_deleted(
+    client: Client, pods: Informer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What lets the reservation controller look again only at what changed: each change is numbered,
+    a relist that finds nothing new numbers nothing, and a change the cache no longer remembers makes
+    the answer None (look at everything)."""
+    a = client.create(PODS, _pod("ca"))
+    client.create(PODS, _pod("cb"))
+    wait_for("both pods in the cache", lambda: pods.get("default", "ca") and pods.get("default", "cb"))
+    start, keys = pods.changed_since(0)
+    assert keys is not None
+    assert {("default", "ca"), ("default", "cb")} <= keys
+
+    pods.assume(client.update(PODS, {**a, "metadata": {**a["metadata"], "labels": {"x": "y"}}}))
+    now, keys = pods.changed_since(start)
+    assert keys == {("default", "ca")}
+    client.delete(PODS, "default", "cb")
+    wait_for("the deletion in the cache", lambda: pods.get("default", "cb") is None)
+    after, keys = pods.changed_since(now)
+    assert keys == {("default", "cb")}
+
+    pods._relist()  # the server's list: nothing new in it (the echo of our own write is no change either)
+    assert pods.changed_since(after)[1] == set()
+
+    monkeypatch.setattr(informer_module, "_TOMBSTONES", 0)  # remember no more changes than objects
+    for name in ("cc", "cd"):
+        client.create(PODS, _pod(name))
+        wait_for(f"pod {name} in the cache", lambda name=name: pods.get("default", name))  # type: ignore[misc]
+    client.delete(PODS, "default", "cc")
+    wait_for("the deletion in the cache", lambda: pods.get("default", "cc") is None)
+    assert pods.changed_since(start)[1] is None  # the oldest changes were forgotten: look at everything
