@@ -197,6 +197,17 @@ class Client:
                 return items, str(metadata["resourceVersion"])
             query["continue"] = str(token)
 
+    def peek(self, kind: Kind, namespace: str | None = None, *, limit: int = 1) -> tuple[list[dict[str, Any]], str]:
+        """The first ``limit`` objects and the list's resourceVersion: one page, to learn whether any are
+        left or where to watch from without reading a whole collection."""
+        answer = _call_json(self.api_client, "GET", kind.path(namespace), query={"limit": limit}, timeout=self.timeout)
+        return list(answer.get("items") or []), str((answer.get("metadata") or {}).get("resourceVersion", ""))
+
+    def delete_collection(self, kind: Kind, namespace: str | None, *, timeout: float | None = None) -> None:
+        """Delete every object of ``kind`` in ``namespace`` with one request (the server may take a
+        while for thousands: ``timeout``, else the client's)."""
+        _call_json(self.api_client, "DELETE", kind.path(namespace), timeout=timeout or self.timeout)
+
     def create(self, kind: Kind, body: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         """POST ``body`` into its namespace's collection; ``dry_run`` has the server validate it only."""
         namespace = body.get("metadata", {}).get("namespace")

@@ -71,6 +71,7 @@ from schedcluster import (
     Fleet,
     claim_body,
     control_plane,
+    create_allocated_claim,
     in_parallel,
     make_namespace,
     process_stats,
@@ -81,7 +82,7 @@ from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.examples import example_inventory
 from dra_driver.devicemodel.policy import DEFAULT_POLICY, placement_policy
 from dra_driver.devicemodel.pool import build_pool
-from dra_driver.kube.client import CLAIMS, EVENTS, NODES, SLICES, Client, Kind, _call_json, status_code
+from dra_driver.kube.client import CLAIMS, EVENTS, NODES, SLICES, Client, Kind, status_code
 from kubeletplugin.publisher import SlicePublisher
 from migdra_devcluster.kubeconfig import write_kubeconfig
 from migdra_devcluster.kubelet.node import kubelet_version, node_status
@@ -311,19 +312,7 @@ class Claims:
             name, index = item
             if rate is not None:  # paced: claims allocated one by one, as kube-scheduler allocates them
                 time.sleep(max(0.0, start + order[name] / rate - time.monotonic()))
-            node, device = self.device(index)
-            claim = own.create(CLAIMS, claim_body(namespace, name, PROFILE))
-            claim["status"] = {
-                "allocation": {
-                    "devices": {"results": [{"request": "mig", "driver": DRIVER, "pool": node, "device": device}]},
-                    "nodeSelector": {
-                        "nodeSelectorTerms": [
-                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-                        ]
-                    },
-                }
-            }
-            own.update(CLAIMS, claim, subresource="status")
+            create_allocated_claim(own, namespace, name, PROFILE, *self.device(index))
             landed[name] = time.monotonic()
 
         in_parallel(client, items, one, CREATORS)
@@ -342,15 +331,14 @@ def strip_reservations(client: Client, namespace: str, names: Sequence[str]) -> 
 
 def current_version(client: Client, kind: Kind) -> str:
     """The API's resourceVersion now (a one-item list), to watch from."""
-    answer = _call_json(client.api_client, "GET", kind.path(None), query={"limit": 1}, timeout=60)
-    return str(answer["metadata"]["resourceVersion"])
+    return client.peek(kind)[1]
 
 
 def remove_namespace_objects(client: Client, kind: Kind, namespace: str, wait: float = 900.0) -> None:
     """A collection delete, then a bounded wait until a one-item list shows none left."""
-    _call_json(client.api_client, "DELETE", kind.path(namespace), timeout=300)
+    client.delete_collection(kind, namespace, timeout=300)
     deadline = time.monotonic() + wait
-    while _call_json(client.api_client, "GET", kind.path(namespace), query={"limit": 1}, timeout=60).get("items"):
+    while client.peek(kind, namespace)[0]:
         if time.monotonic() > deadline:
             raise SystemExit(f"{kind.plural} of {namespace} left after {wait:g} s")
         time.sleep(0.2)

@@ -54,7 +54,7 @@ from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.policy import DEFAULT_POLICY, PlacementPolicy, placement_policy
 from dra_driver.devicemodel.pool import NodePool, build_pool
-from dra_driver.kube.client import CLAIMS, DEVICE_CLASSES, NODES, PODS, SLICES, Client, Kind, _call_json
+from dra_driver.kube.client import CLAIMS, DEVICE_CLASSES, NODES, PODS, SLICES, Client, Kind
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
@@ -377,19 +377,7 @@ class Fleet:
             self.allocated[node] = frozenset(taken)
 
         def fill(own: Client, index: int, item: tuple[str, str]) -> None:
-            node, device = item
-            claim = own.create(CLAIMS, claim_body(namespace, f"fill-{index}", FILL_PROFILE))
-            claim["status"] = {
-                "allocation": {
-                    "devices": {"results": [{"request": "mig", "driver": DRIVER, "pool": node, "device": device}]},
-                    "nodeSelector": {
-                        "nodeSelectorTerms": [
-                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-                        ]
-                    },
-                }
-            }
-            own.update(CLAIMS, claim, subresource="status")
+            create_allocated_claim(own, namespace, f"fill-{index}", FILL_PROFILE, *item)
 
         started = time.monotonic()
         in_parallel(self.plane.client, list(enumerate(work)), lambda own, pair: fill(own, *pair), creators)
@@ -403,7 +391,7 @@ class Fleet:
         if self.fill_namespace is None:
             return
         client = self.plane.client
-        delete_collection(client, CLAIMS, self.fill_namespace)
+        client.delete_collection(CLAIMS, self.fill_namespace, timeout=120)
         wait_empty(client, CLAIMS, self.fill_namespace)
         self.fill_namespace = None
         for node in self.nodes:
@@ -445,6 +433,21 @@ def claim_body(namespace: str, name: str, profile: str) -> Json:
             }
         },
     }
+
+
+def create_allocated_claim(client: Client, namespace: str, name: str, profile: str, node: str, device: str) -> None:
+    """A claim for ``profile`` allocated ``device`` of ``node``, written as kube-scheduler writes an
+    allocation (the admin may: the benchmark plays the scheduler for claims that only need to exist)."""
+    claim = client.create(CLAIMS, claim_body(namespace, name, profile))
+    claim["status"] = {
+        "allocation": {
+            "devices": {"results": [{"request": "mig", "driver": DRIVER, "pool": node, "device": device}]},
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+            },
+        }
+    }
+    client.update(CLAIMS, claim, subresource="status")
 
 
 def pod_body(namespace: str, name: str, claim: str | None) -> Json:
@@ -496,13 +499,9 @@ def in_parallel(client: Client, items: Sequence[Any], work: Callable[[Client, An
         raise SystemExit(f"bench requests failed: {failures[0]}")
 
 
-def delete_collection(client: Client, kind: Kind, namespace: str) -> None:
-    _call_json(client.api_client, "DELETE", kind.path(namespace), timeout=120)
-
-
 def wait_empty(client: Client, kind: Kind, namespace: str) -> None:
     deadline = time.monotonic() + WAIT
-    while client.list(kind, namespace)[0]:
+    while client.peek(kind, namespace)[0]:
         if time.monotonic() > deadline:
             raise SystemExit(f"{kind.plural} of {namespace} left after {WAIT:g} s")
         time.sleep(0.2)
@@ -643,7 +642,7 @@ class Burst:
         not running, so the admin removes it.  The empty namespace stays: no controller would finish
         deleting it."""
         client = self.plane.client
-        delete_collection(client, PODS, self.namespace)
+        client.delete_collection(PODS, self.namespace, timeout=120)
         if self.with_claims:
             in_parallel(
                 client,
@@ -655,7 +654,7 @@ class Burst:
                 lambda own, name: own.merge_patch(CLAIMS, self.namespace, name, {"metadata": {"finalizers": None}}),
                 4,
             )
-            delete_collection(client, CLAIMS, self.namespace)
+            client.delete_collection(CLAIMS, self.namespace, timeout=120)
             wait_empty(client, CLAIMS, self.namespace)
         wait_empty(client, PODS, self.namespace)
 
