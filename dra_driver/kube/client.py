@@ -167,6 +167,12 @@ class Client:
         reports the server's own words, as the CLI does)."""
         return _call_json(self.api_client, "GET", kind.path(namespace, name), timeout=self.timeout)
 
+    def peek(self, kind: Kind, namespace: str | None = None, *, limit: int = 1) -> tuple[list[dict[str, Any]], str]:
+        """The first ``limit`` objects and the list's resourceVersion: one page, to learn whether any are
+        left or where to watch from without reading a whole collection."""
+        answer = _call_json(self.api_client, "GET", kind.path(namespace), query={"limit": limit}, timeout=self.timeout)
+        return list(answer.get("items") or []), str((answer.get("metadata") or {}).get("resourceVersion", ""))
+
     def list(
         self,
         kind: Kind,
@@ -196,12 +202,6 @@ class Client:
             if not token:
                 return items, str(metadata["resourceVersion"])
             query["continue"] = str(token)
-
-    def peek(self, kind: Kind, namespace: str | None = None, *, limit: int = 1) -> tuple[list[dict[str, Any]], str]:
-        """The first ``limit`` objects and the list's resourceVersion: one page, to learn whether any are
-        left or where to watch from without reading a whole collection."""
-        answer = _call_json(self.api_client, "GET", kind.path(namespace), query={"limit": limit}, timeout=self.timeout)
-        return list(answer.get("items") or []), str((answer.get("metadata") or {}).get("resourceVersion", ""))
 
     def delete_collection(self, kind: Kind, namespace: str | None, *, timeout: float | None = None) -> None:
         """Delete every object of ``kind`` in ``namespace`` with one request (the server may take a
