@@ -15,7 +15,6 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from dra_driver.clusterview import compute_cluster_occupancy
 from dra_driver.controller.controller import ReservationController
 from dra_driver.controller.leader import LeaderElector, LeaseTiming
 from dra_driver.controller.occupancy_metrics import OccupancyMetrics
@@ -70,9 +69,7 @@ def run_controller(settings: ControllerSettings, stop: threading.Event, announce
         write_rate=TokenBucket(settings.write_qps, settings.write_burst),
         # The leader exports the per-GPU picture it computed from (followers export none, so a
         # dashboard never sums the same GPU twice).
-        on_pass=lambda claims, slices: occupancy_metrics.update(
-            compute_cluster_occupancy(slices, claims, settings.driver_name)
-        ),
+        on_occupancy=occupancy_metrics.update,
     )
     with serving_metrics(
         settings.metrics_address,

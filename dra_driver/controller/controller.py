@@ -40,11 +40,13 @@ from typing import Any
 
 from dra_driver import claimstatus
 from dra_driver.claimstatus import EVENT_STATUS_WRITE_REFUSED, DeviceEntry, controller_field_manager, rfc3339
+from dra_driver.clusterview import compute_cluster_occupancy
 from dra_driver.controller.index import Key, ReservationIndex
 from dra_driver.controller.ratelimit import TokenBucket
 from dra_driver.controller.reservation_metrics import ReservationMetrics
 from dra_driver.controller.reservations import DeviceReservation, allocated_results
 from dra_driver.controller.status import Transition, compute_claim_entries
+from dra_driver.devicemodel.occupancy import GpuOccupancy
 from dra_driver.kube.client import CLAIMS, SLICES, Client, status_code
 from dra_driver.kube.events import EventRecorder
 from dra_driver.kube.failures import (
@@ -82,7 +84,7 @@ class ReservationController(ControlLoop):
         is_leader: Callable[[], bool],
         resync: float = 60.0,
         write_rate: TokenBucket | None = None,
-        on_pass: Callable[[Sequence[dict[str, Any]], Sequence[dict[str, Any]]], None] | None = None,
+        on_occupancy: Callable[[Sequence[GpuOccupancy]], None] | None = None,
     ) -> None:
         changes = Changes()
         self.client = client
@@ -93,7 +95,8 @@ class ReservationController(ControlLoop):
         self.claims = Informer(client, CLAIMS, changes)
         self.slices = Informer(client, SLICES, changes, field_selector=f"spec.driver={driver}")
         self.write_rate = write_rate or TokenBucket(rate=20.0, burst=50)
-        self.on_pass = on_pass
+        self.on_occupancy = on_occupancy
+        self._occupancy: dict[str, list[GpuOccupancy]] = {}  # pool -> its GPUs' occupancy, for on_occupancy
         self._backoffs: dict[str, tuple[Backoff, float]] = {}  # claim UID -> (its backoff, not before)
         self._refused: dict[str, str] = {}  # claim UID -> the resourceVersion whose status was refused
         self._index = ReservationIndex(driver)
@@ -110,6 +113,7 @@ class ReservationController(ControlLoop):
         if not self.is_leader():
             self._index = ReservationIndex(self.driver)  # a leader again reads everything afresh
             self._waiting.clear()
+            self._occupancy.clear()
             return
         if not (self.claims.wait_synced(0) and self.slices.wait_synced(0)):
             return  # fail closed: no decision from a cache that never listed
@@ -157,8 +161,15 @@ class ReservationController(ControlLoop):
             self._wake(self._metrics_due)
             return
         self.metrics.observe(self._index.all_reservations())
-        if self.on_pass is not None:
-            self.on_pass(self.claims.items(), self.slices.items())
+        touched = self._index.take_touched_pools()
+        if self.on_occupancy is not None:
+            for pool in touched:  # per pool, as the reservations: what did not change is not computed again
+                gpus = compute_cluster_occupancy(*self._index.pool_objects(pool), self.driver)
+                if gpus:
+                    self._occupancy[pool] = gpus
+                else:
+                    self._occupancy.pop(pool, None)
+            self.on_occupancy([gpu for pool in sorted(self._occupancy) for gpu in self._occupancy[pool]])
         self._metrics_due = now + METRICS_INTERVAL_SECONDS if changed else float("inf")
 
     def next_wake(self) -> float:

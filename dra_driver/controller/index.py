@@ -53,6 +53,7 @@ class ReservationIndex:
         self._pools_of_claim: dict[Key, frozenset[str]] = {}
         self._claims_of_pool: dict[str, set[Key]] = defaultdict(set)
         self._reservations: dict[str, tuple[DeviceReservation, ...]] = {}  # pool -> its devices' reservations
+        self._touched: set[str] = set()  # pools whose slices or claims changed since take_touched_pools()
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -82,6 +83,17 @@ class ReservationIndex:
         ]
         return sorted(held, key=lambda r: order.get((r.pool, r.device_name, r.share_id or ""), len(order)))
 
+    def pool_objects(self, pool: str) -> tuple[list[JSON], list[JSON]]:
+        """The pool's slices and the claims holding a device in it: what anything computed per pool
+        (the occupancy metrics) reads."""
+        slices = list(self._slices_of_pool.get(pool, {}).values())
+        return slices, [self._claims[key] for key in sorted(self._claims_of_pool.get(pool, ()))]
+
+    def take_touched_pools(self) -> set[str]:
+        """The pools whose slices or claims changed since the last call (each pool once)."""
+        touched, self._touched = self._touched, set()
+        return touched
+
     def all_reservations(self) -> list[DeviceReservation]:
         """Every reservation (the metrics' whole picture: costs in proportion to them, so not per pass)."""
         return [reservation for pool in sorted(self._reservations) for reservation in self._reservations[pool]]
@@ -100,6 +112,7 @@ class ReservationIndex:
         reread = self._take_slices(slices, slice_keys)
         stale = reread | self._take_claims(claims, claim_keys) | self._reread_pools(reread)
         changed = set(claim_keys)
+        self._touched |= stale
         for pool in stale:
             changed |= self._recompute(pool)
         return changed

@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from dra_driver.clusterview import compute_cluster_occupancy
 from dra_driver.controller import index as index_module
 from dra_driver.controller.index import ReservationIndex
 from dra_driver.controller.reservations import DeviceReservation, Verdict, compute_reservations
+from dra_driver.devicemodel.occupancy import GpuOccupancy
 from dra_driver.kube.client import CLAIMS, SLICES
 from dra_driver.kube.informer import Changes, Informer
 from tests.sim_objects import DRIVER, H100, node_slices
@@ -98,6 +100,31 @@ def _admin(admin: bool) -> dict[str, Any]:
 DEVICE_NAMES = [d["name"] for s in node_slices("node-1", [H100, H100]) for d in s["spec"].get("devices") or []]
 
 
+def _normalised(gpus: list[GpuOccupancy]) -> list[tuple[object, ...]]:
+    """What the occupancy metrics read of each GPU (which of two conflicting claims a slice shows is
+    the order the claims came in, and says nothing the metrics use)."""
+    return sorted(
+        (
+            gpu.pool,
+            gpu.name,
+            gpu.uuid,
+            tuple(holder is None for holder in gpu.slices),
+            tuple(sorted((i.claim, i.device, i.share_id or "", i.realized) for i in gpu.instances)),
+            gpu.free_slices,
+            tuple(gpu.foreign_slices),
+            gpu.largest_allocatable,
+            gpu.fragmentation,
+        )
+        for gpu in gpus
+    )
+
+
+def _per_pool_occupancy(index: ReservationIndex, cluster: _Cluster) -> list[tuple[object, ...]]:
+    """The occupancy as the controller computes it for its metrics: pool by pool, from the index."""
+    pools = {s["spec"]["pool"]["name"] for s in cluster.slices.items()}
+    return _normalised([gpu for pool in pools for gpu in compute_cluster_occupancy(*index.pool_objects(pool), DRIVER)])
+
+
 def _expected(cluster: _Cluster) -> dict[tuple[str, str], list[DeviceReservation]]:
     by_claim: dict[tuple[str, str], list[DeviceReservation]] = {}
     for reservation in compute_reservations(cluster.claims.items(), cluster.slices.items(), DRIVER):
@@ -147,6 +174,10 @@ def test_the_index_agrees_with_the_whole_cluster_answer_after_every_change() -> 
                     assert key in changed, (seed, serial, key)
             seen |= {r.verdict for held in expected.values() for r in held}
             before = expected
+            if serial % 10 == 0:
+                assert _per_pool_occupancy(index, cluster) == _normalised(
+                    compute_cluster_occupancy(cluster.slices.items(), cluster.claims.items(), DRIVER)
+                ), (seed, serial)
     assert seen == set(Verdict), "every verdict was exercised"
 
 
