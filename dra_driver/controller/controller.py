@@ -84,7 +84,7 @@ class ReservationController(ControlLoop):
         is_leader: Callable[[], bool],
         resync: float = 60.0,
         write_rate: TokenBucket | None = None,
-        on_occupancy: Callable[[Sequence[GpuOccupancy]], None] | None = None,
+        on_occupancy: Callable[[Mapping[str, Sequence[GpuOccupancy]]], None] | None = None,
     ) -> None:
         changes = Changes()
         self.client = client
@@ -95,8 +95,7 @@ class ReservationController(ControlLoop):
         self.claims = Informer(client, CLAIMS, changes)
         self.slices = Informer(client, SLICES, changes, field_selector=f"spec.driver={driver}")
         self.write_rate = write_rate or TokenBucket(rate=20.0, burst=50)
-        self.on_occupancy = on_occupancy
-        self._occupancy: dict[str, list[GpuOccupancy]] = {}  # pool -> its GPUs' occupancy, for on_occupancy
+        self.on_occupancy = on_occupancy  # pool -> its GPUs now, for the pools that changed
         self._backoffs: dict[str, tuple[Backoff, float]] = {}  # claim UID -> (its backoff, not before)
         self._refused: dict[str, str] = {}  # claim UID -> the resourceVersion whose status was refused
         self._index = ReservationIndex(driver)
@@ -113,7 +112,6 @@ class ReservationController(ControlLoop):
         if not self.is_leader():
             self._index = ReservationIndex(self.driver)  # a leader again reads everything afresh
             self._waiting.clear()
-            self._occupancy.clear()
             return
         if not (self.claims.wait_synced(0) and self.slices.wait_synced(0)):
             return  # fail closed: no decision from a cache that never listed
@@ -162,14 +160,11 @@ class ReservationController(ControlLoop):
             return
         self.metrics.observe(self._index.all_reservations())
         touched = self._index.take_touched_pools()
-        if self.on_occupancy is not None:
-            for pool in touched:  # per pool, as the reservations: what did not change is not computed again
-                gpus = compute_cluster_occupancy(*self._index.pool_objects(pool), self.driver)
-                if gpus:
-                    self._occupancy[pool] = gpus
-                else:
-                    self._occupancy.pop(pool, None)
-            self.on_occupancy([gpu for pool in sorted(self._occupancy) for gpu in self._occupancy[pool]])
+        if self.on_occupancy is not None and touched:
+            # per pool, as the reservations: a pool that did not change is not computed again
+            self.on_occupancy(
+                {pool: compute_cluster_occupancy(*self._index.pool_objects(pool), self.driver) for pool in touched}
+            )
         self._metrics_due = now + METRICS_INTERVAL_SECONDS if changed else float("inf")
 
     def next_wake(self) -> float:

@@ -50,7 +50,7 @@ def test_gauges_per_node_and_gpu(registry: CollectorRegistry) -> None:
     metrics = OccupancyMetrics(registry)
     slices = example_slices(["H100", "H100"], node_name="n1")
     claims = [claim("a", THREE_G_AT_4, ready=True), claim("b", ONE_G_AT_2, ready=False)]
-    metrics.update(compute_cluster_occupancy(slices, claims, DRIVER))
+    metrics.update({"n1": compute_cluster_occupancy(slices, claims, DRIVER)})
     samples = scrape(registry)
     assert samples[series("migdra_gpu_reserved_instances", "gpu-0", profile="3g.40gb")] == 1
     assert samples[series("migdra_gpu_reserved_instances", "gpu-0", profile="1g.10gb")] == 1
@@ -95,9 +95,9 @@ def test_series_of_what_disappeared_are_removed(
 ) -> None:
     metrics = OccupancyMetrics(registry)
     slices = example_slices(["H100", "H100"], node_name="n1")
-    metrics.update(compute_cluster_occupancy(slices, [claim("a", THREE_G_AT_4, ready=True)], DRIVER))
+    metrics.update({"n1": compute_cluster_occupancy(slices, [claim("a", THREE_G_AT_4, ready=True)], DRIVER)})
     before = scrape(registry)
-    metrics.update(compute_cluster_occupancy(second_slices, [], DRIVER))
+    metrics.update({"n1": compute_cluster_occupancy(second_slices, [], DRIVER)})
     after = scrape(registry)
     if gone is None:
         assert not [key for key in after if key[0].startswith("migdra_gpu_")]
@@ -106,3 +106,20 @@ def test_series_of_what_disappeared_are_removed(
     assert not [key for key in gone if key in after]
     assert after[series("migdra_gpu_largest_allocatable_profile", "gpu-0", profile="7g.80gb")] == 1
     assert after[series("migdra_gpu_free_memory_slices", "gpu-0")] == 8
+
+
+def test_an_update_of_one_pool_leaves_the_other_pools_series(registry: CollectorRegistry) -> None:
+    """The controller computes only the pools that changed: the others' series must stay."""
+    metrics = OccupancyMetrics(registry)
+    first, second = example_slices(["H100"], node_name="n1"), example_slices(["H100"], node_name="n2")
+    metrics.update(
+        {"n1": compute_cluster_occupancy(first, [], DRIVER), "n2": compute_cluster_occupancy(second, [], DRIVER)}
+    )
+    metrics.update({"n1": compute_cluster_occupancy(first, [claim("a", THREE_G_AT_4, ready=True)], DRIVER)})
+    samples = scrape(registry)
+    assert samples[series("migdra_gpu_free_memory_slices", "gpu-0")] == 4
+    other = ("migdra_gpu_free_memory_slices", (("gpu", "gpu-0"), ("node", "n2")))
+    assert samples[other] == 8
+    metrics.update({"n2": []})  # the node went
+    assert other not in scrape(registry)
+    assert scrape(registry)[series("migdra_gpu_free_memory_slices", "gpu-0")] == 4
