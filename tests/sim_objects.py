@@ -260,3 +260,33 @@ def latest_pool(slices: Iterable[Mapping[str, Any]], pool: str, driver: str = DR
     if len(current) != int(current[0]["spec"]["pool"]["resourceSliceCount"]):
         return None
     return current
+
+
+def allocated_claim(
+    name: str,
+    *devices: str,
+    pool: str = "node-1",
+    admin: bool = False,
+    uid: str | None = None,
+    share: str | None = None,
+) -> dict[str, Any]:
+    """A claim allocated ``devices`` of ``pool`` (``admin``: admin access; ``share``: a share of a
+    shared device with that shareID), as kube-scheduler writes it."""
+    results = [
+        {
+            "request": f"r{i}",
+            "driver": DRIVER,
+            "pool": pool,
+            "device": device,
+            **({"adminAccess": True} if admin else {}),
+            **({"shareID": share, "consumedCapacity": {"computeSlices": "1"}} if share else {}),
+        }
+        for i, device in enumerate(devices)
+    ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}", "generation": 1},
+        "spec": {"devices": {"requests": []}},
+        "status": {"allocation": {"devices": {"results": results}}},
+    }

@@ -9,6 +9,7 @@ import pytest
 
 from dra_driver.kube.client import PODS, Client
 from tests.kube_apiserver import KubeApiServer
+from tests.sim_objects import pod
 from tests.waiting import wait_for
 
 
@@ -19,18 +20,9 @@ def client(api_server: KubeApiServer) -> Iterator[Client]:
     c.close()
 
 
-def _pod(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "image": "x"}]},
-    }
-
-
 def test_peek_reads_one_page_and_delete_collection_empties_a_namespace(client: Client) -> None:
     for name in ("p1", "p2", "p3"):
-        client.create(PODS, _pod(name))
+        client.create(PODS, pod(name, namespace="default"))
     first, version = client.peek(PODS, "default")
     assert len(first) == 1
     assert int(version) > 0

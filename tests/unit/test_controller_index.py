@@ -20,7 +20,7 @@ from dra_driver.controller.reservations import DeviceReservation, Verdict, compu
 from dra_driver.devicemodel.occupancy import GpuOccupancy
 from dra_driver.kube.client import CLAIMS, SLICES
 from dra_driver.kube.informer import Changes, Informer
-from tests.sim_objects import DRIVER, H100, node_slices
+from tests.sim_objects import DRIVER, H100, allocated_claim, node_slices
 
 NODES = ("node-1", "node-2", "node-3")
 
@@ -73,30 +73,6 @@ class _Cluster:
                 self.delete(self.slices, resource_slice)
 
 
-def _claim(name: str, node: str, devices: list[str], admin: bool = False) -> dict[str, Any]:
-    results = [
-        {
-            "request": f"r{i}",
-            "driver": DRIVER,
-            "pool": node,
-            "device": device,
-            **({"adminAccess": True} if admin else {}),
-        }
-        for i, device in enumerate(devices)
-    ]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}-{len(devices)}"},
-        "spec": {"devices": {"requests": []}},
-        "status": {"allocation": {"devices": {"results": results}}},
-    }
-
-
-def _admin(admin: bool) -> dict[str, Any]:
-    return {"adminAccess": True} if admin else {}
-
-
 DEVICE_NAMES = [d["name"] for s in node_slices("node-1", [H100, H100]) for d in s["spec"].get("devices") or []]
 
 
@@ -138,7 +114,7 @@ def _step(cluster: _Cluster, rng: random.Random, serial: int) -> None:
     if roll < 0.45 or not claims:
         node = rng.choice(NODES)
         devices = rng.sample(DEVICE_NAMES, rng.choice([1, 1, 2]))
-        cluster.put(cluster.claims, _claim(f"c{serial}", node, devices, admin=rng.random() < 0.05))
+        cluster.put(cluster.claims, allocated_claim(f"c{serial}", *devices, pool=node, admin=rng.random() < 0.05))
     elif roll < 0.6:
         cluster.delete(cluster.claims, rng.choice(claims))
     elif roll < 0.7:  # a claim's status written (another manager): the same reservations
@@ -186,7 +162,7 @@ def test_a_refresh_recomputes_only_the_pools_that_changed(monkeypatch: pytest.Mo
     for node in NODES:
         cluster.publish(node)
     for number, node in enumerate(NODES):
-        cluster.put(cluster.claims, _claim(f"on-{node}", node, [DEVICE_NAMES[number]]))
+        cluster.put(cluster.claims, allocated_claim(f"on-{node}", DEVICE_NAMES[number], pool=node))
     index = ReservationIndex(DRIVER)
     assert len(index.refresh(cluster.claims, cluster.slices)) == 3
     recomputed: list[str] = []
@@ -197,7 +173,7 @@ def test_a_refresh_recomputes_only_the_pools_that_changed(monkeypatch: pytest.Mo
         return original(*args, **kwargs)
 
     monkeypatch.setattr(index_module, "pool_reservations", counting)
-    cluster.put(cluster.claims, _claim("another", "node-2", [DEVICE_NAMES[5]]))
+    cluster.put(cluster.claims, allocated_claim("another", DEVICE_NAMES[5], pool="node-2"))
     assert index.refresh(cluster.claims, cluster.slices) == {("default", "another")}
     assert recomputed == ["node-2"]
     recomputed.clear()
@@ -217,7 +193,7 @@ def test_a_controller_pass_looks_only_at_the_claims_whose_reservations_changed(m
         cluster.publish(node)
     for number in range(30):
         node = NODES[number % 3]
-        cluster.put(cluster.claims, _claim(f"c{number}", node, [DEVICE_NAMES[number // 3]]))
+        cluster.put(cluster.claims, allocated_claim(f"c{number}", DEVICE_NAMES[number // 3], pool=node))
     client = _NoClient()
     controller = ReservationController(
         client,  # type: ignore[arg-type]
@@ -241,7 +217,7 @@ def test_a_controller_pass_looks_only_at_the_claims_whose_reservations_changed(m
     looked_at.clear()
     controller.sync()
     assert looked_at == []  # nothing changed
-    cluster.put(cluster.claims, _claim("new", "node-2", ["gpu-1-mig-1g10gb-19-6"]))  # overlaps no one
+    cluster.put(cluster.claims, allocated_claim("new", "gpu-1-mig-1g10gb-19-6", pool="node-2"))  # overlaps no one
     controller.sync()
     assert looked_at == ["new"]
     looked_at.clear()

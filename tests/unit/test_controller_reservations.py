@@ -21,38 +21,10 @@ from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.pool import build_pool
-from tests.sim_objects import DRIVER, H100, node_slices
+from tests.sim_objects import DRIVER, H100, allocated_claim, node_slices
 
 NOW = "2026-12-01T00:00:00Z"
 LATER = "2026-12-01T01:00:00Z"
-
-
-def _allocated(
-    name: str,
-    *devices: str,
-    pool: str = "node-1",
-    admin: bool = False,
-    uid: str | None = None,
-    share: str | None = None,
-) -> dict[str, Any]:
-    results = [
-        {
-            "request": f"r{i}",
-            "driver": DRIVER,
-            "pool": pool,
-            "device": device,
-            **({"adminAccess": True} if admin else {}),
-            **({"shareID": share, "consumedCapacity": {"computeSlices": "1"}} if share else {}),
-        }
-        for i, device in enumerate(devices)
-    ]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}", "generation": 1},
-        "spec": {"devices": {"requests": []}},
-        "status": {"allocation": {"devices": {"results": results}}},
-    }
 
 
 SLICES = node_slices("node-1", [H100, H100])
@@ -79,45 +51,45 @@ def _verdicts(*claims: dict[str, Any], slices: list[dict[str, Any]] = SLICES) ->
     ("claims", "expected"),
     [
         pytest.param(
-            [_allocated("a", THREE_G_AT_4)], {("a", THREE_G_AT_4): Verdict.RESERVED}, id="one claim is reserved"
+            [allocated_claim("a", THREE_G_AT_4)], {("a", THREE_G_AT_4): Verdict.RESERVED}, id="one claim is reserved"
         ),
         pytest.param(
-            [_allocated("a", THREE_G_AT_4), _allocated("b", ONE_G_AT_6)],
+            [allocated_claim("a", THREE_G_AT_4), allocated_claim("b", ONE_G_AT_6)],
             {("a", THREE_G_AT_4): Verdict.CONFLICT, ("b", ONE_G_AT_6): Verdict.CONFLICT},
             id="3g at 4-7 and 1g at 6 overlap: both flagged",
         ),
         pytest.param(
-            [_allocated("a", THREE_G_AT_4), _allocated("b", FOUR_G_AT_0)],
+            [allocated_claim("a", THREE_G_AT_4), allocated_claim("b", FOUR_G_AT_0)],
             {("a", THREE_G_AT_4): Verdict.RESERVED, ("b", FOUR_G_AT_0): Verdict.RESERVED},
             id="adjacent placements do not conflict",
         ),
         pytest.param(
-            [_allocated("a", THREE_G_AT_4), _allocated("b", ONE_G_AT_0_GPU1)],
+            [allocated_claim("a", THREE_G_AT_4), allocated_claim("b", ONE_G_AT_0_GPU1)],
             {("a", THREE_G_AT_4): Verdict.RESERVED, ("b", ONE_G_AT_0_GPU1): Verdict.RESERVED},
             id="same slices on another GPU do not conflict",
         ),
         pytest.param(
-            [_allocated("a", THREE_G_AT_4), _allocated("b", THREE_G_AT_4)],
+            [allocated_claim("a", THREE_G_AT_4), allocated_claim("b", THREE_G_AT_4)],
             {("a", THREE_G_AT_4): Verdict.CONFLICT, ("b", THREE_G_AT_4): Verdict.CONFLICT},
             id="the same device in two claims",
         ),
         pytest.param(
-            [_allocated("a", THREE_G_AT_4), _allocated("b", ONE_G_AT_6, admin=True)],
+            [allocated_claim("a", THREE_G_AT_4), allocated_claim("b", ONE_G_AT_6, admin=True)],
             {("a", THREE_G_AT_4): Verdict.RESERVED},
             id="admin access holds nothing",
         ),
         pytest.param(
-            [_allocated("a", THREE_G_AT_4, ONE_G_AT_6)],
+            [allocated_claim("a", THREE_G_AT_4, ONE_G_AT_6)],
             {("a", THREE_G_AT_4): Verdict.RESERVED, ("a", ONE_G_AT_6): Verdict.RESERVED},
             id="a claim's own devices are not a conflict between claims",
         ),
         pytest.param(
-            [_allocated("a", "gpu-0-mig-3g40gb-9-99")],
+            [allocated_claim("a", "gpu-0-mig-3g40gb-9-99")],
             {("a", "gpu-0-mig-3g40gb-9-99"): Verdict.GONE},
             id="a device the complete pool no longer publishes is gone",
         ),
         pytest.param(
-            [_allocated("a", THREE_G_AT_4, pool="node-9")],
+            [allocated_claim("a", THREE_G_AT_4, pool="node-9")],
             {("a", THREE_G_AT_4): Verdict.GONE},
             id="a pool that publishes nothing while every other pool is whole",
         ),
@@ -131,17 +103,17 @@ def test_reservation_verdicts(claims: list[dict[str, Any]], expected: dict[tuple
     ("claims", "expected"),
     [
         pytest.param(
-            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", SHARED_4G_AT_0, share=SHARE_B)],
+            [allocated_claim("a", SHARED_4G_AT_0, share=SHARE_A), allocated_claim("b", SHARED_4G_AT_0, share=SHARE_B)],
             {("a", SHARED_4G_AT_0): Verdict.RESERVED, ("b", SHARED_4G_AT_0): Verdict.RESERVED},
             id="two shares of one shared GPU instance do not conflict",
         ),
         pytest.param(
-            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", FOUR_G_AT_0)],
+            [allocated_claim("a", SHARED_4G_AT_0, share=SHARE_A), allocated_claim("b", FOUR_G_AT_0)],
             {("a", SHARED_4G_AT_0): Verdict.CONFLICT, ("b", FOUR_G_AT_0): Verdict.CONFLICT},
             id="a share and the exclusive device of its placement conflict",
         ),
         pytest.param(
-            [_allocated("a", SHARED_4G_AT_0, share=SHARE_A), _allocated("b", SHARED_4G_AT_0)],
+            [allocated_claim("a", SHARED_4G_AT_0, share=SHARE_A), allocated_claim("b", SHARED_4G_AT_0)],
             {("a", SHARED_4G_AT_0): Verdict.CONFLICT, ("b", SHARED_4G_AT_0): Verdict.CONFLICT},
             id="a share and a whole allocation of the shared device (no shareID) conflict",
         ),
@@ -156,7 +128,7 @@ def test_a_pool_in_the_middle_of_a_republish_says_nothing_about_gone_devices() -
     half = copy.deepcopy(SLICES)
     for resource_slice in half:
         resource_slice["spec"]["pool"]["resourceSliceCount"] = len(SLICES) + 1  # one slice not listed yet
-    verdicts = _verdicts(_allocated("a", "gpu-0-mig-3g40gb-9-99"), _allocated("b", THREE_G_AT_4), slices=half)
+    verdicts = _verdicts(allocated_claim("a", "gpu-0-mig-3g40gb-9-99"), allocated_claim("b", THREE_G_AT_4), slices=half)
     assert verdicts == {("a", "gpu-0-mig-3g40gb-9-99"): Verdict.UNKNOWN, ("b", THREE_G_AT_4): Verdict.RESERVED}
 
 
@@ -169,11 +141,11 @@ def test_only_the_newest_generation_of_a_pool_counts() -> None:
         for device in resource_slice["spec"].get("devices") or []:
             if device["name"] == THREE_G_AT_4:
                 resource_slice["spec"]["devices"].remove(device)
-    assert _verdicts(_allocated("a", THREE_G_AT_4), slices=old + new) == {("a", THREE_G_AT_4): Verdict.GONE}
+    assert _verdicts(allocated_claim("a", THREE_G_AT_4), slices=old + new) == {("a", THREE_G_AT_4): Verdict.GONE}
 
 
 def test_a_reservation_carries_the_device_as_published() -> None:
-    (reservation,) = compute_reservations([_allocated("a", THREE_G_AT_4)], SLICES, DRIVER)
+    (reservation,) = compute_reservations([allocated_claim("a", THREE_G_AT_4)], SLICES, DRIVER)
     device = reservation.device
     assert device is not None
     assert (device.node, device.gpu_minor, device.profile, device.placement) == (
@@ -214,7 +186,7 @@ def _holding(manager: str, device: str, conditions: list[str], data: bool) -> di
 
 
 def test_the_controllers_entry_reserved_then_conflict_leaves_data_to_the_plugin_once_it_holds_it() -> None:
-    claim = _allocated("a", THREE_G_AT_4)
+    claim = allocated_claim("a", THREE_G_AT_4)
     (reserved,) = compute_reservations([claim], SLICES, DRIVER)
     entries, transitions = compute_claim_entries(claim, DRIVER, CONTROLLER, [reserved], 1, NOW)
     assert entries is not None
@@ -249,7 +221,7 @@ def test_the_controllers_entry_reserved_then_conflict_leaves_data_to_the_plugin_
     assert claimstatus.is_applied(read, CONTROLLER, DRIVER, again)
     assert quiet == []
 
-    other = _allocated("b", ONE_G_AT_6)
+    other = allocated_claim("b", ONE_G_AT_6)
     conflicted = next(r for r in compute_reservations([claim, other], SLICES, DRIVER) if r.claim_name == "a")
     flagged, warned = compute_claim_entries(read, DRIVER, CONTROLLER, [conflicted], 1, LATER)
     assert flagged is not None
@@ -263,7 +235,7 @@ def test_the_controllers_entry_reserved_then_conflict_leaves_data_to_the_plugin_
 
 
 def test_a_claim_with_a_device_of_a_pool_not_completely_listed_is_not_written() -> None:
-    claim = _allocated("a", THREE_G_AT_4)
+    claim = allocated_claim("a", THREE_G_AT_4)
     entries, transitions = compute_claim_entries(claim, DRIVER, CONTROLLER, [], 1, NOW)
     assert entries == []
     assert transitions == []
@@ -303,7 +275,7 @@ SHARED_4G_AT_0 = "gpu-0-shared-4g40gb-5-0"
 
 
 def _share(name: str, device: str, slices: int, share_id: str, *, qualified: bool = False) -> dict[str, Any]:
-    claim = _allocated(name, device)
+    claim = allocated_claim(name, device)
     key = f"{DRIVER}/computeSlices" if qualified else "computeSlices"
     result = claim["status"]["allocation"]["devices"]["results"][0]
     result["shareID"] = share_id
@@ -349,7 +321,7 @@ def test_shares_over_the_compute_slices_conflict_with_each_other() -> None:
 @pytest.mark.parametrize("exclusive", [FOUR_G_AT_0, "gpu-0-mig-1g10gb-19-3", "gpu-0-mig-3g40gb-9-4"])
 def test_a_share_conflicts_with_an_overlapping_exclusive_device(exclusive: str) -> None:
     slices = SHARED_SLICES  # with sharedDevices: true the shared device is published beside the exclusive one
-    claims = [_share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111"), _allocated("x", exclusive)]
+    claims = [_share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111"), allocated_claim("x", exclusive)]
     verdicts = _verdicts(*claims, slices=slices)
     overlaps = exclusive != "gpu-0-mig-3g40gb-9-4"  # 3g.40gb at 4 is beside 4g.40gb at 0
     expected = Verdict.CONFLICT if overlaps else Verdict.RESERVED
@@ -378,7 +350,7 @@ def test_one_claim_with_two_shares_of_one_device_conflicts_with_itself_as_the_no
         "claim of its own (nothing was deallocated)"
     )
     # ... and an exclusive claim overlapping it is named as well
-    both = compute_reservations([claim, _allocated("x", FOUR_G_AT_0)], slices, DRIVER)
+    both = compute_reservations([claim, allocated_claim("x", FOUR_G_AT_0)], slices, DRIVER)
     assert build_reserved_message(both[0]).endswith(
         "; also, 4g.40gb at memory slices 0\u20133 of "
         + str(both[0].device.gpu_uuid if both[0].device else "")
@@ -398,7 +370,7 @@ def test_share_metrics_count_shares_and_slices_per_device_and_drop_to_zero() -> 
     claims = [
         _share("a", SHARED_4G_AT_0, 1, "11111111-1111-4111-8111-111111111111"),
         _share("b", SHARED_4G_AT_0, 2, "22222222-2222-4222-8222-222222222222"),
-        _allocated("x", ONE_G_AT_6),
+        allocated_claim("x", ONE_G_AT_6),
     ]
     labels = {"node": "node-1", "device": SHARED_4G_AT_0}
     metrics.observe(compute_reservations(claims, slices, DRIVER))
@@ -451,7 +423,7 @@ def _controller(client: _ConflictingClient) -> Any:
 
 @pytest.mark.parametrize(("read_failures", "writes"), [(1, 1), (0, 5)], ids=["re-read fails", "five conflicts"])
 def test_a_claim_whose_status_write_keeps_failing_is_backed_off_alone(read_failures: int, writes: int) -> None:
-    claim = _allocated("a", THREE_G_AT_4)
+    claim = allocated_claim("a", THREE_G_AT_4)
     client = _ConflictingClient(claim, read_failures)
     controller = _controller(client)
     held = compute_reservations([claim], SLICES, DRIVER)
