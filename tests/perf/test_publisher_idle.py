@@ -109,7 +109,7 @@ def test_an_unchanged_rescan_lists_once_writes_nothing_renders_nothing_and_rerea
     with api.api_client() as api_client:
         loop = _loop(api, api_client, nvml)
         first = loop.publish_now()
-        assert (first.created, first.generation) == (6, 1)  # 8 H100s: counters + 4 device slices + 1 of shared
+        assert (first.created, first.generation) == (5, 1)  # 8 H100s: counters + 4 device slices of 50 devices
 
         requests = Requests(api_client, monkeypatch)
         nvml_calls.clear()
