@@ -14,10 +14,10 @@ permanent until a person or the configuration changes (an illegal placement, a m
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
 import yaml
 from pydantic import ValidationError
+
+from dra_driver.flags import model_flags
 
 
 class MigdraError(Exception):
@@ -43,15 +43,16 @@ def describe_yaml_error(exc: yaml.YAMLError) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}: {what}" if mark is not None else what
 
 
-def describe_settings_error(exc: ValidationError, model: object, flag_fields: Collection[str] | None = None) -> str:
+def describe_settings_error(exc: ValidationError, model: object) -> str:
     """One line for a settings model's validation errors, naming each field as a user sets it.
 
     pydantic's own text is several lines with internal field names and a documentation URL; a user
-    typed a flag (``--sim-gpus``) or a variable (``MIGDRA_SIM_GPUS``), so those are what we name.
-    ``flag_fields``: the fields a command has flags for (None: all); the others are variables only.
+    typed a flag (``--sim-gpus``) or a variable (``MIGDRA_SIM_GPUS``), so those are what we name: the
+    flag the field declares (:mod:`dra_driver.flags`), else its variable alone.
     """
     config = getattr(model, "model_config", {})
     prefix = str(config.get("env_prefix", "")) if isinstance(config, dict) else ""
+    flags = model_flags(model)
     problems = []
     for error in exc.errors():
         message = validator_message(error["msg"])
@@ -60,11 +61,11 @@ def describe_settings_error(exc: ValidationError, model: object, flag_fields: Co
             continue
         field = str(error["loc"][0])
         variable = f"{prefix}{field.upper()}"
-        has_flag = flag_fields is None or field in flag_fields
-        flag = f"--{field.replace('_', '-')}" if has_flag else variable
-        named = f"{flag} ({variable})" if has_flag else variable
+        declared = flags.get(field)
+        flag = declared.spelled(field) if declared is not None else variable
+        named = f"{flag} ({variable})" if declared is not None else variable
         if error["type"] == "missing":  # the input is the whole settings dict: nothing to quote
-            problems.append(f"{flag} is required" + (f" (or set {variable})" if has_flag else ""))
+            problems.append(f"{flag} is required" + (f" (or set {variable})" if declared is not None else ""))
         elif error["type"] == "bool_parsing":
             expected = "expected true or false (or 1/0, yes/no, on/off)"
             problems.append(f"{named}: {expected}, got {error['input']!r}")

@@ -27,6 +27,8 @@ from enum import StrEnum
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from dra_driver.flags import flag
+
 CONTEXT_FIELDS = ("claim_uid", "claim", "node", "gpu_uuid")
 """The context fields, in the order a JSON line lists them."""
 
@@ -53,6 +55,7 @@ class LogSettings(BaseSettings):
         description="text: one human-readable line per record; json: one JSON object per line (time, level, "
         "logger, message, and claim_uid, claim, node, gpu_uuid where the line concerns them; an exception as "
         "one escaped exc field), for a cluster's log pipeline",
+        json_schema_extra=flag(metavar="text|json"),
     )
 
 

@@ -13,35 +13,34 @@ import re
 import sys
 from pathlib import Path
 
-import click
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
-from dra_driver.cli.main import cli
 from dra_driver.controller.settings import ControllerSettings
+from dra_driver.flags import model_flags
 from dra_driver.logs import LogSettings
 from dra_driver.nvml.settings import NvmlSettings
+from dra_driver.settings_cli import unwrapped_annotation as _unwrapped
 from kubeletplugin.settings import PluginSettings, PrepareSettings
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
-# settings group -> (model, the CLI command whose flags set it; "" for the `migdra` group itself)
-GROUPS: dict[str, tuple[type[BaseSettings], str]] = {
-    "logging": (LogSettings, ""),
-    "nvml": (NvmlSettings, "gpus"),
-    "plugin": (PluginSettings, "kubelet-plugin"),
-    "prepare": (PrepareSettings, "kubelet-plugin"),
-    "controller": (ControllerSettings, "controller"),
+GROUPS: dict[str, type[BaseSettings]] = {
+    "logging": LogSettings,
+    "nvml": NvmlSettings,
+    "plugin": PluginSettings,
+    "prepare": PrepareSettings,
+    "controller": ControllerSettings,
 }
 
 
-def _flags(command_name: str) -> dict[str, str]:
-    """Parameter name -> its flags as the CLI spells them (``--health/--no-health``)."""
-    command = cli.commands[command_name] if command_name else cli
+def _flags(model: type[BaseSettings]) -> dict[str, str]:
+    """Field name -> its flag as the CLI spells it (``--health/--no-health``), from the field's declaration."""
     flags = {}
-    for param in command.params:
-        if isinstance(param, click.Option) and param.name:
-            spelled = "/".join([*param.opts, *param.secondary_opts])
-            flags[param.name] = f"`{spelled}`"
+    for name, declared in model_flags(model).items():
+        spelled = declared.spelled(name)
+        if _unwrapped(model.model_fields[name].annotation) is bool:
+            spelled += "/" + declared.negative(name)
+        flags[name] = f"`{spelled}`"
     return flags
 
 
@@ -58,9 +57,9 @@ def _default(info: FieldInfo) -> str:
     return f"`{value}`"
 
 
-def table(model: type[BaseSettings], command_name: str) -> str:
+def table(model: type[BaseSettings]) -> str:
     prefix = str(model.model_config.get("env_prefix", ""))
-    flags = _flags(command_name)
+    flags = _flags(model)
     rows = ["| Flag | Variable | Default | Meaning |", "|---|---|---|---|"]
     for name, info in model.model_fields.items():
         flag = flags.get(name, "(variable only)")
@@ -70,11 +69,11 @@ def table(model: type[BaseSettings], command_name: str) -> str:
 
 
 def render(text: str) -> str:
-    for group, (model, command_name) in GROUPS.items():
+    for group, model in GROUPS.items():
         pattern = re.compile(rf"(<!-- settings:{group} -->\n).*?(<!-- /settings:{group} -->)", re.S)
         if not pattern.search(text):
             raise SystemExit(f"{DOC}: no <!-- settings:{group} --> markers")
-        generated = table(model, command_name)
+        generated = table(model)
         text = pattern.sub(lambda m, body=generated: m.group(1) + body + "\n" + m.group(2), text)
     return text
 

@@ -42,8 +42,8 @@ with realize before bind, the realizer (:mod:`kubeletplugin.realize_before_bind`
 prepare service); with device taints, the GPU fault watcher on its NVML event set
 (:mod:`kubeletplugin.gpu_faults`), which triggers the publish loop when a fault comes or goes.  Beside
 them: the claim informer's thread; the gRPC servers' thread pools calling the thread-safe
-:class:`PrepareService` (which runs claims on its own worker pool under per-GPU locks); with
-``--healthcheck-address``, the liveness check's own two gRPC threads
+:class:`~kubeletplugin.prepare.service.PrepareService` (which runs claims on its own worker pool under
+per-GPU locks); with ``--healthcheck-address``, the liveness check's own two gRPC threads
 (:mod:`kubeletplugin.grpc.liveness`); the main thread waits for SIGTERM/SIGINT and then shuts down in
 order: deregister from kubelet, let in-flight calls finish, stop publishing, stop the realizer, stop
 the fault watcher, close prepare (instances are kept), stop the claim informer.
@@ -75,7 +75,7 @@ from kubeletplugin.grpc.liveness import probe_sockets, serving_liveness
 from kubeletplugin.metrics import FaultMetrics, PrepareMetrics, RealizeMetrics, register_mig_instances
 from kubeletplugin.prepare.driver_files import check_driver_version, load_driver_edits
 from kubeletplugin.prepare.reporter import ClaimReporter
-from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.prepare.service import mig_instances_of, service_from_settings
 from kubeletplugin.publishing import Publishing, publish_problem
 from kubeletplugin.realize_before_bind import Realizer
 from kubeletplugin.settings import PluginSettings, PrepareSettings
@@ -193,7 +193,7 @@ def run_plugin(
             on_failure=metrics.observe_status_failure,
         )
         metrics.watch_status_backlog(lambda: reporter.backlog)
-        service = PrepareService.from_settings(
+        service = service_from_settings(
             prepare,
             nvml=nvml,
             client=client,
@@ -220,7 +220,7 @@ def run_plugin(
         )
         if faults is not None:
             faults.load()  # before the first publish; a corrupt store stops us: TaintStoreError
-        register_mig_instances(registry, plugin.node_name, service.prepared_instances)
+        register_mig_instances(registry, plugin.node_name, lambda: mig_instances_of(service.checkpoint.records()))
         servers = PluginServers(
             driver_name,
             plugin.registry_dir,
@@ -256,7 +256,11 @@ def run_plugin(
                 faults.start((gpu.uuid, gpu.index) for gpu in nvml.list_gpus())
                 loops.append(faults)
             with publishing.running(
-                client, nvml, ownership=service, claims=claims, faults=faults.faults if faults is not None else None
+                client,
+                nvml,
+                ownership=service.checkpoint,
+                claims=claims,
+                faults=faults.faults if faults is not None else None,
             ):
                 publishing.announce_when_published(
                     announce,

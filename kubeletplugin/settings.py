@@ -24,6 +24,7 @@ from dra_driver.devicemodel.naming import check_driver_name, node_name_problem
 from dra_driver.devicemodel.policy import DEFAULT_POLICY
 from dra_driver.devicemodel.policy import placement_policy as policy_named
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
+from dra_driver.flags import flag
 from dra_driver.kube.failures import BackoffPolicy
 from dra_driver.serving import parse_metrics_address
 
@@ -58,30 +59,55 @@ class PluginSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="MIGDRA_", extra="forbid", frozen=True)
 
-    node_name: str = Field(description="this node's name: the pool name and the slices' owner")
-    driver_name: str = Field(default=DEFAULT_DRIVER_NAME, description="DRA driver name and attribute domain")
-    kubeconfig: Path | None = Field(default=None, description="kubeconfig file; in-cluster config when unset")
-    device_config: Path | None = Field(default=None, description="device model configuration (YAML)")
-    rescan_interval: float = Field(default=60.0, gt=0, description="seconds between NVML rescans")
+    node_name: str = Field(
+        description="this node's name: the pool name and the slices' owner", json_schema_extra=flag()
+    )
+    driver_name: str = Field(
+        default=DEFAULT_DRIVER_NAME, description="DRA driver name and attribute domain", json_schema_extra=flag()
+    )
+    kubeconfig: Path | None = Field(
+        default=None, description="kubeconfig file; in-cluster config when unset", json_schema_extra=flag(path="file")
+    )
+    device_config: Path | None = Field(
+        default=None, description="device model configuration (YAML)", json_schema_extra=flag(path="existing-file")
+    )
+    rescan_interval: float = Field(
+        default=60.0, gt=0, description="seconds between NVML rescans", json_schema_extra=flag()
+    )
     api_timeout: float = Field(
         default=10.0, gt=0, description="seconds per API server request (the process's one API client: every part)"
     )
-    cleanup_on_exit: bool = Field(default=False, description="delete this node's ResourceSlices on exit")
+    cleanup_on_exit: bool = Field(
+        default=False,
+        description="delete this node's ResourceSlices on exit",
+        json_schema_extra=flag(off="--keep-slices-on-exit"),
+    )
     metrics_address: str | None = Field(
-        default=None, description="serve Prometheus metrics on HOST:PORT (e.g. 0.0.0.0:9400); off when unset"
+        default=None,
+        description="serve Prometheus metrics on HOST:PORT (e.g. 0.0.0.0:9400); off when unset",
+        json_schema_extra=flag(metavar="HOST:PORT"),
     )
     healthcheck_address: str | None = Field(
         default=None,
         description="serve the liveness check (gRPC grpc.health.v1.Health, for a livenessProbe: grpc) on HOST:PORT "
         "(e.g. :51515): SERVING while kubelet's sockets answer and the publish loop and every other background "
         "loop run; off when unset",
+        json_schema_extra=flag(metavar="HOST:PORT"),
     )
-    registry_dir: Path = Field(default=KUBELET_REGISTRY_DIR, description="kubelet's plugin registration directory")
+    registry_dir: Path = Field(
+        default=KUBELET_REGISTRY_DIR,
+        description="kubelet's plugin registration directory",
+        json_schema_extra=flag(path="dir"),
+    )
     plugin_dir: Path | None = Field(
-        default=None, description="directory of dra.sock; default /var/lib/kubelet/plugins/<driver name>"
+        default=None,
+        description="directory of dra.sock; default /var/lib/kubelet/plugins/<driver name>",
+        json_schema_extra=flag(path="dir"),
     )
     pod_uid: str | None = Field(
-        default=None, description="rolling-update mode: socket names carry this pod UID (from the downward API)"
+        default=None,
+        description="rolling-update mode: socket names carry this pod UID (from the downward API)",
+        json_schema_extra=flag(),
     )
     shutdown_grace: float = Field(default=30.0, ge=0, description="seconds in-flight kubelet calls get at shutdown")
     health: bool = Field(
@@ -90,6 +116,7 @@ class PluginSettings(BaseSettings):
         "gate ResourceHealthStatus, beta and on from 1.36, open it for every plugin that offers it and show it in "
         "pod status): a device is unhealthy while its GPU does not answer NVML or while it carries a GPU fault's "
         "taint",
+        json_schema_extra=flag(),
     )
     health_interval: float = Field(default=10.0, gt=0, description="seconds between health reports to kubelet")
     device_taints: bool = Field(
@@ -97,17 +124,20 @@ class PluginSettings(BaseSettings):
         description="watch NVML for GPU faults (XIDs, double-bit ECC, GPU lost) and publish the devices they "
         "concern with NoSchedule taints <driver>/xid, <driver>/double-bit-ecc, <driver>/gpu-lost, kept in "
         "the state directory across restarts (docs/operations.md); needs the whole plugin, not --publish-only",
+        json_schema_extra=flag(),
     )
     health_clear_after: float = Field(
         default=0.0,
         ge=0,
         description="seconds without a new fault event after which a fault's taint is dropped by itself; 0: "
         "never (only `migdra health clear` drops it)",
+        json_schema_extra=flag(metavar="SECONDS"),
     )
     health_ignored_xids: Annotated[frozenset[int], NoDecode] = Field(
         default=DEFAULT_IGNORED_XIDS,
         description="XIDs that taint nothing, comma-separated (default the application errors 13,31,43,45,68,109); "
         "an empty value ignores none",
+        json_schema_extra=flag(metavar="XID,..."),
     )
     api_backoff_initial: float = Field(
         default=0.5,
@@ -132,6 +162,7 @@ class PluginSettings(BaseSettings):
         "soon as it is allocated here, before the pod is bound, and a failed creation sends the pod to another "
         "placement. Needs kube-scheduler's DRADeviceBindingConditions and DRAResourceClaimDeviceStatus; such "
         "pools are tried after all others (docs/prepare.md)",
+        json_schema_extra=flag(),
     )
     placement_policy: str = Field(
         default=DEFAULT_POLICY,
@@ -139,6 +170,7 @@ class PluginSettings(BaseSettings):
         "static (a fixed order, never re-published for claims) or dynamic (best fit from the claims allocated "
         "here: watches ResourceClaims and re-publishes the order as they come and go); name-order and hami are "
         "comparison baselines for benchmarks, not for production",
+        json_schema_extra=flag(metavar="NAME"),
     )
     placement_debounce: float = Field(
         default=0.2,
@@ -224,23 +256,30 @@ class PrepareSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="MIGDRA_", extra="forbid", frozen=True)
 
-    cdi_dir: Path = Field(default=Path("/var/run/cdi"), description="directory of the per-claim CDI spec files")
+    cdi_dir: Path = Field(
+        default=Path("/var/run/cdi"),
+        description="directory of the per-claim CDI spec files",
+        json_schema_extra=flag(path="dir"),
+    )
     state_dir: Path = Field(
         default=Path("/var/lib/kubelet/plugins/gpu.migdra.io"),
         description="directory of the checkpoint (checkpoint.json), its lock (prepare.lock) and the claim and GPU "
         "lock files (locks/); shared by the two plugin pods of a rolling update",
+        json_schema_extra=flag(path="dir"),
     )
     device_metadata: bool = Field(
         default=True,
         description="write each prepared request's KEP-5304 device metadata file (the device's published "
         "attributes, MIG UUID, GI/CI IDs) and bind-mount it into the container through the claim's CDI spec "
         "at /var/run/kubernetes.io/dra-device-attributes/...; off: neither files nor mounts",
+        json_schema_extra=flag(),
     )
     plugin_data_dir: Path = Field(
         default=Path("/var/lib/kubelet/plugins/gpu.migdra.io"),
         description="directory under which the device metadata files are written (dra-device-metadata/); the "
         "path must be the same on the host, since the container runtime bind-mounts from it; default: the "
         "plugin directory (--plugin-dir)",
+        json_schema_extra=flag(path="dir"),
     )
     proc_root: Path = Field(
         default=Path("/proc"), description="procfs root for the NVIDIA capability files and /proc/devices"
@@ -250,35 +289,41 @@ class PrepareSettings(BaseSettings):
         description="where this process reads the NVIDIA driver's files (libraries, binaries, firmware) that "
         "every claim's CDI spec bind-mounts into the container; in a pod: where the host's driver root is "
         "mounted (e.g. /driver-root). With --nvml simulated the driver files are added only when this is set",
+        json_schema_extra=flag(path="dir"),
     )
     host_driver_root: Path | None = Field(
         default=None,
         description="the same directory as the host sees it: the CDI spec's host paths are written under it, "
         "since the container runtime reads them on the host (/ for a driver installed on the host, "
         "/run/nvidia/driver for the GPU Operator's driver container); default: --driver-root",
+        json_schema_extra=flag(path="dir"),
     )
     cdi_hook_path: Path | None = Field(
         default=None,
         description="host path of nvidia-cdi-hook (the NVIDIA Container Toolkit's hook the CDI spec runs to "
         "create the library symlinks and update the ld cache); default: found in the driver root's usr/bin, "
         "usr/local/bin, bin, usr/local/nvidia/toolkit",
+        json_schema_extra=flag("--nvidia-cdi-hook-path", path="file"),
     )
     cdi_driver_files: bool = Field(
         default=True,
         description="add the driver's user-space libraries, binaries, firmware and IPC sockets as read-only bind "
         "mounts plus the nvidia-cdi-hook hooks to every claim's CDI spec, so a stock CUDA image runs; off: device "
         "nodes and environment only (the image brings a matching libcuda)",
+        json_schema_extra=flag(),
     )
     dev_root: Path = Field(
         default=Path("/"),
         description="host directory whose dev/ holds the /dev/nvidia* device nodes: each node's CDI hostPath is "
         "<dev root>/dev/...; / on a node with NVIDIA's driver; a directory of nodes made with mknod for simulated "
         "GPUs on a real node (the runtime reads a node's type and numbers from its hostPath)",
+        json_schema_extra=flag(path="dir"),
     )
     cdi_device_nodes: bool = Field(
         default=True,
         description="put the /dev/nvidia* device nodes into the CDI specs; off only where the node has none (a "
         "simulated node: the runtime refuses a container whose device node is missing)",
+        json_schema_extra=flag(),
     )
     prepare_workers: int = Field(
         default=64,

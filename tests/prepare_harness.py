@@ -33,7 +33,7 @@ from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from dra_driver.nvml.sim import SimulatedNvmlLibrary
 from kubeletplugin.prepare.checkpoint import CheckpointStore
-from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.prepare.service import PrepareService, service_from_settings
 from kubeletplugin.settings import PrepareSettings
 from tests.kube_apiserver import KubeApiServer
 
@@ -453,7 +453,7 @@ def _child(arguments: dict[str, Any]) -> None:
     )
     kubeconfig = load_kubeconfig_file(Path(arguments["kubeconfig"]), what="the test's kubeconfig")
     with client.ApiClient(kubeconfig) as api_client:
-        service = PrepareService.from_settings(
+        service = service_from_settings(
             settings,
             nvml=nvml,
             client=Client(api_client=api_client),

@@ -10,7 +10,7 @@ caller's dicts (compiled CEL programs, device activations, parsed device facts).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +23,7 @@ from dra_driver.allocation.results import build_results
 from dra_driver.allocation.search import Search
 from dra_driver.allocation.selection import SelectorEvaluator
 from dra_driver.allocation.state import allocated_state
-
-JSON = Mapping[str, Any]
+from dra_driver.jsontypes import JSON
 
 
 @dataclass(slots=True)

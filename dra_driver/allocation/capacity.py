@@ -21,8 +21,7 @@ from typing import Any
 from dra_driver.allocation.devices import Candidate, device_fields
 from dra_driver.allocation.state import ConsumedCapacity, qualified
 from dra_driver.cel.quantity import Quantity, QuantityError
-
-JSON = Mapping[str, Any]
+from dra_driver.jsontypes import JSON
 
 
 class CapacityProblem(ValueError):

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from dra_driver.allocation.devices import DeviceID, device_fields
+from dra_driver.jsontypes import JSON
 
-JSON = Mapping[str, Any]
 TypedValue = tuple[str, Any]
 VALUE_TYPES = ("string", "int", "bool", "version")
 

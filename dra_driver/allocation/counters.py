@@ -8,15 +8,10 @@ search reserves a device's counters when it tries the device and releases them w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from dra_driver.allocation.devices import Candidate, DeviceFactsCache
 from dra_driver.allocation.pools import Pool, PoolID
 from dra_driver.allocation.quantities import Amount
 from dra_driver.allocation.state import AllocatedState
-
-JSON = Mapping[str, Any]
 
 
 class CounterBook:

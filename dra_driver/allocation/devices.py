@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dra_driver.allocation.quantities import Amount, amount_of
+from dra_driver.jsontypes import JSON
 
 if TYPE_CHECKING:
     from dra_driver.allocation.pools import Pool
 
-JSON = Mapping[str, Any]
 DeviceID = tuple[str, str, str]  # (driver, pool, device)
 Consumption = tuple[tuple[str, tuple[tuple[str, Amount], ...]], ...]
 

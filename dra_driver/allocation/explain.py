@@ -32,8 +32,8 @@ from dra_driver.allocation.quantities import Amount, format_amount
 from dra_driver.allocation.requests import ALL, RequestData, claim_label
 from dra_driver.allocation.search import RequestKey, Search
 from dra_driver.allocation.taints import BLOCKING_EFFECTS, tolerates
+from dra_driver.jsontypes import JSON
 
-JSON = Mapping[str, Any]
 CLOSEST = 5
 
 

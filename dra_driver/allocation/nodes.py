@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dra_driver.allocation.errors import AllocationError
-
-JSON = Mapping[str, Any]
+from dra_driver.jsontypes import JSON
 
 
 def node_name(node: JSON) -> str:

@@ -17,15 +17,14 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from dra_driver.allocation.devices import device_fields
 from dra_driver.allocation.errors import AllocationError
 from dra_driver.allocation.features import Features
 from dra_driver.allocation.nodes import node_matches, node_name
 from dra_driver.allocation.quantities import Amount, amount_of
+from dra_driver.jsontypes import JSON
 
-JSON = Mapping[str, Any]
 PoolID = tuple[str, str]
 
 

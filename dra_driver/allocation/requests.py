@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dra_driver.allocation.errors import AllocationError
+from dra_driver.jsontypes import JSON
 
 if TYPE_CHECKING:
     from dra_driver.allocation.devices import Candidate
 
-JSON = Mapping[str, Any]
 EXACT_COUNT = "ExactCount"
 ALL = "All"
 

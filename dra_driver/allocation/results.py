@@ -11,7 +11,7 @@ the slices' selectors, else none.  Everything is copied: the caller may change t
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from dra_driver.allocation.devices import device_fields
@@ -20,8 +20,7 @@ from dra_driver.allocation.features import Features
 from dra_driver.allocation.pools import spec_of
 from dra_driver.allocation.requests import claim_devices, claim_requests
 from dra_driver.allocation.search import DeviceResult, Search
-
-JSON = Mapping[str, Any]
+from dra_driver.jsontypes import JSON
 
 
 def build_results(search: Search, node_name: str, features: Features) -> list[dict[str, Any]]:

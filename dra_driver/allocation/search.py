@@ -13,7 +13,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from dra_driver.allocation import capacity
 from dra_driver.allocation.constraints import Constraint, DistinctAttribute, MatchAttribute
@@ -36,8 +35,8 @@ from dra_driver.allocation.selection import SelectorEvaluator, selector_expressi
 from dra_driver.allocation.state import AllocatedState, ConsumedCapacity
 from dra_driver.allocation.taints import taint_prevents_allocation
 from dra_driver.cel.quantity import Quantity
+from dra_driver.jsontypes import JSON
 
-JSON = Mapping[str, Any]
 RequestKey = tuple[int, int, int]  # claim, request, sub-request
 MAX_RESULTS = 32  # resourceapi.AllocationResultsMaxSize
 

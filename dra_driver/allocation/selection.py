@@ -13,15 +13,13 @@ kube-scheduler words it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from dra_driver.allocation.devices import DeviceID, device_id_text
 from dra_driver.allocation.errors import AllocationError
 from dra_driver.cel.device import ActivationCache, build_device_activation
 from dra_driver.cel.errors import CELCompileError, CELError
 from dra_driver.cel.program import CompiledSelector, compile_selector
-
-JSON = Mapping[str, Any]
+from dra_driver.jsontypes import JSON
 
 # Big enough for every device of ~80 nodes of 8 GPUs, so a scheduling loop over a cluster keeps them.
 ALLOCATION_ACTIVATIONS = ActivationCache(maxsize=16384)

@@ -7,14 +7,13 @@ allows multiple allocations instead of taking the device; every other result tak
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from dra_driver.allocation.devices import DeviceID
 from dra_driver.cel.quantity import Quantity, QuantityError
+from dra_driver.jsontypes import JSON
 
-JSON = Mapping[str, Any]
 ConsumedCapacity = dict[str, Quantity]  # fully qualified capacity name -> amount
 
 

@@ -21,11 +21,11 @@ import click
 import yaml
 
 from dra_driver.errors import ConfigurationError
+from dra_driver.jsontypes import MutableJSON
 
 if TYPE_CHECKING:
     from dra_driver.kube.client import Client, Kind
 
-JSON = dict[str, Any]
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 _INPUT = click.Path(exists=True, path_type=Path)  # a file, or a directory of them (other kinds skipped)
 EXIT_DOES_NOT_FIT = 3
@@ -104,7 +104,7 @@ def allocate_command(
         nodes = [node]
     if not claims:
         raise ConfigurationError("no claim to allocate: every given claim already has status.allocation")
-    answers: list[JSON] = []
+    answers: list[MutableJSON] = []
     for node in nodes:
         name = str(node["metadata"]["name"])
         try:
@@ -139,7 +139,7 @@ def allocate_command(
         raise SystemExit(EXIT_DOES_NOT_FIT)
 
 
-def _print_answer(answer: JSON, output: str) -> None:
+def _print_answer(answer: MutableJSON, output: str) -> None:
     """One node's answer: the allocation, or why the claims do not fit there."""
     if output != "text":
         _dump(_document(answer), output)
@@ -149,7 +149,7 @@ def _print_answer(answer: JSON, output: str) -> None:
         click.echo(answer["explanation"].summary(), nl=False)
 
 
-def _document(answer: JSON) -> JSON:
+def _document(answer: MutableJSON) -> MutableJSON:
     if answer["allocated"]:
         return answer
     return {"node": answer["node"], "allocated": False, "explanation": answer["explanation"].as_dict()}
@@ -173,18 +173,18 @@ def _features(text: str) -> set[str]:
     return enabled
 
 
-def _objects(paths: tuple[Path, ...], flag: str, kind: str) -> list[JSON]:
+def _objects(paths: tuple[Path, ...], flag: str, kind: str) -> list[MutableJSON]:
     return load_objects(paths, flag, (kind,))
 
 
-def load_objects(paths: tuple[Path, ...], flag: str, kinds: tuple[str, ...]) -> list[JSON]:
+def load_objects(paths: tuple[Path, ...], flag: str, kinds: tuple[str, ...]) -> list[MutableJSON]:
     """The objects of ``kinds`` in the files (a directory: its YAML/JSON files), each validated as
     kube-apiserver would; anything else in a named file is an error naming the file and the object."""
     from dra_driver.cel.documents import load_documents  # noqa: PLC0415
 
     wanted = " or ".join(kinds)
     plural = " or ".join(f"{kind}s" for kind in kinds)
-    objects: list[JSON] = []
+    objects: list[MutableJSON] = []
     for path in paths:
         if path.is_dir():
             files = sorted(p for p in path.rglob("*") if p.suffix in {".yaml", ".yml", ".json"} and p.is_file())
@@ -229,7 +229,7 @@ def _check_object(body: Any, where: str) -> None:
 CLUSTER_SCOPED_KINDS = frozenset({"ResourceSlice", "DeviceClass", "Node"})
 
 
-def _split_claims(claims: list[JSON]) -> tuple[list[JSON], list[JSON]]:
+def _split_claims(claims: list[MutableJSON]) -> tuple[list[MutableJSON], list[MutableJSON]]:
     pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
     allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
     return pending, allocated
@@ -241,14 +241,14 @@ def _from_files(
     claim_files: tuple[Path, ...],
     node_name: str,
     node_labels: tuple[str, ...],
-) -> tuple[list[JSON], JSON, list[JSON], list[JSON], list[JSON]]:
+) -> tuple[list[MutableJSON], MutableJSON, list[MutableJSON], list[MutableJSON], list[MutableJSON]]:
     labels: dict[str, str] = {}
     for item in node_labels:
         key, equals, value = item.partition("=")
         if not equals or not key:
             raise ConfigurationError(f"--node-label {item!r}: give KEY=VALUE")
         labels[key] = value
-    node: JSON = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "labels": labels}}
+    node: MutableJSON = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "labels": labels}}
     pending, allocated = _split_claims(_objects(claim_files, "--claims", "ResourceClaim"))
     slices = _objects(slice_files, "--slices", "ResourceSlice")
     classes = _objects(class_files, "--classes", "DeviceClass")
@@ -268,7 +268,7 @@ def _from_cluster(
     pod: str | None,
     claim_refs: tuple[str, ...],
     claim_files: tuple[Path, ...],
-) -> tuple[list[JSON], list[JSON], list[JSON], list[JSON], list[JSON]]:
+) -> tuple[list[MutableJSON], list[MutableJSON], list[MutableJSON], list[MutableJSON], list[MutableJSON]]:
     """The pending claims, the node (``node_name``; None: every node, in name order), slices, classes and
     the allocated claims, read from the API."""
     from dra_driver.kube.client import CLAIMS, DEVICE_CLASSES, NODES, SLICES, Client  # noqa: PLC0415
@@ -298,7 +298,7 @@ def _from_cluster(
         ((c.get("metadata") or {}).get("namespace", ""), (c.get("metadata") or {}).get("name", "")): c
         for c in every_claim
     }
-    wanted: list[JSON] = []
+    wanted: list[MutableJSON] = []
     for reference in references:
         claim = by_reference.get(reference)
         if claim is None:
@@ -312,7 +312,7 @@ def _from_cluster(
     return pending, nodes, slices, classes, allocated
 
 
-def _get(api: Client, kind: Kind, namespace: str | None, name: str, what: str) -> JSON:
+def _get(api: Client, kind: Kind, namespace: str | None, name: str, what: str) -> MutableJSON:
     """The object; a missing one fails in the server's words (``answered 404 NotFound: ...``)."""
     from dra_driver.kube.failures import as_request_error  # noqa: PLC0415
 
@@ -322,7 +322,7 @@ def _get(api: Client, kind: Kind, namespace: str | None, name: str, what: str) -
         raise as_request_error(exc, f"reading {what}", api.server) from exc
 
 
-def _list(api: Client, kind: Kind, what: str) -> list[JSON]:
+def _list(api: Client, kind: Kind, what: str) -> list[MutableJSON]:
     """Every object of ``kind``, in pages of 500 (a cluster's every claim is never one answer)."""
     from dra_driver.kube.failures import as_request_error  # noqa: PLC0415
 
@@ -357,11 +357,11 @@ def _pod_claims(api: Client, reference: tuple[str, str]) -> list[tuple[str, str]
     return references
 
 
-def _named(claims: list[JSON], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _named(claims: list[MutableJSON], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"claim": _claim_label(claim), "allocation": result} for claim, result in zip(claims, results, strict=True)]
 
 
-def _allocation_text(answer: JSON) -> str:
+def _allocation_text(answer: MutableJSON) -> str:
     lines = [f"allocated on node {answer['node']}:"]
     for entry in answer["claims"]:
         lines.append(f"  claim {entry['claim']}:")
@@ -374,12 +374,12 @@ def _allocation_text(answer: JSON) -> str:
     return "\n".join(lines)
 
 
-def _claim_label(claim: JSON) -> str:
+def _claim_label(claim: MutableJSON) -> str:
     metadata = claim.get("metadata") or {}
     return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}".lstrip("/")
 
 
-def _dump(document: JSON, output: str) -> None:
+def _dump(document: MutableJSON, output: str) -> None:
     if output == "json":
         click.echo(json.dumps(document, indent=2))
     else:

@@ -43,7 +43,7 @@ def hw() -> None:
 )
 def record(
     nvml: str | None,
-    sim_state: Path | None,
+    sim_state: str | None,
     sim_gpus: str | None,
     sim_mig_enabled: bool | None,
     output: Path | None,

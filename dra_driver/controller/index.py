@@ -20,8 +20,6 @@ It holds references to the informers' objects (never copies, never changes them)
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
-from typing import Any
 
 from dra_driver.controller.reservations import (
     DeviceReservation,
@@ -31,9 +29,9 @@ from dra_driver.controller.reservations import (
     compute_published_devices,
     pool_reservations,
 )
+from dra_driver.jsontypes import JSON
 from dra_driver.kube.informer import Informer
 
-JSON = Mapping[str, Any]
 Key = tuple[str, str]  # (namespace, name), as the informers key their objects
 
 

@@ -36,8 +36,8 @@ from typing import Any
 from dra_driver.devicemodel.naming import parse_gpu_device_name, parse_mig_device_name, parse_shared_device_name
 from dra_driver.devicemodel.occupancy import share_compute_slices
 from dra_driver.devicemodel.vocabulary import SHARED_ATTRIBUTE
-
-JSON = Mapping[str, Any]
+from dra_driver.jsontypes import JSON
+from dra_driver.mig.catalog import Placement
 
 
 class Verdict(enum.Enum):
@@ -45,19 +45,6 @@ class Verdict(enum.Enum):
     CONFLICT = "PlacementConflict"
     GONE = "DeviceGone"
     UNKNOWN = "Unknown"  # the device's pool is not completely listed: say nothing
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    start: int
-    size: int
-
-    def overlaps(self, other: Placement) -> bool:
-        return self.start < other.start + other.size and other.start < self.start + self.size
-
-    def describe(self) -> str:
-        last = self.start + self.size - 1
-        return f"memory slice {self.start}" if self.size == 1 else f"memory slices {self.start}\u2013{last}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +170,7 @@ def _published(pool: str, node: str, device: JSON, memory_slices: Mapping[str, i
             str(_attribute(device, "parentUUID") or ""),
             minor,
             str(_attribute(device, "profile") or ""),
-            Placement(start, size),
+            Placement(start=start, size=size),
             _capacity(device, "memory"),
             _capacity(device, "multiprocessors"),
             slice_count,
@@ -213,7 +200,7 @@ def allocated_results(claim: JSON, driver: str) -> list[JSON]:
 def _occupied(device: PublishedDevice) -> Placement:
     if device.placement is not None:
         return device.placement
-    return Placement(0, device.memory_slices or 1 << 16)  # a whole GPU: all of it
+    return Placement(start=0, size=device.memory_slices or 1 << 16)  # a whole GPU: all of it
 
 
 def compute_reservations(claims: Iterable[JSON], slices: Iterable[JSON], driver: str) -> list[DeviceReservation]:

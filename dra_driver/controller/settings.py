@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dra_driver.devicemodel.naming import check_driver_name, dns_label_problem, dns_subdomain_problem
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
+from dra_driver.flags import flag
 from dra_driver.serving import parse_metrics_address
 
 
@@ -23,22 +24,51 @@ class ControllerSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="MIGDRA_CONTROLLER_", extra="forbid", frozen=True)
 
-    driver_name: str = Field(default=DEFAULT_DRIVER_NAME, description="DRA driver name whose claims are reserved")
-    kubeconfig: Path | None = Field(default=None, description="kubeconfig file; in-cluster config when unset")
-    leader_elect: bool = Field(default=True, description="compete for a Lease; only the holder writes")
-    lease_namespace: str = Field(default="kube-system", description="namespace of the leader-election Lease")
-    lease_name: str = Field(default="", description="the Lease's name; default <driver name>-controller")
-    identity: str = Field(default="", description="this replica's Lease holder identity; default <host name>_<pid>")
-    lease_duration: float = Field(default=15.0, gt=0, description="seconds a Lease is held without renewal")
-    renew_deadline: float = Field(default=10.0, gt=0, description="seconds the leader may fail to renew")
-    retry_period: float = Field(default=2.0, gt=0, description="seconds between attempts to acquire or renew")
-    resync_interval: float = Field(
-        default=60.0, gt=0, description="seconds between full passes over every claim without a change"
+    driver_name: str = Field(
+        default=DEFAULT_DRIVER_NAME, description="DRA driver name whose claims are reserved", json_schema_extra=flag()
     )
-    write_qps: float = Field(default=20.0, gt=0, description="claim status writes per second, at most")
-    write_burst: int = Field(default=50, ge=1, description="claim status writes allowed at once before the rate")
+    kubeconfig: Path | None = Field(
+        default=None, description="kubeconfig file; in-cluster config when unset", json_schema_extra=flag(path="file")
+    )
+    leader_elect: bool = Field(
+        default=True, description="compete for a Lease; only the holder writes", json_schema_extra=flag()
+    )
+    lease_namespace: str = Field(
+        default="kube-system", description="namespace of the leader-election Lease", json_schema_extra=flag()
+    )
+    lease_name: str = Field(
+        default="", description="the Lease's name; default <driver name>-controller", json_schema_extra=flag()
+    )
+    identity: str = Field(
+        default="",
+        description="this replica's Lease holder identity; default <host name>_<pid>",
+        json_schema_extra=flag(),
+    )
+    lease_duration: float = Field(
+        default=15.0, gt=0, description="seconds a Lease is held without renewal", json_schema_extra=flag()
+    )
+    renew_deadline: float = Field(
+        default=10.0, gt=0, description="seconds the leader may fail to renew", json_schema_extra=flag()
+    )
+    retry_period: float = Field(
+        default=2.0, gt=0, description="seconds between attempts to acquire or renew", json_schema_extra=flag()
+    )
+    resync_interval: float = Field(
+        default=60.0,
+        gt=0,
+        description="seconds between full passes over every claim without a change",
+        json_schema_extra=flag(),
+    )
+    write_qps: float = Field(
+        default=20.0, gt=0, description="claim status writes per second, at most", json_schema_extra=flag()
+    )
+    write_burst: int = Field(
+        default=50, ge=1, description="claim status writes allowed at once before the rate", json_schema_extra=flag()
+    )
     metrics_address: str | None = Field(
-        default=None, description="serve Prometheus metrics on HOST:PORT (e.g. 0.0.0.0:9401); off when unset"
+        default=None,
+        description="serve Prometheus metrics on HOST:PORT (e.g. 0.0.0.0:9401); off when unset",
+        json_schema_extra=flag(metavar="HOST:PORT"),
     )
 
     @field_validator("driver_name")

@@ -70,11 +70,7 @@ class GpuFault:
             return False
         if self.placement is None or device.placement is None:
             return True
-        return overlaps(self.placement, device.placement)
-
-
-def overlaps(a: Placement, b: Placement) -> bool:
-    return a.start < b.start + b.size and b.start < a.start + a.size
+        return self.placement.overlaps(device.placement)
 
 
 def device_taints(device: Device, faults: Iterable[GpuFault], driver_name: str) -> tuple[DeviceTaint, ...]:

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.devicemodel.vocabulary import MEMORY_SLICE_COUNTER_PREFIX, SHARED_ATTRIBUTE, DeviceType
+from dra_driver.jsontypes import JSON
 
-JSON = Mapping[str, Any]
 FREE = "."
 FOREIGN = "x"
 CONFLICT_MARK = "!"

@@ -102,7 +102,14 @@ class Placement(_Frozen):
         return range(self.start, self.end)
 
     def overlaps(self, other: Placement) -> bool:
+        """The one overlap rule of memory (or compute) slices: the node plugin's conflicts, the controller's
+        reservations and the device taints all ask it."""
         return self.start < other.end and other.start < self.end
+
+    def describe(self) -> str:
+        """``memory slice 3`` or ``memory slices 4-5`` (an en dash): how a claim's status and Events name it."""
+        last = self.end - 1
+        return f"memory slice {self.start}" if self.size == 1 else f"memory slices {self.start}\u2013{last}"
 
     def __str__(self) -> str:
         return f"{self.start}:{self.size}"

@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, Field, ValidationError, field_validator, m
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dra_driver.errors import ConfigurationError, describe_settings_error
+from dra_driver.flags import flag
 from dra_driver.mig.catalog import load_catalog
 
 # Most GPUs one simulated node holds: far beyond any server, small enough to start in a moment.
@@ -56,10 +57,6 @@ def parse_sim_gpus(value: object) -> tuple[str, ...]:
     return tuple(gpus)
 
 
-# Settings no command has a flag for (tests and demos set them for a process): errors name the variable.
-_VARIABLE_ONLY = frozenset({"sim_faults", "sim_latency_profile"})
-
-
 class NvmlSettings(BaseSettings):
     """Which NVML library the hardware boundary talks to."""
 
@@ -69,18 +66,25 @@ class NvmlSettings(BaseSettings):
     nvml: Literal["real", "simulated"] = Field(
         default="real",
         description="'real': libnvidia-ml.so.1 through pynvml; 'simulated': the MIG simulator beneath pynvml",
+        json_schema_extra=flag(),
     )
     sim_state: Path | None = Field(
         default=None,
         description="state file of the simulated hardware (created if absent); unset: a throw-away node that "
         "lives as long as the process",
+        json_schema_extra=flag(path="file"),
     )
     sim_gpus: Annotated[tuple[str, ...], NoDecode, BeforeValidator(parse_sim_gpus)] = Field(
         default=(),
         description="simulated GPUs, 'MODEL[:COUNT],...' (catalog keys): creates a new state file; an existing "
         "one must hold the same models",
+        json_schema_extra=flag(metavar="MODEL[:N],..."),
     )
-    sim_mig_enabled: bool = Field(default=True, description="start simulated GPUs with MIG mode enabled")
+    sim_mig_enabled: bool = Field(
+        default=True,
+        description="start simulated GPUs with MIG mode enabled",
+        json_schema_extra=flag(off="--sim-mig-disabled"),
+    )
     sim_faults: str | None = Field(
         default=None,
         description="a JSON fault plan for the simulator (docs/simulated-nvml.md), for tests and demos; "
@@ -166,6 +170,5 @@ def build_nvml_settings(**overrides: object) -> NvmlSettings:
     try:
         return NvmlSettings(**given)  # type: ignore[arg-type]
     except ValidationError as exc:
-        flags = set(NvmlSettings.model_fields) - _VARIABLE_ONLY
-        problem = describe_settings_error(exc, NvmlSettings, flag_fields=flags)
+        problem = describe_settings_error(exc, NvmlSettings)
         raise ConfigurationError(f"invalid NVML settings: {problem}") from exc

@@ -31,12 +31,12 @@ from dra_driver.devicemodel.occupancy import GpuOccupancy, occupancy
 from dra_driver.devicemodel.policy import placement_policy
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ConfigurationError
+from dra_driver.jsontypes import JSON
 from dra_driver.mig.catalog import MigCatalog, load_catalog
 from dra_driver.packing.oracle import RepackingOracle
 from dra_driver.packing.simulation import SimNode, accepted_profiles, selects_shared
 from dra_driver.packing.workloads import ClusterShape
 
-JSON = Mapping[str, Any]
 _NODES = re.compile(r"^(?:(?P<count>\d+):)?(?P<gpus>[^:]+)$")
 MAX_NODES = 1000
 MAX_GPUS_PER_NODE = 64

@@ -46,10 +46,10 @@ from dra_driver.devicemodel.layout import plan_slices, render_planned
 from dra_driver.devicemodel.policy import DynamicPlacementPolicy, PlacementPolicy, placement_policy
 from dra_driver.devicemodel.pool import Device, NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import COMPUTE_SLICES_CAPACITY, DEFAULT_DRIVER_NAME
+from dra_driver.jsontypes import JSON
 from dra_driver.packing.oracle import RepackingOracle, RequestType
 from dra_driver.packing.workloads import KINDS, SEVEN_G, Asked, ClaimKind, ClaimShape, ClusterShape, PodKind, Trace
 
-JSON = Mapping[str, Any]
 SORTED = "1.36"  # pools and slices by name
 SHUFFLED = "1.35"  # pools and slices in informer / map order
 ALLOCATOR_ORDERS = (SORTED, SHUFFLED)

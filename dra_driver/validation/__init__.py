@@ -40,10 +40,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Final
 
+from dra_driver.jsontypes import JSON
 from dra_driver.validation.claimstatus import validate_resource_claim_status
 from dra_driver.validation.deviceclass import validate_device_class
 from dra_driver.validation.errors import FieldError, Reason
-from dra_driver.validation.fields import JSONObject
 from dra_driver.validation.metadata import NameRule, validate_object_meta
 from dra_driver.validation.pod import validate_pod
 from dra_driver.validation.resourceclaim import (
@@ -57,7 +57,7 @@ __all__ = ["FieldError", "NameRule", "Reason", "validate", "validate_object_meta
 RESOURCE_GROUP: Final = "resource.k8s.io"
 RESOURCE_VERSION: Final = "v1"
 
-KindRule = Callable[[JSONObject, JSONObject | None], list[FieldError]]
+KindRule = Callable[[JSON, JSON | None], list[FieldError]]
 
 # (group/version, kind, subresource) -> rules; subresource None is the main resource.
 _RULES: Final[Mapping[tuple[str, str, str | None], KindRule]] = {
@@ -74,8 +74,8 @@ def validate(
     group: str,
     version: str,
     kind: str,
-    obj: JSONObject,
-    old: JSONObject | None,
+    obj: JSON,
+    old: JSON | None,
     subresource: str | None,
 ) -> list[FieldError]:
     """Every error in ``obj`` by the rules of its kind (see the module docstring); ``[]`` when it has none."""

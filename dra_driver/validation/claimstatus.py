@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
+from dra_driver.jsontypes import JSON
 from dra_driver.validation import limits
 from dra_driver.validation.errors import (
     FieldError,
@@ -27,7 +28,6 @@ from dra_driver.validation.errors import (
     too_many,
 )
 from dra_driver.validation.fields import (
-    JSONObject,
     as_object,
     as_string,
     byte_length,
@@ -70,7 +70,7 @@ _RESERVED_WHILE_DELETED: Final = (
 _CONSUMER_FIELDS: Final = ("resource", "name", "uid")
 
 
-def validate_resource_claim_status(obj: JSONObject, old: JSONObject | None) -> list[FieldError]:
+def validate_resource_claim_status(obj: JSON, old: JSON | None) -> list[FieldError]:
     """``status`` of a ResourceClaim written through ``/status``; ``old`` is the stored claim."""
     errors: list[FieldError] = []
     path = ROOT.child("status")
@@ -119,7 +119,7 @@ def _validate_consumer(value: object, path: FieldPath) -> list[FieldError]:
     return errors
 
 
-def _is_deleted(obj: JSONObject) -> bool:
+def _is_deleted(obj: JSON) -> bool:
     metadata = obj.get("metadata")
     return isinstance(metadata, Mapping) and bool(metadata.get("deletionTimestamp"))
 
@@ -136,7 +136,7 @@ def _new_consumers(reserved_for: list[object], old_reserved_for: object) -> bool
     return any(_consumer_key(item) not in old_keys for item in reserved_for)
 
 
-def _allocated_devices(allocation: JSONObject | None) -> frozenset[str]:
+def _allocated_devices(allocation: JSON | None) -> frozenset[str]:
     """The device IDs (:func:`_device_id`) of the allocation's results; none without an allocation."""
     devices = (allocation or {}).get("devices")
     results = devices.get("results") if isinstance(devices, Mapping) else None
@@ -159,7 +159,7 @@ def _device_id(item: object) -> str | None:
     return RawValue("/".join(str(part) for part in parts))
 
 
-def _validate_allocation(allocation: JSONObject, path: FieldPath, request_names: RequestNames) -> list[FieldError]:
+def _validate_allocation(allocation: JSON, path: FieldPath, request_names: RequestNames) -> list[FieldError]:
     errors: list[FieldError] = []
     devices = get_object(allocation, "devices", path, errors) or {}
     devices_path = path.child("devices")
@@ -188,7 +188,7 @@ def _validate_result(value: object, path: FieldPath, request_names: RequestNames
     return errors + _validate_device_id_fields(result, path)
 
 
-def _validate_device_id_fields(entry: JSONObject, path: FieldPath) -> list[FieldError]:
+def _validate_device_id_fields(entry: JSON, path: FieldPath) -> list[FieldError]:
     """``driver``, ``pool`` and ``device`` of an allocation result or a device status."""
     errors: list[FieldError] = []
     errors.extend(validate_driver_name(get_string(entry, "driver", path, errors) or "", path.child("driver")))
@@ -282,7 +282,7 @@ def _validate_condition(value: object, path: FieldPath) -> list[FieldError]:
     return errors
 
 
-def _validate_network_data(network_data: JSONObject, path: FieldPath) -> list[FieldError]:
+def _validate_network_data(network_data: JSON, path: FieldPath) -> list[FieldError]:
     errors: list[FieldError] = []
     interface_name = get_string(network_data, "interfaceName", path, errors) or ""
     if byte_length(interface_name) > limits.NETWORK_INTERFACE_NAME_MAX_BYTES:

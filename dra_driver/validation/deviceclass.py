@@ -6,17 +6,18 @@ entries) and ``extendedResourceName`` (a valid extended resource name when set).
 
 from __future__ import annotations
 
+from dra_driver.jsontypes import JSON
 from dra_driver.validation import limits
 from dra_driver.validation.cel_selectors import validate_selectors
 from dra_driver.validation.errors import FieldError, invalid
-from dra_driver.validation.fields import JSONObject, as_object, get_array, get_object, get_string
+from dra_driver.validation.fields import as_object, get_array, get_object, get_string
 from dra_driver.validation.lists import validate_list
 from dra_driver.validation.names import is_extended_resource_name
 from dra_driver.validation.opaque import validate_device_configuration
 from dra_driver.validation.paths import ROOT, FieldPath
 
 
-def validate_device_class(obj: JSONObject, old: JSONObject | None) -> list[FieldError]:
+def validate_device_class(obj: JSON, old: JSON | None) -> list[FieldError]:
     """A DeviceClass on create or update (nothing in its spec is immutable)."""
     del old  # every rule applies to the new object alone
     errors: list[FieldError] = []

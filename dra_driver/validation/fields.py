@@ -15,10 +15,9 @@ import json
 from collections.abc import Mapping
 from typing import Final
 
+from dra_driver.jsontypes import JSON
 from dra_driver.validation.errors import FieldError, invalid
 from dra_driver.validation.paths import FieldPath
-
-JSONObject = Mapping[str, object]
 
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
@@ -38,7 +37,7 @@ def _type_error(path: FieldPath, value: object, expected: str) -> FieldError:
     return invalid(path, value, f"must be of type {expected}")
 
 
-def as_object(value: object, path: FieldPath, errors: list[FieldError]) -> JSONObject | None:
+def as_object(value: object, path: FieldPath, errors: list[FieldError]) -> JSON | None:
     """``value`` as a JSON object; ``None`` for null, or (with an error recorded) for another type."""
     if value is None or isinstance(value, Mapping):
         return value
@@ -54,17 +53,17 @@ def as_string(value: object, path: FieldPath, errors: list[FieldError]) -> str |
     return None
 
 
-def get_object(obj: JSONObject, name: str, parent: FieldPath, errors: list[FieldError]) -> JSONObject | None:
+def get_object(obj: JSON, name: str, parent: FieldPath, errors: list[FieldError]) -> JSON | None:
     """``obj[name]`` as a JSON object (``None`` when absent)."""
     return as_object(obj.get(name), parent.child(name), errors)
 
 
-def get_string(obj: JSONObject, name: str, parent: FieldPath, errors: list[FieldError]) -> str | None:
+def get_string(obj: JSON, name: str, parent: FieldPath, errors: list[FieldError]) -> str | None:
     """``obj[name]`` as a string (``None`` when absent)."""
     return as_string(obj.get(name), parent.child(name), errors)
 
 
-def get_array(obj: JSONObject, name: str, parent: FieldPath, errors: list[FieldError]) -> list[object] | None:
+def get_array(obj: JSON, name: str, parent: FieldPath, errors: list[FieldError]) -> list[object] | None:
     """``obj[name]`` as a JSON array (``None`` when absent; ``[]`` is present and empty, as in Go)."""
     value = obj.get(name)
     if value is None or isinstance(value, list):
@@ -73,7 +72,7 @@ def get_array(obj: JSONObject, name: str, parent: FieldPath, errors: list[FieldE
     return None
 
 
-def get_boolean(obj: JSONObject, name: str, parent: FieldPath, errors: list[FieldError]) -> bool | None:
+def get_boolean(obj: JSON, name: str, parent: FieldPath, errors: list[FieldError]) -> bool | None:
     """``obj[name]`` as a boolean (``None`` when absent)."""
     value = obj.get(name)
     if value is None or isinstance(value, bool):
@@ -82,7 +81,7 @@ def get_boolean(obj: JSONObject, name: str, parent: FieldPath, errors: list[Fiel
     return None
 
 
-def get_integer(obj: JSONObject, name: str, parent: FieldPath, errors: list[FieldError]) -> int | None:
+def get_integer(obj: JSON, name: str, parent: FieldPath, errors: list[FieldError]) -> int | None:
     """``obj[name]`` as an int64 (``None`` when absent); JSON ``true`` and ``1.5`` are not integers."""
     value = obj.get(name)
     if value is None:
@@ -93,7 +92,7 @@ def get_integer(obj: JSONObject, name: str, parent: FieldPath, errors: list[Fiel
     return None
 
 
-def get_string_map(obj: JSONObject, name: str, parent: FieldPath, errors: list[FieldError]) -> dict[str, str]:
+def get_string_map(obj: JSON, name: str, parent: FieldPath, errors: list[FieldError]) -> dict[str, str]:
     """``obj[name]`` as a map of strings (labels, annotations); values of another type are reported and dropped."""
     path = parent.child(name)
     mapping = as_object(obj.get(name), path, errors) or {}

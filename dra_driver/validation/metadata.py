@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Final, Literal
 
+from dra_driver.jsontypes import JSON
 from dra_driver.validation import limits
 from dra_driver.validation.errors import FieldError, forbidden, invalid, required, too_long
 from dra_driver.validation.fields import (
-    JSONObject,
     byte_length,
     get_object,
     get_string,
@@ -46,7 +46,7 @@ _NAME_RULES: Final[Mapping[str, Callable[[str], list[str]]]] = {
 }
 
 
-def validate_object_meta(obj: JSONObject, namespaced: bool, name_rule: NameRule) -> list[FieldError]:
+def validate_object_meta(obj: JSON, namespaced: bool, name_rule: NameRule) -> list[FieldError]:
     """``metadata`` of ``obj`` on create; ``name_rule`` is the kind's rule for names (most kinds: DNS subdomain)."""
     errors: list[FieldError] = []
     path = ROOT.child("metadata")

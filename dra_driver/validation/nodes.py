@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Final
 
+from dra_driver.jsontypes import JSON
 from dra_driver.validation.errors import FieldError, forbidden, invalid, required
-from dra_driver.validation.fields import JSONObject, as_object, as_string, get_array, get_string
+from dra_driver.validation.fields import as_object, as_string, get_array, get_string
 from dra_driver.validation.lists import validate_list
 from dra_driver.validation.names import (
     is_dns1123_subdomain,
@@ -27,7 +28,7 @@ def validate_node_name(name: str, path: FieldPath) -> list[FieldError]:
     return [invalid(path, name, message) for message in is_dns1123_subdomain(name)]
 
 
-def validate_node_selector(selector: JSONObject, path: FieldPath) -> list[FieldError]:
+def validate_node_selector(selector: JSON, path: FieldPath) -> list[FieldError]:
     """A core ``NodeSelector``: one or more valid terms."""
     errors: list[FieldError] = []
     terms = get_array(selector, "nodeSelectorTerms", path, errors)
@@ -47,7 +48,7 @@ def _validate_term(value: object, path: FieldPath) -> list[FieldError]:
     return errors
 
 
-def _strings(requirement: JSONObject, path: FieldPath, errors: list[FieldError]) -> list[str]:
+def _strings(requirement: JSON, path: FieldPath, errors: list[FieldError]) -> list[str]:
     values = get_array(requirement, "values", path, errors) or []
     strings = []
     for position, value in enumerate(values):

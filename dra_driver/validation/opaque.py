@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dra_driver.jsontypes import JSON
 from dra_driver.validation import limits
 from dra_driver.validation.errors import FieldError, invalid, required, too_long
-from dra_driver.validation.fields import JSONObject, get_object, get_string, json_byte_length
+from dra_driver.validation.fields import get_object, get_string, json_byte_length
 from dra_driver.validation.names import validate_driver_name
 from dra_driver.validation.paths import FieldPath
 
@@ -29,7 +30,7 @@ def validate_raw_object(value: object, path: FieldPath, max_bytes: int) -> list[
     return []
 
 
-def validate_device_configuration(config: JSONObject, path: FieldPath) -> list[FieldError]:
+def validate_device_configuration(config: JSON, path: FieldPath) -> list[FieldError]:
     """A ``DeviceConfiguration``: ``opaque`` is required (it is the only kind of configuration)."""
     errors: list[FieldError] = []
     opaque = get_object(config, "opaque", path, errors)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 
+from dra_driver.jsontypes import JSON
 from dra_driver.validation.errors import FieldError, RawValue, duplicate, invalid
-from dra_driver.validation.fields import JSONObject, as_object, get_array, get_string
+from dra_driver.validation.fields import as_object, get_array, get_string
 from dra_driver.validation.names import validate_dns_label, validate_dns_subdomain
 from dra_driver.validation.paths import ROOT, FieldPath
 
@@ -16,7 +17,7 @@ _BOTH = "at most one of `resourceClaimName` or `resourceClaimTemplateName` may b
 _NEITHER = "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`"
 
 
-def validate_pod(obj: JSONObject, old: JSONObject | None) -> list[FieldError]:
+def validate_pod(obj: JSON, old: JSON | None) -> list[FieldError]:
     """Every error of ``spec.resourceClaims`` (on create and update: the list is immutable anyway)."""
     errors: list[FieldError] = []
     spec = as_object(obj.get("spec") or {}, ROOT.child("spec"), errors) or {}
@@ -37,7 +38,7 @@ def validate_pod(obj: JSONObject, old: JSONObject | None) -> list[FieldError]:
     return errors
 
 
-def _validate_source(entry: JSONObject, name: str, path: FieldPath, errors: list[FieldError]) -> list[FieldError]:
+def _validate_source(entry: JSON, name: str, path: FieldPath, errors: list[FieldError]) -> list[FieldError]:
     claim = get_string(entry, "resourceClaimName", path, errors)
     template = get_string(entry, "resourceClaimTemplateName", path, errors)
     if claim is not None and template is not None:

@@ -18,9 +18,10 @@ import math
 from typing import Final
 
 from dra_driver.cel.quantity import Quantity, QuantityError
+from dra_driver.jsontypes import JSON
 from dra_driver.validation import limits
 from dra_driver.validation.errors import FieldError, duplicate, forbidden, invalid, required, too_many
-from dra_driver.validation.fields import JSONObject, as_object, get_array, get_object
+from dra_driver.validation.fields import as_object, get_array, get_object
 from dra_driver.validation.paths import FieldPath
 from dra_driver.validation.quantity import validate_quantity
 
@@ -110,9 +111,7 @@ def _validate_valid_values(
     return errors
 
 
-def _validate_range(
-    default: Quantity, capacity: Quantity, value_range: JSONObject, path: FieldPath
-) -> list[FieldError]:
+def _validate_range(default: Quantity, capacity: Quantity, value_range: JSON, path: FieldPath) -> list[FieldError]:
     errors: list[FieldError] = []
     if value_range.get("min") is None:
         return [required(path.child("min"), "required when validRange is defined")]

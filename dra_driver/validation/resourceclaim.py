@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from dra_driver.jsontypes import JSON
 from dra_driver.validation import limits
 from dra_driver.validation.cel_selectors import validate_selectors
 from dra_driver.validation.errors import FieldError, invalid, not_supported, required
 from dra_driver.validation.fields import (
-    JSONObject,
     as_object,
     as_string,
     get_array,
@@ -54,7 +54,7 @@ class RequestNames:
     requests: Mapping[str, frozenset[str] | None]
 
     @classmethod
-    def of_claim_spec(cls, spec: JSONObject | None) -> RequestNames:
+    def of_claim_spec(cls, spec: JSON | None) -> RequestNames:
         """Gathered leniently from a claim ``spec``: malformed entries are simply not names."""
         devices = (spec or {}).get("devices")
         entries = devices.get("requests") if isinstance(devices, Mapping) else None
@@ -109,7 +109,7 @@ def validate_request_references(
     return validate_set(items, limits.CLAIM_MAX_REQUESTS, rule, string_key, path)
 
 
-def validate_resource_claim(obj: JSONObject, old: JSONObject | None) -> list[FieldError]:
+def validate_resource_claim(obj: JSON, old: JSON | None) -> list[FieldError]:
     """A ResourceClaim on create; on update of the main resource, only that ``spec`` did not change."""
     if old is not None:
         return validate_immutable(obj.get("spec"), old.get("spec"), ROOT.child("spec"))
@@ -118,7 +118,7 @@ def validate_resource_claim(obj: JSONObject, old: JSONObject | None) -> list[Fie
     return errors + validate_claim_spec(spec, ROOT.child("spec"))
 
 
-def validate_resource_claim_template(obj: JSONObject, old: JSONObject | None) -> list[FieldError]:
+def validate_resource_claim_template(obj: JSON, old: JSON | None) -> list[FieldError]:
     """A ResourceClaimTemplate on create; on update, only that ``spec`` did not change."""
     if old is not None:
         return validate_immutable(obj.get("spec"), old.get("spec"), ROOT.child("spec"))
@@ -141,7 +141,7 @@ def validate_resource_claim_template(obj: JSONObject, old: JSONObject | None) ->
     return errors + validate_claim_spec(claim_spec, path.child("spec"))
 
 
-def validate_claim_spec(spec: JSONObject, path: FieldPath) -> list[FieldError]:
+def validate_claim_spec(spec: JSON, path: FieldPath) -> list[FieldError]:
     """A ``ResourceClaimSpec`` at ``path`` (``spec`` of a claim, ``spec.spec`` of a template)."""
     errors: list[FieldError] = []
     devices = get_object(spec, "devices", path, errors) or {}
@@ -202,7 +202,7 @@ def _validate_subrequest(value: object, path: FieldPath) -> list[FieldError]:
     return errors + _validate_device_request_body(subrequest, path)
 
 
-def _validate_device_request_body(request: JSONObject, path: FieldPath) -> list[FieldError]:
+def _validate_device_request_body(request: JSON, path: FieldPath) -> list[FieldError]:
     """What ``exactly`` and a subrequest share: class, selectors, allocation mode and count, tolerations."""
     errors: list[FieldError] = []
     class_name = get_string(request, "deviceClassName", path, errors) or ""
@@ -218,7 +218,7 @@ def _validate_device_request_body(request: JSONObject, path: FieldPath) -> list[
     return errors
 
 
-def _validate_allocation_mode(request: JSONObject, path: FieldPath) -> list[FieldError]:
+def _validate_allocation_mode(request: JSON, path: FieldPath) -> list[FieldError]:
     """``allocationMode`` (default ``ExactCount``) and ``count``; a count of 0 means unset, as in Go."""
     errors: list[FieldError] = []
     mode = get_string(request, "allocationMode", path, errors) or _DEFAULT_ALLOCATION_MODE

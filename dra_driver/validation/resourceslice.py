@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from typing import Final
 
 from dra_driver.cel.quantity import Quantity
+from dra_driver.jsontypes import JSON
 from dra_driver.validation import limits
 from dra_driver.validation.errors import FieldError, forbidden, invalid, required, too_long
 from dra_driver.validation.fields import (
-    JSONObject,
     as_object,
     as_string,
     byte_length,
@@ -75,7 +75,7 @@ _DEVICE_NODE_SELECTION_FORBIDDEN: Final = (
 _LIST_ATTRIBUTE_TYPES: Final = ("bools", "ints", "strings", "versions")
 
 
-def validate_resource_slice(obj: JSONObject, old: JSONObject | None) -> list[FieldError]:
+def validate_resource_slice(obj: JSON, old: JSON | None) -> list[FieldError]:
     """A ResourceSlice on create (``old`` is None) or update of the main resource."""
     errors: list[FieldError] = []
     spec = get_object(obj, "spec", ROOT, errors) or {}
@@ -83,7 +83,7 @@ def validate_resource_slice(obj: JSONObject, old: JSONObject | None) -> list[Fie
     return errors + validate_resource_slice_spec(spec, old_spec, ROOT.child("spec"))
 
 
-def validate_resource_slice_spec(spec: JSONObject, old_spec: JSONObject | None, path: FieldPath) -> list[FieldError]:
+def validate_resource_slice_spec(spec: JSON, old_spec: JSON | None, path: FieldPath) -> list[FieldError]:
     """``spec`` of a ResourceSlice; ``old_spec`` (on update) is the stored spec."""
     errors: list[FieldError] = []
     driver = get_string(spec, "driver", path, errors) or ""
@@ -126,12 +126,12 @@ def validate_resource_slice_spec(spec: JSONObject, old_spec: JSONObject | None, 
     return errors
 
 
-def _lenient_object(value: object) -> JSONObject | None:
+def _lenient_object(value: object) -> JSON | None:
     """A stored object's part, read without reporting: the stored object was validated when it was written."""
     return as_object(value, ROOT, [])
 
 
-def _validate_pool(pool: JSONObject, path: FieldPath) -> list[FieldError]:
+def _validate_pool(pool: JSON, path: FieldPath) -> list[FieldError]:
     errors: list[FieldError] = []
     errors.extend(validate_pool_name(get_string(pool, "name", path, errors) or "", path.child("name")))
     slice_count = get_integer(pool, "resourceSliceCount", path, errors) or 0
@@ -143,7 +143,7 @@ def _validate_pool(pool: JSONObject, path: FieldPath) -> list[FieldError]:
     return errors
 
 
-def _validate_node_selection(spec: JSONObject, path: FieldPath) -> list[FieldError]:
+def _validate_node_selection(spec: JSON, path: FieldPath) -> list[FieldError]:
     errors: list[FieldError] = []
     set_fields: list[str] = []
     node_name = get_string(spec, "nodeName", path, errors)
@@ -244,9 +244,7 @@ def _validate_device(value: object, path: FieldPath, per_device_node_selection: 
     return errors
 
 
-def _validate_device_node_selection(
-    device: JSONObject, path: FieldPath, per_device_node_selection: bool
-) -> list[FieldError]:
+def _validate_device_node_selection(device: JSON, path: FieldPath, per_device_node_selection: bool) -> list[FieldError]:
     errors: list[FieldError] = []
     node_name = get_string(device, "nodeName", path, errors)
     node_selector = get_object(device, "nodeSelector", path, errors)
@@ -373,7 +371,7 @@ def _validate_shareable_capacity(value: object, path: FieldPath) -> list[FieldEr
     return errors
 
 
-def _validate_counters(counters: JSONObject | None, max_counters: int, path: FieldPath) -> list[FieldError]:
+def _validate_counters(counters: JSON | None, max_counters: int, path: FieldPath) -> list[FieldError]:
     if not counters:
         return [required(path)]
     return validate_map(counters, max_counters, validate_dns_label, _validate_counter, path, _COUNTER_NAME_SHOWN)

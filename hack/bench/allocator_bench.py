@@ -59,6 +59,7 @@ from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.pool import build_pool
+from dra_driver.jsontypes import MutableJSON
 
 REPO = Path(__file__).resolve().parents[2]
 CLASS_DIR = REPO / "deviceclasses"
@@ -79,7 +80,6 @@ MIX: tuple[tuple[str, int], ...] = (
 WAYS = ("cached", "baseline")
 SLOW_MS = 100.0  # a node case whose call takes longer gets --slow-repeat cached calls per run, not --repeat
 
-Json = dict[str, Any]
 Request = tuple[str, str, int]  # (request name, profile, count)
 
 
@@ -94,7 +94,7 @@ class ClaimShape:
     requests: tuple[Request, ...]
     same_gpu: bool = False
 
-    def body(self, name: str) -> Json:
+    def body(self, name: str) -> MutableJSON:
         """The claim as a v1 ResourceClaim dict."""
         requests = [
             {
@@ -108,7 +108,7 @@ class ClaimShape:
             }
             for request, profile, count in self.requests
         ]
-        devices: Json = {"requests": requests}
+        devices: MutableJSON = {"requests": requests}
         if self.same_gpu:
             devices["constraints"] = [
                 {"requests": [request for request, _, _ in self.requests], "matchAttribute": GPU_ATTRIBUTE}
@@ -134,12 +134,12 @@ def single(profile: str) -> ClaimShape:
     return ClaimShape(profile, (("mig", profile, 1),))
 
 
-def allocated(claim: Json, result: Json) -> Json:
+def allocated(claim: MutableJSON, result: MutableJSON) -> MutableJSON:
     """The claim once allocated: what later calls receive in ``allocated_claims``."""
     return {**claim, "status": {"allocation": result}}
 
 
-def load_classes() -> list[Json]:
+def load_classes() -> list[MutableJSON]:
     """The project's own DeviceClasses (``deviceclasses/*.yaml``, as the Helm chart ships them)."""
     return [dict(doc.body) for path in sorted(CLASS_DIR.glob("*.yaml")) for doc in load_documents(path)]
 
@@ -147,7 +147,7 @@ def load_classes() -> list[Json]:
 # -- what a node has, and an independent check of results -----------------------------------------
 
 
-def _amount(entry: Json) -> int:
+def _amount(entry: MutableJSON) -> int:
     value = Quantity.parse(str(entry["value"])).as_int64()
     if value is None:
         raise SystemExit(f"counter value {entry['value']!r} is not an integer")
@@ -167,8 +167,8 @@ class Node:
     """One node: its Node object, its ResourceSlices, and what its devices and counter sets are."""
 
     name: str
-    body: Json
-    slices: list[Json]
+    body: MutableJSON
+    slices: list[MutableJSON]
     devices: dict[str, DeviceInfo] = field(default_factory=dict)
     capacity: dict[tuple[str, str], int] = field(default_factory=dict)
     counter_sets: int = 0
@@ -265,7 +265,7 @@ class Ledger:
         return False
 
 
-def check_result(shape: ClaimShape, results: list[Json] | None, ledger: Ledger) -> list[str] | None:
+def check_result(shape: ClaimShape, results: list[MutableJSON] | None, ledger: Ledger) -> list[str] | None:
     """``results`` as ``allocate`` returned them for one claim of ``shape``, checked device by device; the
     devices it allocated (``None`` when it found nothing, which must mean that nothing fits)."""
     fits = ledger.can_fit(shape)
@@ -303,11 +303,11 @@ def check_result(shape: ClaimShape, results: list[Json] | None, ledger: Ledger) 
 
 
 def call(
-    claim: Json,
+    claim: MutableJSON,
     node: Node,
-    slices: list[Json],
-    classes: list[Json],
-    claims: list[Json],
+    slices: list[MutableJSON],
+    classes: list[MutableJSON],
+    claims: list[MutableJSON],
     caching: bool,
     stats: AllocationStats | None = None,
 ) -> Any:
@@ -331,7 +331,7 @@ def timed(action: Callable[[], Any]) -> tuple[float, Any]:
     return (time.perf_counter() - started) * 1000, result
 
 
-def fill(node: Node, classes: list[Json], percent: int, rng: random.Random) -> tuple[list[Json], Ledger]:
+def fill(node: Node, classes: list[MutableJSON], percent: int, rng: random.Random) -> tuple[list[MutableJSON], Ledger]:
     """Allocated claims holding ``percent`` % of the node's memory slices, made by the allocator itself.
 
     Claims of one device each, profiles drawn from ``MIX`` among those that do not overshoot the
@@ -340,7 +340,7 @@ def fill(node: Node, classes: list[Json], percent: int, rng: random.Random) -> t
     """
     keep_room = [shape for shape in SHAPES if EXPECTED_FIT[shape.label]]
     ledger = Ledger(node)
-    claims: list[Json] = []
+    claims: list[MutableJSON] = []
     target = round(node.memory_slices * percent / 100)
     sizes = {info.profile: info.memory_slices for info in node.devices.values()}
     candidates = dict(MIX)
@@ -376,8 +376,8 @@ class NodeCase:
     percent: int
     shape: ClaimShape
     node: Node
-    classes: list[Json]
-    claims: list[Json]
+    classes: list[MutableJSON]
+    claims: list[MutableJSON]
     full: float  # the share of memory slices actually held
     expected: Any = None
     repeat: int = 0  # cached calls per run
@@ -392,7 +392,7 @@ class NodeCase:
         return timed(lambda: call(claim, self.node, self.node.slices, self.classes, self.claims, caching, stats))
 
 
-def node_cases(node: Node, classes: list[Json], seed: int, repeat: int, slow_repeat: int) -> list[NodeCase]:
+def node_cases(node: Node, classes: list[MutableJSON], seed: int, repeat: int, slow_repeat: int) -> list[NodeCase]:
     """The nine cases, each called twice: a warm-up, whose result is checked here and is what every
     later call must return, then a call that sorts the case (over ``SLOW_MS``: ``slow_repeat`` cached
     calls per run, else ``repeat``)."""
@@ -446,14 +446,16 @@ class Pass:
     calls_per_pod: list[int] = field(default_factory=list)
     refused_by: list[list[str]] = field(default_factory=list)  # per pod, the nodes that returned None
     elapsed_s: list[float] = field(default_factory=list)  # after each pod
-    placements: list[tuple[str, Json]] = field(default_factory=list)
+    placements: list[tuple[str, MutableJSON]] = field(default_factory=list)
 
 
-def schedule(nodes: list[Node], slices: list[Json], classes: list[Json], pods: list[Json], caching: bool) -> Pass:
+def schedule(
+    nodes: list[Node], slices: list[MutableJSON], classes: list[MutableJSON], pods: list[MutableJSON], caching: bool
+) -> Pass:
     """Pods one by one, as kube-scheduler would: from a start node that moves on by one per pod, the
     nodes in turn until ``allocate`` finds a place; the result becomes an allocated claim."""
     done = Pass()
-    claims: list[Json] = []
+    claims: list[MutableJSON] = []
     gc.collect()
     started = time.perf_counter()
     for index, pod_claim in enumerate(pods):
@@ -492,7 +494,12 @@ def check_placements(nodes: list[Node], shapes: list[ClaimShape], placed: Pass) 
 
 
 def cluster_run(
-    nodes: list[Node], slices: list[Json], classes: list[Json], pods: list[Json], baseline_pods: int, run: int
+    nodes: list[Node],
+    slices: list[MutableJSON],
+    classes: list[MutableJSON],
+    pods: list[MutableJSON],
+    baseline_pods: int,
+    run: int,
 ) -> tuple[dict[str, float], Pass, Pass]:
     """One run: the cached pass over every pod and the baseline pass over the first
     ``baseline_pods``, in an order that alternates from run to run."""
@@ -527,7 +534,7 @@ def collect(into: dict[str, list[float]], values: dict[str, float]) -> None:
         into.setdefault(name, []).append(value)
 
 
-def pod_claims(count: int, seed: int) -> tuple[list[ClaimShape], list[Json]]:
+def pod_claims(count: int, seed: int) -> tuple[list[ClaimShape], list[MutableJSON]]:
     rng = random.Random(f"{seed}-pods")
     profiles = rng.choices([p for p, _ in MIX], weights=[w for _, w in MIX], k=count)
     shapes = [single(profile) for profile in profiles]

@@ -85,6 +85,7 @@ from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.examples import example_inventory
 from dra_driver.devicemodel.policy import DEFAULT_POLICY, placement_policy
 from dra_driver.devicemodel.pool import build_pool
+from dra_driver.jsontypes import MutableJSON
 from dra_driver.kube.client import CLAIMS, EVENTS, NODES, SLICES, Client, Kind, status_code
 from kubeletplugin.publisher import SlicePublisher
 from migdra_devcluster.kubeconfig import write_kubeconfig
@@ -104,8 +105,6 @@ CREATORS = 4  # admin threads writing claims (as in schedcluster)
 CLI_NAMESPACE = "cli"
 PENDING = "pending"
 MIGDRA = str(Path(sys.executable).with_name("migdra"))
-
-Json = dict[str, Any]
 
 
 def progress(text: str) -> None:
@@ -197,7 +196,7 @@ class AuditLog:
             self._file.close()
 
 
-def request_kind(entry: Json) -> str:
+def request_kind(entry: MutableJSON) -> str:
     """``status`` (a claim status write), ``event`` (an Event written), ``write``, ``list``, ``watch``, ``read``."""
     ref = entry.get("objectRef") or {}
     verb = entry.get("verb", "")
@@ -366,7 +365,7 @@ def remove_namespace_objects(client: Client, kind: Kind, namespace: str, wait: f
         time.sleep(0.2)
 
 
-def is_reserved(claim: Json) -> bool:
+def is_reserved(claim: MutableJSON) -> bool:
     """Every device entry of the driver says ``Reserved`` True (and there is one)."""
     entries = [e for e in (claim.get("status") or {}).get("devices") or [] if e.get("driver") == DRIVER]
     return bool(entries) and all(
@@ -401,7 +400,7 @@ class ReservedWatch:
         self._thread.join(timeout=30)
         self.client.close()
 
-    def _seen(self, claim: Json) -> None:
+    def _seen(self, claim: MutableJSON) -> None:
         meta = claim.get("metadata") or {}
         if meta.get("namespace") not in self.namespaces:
             return

@@ -322,9 +322,9 @@ def filling_run() -> dict[str, float]:
         with counting_fsyncs(writes):
             for number, ref in enumerate(refs, start=1):
                 writes.reset()
-                before = node.service.checkpoint_write_stats()
+                before = node.service.checkpoint.write_stats()
                 expect_success(node.service.prepare([ref]))
-                after = node.service.checkpoint_write_stats()
+                after = node.service.checkpoint.write_stats()
                 if number in (1, 28, 56):
                     specs = list((node.root / "cdi").glob(f"*{ref.uid}*.json"))
                     result[f"{number}.checkpoint.writes"] = float(after.writes - before.writes)

@@ -48,6 +48,8 @@ import urllib3
 from benchlib import REPO
 from prometheus_client.parser import text_string_to_metric_families
 
+from dra_driver.jsontypes import MutableJSON
+
 sys.path.insert(0, str(REPO))
 from dra_driver.deviceclasses import deviceclass_documents
 from dra_driver.devicemodel.config import DeviceModelConfig
@@ -91,8 +93,6 @@ NODE_CAPACITY = {"cpu": "64", "memory": "1Ti", "pods": "110", "ephemeral-storage
 WAIT = 900.0
 QPS_OF_SCHEDULER_PERF = 5000  # test/integration/scheduler_perf's client QPS and burst
 PROCESSES = ("etcd", "kube-apiserver", "kube-scheduler")
-
-Json = dict[str, Any]
 
 
 def progress(text: str) -> None:
@@ -235,7 +235,7 @@ def settled_counters(plane: ControlPlane, before: SchedulerCounters, count: int)
 # -- the fleet: nodes and their slices --------------------------------------------------------
 
 
-SliceTransform = Callable[[list[Json]], list[Json]]
+SliceTransform = Callable[[list[MutableJSON]], list[MutableJSON]]
 
 
 @dataclass(frozen=True)
@@ -412,7 +412,7 @@ def mean_memory_slices() -> float:
     return sum(MIX_MEMORY_SLICES[profile] * weight for profile, weight in MIX) / total
 
 
-def claim_body(namespace: str, name: str, profile: str) -> Json:
+def claim_body(namespace: str, name: str, profile: str) -> MutableJSON:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -450,9 +450,13 @@ def create_allocated_claim(client: Client, namespace: str, name: str, profile: s
     client.update(CLAIMS, claim, subresource="status")
 
 
-def pod_body(namespace: str, name: str, claim: str | None) -> Json:
-    container: Json = {"name": "app", "image": "registry.example/inference:1"}
-    spec: Json = {"automountServiceAccountToken": False, "terminationGracePeriodSeconds": 0, "containers": [container]}
+def pod_body(namespace: str, name: str, claim: str | None) -> MutableJSON:
+    container: MutableJSON = {"name": "app", "image": "registry.example/inference:1"}
+    spec: MutableJSON = {
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [container],
+    }
     if claim is not None:
         container["resources"] = {"claims": [{"name": "gpu"}]}
         spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]

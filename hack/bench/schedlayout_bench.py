@@ -39,7 +39,6 @@ from schedcluster import (
     QPS_OF_SCHEDULER_PERF,
     Burst,
     Fleet,
-    Json,
     Layout,
     claim_profiles,
     control_plane,
@@ -47,27 +46,28 @@ from schedcluster import (
     progress,
 )
 
-from dra_driver.devicemodel.config import DeviceModelConfig
+from dra_driver.devicemodel.config import DeviceModelConfig, ProfileFilter
 from dra_driver.devicemodel.policy import DynamicPlacementPolicy
 from dra_driver.devicemodel.vocabulary import CAPACITIES
+from dra_driver.jsontypes import MutableJSON
 from migdra_devcluster.upstream.binaries import built_versions, find_binaries
 
 # What every claim and class of the benchmark reads; a probe that strips attributes keeps these.
 ATTRIBUTES_READ = frozenset({"type", "profile", "shared", "uuid", "parentUUID"})
 
 
-def _devices(slices: list[Json]) -> list[Json]:
+def _devices(slices: list[MutableJSON]) -> list[MutableJSON]:
     return [device for body in slices for device in body["spec"].get("devices") or []]
 
 
-def lean_attributes(slices: list[Json]) -> list[Json]:
+def lean_attributes(slices: list[MutableJSON]) -> list[MutableJSON]:
     slices = copy.deepcopy(slices)
     for device in _devices(slices):
         device["attributes"] = {k: v for k, v in device.get("attributes", {}).items() if k in ATTRIBUTES_READ}
     return slices
 
 
-def no_capacities(slices: list[Json]) -> list[Json]:
+def no_capacities(slices: list[MutableJSON]) -> list[MutableJSON]:
     slices = copy.deepcopy(slices)
     for device in _devices(slices):
         if not device.get("allowMultipleAllocations"):  # a share's computeSlices is what it requests
@@ -75,7 +75,7 @@ def no_capacities(slices: list[Json]) -> list[Json]:
     return slices
 
 
-def every_aggregate_counter(slices: list[Json]) -> list[Json]:
+def every_aggregate_counter(slices: list[MutableJSON]) -> list[MutableJSON]:
     """Every device consumes its SM / engine / memory amounts again (read from its capacities) and every
     counter set meters them (the largest profile's amounts): the counters before implied ones were
     left out."""
@@ -96,10 +96,10 @@ def every_aggregate_counter(slices: list[Json]) -> list[Json]:
     return slices
 
 
-def slices_of(size: int) -> Callable[[list[Json]], list[Json]]:
+def slices_of(size: int) -> Callable[[list[MutableJSON]], list[MutableJSON]]:
     """The same devices in the same order, cut into device slices of ``size``."""
 
-    def cut(slices: list[Json]) -> list[Json]:
+    def cut(slices: list[MutableJSON]) -> list[MutableJSON]:
         counters = [copy.deepcopy(body) for body in slices if body["spec"].get("sharedCounters")]
         template = next(body for body in slices if body["spec"].get("devices"))
         devices = _devices(slices)
@@ -133,6 +133,14 @@ LAYOUTS: tuple[tuple[Layout, bool], ...] = (
             "shared devices",
             "sharedDevices: true: the 7 shared GPU-instance devices per GPU published too (the default until 2026-12)",
             config=DeviceModelConfig(shared_devices=True),
+        ),
+        True,
+    ),
+    (
+        Layout(
+            "no media extensions",
+            "profiles: {'*': {deny: ['*+me*']}}: the media-extension profiles (1g.10gb+me, ...) not published",
+            config=DeviceModelConfig(profiles={"*": ProfileFilter(deny=("*+me*",))}),
         ),
         True,
     ),

@@ -396,8 +396,7 @@ class CheckpointStore:
             record = self._refresh_one_locked(claim_file_name(claim_uid))
             if record is None:
                 raise KeyError(claim_uid)
-            devices = (*record.devices[:index], device, *record.devices[index + 1 :])
-            updated = record.model_copy(update={"devices": devices})
+            updated = record.with_device(index, device)
             self._write_locked(updated)
         self._shares_written(record, updated)
         return updated

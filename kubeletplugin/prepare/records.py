@@ -147,6 +147,90 @@ class DeviceRecord(_Record):
         """NVML was (maybe) asked for the GI, and its ID is not recorded yet."""
         return self.creation_requested and self.gpu_instance_id is None
 
+    # -- the steps of a device's life, each the record as it must say next (docs/prepare.md) -------
+
+    def requesting_gpu_instance(self, standing: Iterable[int]) -> DeviceRecord:
+        """About to ask NVML for the GI: the GIs standing on the GPU (under its lock, placement free)."""
+        return self.model_copy(update={"gpu_instances_before": tuple(sorted(standing))})
+
+    def with_gpu_instance(self, gpu_instance_id: int) -> DeviceRecord:
+        """The GI NVML created for this exclusive device (recorded before any compute instance exists)."""
+        return self.model_copy(update={"gpu_instance_id": gpu_instance_id})
+
+    def with_shared_gpu_instance(self, gpu_instance_id: int, *, created: bool) -> DeviceRecord:
+        """The shared GI this share uses: created by this claim, or joined (another share's record names it)."""
+        return self.model_copy(update={"gpu_instance_id": gpu_instance_id, "created_gpu_instance": created})
+
+    def requesting_compute_instance(
+        self, standing: Iterable[int], placement: Placement, profile_id: int
+    ) -> DeviceRecord:
+        """A share about to ask NVML for its CI at ``placement``: the CIs standing in the GI."""
+        return self.model_copy(
+            update={
+                "compute_instances_before": tuple(sorted(standing)),
+                "compute_instance_placement": placement,
+                "compute_instance_profile_id": profile_id,
+            }
+        )
+
+    def with_compute_instance(
+        self, compute_instance_id: int, mig_uuid: str, profile_id: int | None = None
+    ) -> DeviceRecord:
+        """The compute instance realized for the device (``profile_id``: when not recorded with the request)."""
+        update: dict[str, object] = {"compute_instance_id": compute_instance_id, "mig_uuid": mig_uuid}
+        if profile_id is not None:
+            update["compute_instance_profile_id"] = profile_id
+        return self.model_copy(update=update)
+
+    def with_stray_compute_instance(
+        self, compute_instance_id: int, mig_uuid: str, placement: Placement
+    ) -> DeviceRecord:
+        """A share's CI that NVML created elsewhere and would not destroy: recorded, so a release destroys it."""
+        return self.model_copy(
+            update={
+                "compute_instance_id": compute_instance_id,
+                "mig_uuid": mig_uuid,
+                "compute_instance_placement": placement,
+            }
+        )
+
+    def with_instance_of(self, owner: DeviceRecord) -> DeviceRecord:
+        """Admin access: the identity of the instance ``owner`` (another claim's device) created."""
+        return self.model_copy(
+            update={
+                "gpu_instance_id": owner.gpu_instance_id,
+                "compute_instance_id": owner.compute_instance_id,
+                "compute_instance_profile_id": owner.compute_instance_profile_id,
+                "mig_uuid": owner.mig_uuid,
+            }
+        )
+
+    def gpu_instance_alone(self, gpu_instance_id: int) -> DeviceRecord:
+        """An exclusive device being released: its GI, no compute instance (written before the CIs go)."""
+        return self.model_copy(
+            update={
+                "gpu_instance_id": gpu_instance_id,
+                "compute_instance_id": None,
+                "compute_instance_profile_id": None,
+                "mig_uuid": None,
+            }
+        )
+
+    def share_compute_instance_gone(self) -> DeviceRecord:
+        """A share whose own CI is destroyed: the shared GI alone (written before the GI's turn)."""
+        return self.model_copy(
+            update={
+                "compute_instance_id": None,
+                "compute_instance_profile_id": None,
+                "mig_uuid": None,
+                "compute_instances_before": None,
+                "compute_instance_placement": None,
+            }
+        )
+
+    def with_cdi_device_ids(self, cdi_device_ids: tuple[str, ...]) -> DeviceRecord:
+        return self.model_copy(update={"cdi_device_ids": cdi_device_ids})
+
 
 class ClaimRecord(_Record):
     claim_uid: str = Field(alias="claimUID")
@@ -174,6 +258,24 @@ class ClaimRecord(_Record):
     @property
     def device_names(self) -> tuple[str, ...]:
         return tuple(device.intent.device_name for device in self.devices)
+
+    def completed(self, devices: tuple[DeviceRecord, ...]) -> ClaimRecord:
+        """Every device realized and its files written: PrepareCompleted."""
+        return self.model_copy(update={"state": ClaimState.PREPARE_COMPLETED, "devices": devices})
+
+    def being_released(self, devices: tuple[DeviceRecord, ...] | None = None) -> ClaimRecord:
+        """PrepareStarted again: being released or rolled back (``devices``: what is left of it)."""
+        update: dict[str, object] = {"state": ClaimState.PREPARE_STARTED}
+        if devices is not None:
+            update["devices"] = devices
+        return self.model_copy(update=update)
+
+    def with_device(self, index: int, device: DeviceRecord) -> ClaimRecord:
+        return self.model_copy(update={"devices": (*self.devices[:index], device, *self.devices[index + 1 :])})
+
+    def claimed_by_kubelet(self) -> ClaimRecord:
+        """A record realized ahead that kubelet's prepare returned: from now on kubelet owns its unprepare."""
+        return self.model_copy(update={"realized_ahead": False})
 
 
 class ClaimFile(_Record):

@@ -13,7 +13,7 @@ Rules for the records (docs/prepare.md §7, which also says where they come from
   GI with *its recorded* ID (if still of the recorded profile at the recorded placement) is
   destroyed, compute instances first; a device without a recorded GI ID has its GI destroyed only
   if the record proves migdra created it (NVML was asked for it, it was not standing then, it has
-  no compute instance: :func:`~kubeletplugin.prepare.mig_instances.find_unrecorded_gpu_instance`) --
+  no compute instance: :func:`~kubeletplugin.prepare.kinds.gpu_instances.find_unrecorded_gpu_instance`) --
   any other GI at that placement is left alone, loudly, and the record dropped, so kubelet's retry
   fails cleanly with "occupied by ... that migdra did not create" instead of destroying it;
 - an instance that no record names is **never** destroyed (pre-existing and foreign instances stay),
@@ -50,9 +50,9 @@ from kubeletplugin.prepare.claim_files import ClaimFiles
 from kubeletplugin.prepare.errors import ReleaseError
 from kubeletplugin.prepare.locks import KeyedLocks
 from kubeletplugin.prepare.metadata import list_metadata_claims, remove_metadata_directory
-from kubeletplugin.prepare.mig_instances import read_verification_problems
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState
 from kubeletplugin.prepare.reporter import ClaimReporter
+from kubeletplugin.prepare.verification import read_verification_problems
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.policy import DynamicPlacementPolicy
 from dra_driver.devicemodel.pool import NodePool, build_pool
+from dra_driver.jsontypes import JSON
 from dra_driver.kube.client import Client
 from dra_driver.kube.failures import retry_conflicts
 from dra_driver.nvml.settings import build_nvml_settings
@@ -45,7 +46,6 @@ from tests.waiting import wait_for
 
 FEATURES = Features.from_names(DEFAULT_FEATURES)
 NODE_OBJECT = {"metadata": {"name": NODE}}
-JSON = Mapping[str, Any]
 Layout = tuple[tuple[str, int, tuple[str, ...]], ...]
 
 

@@ -20,7 +20,7 @@ import pytest
 from dra_driver.kube.client import Client
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.driver_files import load_driver_edits
-from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.prepare.service import PrepareService, service_from_settings
 from kubeletplugin.settings import PrepareSettings
 from migdra_devcluster.realnode.driver_root import LIBRARIES as FAKE_LIBRARIES
 from migdra_devcluster.realnode.driver_root import VERSION, build_fake_driver_root
@@ -69,7 +69,7 @@ def start_service(node: Node, driver_root: Path, **settings: Any) -> PrepareServ
     )
     loaded = load_driver_edits(prepare, simulated=True)
     assert loaded is not None
-    service = PrepareService.from_settings(
+    service = service_from_settings(
         prepare,
         nvml=node.nvml,
         client=Client(api_client=node.api_client),

@@ -364,7 +364,7 @@ def test_an_unprepare_that_failed_on_a_read_only_cdi_directory_clears_the_status
         failed = service.unprepare([ref])[ref.uid].error
     assert failed == f"claim default/cdi-trouble: CDI spec {spec}: Read-only file system (EROFS)"
     assert node.instances() == []  # released before the spec: a failure after it loses nothing
-    assert service._require_store().get(ref.uid) is None
+    assert service.checkpoint.get(ref.uid) is None
     assert spec.exists()
 
     assert service.unprepare([ref])[ref.uid].error == ""  # kubelet's retry, the directory writable again

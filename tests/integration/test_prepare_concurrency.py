@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.backend import Nvml
+from kubeletplugin.prepare import claim_path as claim_path_module
+from kubeletplugin.prepare.kinds import PrepareContext
 from kubeletplugin.prepare.locks import LOCKS_DIR, lock_file_name, release_flock, try_flock
 from kubeletplugin.prepare.records import DeviceIntent
-from kubeletplugin.prepare.service import PrepareService
 from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import Background, HeldAfter, HeldCall, Node, result, simulated_node
 
@@ -76,19 +76,19 @@ def test_a_second_plugin_starts_beside_a_running_one_and_shares_its_claims(node:
     gi = node.instances()[0][1]
 
     new = node.service(nvml=other_nvml)  # no wait for the running one: locks are per operation
-    assert new.owned().instances == {(node.gpu_uuid(0), gi)}  # the publisher of the new pod: not foreign
+    assert new.checkpoint.owned().instances == {(node.gpu_uuid(0), gi)}  # the publisher of the new pod: not foreign
     again = new.prepare([first])[first.uid]
     assert again == old.prepare([first])[first.uid]  # the old pod's record, verified, nothing created
     assert len(node.instances()) == 1
 
     second = node.claim("second", [result("gpu-0-mig-1g20gb-15-6")])
     assert new.prepare([second])[second.uid].error == ""
-    assert len(old.owned().instances) == 2  # the old pod sees the new pod's record too
+    assert len(old.checkpoint.owned().instances) == 2  # the old pod sees the new pod's record too
 
     assert old.unprepare([second])[second.uid].error == ""  # prepared by the new pod, released by the old
     assert new.unprepare([first])[first.uid].error == ""
     assert node.instances() == []
-    assert old.owned().instances == new.owned().instances == set()
+    assert old.checkpoint.owned().instances == new.checkpoint.owned().instances == set()
 
 
 def test_a_placement_prepared_by_one_plugin_is_refused_to_a_claim_on_the_other(node: Node, other_nvml: Nvml) -> None:
@@ -154,7 +154,7 @@ def test_owned_placements_include_a_creation_in_flight_in_the_other_plugin(node:
     with HeldCall(other_nvml, "create_gpu_instance") as held:
         prepare = Background(old, [ref])
         held.wait_entered()
-        pending = new.owned().placements
+        pending = new.checkpoint.owned().placements
     assert prepare.join()[ref.uid].error == ""
     assert pending == {(node.gpu_uuid(0), 15, Placement(start=2, size=2))}
 
@@ -189,19 +189,22 @@ def test_two_plugins_preparing_shares_of_one_device_at_once_both_join_one_gi(
     that GI, each with a CI of its own."""
     old, new = node.service(nvml=other_nvml), node.service()
     first, second = node.claim("first", [share(1)]), node.claim("second", [share(2)])
-    check = new._check_placements_free
+    check = claim_path_module.check_placements_free
     with HeldAfter(other_nvml, "create_gpu_instance") as created:
 
-        def check_then_let_the_creator_go(ref: ClaimRef, intents: Sequence[DeviceIntent]) -> None:
+        def check_then_let_the_creator_go(
+            context: PrepareContext, claim_uid: str, intents: Sequence[DeviceIntent]
+        ) -> None:
             try:
-                check(ref, intents)
+                check(context, claim_uid, intents)
             finally:
-                created.release()  # the second share waits for the GPU's lock next
+                if claim_uid == second.uid:  # the new plugin's check: the second share waits for the GPU's lock next
+                    created.release()
 
-        monkeypatch.setattr(new, "_check_placements_free", check_then_let_the_creator_go)
+        monkeypatch.setattr(claim_path_module, "check_placements_free", check_then_let_the_creator_go)
         creating = Background(old, [first])
         created.wait_returned()  # the GI exists; the first claim's record says its creation is in flight
-        in_flight = old._require_store().get(first.uid)
+        in_flight = old.checkpoint.get(first.uid)
         assert in_flight is not None
         assert [d.creation_in_flight for d in in_flight.devices] == [True]
         joined = new.prepare([second])[second.uid]
@@ -226,17 +229,13 @@ def test_a_share_and_an_exclusive_claim_of_one_placement_in_two_plugins_one_wins
     plugin_of = {shared.uid: old if share_on == "old" else new, exclusive.uid: new if share_on == "old" else old}
     both_checked = threading.Barrier(2, timeout=30)
 
-    def checked_together(service: PrepareService) -> None:
-        check = service._check_placements_free
+    check = claim_path_module.check_placements_free
 
-        def wait_for_the_other(ref: ClaimRef, intents: Sequence[DeviceIntent]) -> None:
-            check(ref, intents)
-            both_checked.wait()
+    def wait_for_the_other(context: PrepareContext, claim_uid: str, intents: Sequence[DeviceIntent]) -> None:
+        check(context, claim_uid, intents)
+        both_checked.wait()
 
-        monkeypatch.setattr(service, "_check_placements_free", wait_for_the_other)
-
-    checked_together(old)
-    checked_together(new)
+    monkeypatch.setattr(claim_path_module, "check_placements_free", wait_for_the_other)  # both plugins' checks
     calls = [Background(plugin_of[ref.uid], [ref]) for ref in (shared, exclusive)]
     errors = {ref.uid: call.join()[ref.uid].error for ref, call in zip((shared, exclusive), calls, strict=True)}
 
@@ -244,11 +243,11 @@ def test_a_share_and_an_exclusive_claim_of_one_placement_in_two_plugins_one_wins
     assert len(winners) == 1, errors
     (loser,) = set(errors) - set(winners)
     assert "refusing a double allocation" in errors[loser]
-    assert old._require_store().get(loser) is None
+    assert old.checkpoint.get(loser) is None
     ((_, _, profile, start, cis),) = node.instances()
     assert (profile, start) == (5, 0)
     ((_, ci_profile, _),) = cis
-    winner_record = old._require_store().get(winners[0])
+    winner_record = old.checkpoint.get(winners[0])
     assert winner_record is not None
     (device,) = winner_record.devices
     assert ci_profile == device.compute_instance_profile_id  # the winner's CI only: 1c for the share, 4c whole

@@ -21,7 +21,7 @@ from dra_driver.devicemodel.pool import build_pool
 from dra_driver.kube.claims import ResourceClaimView
 from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.nvml.inventory import read_inventory
-from kubeletplugin.prepare import service as service_module
+from kubeletplugin.prepare import claim_path as claim_path_module
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.metadata import (
     build_claim_metadata,
@@ -58,7 +58,9 @@ def metadata_dir(node: Node) -> Path:
 def published_attributes(node: Node, service: PrepareService, device_name: str) -> dict[str, Any]:
     """What the slice publisher publishes for the device right now (its own read and build)."""
     pool = build_pool(
-        read_inventory(node.nvml), DeviceModelConfig(driver_name=DRIVER), owned_instances=service.owned().instances
+        read_inventory(node.nvml),
+        DeviceModelConfig(driver_name=DRIVER),
+        owned_instances=service.checkpoint.owned().instances,
     )
     (device,) = [d for d in pool.devices if d.name == device_name]
     attributes = device.to_api()["attributes"]
@@ -209,14 +211,14 @@ def test_a_forged_request_name_fails_the_claim_and_writes_nothing_outside(
 ) -> None:
     """The API server refuses such names; a claim that carries one anyway (a forged or buggy answer)
     must fail its prepare, create nothing that stays, and write no file anywhere."""
-    genuine_read = service_module.read_claim
+    genuine_read = claim_path_module.read_claim
 
     def forged(api: Any, ref: ClaimRef) -> ResourceClaimView:
         claim = genuine_read(api, ref).model_dump(by_alias=True)
         claim["status"]["allocation"]["devices"]["results"][0]["request"] = request_name
         return ResourceClaimView.model_validate(claim)
 
-    monkeypatch.setattr(service_module, "read_claim", forged)
+    monkeypatch.setattr(claim_path_module, "read_claim", forged)
     service = node.service()
     ref = node.claim("forged", [result(ONE_G_20, request="gpu")])
 

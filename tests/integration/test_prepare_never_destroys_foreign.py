@@ -48,7 +48,7 @@ def test_a_failed_prepare_on_a_read_only_cdi_directory_leaves_no_record_and_spar
     assert failed.error != ""
     assert "Read-only file system" in failed.error
     assert node.instances() == [], "the GI of the failed prepare was not rolled back"
-    store = service._require_store()
+    store = service.checkpoint
     assert store.get(ref.uid) is None, "the record still names a GI that no longer exists"
 
     operator_gi, operator_uuid = node.foreign_instance(0, profile_id=9, start=0, size=4)
@@ -88,7 +88,7 @@ def test_a_record_whose_mig_uuid_is_gone_never_destroys_the_gi_standing_there(
 
     assert service.unprepare([ref])[ref.uid].error == ""
     assert node.instances() == operators
-    assert service._require_store().get(ref.uid) is None
+    assert service.checkpoint.get(ref.uid) is None
 
 
 def test_an_unprepare_whose_gi_destroy_fails_records_the_released_compute_instance(
@@ -106,7 +106,7 @@ def test_an_unprepare_whose_gi_destroy_fails_records_the_released_compute_instan
     monkeypatch.setattr(node.nvml, "destroy_gpu_instance", refuse)
     failed = service.unprepare([ref])[ref.uid]
     assert failed.error != ""
-    record = service._require_store().get(ref.uid)
+    record = service.checkpoint.get(ref.uid)
     assert record is not None
     (device,) = record.devices
     assert device.gpu_instance_id == 1

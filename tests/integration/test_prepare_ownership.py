@@ -19,9 +19,9 @@ from dra_driver.devicemodel.pool import OwnedInstances, build_pool
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import GpuInstanceInfo
+from kubeletplugin.prepare import claim_path as claim_path_module
 from kubeletplugin.prepare.checkpoint import CheckpointStore
 from kubeletplugin.prepare.records import ClaimRecord, DeviceRecord
-from kubeletplugin.prepare.service import PrepareService
 from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import Background, HeldCall, Node, result, simulated_node
 
@@ -48,10 +48,12 @@ def test_a_gpu_instance_is_migdras_while_its_compute_instance_is_being_created(
             gi = gi_at(node, gpu, PLACEMENT)
             assert gi is not None, "the GPU instance was never created"
             assert gi.compute_instances == ()
-            owned = (gpu, gi.gpu_instance_id) in service.owned().instances
+            owned = (gpu, gi.gpu_instance_id) in service.checkpoint.owned().instances
             still_preparing = prepare.running
             # A publish round now: the node's instances, then owned() (the publisher's order).
-            pool = build_pool(read_inventory(node.nvml), DeviceModelConfig(), owned_instances=service.owned().instances)
+            pool = build_pool(
+                read_inventory(node.nvml), DeviceModelConfig(), owned_instances=service.checkpoint.owned().instances
+            )
         results = prepare.join()
 
     assert owned, "owned() did not contain the GI migdra created while its prepare was running"
@@ -72,10 +74,10 @@ def test_a_gpu_instance_being_created_is_migdras_by_placement_until_its_id_is_re
         with HeldCall(node.nvml, "create_gpu_instance") as held:
             prepare = Background(service, [ref])
             held.wait_entered()  # NVML is being asked for the GI: no ID yet
-            meanwhile = service.owned()
+            meanwhile = service.checkpoint.owned()
             still_preparing = prepare.running
         results = prepare.join()
-        after = service.owned()
+        after = service.checkpoint.owned()
 
     assert meanwhile == OwnedInstances(placements=frozenset({(gpu, 15, PLACEMENT)}))
     assert still_preparing
@@ -131,7 +133,7 @@ def test_a_gpu_instance_whose_id_cannot_be_recorded_is_destroyed_before_anything
         ref = node.claim("disk-full", [result(DEVICE)])
         error = service.prepare([ref])[ref.uid].error
         assert "disk full" in error
-        assert service.owned().instances == set()  # no GI left for the record to name
+        assert service.checkpoint.owned().instances == set()  # no GI left for the record to name
         assert node.instances() == []
         assert [device.gpu_instances_before for device in steps.devices] == [()]
 
@@ -142,7 +144,7 @@ def test_an_occupied_placement_is_refused_before_the_request_is_recorded(
     """The placement is checked again under the GPU's lock: a GI that appeared since is never in a request."""
     steps = _RecordedSteps(monkeypatch, fail_gpu_instance=False)
     # Skip the advisory check before the lock, as if the stranger appeared just after it.
-    monkeypatch.setattr(PrepareService, "_check_placements_free", lambda self, ref, intents: None)
+    monkeypatch.setattr(claim_path_module, "check_placements_free", lambda context, claim_uid, intents: None)
     with simulated_node(tmp_path, [H100], api=api_server) as node:
         service = node.service()
         stranger, _ = node.foreign_instance(0, 15, 4, 2)

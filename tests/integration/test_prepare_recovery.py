@@ -170,14 +170,14 @@ def test_an_instance_an_operator_creates_after_a_crash_before_the_gpu_instance_i
     assert [r.claim_uid for r in report.rolled_back] == [ref.uid]  # nothing of migdra's left: record dropped
     assert report.kept == ()
     assert [i for i in node.instances() if (i[0], i[1]) in foreign | operator] == theirs
-    assert service.owned().instances == set()
+    assert service.checkpoint.owned().instances == set()
 
     retry = service.prepare([ref])[ref.uid]  # kubelet retries: a clean, permanent-until-freed error
     assert f"is occupied by GPU instance {operator_gi}" in retry.error
     assert "that migdra did not create" in retry.error
     assert [i for i in node.instances() if (i[0], i[1]) in foreign | operator] == theirs
     assert migdra_instances(node, foreign | operator) == []
-    assert service.owned().instances == set()
+    assert service.checkpoint.owned().instances == set()
 
     # The claim is not blocked for ever: once the operator frees the placement, the next retry works.
     gpu = node.gpu_uuid(0)
@@ -260,7 +260,7 @@ def test_a_restarted_plugin_adopts_verified_claims_and_rewrites_a_missing_spec(n
     report = restarted.start()
     assert [r.claim_uid for r in report.adopted] == [ref.uid]
     assert spec_path(node.cdi_dir, DRIVER, ref.uid).exists()
-    assert restarted.owned().instances == {(node.gpu_uuid(0), 5)}
+    assert restarted.checkpoint.owned().instances == {(node.gpu_uuid(0), 5)}
     mutations = node.nvml_mutations()
     assert restarted.prepare([ref])[ref.uid] == first
     assert node.nvml_mutations() == mutations  # verified against NVML, nothing created
@@ -283,7 +283,7 @@ def test_a_record_that_does_not_verify_is_rolled_back_but_a_stranger_at_its_plac
     assert [r.claim_uid for r in report.rolled_back] == [ref.uid]
     assert node.instances() == [(0, stranger_gi, 15, 4, [(0, 7, stranger_uuid)])]
     assert not spec_path(node.cdi_dir, DRIVER, ref.uid).exists()
-    assert restarted.owned().instances == set()
+    assert restarted.checkpoint.owned().instances == set()
     assert restarted.flush_reports()
     assert "devices" not in support.read_claim_json(node.api_client, ref)["status"]
 
@@ -313,7 +313,7 @@ def test_a_checkpoint_of_another_boot_is_discarded_and_foreign_looking_instances
     after_reboot = node.service(start=False, read_boot_id=lambda: "another-boot")
     report = after_reboot.start()
     assert [r.claim_uid for r in report.discarded] == [ref.uid]
-    assert after_reboot.owned().instances == set()
+    assert after_reboot.checkpoint.owned().instances == set()
     assert not spec_path(node.cdi_dir, DRIVER, ref.uid).exists()
     assert node.instances() == before  # no record names them any more: never destroyed
 

@@ -174,7 +174,7 @@ def test_one_bad_claim_never_fails_the_others(node: Node) -> None:
     )
     # Only the good claim created anything.
     assert [(gpu, start) for gpu, _, _, start, _ in node.instances()] == [(1, 0)]
-    assert service.owned().instances == {(node.gpu_uuid(1), 7)}
+    assert service.checkpoint.owned().instances == {(node.gpu_uuid(1), 7)}
 
 
 def test_a_claim_with_several_problems_names_every_one_in_one_error_and_creates_nothing(node: Node) -> None:
@@ -232,7 +232,7 @@ def test_a_placement_held_by_a_foreign_instance_is_an_error_and_it_survives(
     assert f"occupied by GPU instance {foreign_gi}" in error
     assert "that migdra did not create; migdra never falls back to another placement" in error
     assert node.instances() == [(0, foreign_gi, profile_id, start, [(0, 0, foreign_uuid)])]
-    assert service.owned().instances == set()
+    assert service.checkpoint.owned().instances == set()
 
     # After a restart the failed claim is not recorded, so nothing is rolled back either.
     service.close()
@@ -253,7 +253,7 @@ def test_an_occupied_placement_reported_by_nvml_destroys_nothing(api_server: Kub
         assert "placement 6:2 of 1g.20gb is occupied" in error
         assert "migdra never falls back to another placement" in error
         assert node.instances() == [(0, foreign_gi, 19, 0, [(0, 0, foreign_uuid)])]
-        assert service.owned().instances == set()
+        assert service.checkpoint.owned().instances == set()
 
 
 class ShortchangingNvml(Nvml):
@@ -299,7 +299,7 @@ def test_a_compute_instance_short_of_sms_fails_loudly_and_leaves_nothing(
         error = service.prepare([ref])[ref.uid].error
         assert error == f"claim default/short: device {ONE_G_20}: GPU {node.gpu_uuid(0)} {message}"
         assert node.instances() == []
-        assert service.owned().instances == set()
+        assert service.checkpoint.owned().instances == set()
         assert not spec_path(node.cdi_dir, DRIVER, ref.uid).exists()
     finally:
         nvml.shutdown()
@@ -315,7 +315,7 @@ def test_a_failed_device_rolls_back_the_claims_other_devices(api_server: KubeApi
             f"claim default/half: device {ONE_G_20}: GPU {node.gpu_uuid(0)}: creating the GPU instance"
         )
         assert node.instances() == []  # the first device's instance was destroyed again
-        assert service.owned().instances == set()
+        assert service.checkpoint.owned().instances == set()
         assert service.prepare([ref])[ref.uid].error == ""  # kubelet's retry
         assert len(node.instances()) == 2
 
@@ -337,7 +337,7 @@ def test_a_rollback_that_fails_is_recorded_and_finished_by_the_next_prepare(
         assert "creating the compute instance failed" in error
         assert "rolling back GI 6 failed" in error
         assert [(gi, cis) for _, gi, _, _, cis in node.instances()] == [(6, [])]
-        assert service.owned().instances == {(node.gpu_uuid(0), 6)}  # still ours, still published as ours
+        assert service.checkpoint.owned().instances == {(node.gpu_uuid(0), 6)}  # still ours, still published as ours
 
         prepared = service.prepare([ref])[ref.uid]
         assert prepared.error == ""
@@ -357,13 +357,13 @@ def test_busy_device_fails_unprepare_until_released(node: Node) -> None:
         f"claim default/busy: device {ONE_G_20}: GPU {node.gpu_uuid(0)}: the MIG device is still in use"
     )
     assert [i[1] for i in node.instances()] == [gi]
-    assert service.owned().instances == {(node.gpu_uuid(0), gi)}
+    assert service.checkpoint.owned().instances == {(node.gpu_uuid(0), gi)}
     assert spec_path(node.cdi_dir, DRIVER, ref.uid).exists()
 
     sim.set_busy(node.state_path, mig_uuid, False)
     assert service.unprepare([ref])[ref.uid].error == ""
     assert node.instances() == []
-    assert service.owned().instances == set()
+    assert service.checkpoint.owned().instances == set()
     assert not spec_path(node.cdi_dir, DRIVER, ref.uid).exists()
     assert service.unprepare([ref])[ref.uid].error == ""  # idempotent
 
@@ -398,8 +398,8 @@ def test_a_read_only_directory_fails_prepare_in_one_line_naming_the_file_and_rol
     assert node.library.faults.calls("nvmlDeviceCreateGpuInstanceWithPlacement") == created + 1
     assert node.library.faults.calls("nvmlGpuInstanceDestroy") == destroyed + 1
     assert node.instances() == []
-    assert service._require_store().get(ref.uid) is None
-    assert service.owned().instances == set()
+    assert service.checkpoint.get(ref.uid) is None
+    assert service.checkpoint.owned().instances == set()
     assert not spec.exists()
     assert list(metadata_dir.iterdir()) == []
 
@@ -523,7 +523,7 @@ def test_admin_access_creates_nothing_and_sees_what_exists(node: Node) -> None:
 
     assert service.unprepare([admin])[admin.uid].error == ""
     assert node.instances() == before  # the owner's instance is never the admin claim's to destroy
-    assert service.owned().instances == {(node.gpu_uuid(0), gi)}
+    assert service.checkpoint.owned().instances == {(node.gpu_uuid(0), gi)}
 
 
 @pytest.mark.parametrize("field", ["namespace", "name", "uid"])
@@ -549,7 +549,7 @@ def test_a_claim_with_only_other_drivers_devices_succeeds_and_says_so(
 ) -> None:
     service = node.service()
     ref = node.claim("nics-only", [result("eth0", request="nic", driver="net.example.com", pool="rack-1")])
-    with caplog.at_level(logging.INFO, logger="kubeletplugin.prepare.service"):
+    with caplog.at_level(logging.INFO, logger="kubeletplugin.prepare.claim_path"):
         prepared = service.prepare([ref])[ref.uid]
     assert prepared == PrepareResult()
     said = [r.getMessage() for r in caplog.records if ref.uid in r.getMessage()]
@@ -580,7 +580,7 @@ def test_re_preparing_a_claim_whose_instance_an_operator_replaced_fails_cleanly_
     assert f"is occupied by GPU instance {replacement[0]}" in error
     assert "that migdra did not create" in error
     assert node.instances() == theirs  # same GI ID, profile and placement, but not migdra's: left alone
-    assert service.owned().instances == set()
+    assert service.checkpoint.owned().instances == set()
     assert not spec_path(node.cdi_dir, DRIVER, ref.uid).exists()  # no stale MIG UUID for the runtime
 
 

@@ -116,7 +116,7 @@ def test_a_share_prepare_killed_at_any_step_converges(
     for ref in (crashy, other):
         assert service.unprepare([ref])[ref.uid].error == ""
     assert layout(node) == []
-    assert service._require_store().records() == ()
+    assert service.checkpoint.records() == ()
 
 
 def test_a_completed_share_is_adopted_after_a_crash(node: Node) -> None:
@@ -192,5 +192,5 @@ def test_unprepare_of_the_last_share_killed_at_any_step_leaves_nothing(node: Nod
     service = node.service(start=False)
     service.start()
     assert layout(node) == []
-    assert service._require_store().records() == ()
+    assert service.checkpoint.records() == ()
     assert service.unprepare([last])[last.uid].error == ""

@@ -24,9 +24,11 @@ from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml import sim
 from kubeletplugin.grpc.convert import prepare_response
+from kubeletplugin.prepare import claim_path as claim_path_module
 from kubeletplugin.prepare.cdi import spec_path
+from kubeletplugin.prepare.kinds import PrepareContext
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
-from kubeletplugin.prepare.service import PrepareService
+from kubeletplugin.prepare.service import PrepareService, mig_instances_of
 from kubeletplugin.publishing import Publishing
 from kubeletplugin.settings import PluginSettings
 from tests.kube_apiserver import KubeApiServer
@@ -79,7 +81,7 @@ def prepare_ok(node: Node, service: Any, ref: ClaimRef) -> str:
     """Prepare ``ref``, expecting success; its MIG UUID (from the checkpoint record)."""
     outcome = service.prepare([ref])[ref.uid]
     assert outcome.error == ""
-    (device,) = service._require_store().get(ref.uid).devices
+    (device,) = service.checkpoint.get(ref.uid).devices
     assert device.mig_uuid is not None
     return str(device.mig_uuid)
 
@@ -90,9 +92,12 @@ def test_three_shares_of_one_gi_each_get_their_own_compute_instance(node: Node) 
     uuids = [prepare_ok(node, service, ref) for ref in refs]
 
     assert gi_ids(node) == [GI_ID]  # one GI for the three claims
-    metrics = {i.mig_uuid: (i.gpu_instance_id, i.share_id, i.compute_slices) for i in service.prepared_instances()}
+    metrics = {
+        i.mig_uuid: (i.gpu_instance_id, i.share_id, i.compute_slices)
+        for i in mig_instances_of(service.checkpoint.records())
+    }
     assert metrics == {
-        mig: (GI_ID, service._require_store().get(ref.uid).devices[0].intent.share_id, size)  # type: ignore[union-attr]
+        mig: (GI_ID, service.checkpoint.get(ref.uid).devices[0].intent.share_id, size)  # type: ignore[union-attr]
         for ref, mig, size in zip(refs, uuids, (1, 1, 2), strict=True)
     }
     placements = {mig: start for mig, (_, start) in cis(node).items()}
@@ -100,7 +105,7 @@ def test_three_shares_of_one_gi_each_get_their_own_compute_instance(node: Node) 
     assert len(set(uuids)) == 3
     for ref, mig in zip(refs, uuids, strict=True):
         assert spec_mig_uuids(node, ref) == [mig]  # its CDI spec exposes its own MIG device only
-        record = service._require_store().get(ref.uid)
+        record = service.checkpoint.get(ref.uid)
         assert record is not None
         (device,) = record.devices
         assert device.created_gpu_instance == (ref is refs[0])
@@ -132,23 +137,25 @@ def test_two_shares_in_one_call_race_their_gi_s_creation_and_both_join_it(
     service = node.service()
     first, second = node.claim("first", [share(1)]), node.claim("second", [share(1)])
     seen: list[DeviceRecord] = []
-    check = service._check_placements_free
+    check = claim_path_module.check_placements_free
 
     with HeldAfter(node.nvml, "create_gpu_instance") as created:
 
-        def checked_during_the_creation(ref: ClaimRef, intents: Sequence[DeviceIntent]) -> None:
-            if ref.uid == second.uid:  # the second waits until the first's GI exists, unrecorded
+        def checked_during_the_creation(
+            context: PrepareContext, claim_uid: str, intents: Sequence[DeviceIntent]
+        ) -> None:
+            if claim_uid == second.uid:  # the second waits until the first's GI exists, unrecorded
                 created.wait_returned()
-                record = service._require_store().get(first.uid)
+                record = service.checkpoint.get(first.uid)
                 assert record is not None
                 seen.extend(record.devices)
             try:
-                check(ref, intents)
+                check(context, claim_uid, intents)
             finally:
-                if ref.uid == second.uid:
+                if claim_uid == second.uid:
                     created.release()
 
-        monkeypatch.setattr(service, "_check_placements_free", checked_during_the_creation)
+        monkeypatch.setattr(claim_path_module, "check_placements_free", checked_during_the_creation)
         outcome = service.prepare([first, second])
 
     assert [d.creation_in_flight for d in seen] == [True]  # the race happened: checked against an unrecorded GI
@@ -181,7 +188,7 @@ def test_release_in_any_order_never_destroys_the_gi_early_and_leaves_nothing(
         assert gi_ids(node) == ([GI_ID] if remaining else [])  # the GI goes with the last share only
         assert not spec_path(node.cdi_dir, DRIVER, refs[index].uid).exists()
     assert node.instances() == []
-    assert service._require_store().records() == ()
+    assert service.checkpoint.records() == ()
 
 
 def admitted_sizes(node: Node, service: PrepareService) -> list[int]:
@@ -192,7 +199,7 @@ def admitted_sizes(node: Node, service: PrepareService) -> list[int]:
     device_config.write_text("sharedDevices: true\n")
     settings = PluginSettings(node_name=NODE, device_config=device_config)
     publishing = Publishing(settings, CollectorRegistry(), threading.Event())
-    (device,) = [d for d in publishing.compute_pool(node.nvml, service).devices if d.name == SHARED]
+    (device,) = [d for d in publishing.compute_pool(node.nvml, service.checkpoint).devices if d.name == SHARED]
     return list(device.request_policies[COMPUTE_SLICES_CAPACITY].valid_values)
 
 
@@ -205,12 +212,12 @@ class ShareChanges:
 
     def __call__(self) -> None:
         assert self.service is not None
-        self.seen.append(self.service._require_store().share_compute_instances())
+        self.seen.append(self.service.checkpoint.share_compute_instances())
 
     def told_the_last(self) -> bool:
         """Whether the last call saw the checkpoint as it is now (publishing would publish the truth)."""
         assert self.service is not None
-        return bool(self.seen) and self.seen[-1] == self.service._require_store().share_compute_instances()
+        return bool(self.seen) and self.seen[-1] == self.service.checkpoint.share_compute_instances()
 
 
 def test_a_fragmented_gi_refuses_a_share_that_its_free_slices_would_hold(node: Node) -> None:
@@ -244,7 +251,7 @@ def test_a_fragmented_gi_refuses_a_share_that_its_free_slices_would_hold(node: N
         "of a 2-slice CI (0:2, 2:2): the GPU instance is fragmented"
     )
     assert node.instances() == before  # nothing created, nothing destroyed
-    assert service._require_store().get(two.uid) is None
+    assert service.checkpoint.get(two.uid) is None
     assert set(cis(node)) == {uuids[1], uuids[3]}
 
 
@@ -363,7 +370,7 @@ def test_bad_share_input_fails_that_claim_alone_naming_the_field(
     assert "\n" not in outcome[bad.uid].error
     assert outcome[good.uid].error == ""
     assert len(cis(node)) == 1  # the good claim's share alone
-    assert service._require_store().get(bad.uid) is None
+    assert service.checkpoint.get(bad.uid) is None
 
 
 def test_a_malformed_share_id_never_reaches_kubelet(node: Node) -> None:
@@ -411,7 +418,7 @@ def test_a_stale_record_of_another_device_naming_the_reused_gi_id_does_not_keep_
     service = node.service()
     last = node.claim("last", [share(2)])
     prepare_ok(node, service, last)
-    (device,) = service._require_store().get(last.uid).devices
+    (device,) = service.checkpoint.get(last.uid).devices
     stale_intent = DeviceIntent(
         device_name="gpu-0-mig-1g10gb-19-6",
         request_names=("gpu",),
@@ -428,7 +435,7 @@ def test_a_stale_record_of_another_device_naming_the_reused_gi_id_does_not_keep_
         state=ClaimState.PREPARE_STARTED,
         devices=(DeviceRecord(intent=stale_intent, gpu_instance_id=GI_ID),),
     )
-    service._require_store().put(stale)
+    service.checkpoint.put(stale)
     assert service.unprepare([last])[last.uid].error == ""
     assert GI_ID not in gi_ids(node), "the shared GI went with its last share"
 
@@ -526,7 +533,7 @@ def test_a_ci_nvml_creates_wrong_is_destroyed_and_so_is_the_gi_the_share_created
     )
     assert said in error
     assert node.instances() == []  # neither the CI nor the GI this share created
-    assert service._require_store().get(ref.uid) is None
+    assert service.checkpoint.get(ref.uid) is None
     mig = prepare_ok(node, service, ref)  # kubelet's retry starts clean
     assert cis(node) == {mig: (0, 0)}
 
@@ -556,7 +563,7 @@ def test_a_misplaced_ci_nvml_will_not_destroy_is_recorded_and_released_later_wit
     assert "NVML created CI 0 of GI 1 at 3:1; destroying it again failed" in error
     ((_, stray),) = cis(node).values()
     assert stray == 3
-    record = service._require_store().get(ref.uid)
+    record = service.checkpoint.get(ref.uid)
     assert record is not None
     assert record.state is ClaimState.PREPARE_STARTED
     (device,) = record.devices
@@ -564,7 +571,7 @@ def test_a_misplaced_ci_nvml_will_not_destroy_is_recorded_and_released_later_wit
     assert device.mig_uuid == next(iter(cis(node)))
     assert service.unprepare([ref])[ref.uid].error == ""  # NVML lets go now
     assert node.instances() == []
-    assert service._require_store().get(ref.uid) is None
+    assert service.checkpoint.get(ref.uid) is None
 
 
 def test_a_misplaced_ci_the_roll_back_destroys_on_a_second_try_leaves_nothing_and_says_so(
@@ -577,7 +584,7 @@ def test_a_misplaced_ci_the_roll_back_destroys_on_a_second_try_leaves_nothing_an
     assert "destroying it again failed" in error
     assert error.endswith("; the roll-back destroyed it on a second try")
     assert node.instances() == []
-    assert service._require_store().get(ref.uid) is None
+    assert service.checkpoint.get(ref.uid) is None
 
 
 @pytest.mark.parametrize(("misplace_to", "read_back"), [(3, False), (None, True)], ids=["misplaced", "read-back"])
@@ -593,4 +600,4 @@ def test_a_ci_nvml_creates_wrong_for_a_joining_share_is_destroyed_and_the_gi_sta
     assert "creating the share's compute instance failed" in error
     assert gi_ids(node) == [GI_ID]
     assert cis(node) == {mig: (0, 0)}  # the first share's CI alone: the joiner's is gone
-    assert service._require_store().get(joining.uid) is None
+    assert service.checkpoint.get(joining.uid) is None

@@ -15,12 +15,13 @@ from dra_driver import claimstatus
 from dra_driver.controller.leader import LeaseTiming
 from dra_driver.controller.ratelimit import TokenBucket
 from dra_driver.controller.reservation_metrics import ReservationMetrics
-from dra_driver.controller.reservations import Placement, Verdict, compute_reservations
+from dra_driver.controller.reservations import Verdict, compute_reservations
 from dra_driver.controller.status import build_reserved_message, compute_claim_entries
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.pool import build_pool
+from dra_driver.mig.catalog import Placement
 from tests.sim_objects import DRIVER, H100, allocated_claim, node_slices
 
 NOW = "2026-12-01T00:00:00Z"
@@ -152,7 +153,7 @@ def test_a_reservation_carries_the_device_as_published() -> None:
         "node-1",
         0,
         "3g.40gb",
-        Placement(4, 4),
+        Placement(start=4, size=4),
     )
     assert device.gpu_uuid.startswith("GPU-")
     assert device.multiprocessors == 60
@@ -303,7 +304,7 @@ def test_shares_of_one_device_are_reserved_together() -> None:
     }
     assert all(r.device is not None and r.device.shared and r.device.compute_slices == 4 for r in reservations)
     assert reservations[0].device is not None
-    assert reservations[0].device.placement == Placement(0, 4)
+    assert reservations[0].device.placement == Placement(start=0, size=4)
 
 
 def test_shares_over_the_compute_slices_conflict_with_each_other() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.devicemodel.config import DeviceModelConfig
-from dra_driver.devicemodel.faults import GpuFault, overlaps, taint_pool, tainted_devices
+from dra_driver.devicemodel.faults import GpuFault, taint_pool, tainted_devices
 from dra_driver.devicemodel.pool import NodePool, build_pool
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.inventory import read_inventory
@@ -47,7 +47,7 @@ def _stored(gpu_uuid: str, name: str = "xid", value: str = "79", at: float = 100
     ids=["same", "beside", "inside", "other-half"],
 )
 def test_overlap_of_memory_slices(a: tuple[int, int], b: tuple[int, int], expected: bool) -> None:
-    assert overlaps(Placement(start=a[0], size=a[1]), Placement(start=b[0], size=b[1])) is expected
+    assert Placement(start=a[0], size=a[1]).overlaps(Placement(start=b[0], size=b[1])) is expected
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_a_gpu_instance_fault_taints_the_devices_overlapping_its_placement(pool:
     expected = {
         d.name
         for d in pool.devices
-        if d.gpu_minor == 0 and d.placement is not None and overlaps(d.placement, Placement(start=2, size=2))
+        if d.gpu_minor == 0 and d.placement is not None and d.placement.overlaps(Placement(start=2, size=2))
     }
     assert tainted == expected
     assert {"gpu-0-mig-2g20gb-14-2", "gpu-0-mig-7g80gb-0-0"} <= tainted

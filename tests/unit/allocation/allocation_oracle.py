@@ -39,8 +39,8 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from dra_driver.cel import compile_selector
+from dra_driver.jsontypes import MutableJSON
 
-JSON = dict[str, Any]
 DeviceKey = tuple[str, str, str]  # (driver, pool, device)
 PoolKey = tuple[str, str]  # (driver, pool)
 
@@ -115,7 +115,7 @@ class Request:
     all_mode: bool
     count: int
     admin: bool
-    tolerations: list[JSON]
+    tolerations: list[MutableJSON]
     capacity: dict[str, Fraction]
     has_capacity: bool
 
@@ -218,8 +218,8 @@ class Candidate:
     """A device the node could be given: in a complete, valid pool, in a slice that targets the node."""
 
     key: DeviceKey
-    device: JSON
-    slice: JSON
+    device: MutableJSON
+    slice: MutableJSON
 
     @property
     def driver(self) -> str:
@@ -232,7 +232,7 @@ class NodePool:
     complete: bool
     invalid: str | None = None
     candidates: list[Candidate] = field(default_factory=list)
-    device_slices_all_nodes: list[JSON] = field(default_factory=list)
+    device_slices_all_nodes: list[MutableJSON] = field(default_factory=list)
     counter_sets: dict[str, dict[str, Fraction]] = field(default_factory=dict)
 
 
@@ -253,7 +253,7 @@ class World:
         self.taints = GATE_TAINTS in self.features
         self.consumable = GATE_CAPACITY in self.features
         self.binding = GATE_BINDING in self.features and GATE_STATUS in self.features
-        self.classes: dict[str, JSON] = {str(c["metadata"]["name"]): dict(c) for c in classes}
+        self.classes: dict[str, MutableJSON] = {str(c["metadata"]["name"]): dict(c) for c in classes}
         self.pools: dict[PoolKey, NodePool] = self._gather(slices)
         self.candidates: dict[DeviceKey, Candidate] = {
             c.key: c for pool in self.pools.values() if pool.complete and not pool.invalid for c in pool.candidates
@@ -291,7 +291,7 @@ class World:
         return False
 
     def _gather(self, slices: Sequence[Mapping[str, Any]]) -> dict[PoolKey, NodePool]:
-        by_pool: dict[PoolKey, list[JSON]] = defaultdict(list)
+        by_pool: dict[PoolKey, list[MutableJSON]] = defaultdict(list)
         for s in slices:
             by_pool[(str(s["spec"]["driver"]), str(s["spec"]["pool"]["name"]))].append(dict(s))
         pools: dict[PoolKey, NodePool] = {}
@@ -314,7 +314,7 @@ class World:
             pools[key] = self._build_pool(key, relevant, at_generation)
         return pools
 
-    def _build_pool(self, key: PoolKey, relevant: list[JSON], at_generation: list[JSON]) -> NodePool:
+    def _build_pool(self, key: PoolKey, relevant: list[MutableJSON], at_generation: list[MutableJSON]) -> NodePool:
         pool = NodePool(key, complete=True)
         counter_slices = [s for s in relevant if self.partitionable and s["spec"].get("sharedCounters")]
         device_slices = [s for s in relevant if not (self.partitionable and s["spec"].get("sharedCounters"))]

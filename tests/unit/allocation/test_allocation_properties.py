@@ -47,8 +47,8 @@ from hypothesis import strategies as st
 
 from dra_driver.allocation import DEFAULT_FEATURES as DEFAULT_GATES
 from dra_driver.allocation import AllocationError, InvalidPoolsError, allocate
+from dra_driver.jsontypes import MutableJSON
 from tests.unit.allocation.allocation_oracle import (
-    JSON,
     Candidate,
     Request,
     World,
@@ -71,14 +71,14 @@ NIC = "nic.example.com"
 POOL_IDS = ((GPU, "pool-a"), (GPU, "pool-b"), (NIC, "pool-a"))
 GiB = 2**30
 
-NODE_OBJECT: JSON = {
+NODE_OBJECT: MutableJSON = {
     "apiVersion": "v1",
     "kind": "Node",
     "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE, "zone": "z1"}},
 }
 
 
-def _cel(expression: str) -> JSON:
+def _cel(expression: str) -> MutableJSON:
     return {"cel": {"expression": expression}}
 
 
@@ -87,7 +87,7 @@ def _attr(name: str) -> str:
     return f'"{name}" in device.attributes[device.driver] && device.attributes[device.driver].{name}'
 
 
-CLASSES: list[JSON] = [
+CLASSES: list[MutableJSON] = [
     {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
@@ -140,7 +140,7 @@ CONSTRAINT_ATTRIBUTES = [  # those every device has come twice
     f"{GPU}/ecc",
     "example.com/numa",
 ]
-TOLERATIONS: list[list[JSON]] = [
+TOLERATIONS: list[list[MutableJSON]] = [
     [],
     [],
     [{"key": "maint", "operator": "Exists"}],
@@ -150,7 +150,7 @@ TOLERATIONS: list[list[JSON]] = [
 ]
 CAPACITY_REQUESTS = [None] * 8 + ["1Gi", "2Gi", "3Gi", "5Gi"]
 SHARED_CAPACITY_REQUESTS = [None, "1Gi", "2Gi", "3Gi", "5Gi", "5Gi"]
-REQUEST_POLICIES: list[JSON | None] = [
+REQUEST_POLICIES: list[MutableJSON | None] = [
     None,
     {"default": "1Gi", "validRange": {"min": "1Gi", "max": "8Gi", "step": "1Gi"}},
     {"default": "2Gi", "validValues": ["1Gi", "2Gi", "4Gi"]},
@@ -181,8 +181,8 @@ def one_in(n: int) -> st.SearchStrategy[bool]:
 
 
 @st.composite
-def device_attributes(draw: st.DrawFn) -> JSON:
-    attributes: JSON = {
+def device_attributes(draw: st.DrawFn) -> MutableJSON:
+    attributes: MutableJSON = {
         "model": {"string": draw(st.sampled_from(["a100", "h100", "l4"]))},
         "index": {"int": draw(st.integers(0, 3))},
         "ecc": {"bool": draw(st.booleans())},
@@ -207,8 +207,8 @@ def counter_sets(draw: st.DrawFn) -> dict[str, dict[str, str]]:
 
 
 @st.composite
-def device(draw: st.DrawFn, name: str, sets: dict[str, dict[str, str]]) -> JSON:
-    body: JSON = {"name": name, "attributes": draw(device_attributes())}
+def device(draw: st.DrawFn, name: str, sets: dict[str, dict[str, str]]) -> MutableJSON:
+    body: MutableJSON = {"name": name, "attributes": draw(device_attributes())}
     kind = draw(st.sampled_from(["plain", "plain", "counters", "counters", "shared"]))
     if kind == "counters" and sets:
         consumes = []
@@ -226,7 +226,7 @@ def device(draw: st.DrawFn, name: str, sets: dict[str, dict[str, str]]) -> JSON:
         body["consumesCounters"] = consumes
     elif kind == "shared":
         body["allowMultipleAllocations"] = True
-        capacity: JSON = {"value": draw(st.sampled_from(["4Gi", "8Gi"]))}
+        capacity: MutableJSON = {"value": draw(st.sampled_from(["4Gi", "8Gi"]))}
         policy = draw(st.sampled_from(REQUEST_POLICIES))
         if policy is not None:
             capacity["requestPolicy"] = policy
@@ -254,7 +254,7 @@ TARGETS = ["node"] * 5 + ["all", "all", "other", "zone-match", "zone-miss", "per
 DEVICE_TARGETS = ["node", "node", "all", "other", "zone-match", "zone-miss"]
 
 
-def _targeting(target: str) -> JSON:
+def _targeting(target: str) -> MutableJSON:
     if target == "per-device":  # each device names its node(s): DRAPartitionableDevices
         return {"perDeviceNodeSelection": True}
     if target == "node":
@@ -271,7 +271,7 @@ def _targeting(target: str) -> JSON:
     }
 
 
-def _slice(name: str, driver: str, pool: str, generation: int, count: int, spec: JSON) -> JSON:
+def _slice(name: str, driver: str, pool: str, generation: int, count: int, spec: MutableJSON) -> MutableJSON:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -291,7 +291,7 @@ class PoolShape:
 
 
 @st.composite
-def resource_pool(draw: st.DrawFn, driver: str, pool: str, names: list[str], shape: PoolShape) -> list[JSON]:
+def resource_pool(draw: st.DrawFn, driver: str, pool: str, names: list[str], shape: PoolShape) -> list[MutableJSON]:
     """The slices of one pool; ``names`` supplies unique slice names (consumed from the front)."""
     generation = draw(st.integers(0, 2))
     sets = draw(counter_sets()) if draw(st.booleans()) else {}
@@ -302,7 +302,7 @@ def resource_pool(draw: st.DrawFn, driver: str, pool: str, names: list[str], sha
     if oddity == "empty-slice":  # Kubernetes allows a slice without devices
         sizes[draw(st.integers(0, len(sizes) - 1))] = 0
     numbers = draw(st.lists(st.integers(0, 60), min_size=sum(sizes), max_size=sum(sizes), unique=True))
-    device_lists: list[list[JSON]] = []
+    device_lists: list[list[MutableJSON]] = []
     for size in sizes:
         device_lists.append([draw(device(f"dev-{numbers.pop()}", sets)) for _ in range(size)])
     targets = [draw(st.sampled_from(TARGETS)) for _ in sizes]
@@ -318,7 +318,9 @@ def resource_pool(draw: st.DrawFn, driver: str, pool: str, names: list[str], sha
             twin = draw(device(str(device_lists[index][0]["name"]), sets))
             device_lists[draw(st.sampled_from(seen))].append(twin)
 
-    specs: list[JSON] = [_targeting(t) | {"devices": devices} for t, devices in zip(targets, device_lists, strict=True)]
+    specs: list[MutableJSON] = [
+        _targeting(t) | {"devices": devices} for t, devices in zip(targets, device_lists, strict=True)
+    ]
     if sets:
         specs.append(
             {
@@ -341,10 +343,10 @@ def resource_pool(draw: st.DrawFn, driver: str, pool: str, names: list[str], sha
 
 
 @st.composite
-def cluster_slices(draw: st.DrawFn, shape: PoolShape, max_pools: int = 3) -> list[JSON]:
+def cluster_slices(draw: st.DrawFn, shape: PoolShape, max_pools: int = 3) -> list[MutableJSON]:
     pools = draw(st.permutations(POOL_IDS))[: draw(many(max_pools))]
     names = draw(st.lists(st.text("abcxyz-", min_size=1, max_size=4), min_size=20, max_size=20, unique=True))
-    slices: list[JSON] = []
+    slices: list[MutableJSON] = []
     for driver, pool in pools:
         slices += draw(resource_pool(driver, pool, names, shape))
     return list(draw(st.permutations(slices)))
@@ -354,7 +356,9 @@ def cluster_slices(draw: st.DrawFn, shape: PoolShape, max_pools: int = 3) -> lis
 # Generators: claims already allocated
 
 
-def _share(world: World, candidate: Candidate, request_amount: str | None, taken: dict[Any, Fraction]) -> JSON | None:
+def _share(
+    world: World, candidate: Candidate, request_amount: str | None, taken: dict[Any, Fraction]
+) -> MutableJSON | None:
     """A shared allocation of ``candidate`` consuming what a request of ``request_amount`` would, if it fits."""
     request = Request(
         claim=-1,
@@ -386,7 +390,7 @@ def _format_bytes(amount: Fraction) -> str:
     return f"{int(amount / GiB)}Gi" if amount % GiB == 0 else str(int(amount))
 
 
-def _allocated_claim(index: int, results: list[JSON]) -> JSON:
+def _allocated_claim(index: int, results: list[MutableJSON]) -> MutableJSON:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -412,7 +416,7 @@ def _fits_counters(world: World, candidate: Candidate, used: dict[Any, Fraction]
 
 
 @st.composite
-def allocated_claims(draw: st.DrawFn, slices: list[JSON]) -> list[JSON]:
+def allocated_claims(draw: st.DrawFn, slices: list[MutableJSON]) -> list[MutableJSON]:
     """Claims allocated earlier, built from real devices of the cluster (any node), as a valid state."""
     world = World(NODE_OBJECT, slices, CLASSES, [], DEFAULT_FEATURES)
     devices: list[Candidate] = []
@@ -427,9 +431,9 @@ def allocated_claims(draw: st.DrawFn, slices: list[JSON]) -> list[JSON]:
     chosen = draw(st.lists(st.sampled_from(devices), max_size=min(4, len(devices) // 2), unique_by=lambda c: c.key))
     counters: dict[Any, Fraction] = {}
     capacity: dict[Any, Fraction] = {}
-    results: list[JSON] = []
+    results: list[MutableJSON] = []
     for candidate in chosen:
-        result: JSON = {
+        result: MutableJSON = {
             "request": "old",
             "driver": candidate.key[0],
             "pool": candidate.key[1],
@@ -467,8 +471,8 @@ class ClaimShape:
 
 
 @st.composite
-def request_body(draw: st.DrawFn, shape: ClaimShape, *, admin_ok: bool) -> JSON:
-    body: JSON = {"deviceClassName": draw(st.sampled_from(["any", "any", "any", "gpu", "gpu", *CLASS_NAMES]))}
+def request_body(draw: st.DrawFn, shape: ClaimShape, *, admin_ok: bool) -> MutableJSON:
+    body: MutableJSON = {"deviceClassName": draw(st.sampled_from(["any", "any", "any", "gpu", "gpu", *CLASS_NAMES]))}
     if shape.all_mode and draw(one_in(10)):
         body["allocationMode"] = "All"
     else:
@@ -492,7 +496,7 @@ def request_body(draw: st.DrawFn, shape: ClaimShape, *, admin_ok: bool) -> JSON:
     return body
 
 
-def _all_request_constrained(claim: JSON) -> bool:
+def _all_request_constrained(claim: MutableJSON) -> bool:
     """Whether a constraint of ``claim`` covers an ``All`` (sub)request (see the module docstring)."""
     slots = claim_slots(0, claim)
     return any(
@@ -504,8 +508,8 @@ def _all_request_constrained(claim: JSON) -> bool:
 
 
 @st.composite
-def resource_claim(draw: st.DrawFn, index: int, shape: ClaimShape, *, admin_ok: bool, max_requests: int) -> JSON:
-    requests: list[JSON] = []
+def resource_claim(draw: st.DrawFn, index: int, shape: ClaimShape, *, admin_ok: bool, max_requests: int) -> MutableJSON:
+    requests: list[MutableJSON] = []
     scope_names: list[str] = []
     for r in range(draw(few(max_requests))):
         name = f"r{r}"
@@ -524,11 +528,11 @@ def resource_claim(draw: st.DrawFn, index: int, shape: ClaimShape, *, admin_ok: 
         scope = draw(
             st.one_of(st.just([]), st.lists(st.sampled_from(scope_names), min_size=1, max_size=2, unique=True))
         )
-        constraint: JSON = {kind: draw(st.sampled_from(CONSTRAINT_ATTRIBUTES))}
+        constraint: MutableJSON = {kind: draw(st.sampled_from(CONSTRAINT_ATTRIBUTES))}
         if scope:
             constraint["requests"] = scope
         constraints.append(constraint)
-    claim: JSON = {
+    claim: MutableJSON = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": f"claim-{index}", "namespace": "default", "uid": f"uid-claim-{index}"},
@@ -540,7 +544,7 @@ def resource_claim(draw: st.DrawFn, index: int, shape: ClaimShape, *, admin_ok: 
 
 
 @st.composite
-def pod_claims(draw: st.DrawFn, shape: ClaimShape, max_total_requests: int = 9) -> list[JSON]:
+def pod_claims(draw: st.DrawFn, shape: ClaimShape, max_total_requests: int = 9) -> list[MutableJSON]:
     count = draw(few(shape.max_claims))
     claims = []
     budget = max_total_requests
@@ -561,18 +565,18 @@ def pod_claims(draw: st.DrawFn, shape: ClaimShape, max_total_requests: int = 9) 
 class Scenario:
     """One call of the allocator: the pod's claims and everything the scheduler knows."""
 
-    slices: list[JSON]
-    allocated_claims: list[JSON]
-    claims: list[JSON]
-    classes: list[JSON] = field(default_factory=lambda: copy.deepcopy(CLASSES))
-    node: JSON = field(default_factory=lambda: copy.deepcopy(NODE_OBJECT))
+    slices: list[MutableJSON]
+    allocated_claims: list[MutableJSON]
+    claims: list[MutableJSON]
+    classes: list[MutableJSON] = field(default_factory=lambda: copy.deepcopy(CLASSES))
+    node: MutableJSON = field(default_factory=lambda: copy.deepcopy(NODE_OBJECT))
     features: frozenset[str] = DEFAULT_FEATURES
 
     def world(self) -> World:
         return World(self.node, self.slices, self.classes, self.allocated_claims, self.features)
 
-    def allocate(self, rng: random.Random | None = None) -> list[JSON] | None:
-        result: list[JSON] | None = allocate(
+    def allocate(self, rng: random.Random | None = None) -> list[MutableJSON] | None:
+        result: list[MutableJSON] | None = allocate(
             claims=self.claims,
             node=self.node,
             slices=self.slices,
@@ -649,7 +653,7 @@ def crowded_pods(draw: st.DrawFn) -> CrowdedPod:
         _slice(names[1], GPU, "pool-a", 0, 2, {"nodeName": NODE, "devices": devices[half:]}),
     ]
 
-    def claim(index: int, requests: list[JSON]) -> JSON:
+    def claim(index: int, requests: list[MutableJSON]) -> MutableJSON:
         return {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
@@ -662,7 +666,7 @@ def crowded_pods(draw: st.DrawFn) -> CrowdedPod:
         expected = "AllocationError" if total > 32 else "allocated"
         return CrowdedPod(Scenario(slices=slices, allocated_claims=[], claims=[claim(0, [request])]), expected)
 
-    claims: list[JSON] = []
+    claims: list[MutableJSON] = []
     options: list[list[list[int]]] = []  # per claim, per request: the device counts it may take, in order
     budget = total
     for c in range(draw(few(2))):
@@ -699,11 +703,11 @@ def crowded_pods(draw: st.DrawFn) -> CrowdedPod:
 @dataclass(frozen=True)
 class Outcome:
     kind: str  # "allocated", "unsatisfiable" or the exception's class name
-    allocations: list[JSON] | None = None
+    allocations: list[MutableJSON] | None = None
     message: str = ""
 
 
-def run(call: Callable[[], list[JSON] | None]) -> Outcome:
+def run(call: Callable[[], list[MutableJSON] | None]) -> Outcome:
     try:
         result = call()
     except InvalidPoolsError as exc:
@@ -715,7 +719,7 @@ def run(call: Callable[[], list[JSON] | None]) -> Outcome:
     return Outcome("allocated", allocations=result)
 
 
-def _without_share_ids(allocations: list[JSON] | None) -> Any:
+def _without_share_ids(allocations: list[MutableJSON] | None) -> Any:
     stripped = copy.deepcopy(allocations)
     for item in stripped or []:
         for result in (item.get("devices") or {}).get("results") or []:
@@ -815,7 +819,7 @@ def test_first_available_allocates_exactly_when_brute_force_does(scenario: Scena
     test_allocates_exactly_when_brute_force_finds_an_assignment.hypothesis.inner_test(scenario)
 
 
-def _without_allow_multiple_allocations(claims: list[JSON]) -> list[JSON]:
+def _without_allow_multiple_allocations(claims: list[MutableJSON]) -> list[MutableJSON]:
     """The claims with no selector that reads ``device.allowMultipleAllocations`` (and class "any" for
     "shared"): whether CEL knows that field with DRAConsumableCapacity off differs between Kubernetes
     releases (a compile error in 1.34's declarations, accepted by the stored-expression environment of
@@ -887,7 +891,7 @@ def test_taking_a_device_never_makes_a_pod_fit(scenario: Scenario, data: st.Data
         return
     key = data.draw(st.sampled_from(keys), label="taken device")
     candidate = world.candidates[key]
-    result: JSON = {"request": "old", "driver": key[0], "pool": key[1], "device": key[2]}
+    result: MutableJSON = {"request": "old", "driver": key[0], "pool": key[1], "device": key[2]}
     if world.is_multi(candidate):
         # A share can push a device out of an All request's fixed set (capacity no longer fits), which
         # turns "one of All's devices is unusable" into success: that is Kubernetes' rule, not a bug.

@@ -1,13 +1,16 @@
-"""Pure rules of prepare/mig_instances.py: which GI, at a recorded placement but without a recorded GI ID, migdra may
-destroy; whether a device's placement is taken, and by whose instance."""
+"""Pure rules of the kinds of device (prepare/kinds/): which GI, at a recorded placement but without a recorded GI ID,
+migdra may destroy; whether a device's placement is taken, and by whose instance (each kind's plan step)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from dra_driver.mig.catalog import Placement
 from dra_driver.nvml.types import ComputeInstanceInfo, GpuInstanceInfo
-from kubeletplugin.prepare.mig_instances import compute_placement_conflict, find_unrecorded_gpu_instance
+from kubeletplugin.prepare.kinds import kind_of
+from kubeletplugin.prepare.kinds.gpu_instances import find_unrecorded_gpu_instance
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
 
 GPU = "GPU-00000000-0000-0000-0000-000000000000"
@@ -113,7 +116,7 @@ WANTED = device(None).intent
 def test_compute_placement_conflict(
     instances: list[GpuInstanceInfo], records: list[ClaimRecord], expected: tuple[int, str | None] | None
 ) -> None:
-    conflict = compute_placement_conflict(instances, WANTED, records, claim_uid="a")
+    conflict = kind_of(WANTED).plan(instances, WANTED, records, claim_uid="a")
     found = (
         None if conflict is None else (conflict.occupant.gpu_instance_id, conflict.holder and conflict.holder.claim_uid)
     )
@@ -123,8 +126,8 @@ def test_compute_placement_conflict(
 def test_admin_access_and_whole_gpus_never_conflict() -> None:
     admin = WANTED.model_copy(update={"admin_access": True})
     whole = WANTED.model_copy(update={"profile_id": None, "placement": None})
-    assert compute_placement_conflict([gi(5)], admin, [], "a") is None
-    assert compute_placement_conflict([gi(5)], whole, [], "a") is None
+    assert kind_of(admin).plan([gi(5)], admin, [], "a") is None
+    assert kind_of(whole).plan([gi(5)], whole, [], "a") is None
 
 
 SHARED_DEVICE = "gpu-0-shared-1g20gb-15-4"
@@ -174,9 +177,19 @@ def test_compute_placement_conflict_of_a_share(
     instances: list[GpuInstanceInfo], records: list[ClaimRecord], expected: tuple[int, str | None] | None
 ) -> None:
     """A share joins its device's shared GI -- named by another share's record or being created by one -- and
-    nothing else; the locked find_shared_gpu_instance decides for real."""
-    conflict = compute_placement_conflict(instances, SHARE, records, claim_uid="a")
+    nothing else; the locked find_shared_gpu_instance (in create) decides for real."""
+    conflict = kind_of(SHARE).plan(instances, SHARE, records, claim_uid="a")
     found = (
         None if conflict is None else (conflict.occupant.gpu_instance_id, conflict.holder and conflict.holder.claim_uid)
     )
     assert found == expected
+
+
+def test_one_place_creates_a_gpu_instance() -> None:
+    """Both kinds that create instances go through kinds/gpu_instances.py (request recorded, then NVML): a second
+    call site of NVML's GPU-instance creation in the node plugin would be a second, unrecorded way."""
+    root = Path(__file__).resolve().parents[2] / "kubeletplugin"
+    callers = sorted(
+        str(path.relative_to(root)) for path in root.rglob("*.py") if ".create_gpu_instance(" in path.read_text()
+    )
+    assert callers == ["prepare/kinds/gpu_instances.py"]

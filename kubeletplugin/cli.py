@@ -1,18 +1,48 @@
-"""``migdra health``: list and clear the GPU faults that taint this node's devices.
+"""The node plugin's own commands: ``migdra kubelet-plugin`` (the node process) and ``migdra health``
+(the GPU faults that taint this node's devices, run on the node).
 
-Run on the node (``kubectl exec`` into the plugin pod): it edits the plugin's taint store
-(:mod:`kubeletplugin.taint_store`) under its lock; the running plugin notices within a round and
-re-publishes.  Presentation only.
+The ``migdra`` command line finds them by entry point (``migdra.commands`` in pyproject.toml), so the
+library beneath never imports the node plugin.  Every flag of ``kubelet-plugin`` is generated from the
+settings it sets (:class:`~kubeletplugin.settings.PluginSettings`,
+:class:`~kubeletplugin.settings.PrepareSettings`, :class:`~dra_driver.nvml.settings.NvmlSettings`):
+each setting is declared once, there.
 """
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 
 from dra_driver.errors import ConfigurationError
+from dra_driver.nvml.settings import NvmlSettings, build_nvml_settings
+from dra_driver.settings_cli import announcer, build_settings, given_settings, settings_options
+from kubeletplugin.settings import PluginSettings, PrepareSettings
+
+
+@click.command("kubelet-plugin")
+@settings_options(NvmlSettings)
+@settings_options(PluginSettings)
+@settings_options(PrepareSettings)
+@click.option("--publish-only", is_flag=True, help="only publish ResourceSlices; do not serve kubelet")
+def kubelet_plugin(publish_only: bool, **given: object) -> None:
+    """Run the node plugin: publish ResourceSlices, register with kubelet, prepare and unprepare claims."""
+    from dra_driver.serving import stop_on_signals  # noqa: PLC0415
+    from kubeletplugin import app  # noqa: PLC0415 -- the node process is loaded only here
+
+    nvml_settings = build_nvml_settings(**given_settings(NvmlSettings, given))
+    plugin = build_settings(PluginSettings, "kubelet plugin", given_settings(PluginSettings, given))
+    stop = stop_on_signals()
+    if publish_only:
+        sys.exit(app.run_publish_only(plugin, nvml_settings, stop, announcer()))
+    prepare = build_settings(PrepareSettings, "prepare", given_settings(PrepareSettings, given))
+    for beside_socket in ("state_dir", "plugin_data_dir"):  # neither flag nor variable: beside dra.sock
+        if beside_socket not in prepare.model_fields_set:
+            prepare = prepare.model_copy(update={beside_socket: plugin.plugin_directory})
+    sys.exit(app.run_plugin(plugin, prepare, nvml_settings, stop, announcer()))
+
 
 _STATE_DIR = click.option(
     "--state-dir",
@@ -37,7 +67,7 @@ def _checked(state_dir: Path) -> Path:
 @_STATE_DIR
 def list_faults(state_dir: Path) -> None:
     """Show every kept fault: GPU, taint, where on the GPU, first and last seen."""
-    from kubeletplugin.taint_store import TaintStore  # noqa: PLC0415 -- keep `migdra --help` light
+    from kubeletplugin.taint_store import TaintStore  # noqa: PLC0415 -- keep `migdra health --help` light
 
     stored = TaintStore(_checked(state_dir)).load()
     if not stored.faults:
