@@ -37,8 +37,9 @@ DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
 class CrashPoint(enum.StrEnum):
     """Where a test may have prepare SIGKILL its process (``MIGDRA_TEST_CRASH_AT``), in the order prepare
-    passes them (``PrepareService._crash``): a crash point dies the way ``kill -9`` does -- no exception
-    handlers, no ``finally`` blocks, no atexit -- so the files and the (simulated) hardware are left
+    passes them (``PrepareContext.crash`` in kubeletplugin/prepare/kinds/base.py): a crash point dies the
+    way ``kill -9`` does -- no exception handlers, no ``finally`` blocks, no atexit -- so the files and
+    the (simulated) hardware are left
     exactly as a real crash would leave them.  The simulator's own fault plan (``MIGDRA_SIM_FAULTS``,
     ``kill_after``) covers crashes inside NVML calls."""
 

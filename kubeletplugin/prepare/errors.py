@@ -31,7 +31,7 @@ unusable, so the plugin refuses to start rather than guess.
 (NodeFileError); kubelet's retries succeed once that is done.
 
 Exceptions that are not migdra's become a claim's error in one place, the service's per-claim error
-mapping (``PrepareService._claim_error``): an ``OSError`` of the file system there becomes a
+mapping (``ClaimCalls._claim_error``, calls.py): an ``OSError`` of the file system there becomes a
 :class:`NodeFileError`, so a read-only CDI directory reads like every other per-claim error.
 """
 
