@@ -18,8 +18,16 @@ from pathlib import Path
 ROOT = Path.cwd()
 ROOMS: dict[str, tuple[str, ...]] = {
     "node plugin (kubeletplugin/)": ("kubeletplugin",),
-    "controller": ("dra_driver/controller",),
-    "library (dra_driver/, all)": ("dra_driver",),
+    "controller (dra_driver/controller/)": ("dra_driver/controller",),
+    "library, all (dra_driver/)": ("dra_driver",),
+    "of it what only the tools run (dra_driver/tools/, or before: allocation, packing, cel, validation)": (
+        "dra_driver/tools",
+        "dra_driver/allocation",
+        "dra_driver/packing",
+        "dra_driver/cel",
+        "dra_driver/validation",
+    ),
+    "of it the command line (dra_driver/cli/)": ("dra_driver/cli",),
     "development cluster (devcluster/)": ("devcluster",),
     "benchmarks and generators (hack/)": ("hack",),
     "tests (tests/)": ("tests",),
@@ -27,7 +35,8 @@ ROOMS: dict[str, tuple[str, ...]] = {
 
 
 def _files(prefixes: tuple[str, ...]) -> list[Path]:
-    return sorted(p for prefix in prefixes for p in (ROOT / prefix).rglob("*.py") if ".venv" not in p.parts)
+    found = {p for prefix in prefixes for p in (ROOT / prefix).rglob("*.py") if ".venv" not in p.parts}
+    return sorted(found)
 
 
 def _lines(path: Path) -> int:

@@ -53,7 +53,6 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.cel.quantity import Quantity, QuantityError
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.policy import PlacementPolicy
 from dra_driver.devicemodel.pool import NodePool
@@ -76,6 +75,7 @@ from dra_driver.nvml.backend import Nvml
 from dra_driver.nvml.errors import NvmlError, NvmlInvalidArgument, NvmlNotFound
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import GpuInfo, GpuInventory, NodeInventory
+from dra_driver.quantity import Quantity, QuantityError
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 Input is files (``--slices``, ``--classes``, ``--claims``) or the cluster (``--from-cluster``: every
 ResourceSlice, DeviceClass and allocated ResourceClaim, the Node, and the claims of ``--pod`` or
-``--claim``); the answer comes from :mod:`dra_driver.allocation`, the port of kube-scheduler's
-allocator, and the explanation from :mod:`dra_driver.allocation.explain`.  From the cluster without
+``--claim``); the answer comes from :mod:`dra_driver.tools.allocation`, the port of kube-scheduler's
+allocator, and the explanation from :mod:`dra_driver.tools.allocation.explain`.  From the cluster without
 ``--node``, every node is tried and each gets its answer: the reason per node behind a
 ``FailedScheduling``, which kube-scheduler itself sums up as "N cannot allocate all claims".  Exit
 status: 0 allocated (on some node), 3 the claims fit on no node tried (the explanations are printed), 1
@@ -83,8 +83,8 @@ def allocate_command(
     Exit status 0: allocated (on some node); 3: the claims fit on no node tried; 1: the attempt is
     aborted as kube-scheduler aborts it; 2: an input cannot be used.
     """
-    from dra_driver.allocation import AllocationError, allocate  # noqa: PLC0415 -- keep `migdra --help` light
-    from dra_driver.allocation.explain import explain  # noqa: PLC0415
+    from dra_driver.tools.allocation import AllocationError, allocate  # noqa: PLC0415 -- keep `migdra --help` light
+    from dra_driver.tools.allocation.explain import explain  # noqa: PLC0415
 
     features = _features(feature_gates)
     if from_cluster:
@@ -156,7 +156,7 @@ def _document(answer: MutableJSON) -> MutableJSON:
 
 
 def _features(text: str) -> set[str]:
-    from dra_driver.allocation import DEFAULT_FEATURES, KNOWN_FEATURES  # noqa: PLC0415
+    from dra_driver.tools.allocation import DEFAULT_FEATURES, KNOWN_FEATURES  # noqa: PLC0415
 
     enabled = set(DEFAULT_FEATURES)
     for item in filter(None, (part.strip() for part in text.split(","))):
@@ -180,7 +180,7 @@ def _objects(paths: tuple[Path, ...], flag: str, kind: str) -> list[MutableJSON]
 def load_objects(paths: tuple[Path, ...], flag: str, kinds: tuple[str, ...]) -> list[MutableJSON]:
     """The objects of ``kinds`` in the files (a directory: its YAML/JSON files), each validated as
     kube-apiserver would; anything else in a named file is an error naming the file and the object."""
-    from dra_driver.cel.documents import load_documents  # noqa: PLC0415
+    from dra_driver.tools.cel.documents import load_documents  # noqa: PLC0415
 
     wanted = " or ".join(kinds)
     plural = " or ".join(f"{kind}s" for kind in kinds)
@@ -205,10 +205,10 @@ def load_objects(paths: tuple[Path, ...], flag: str, kinds: tuple[str, ...]) -> 
 
 
 def _check_object(body: Any, where: str) -> None:
-    """Refuse what kube-apiserver would refuse on create (its validation as :mod:`dra_driver.validation`
+    """Refuse what kube-apiserver would refuse on create (its validation as :mod:`dra_driver.tools.validation`
     mirrors it, judged by tests/kube/test_validation_differential.py), so a hand-written file fails with
     the field named instead of confusing the allocator."""
-    from dra_driver.validation import validate, validate_object_meta  # noqa: PLC0415
+    from dra_driver.tools.validation import validate, validate_object_meta  # noqa: PLC0415
 
     kind = str(body.get("kind", ""))
     namespaced = kind not in CLUSTER_SCOPED_KINDS

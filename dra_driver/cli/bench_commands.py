@@ -25,7 +25,7 @@ def bench() -> None:
 
 
 def _workload_names(sharing: bool = False) -> list[str]:
-    from dra_driver.packing.workloads import all_workloads, sharing_workloads  # noqa: PLC0415
+    from dra_driver.tools.packing.workloads import all_workloads, sharing_workloads  # noqa: PLC0415
 
     return [w.name for w in (sharing_workloads() if sharing else all_workloads())]
 
@@ -88,7 +88,7 @@ def placement(
 ) -> None:
     """Placement policies side by side against the repacking oracle, with 95 % confidence intervals."""
     from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents  # noqa: PLC0415
-    from dra_driver.packing.bench import (  # noqa: PLC0415
+    from dra_driver.tools.packing.bench import (  # noqa: PLC0415
         COMPARED_POLICIES,
         BenchConfig,
         pods_rows,

@@ -1,7 +1,7 @@
 """``migdra cel``: test DRA CEL selectors against ResourceSlices, and lint selectors in manifests.
 
 Only presentation and input live here (files, the cluster, flags, output, exit codes); compiling,
-evaluating, explaining and linting are library code in ``dra_driver.cel``.  Heavy imports happen
+evaluating, explaining and linting are library code in ``dra_driver.tools.cel``.  Heavy imports happen
 inside the commands so ``migdra --help`` stays fast.
 """
 
@@ -17,7 +17,7 @@ from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from dra_driver.cel.documents import Document, SliceDevice
+    from dra_driver.tools.cel.documents import Document, SliceDevice
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -61,9 +61,9 @@ def eval_command(
     Exit code 0 when the expression compiles (whatever the devices say); 2 when it does not, or an
     input cannot be used; 1 when the cluster cannot be read.
     """
-    from dra_driver.cel import CELCompileError, compile_selector  # noqa: PLC0415
-    from dra_driver.cel.documents import slice_devices  # noqa: PLC0415
-    from dra_driver.cel.explain import Outcome, explain  # noqa: PLC0415
+    from dra_driver.tools.cel import CELCompileError, compile_selector  # noqa: PLC0415
+    from dra_driver.tools.cel.documents import slice_devices  # noqa: PLC0415
+    from dra_driver.tools.cel.explain import Outcome, explain  # noqa: PLC0415
 
     if bool(slice_files) == from_cluster:
         raise click.UsageError("give --slices FILE or --from-cluster (one of them)")
@@ -134,7 +134,7 @@ def _check_driver(driver: str | None) -> None:
 
 def _slice_documents(path: Path) -> list[Document]:
     """The ResourceSlices of one ``--slices`` file; anything else in it is a mistake worth saying."""
-    from dra_driver.cel.documents import load_documents  # noqa: PLC0415
+    from dra_driver.tools.cel.documents import load_documents  # noqa: PLC0415
 
     documents = load_documents(path)
     if not documents:
@@ -159,10 +159,10 @@ def _cluster_slices(kubeconfig: Path | None, driver: str | None) -> list[Documen
 
     One attempt per page, bounded in time: an unreachable server is one line naming it, at once.
     """
-    from dra_driver.cel.documents import Document  # noqa: PLC0415
     from dra_driver.kube.client import SLICES, Client  # noqa: PLC0415 -- only this option needs the client
     from dra_driver.kube.config import load_client_configuration  # noqa: PLC0415
     from dra_driver.kube.failures import ApiRequestError, as_request_error  # noqa: PLC0415
+    from dra_driver.tools.cel.documents import Document  # noqa: PLC0415
 
     configuration = load_client_configuration(kubeconfig, flag="--kubeconfig", usual_rules=True)
     server = str(configuration.host)
@@ -202,8 +202,8 @@ def lint_command(files: tuple[Path, ...], driver: str, class_paths: tuple[Path, 
     each with its YAML path and a suggested guarded form.  Exit code 1 when there is any error; 2
     when an input cannot be linted (not YAML, malformed objects, nothing to lint).
     """
-    from dra_driver.cel.documents import load_documents, selector_sites  # noqa: PLC0415
-    from dra_driver.cel.lint import Linter, Severity  # noqa: PLC0415
+    from dra_driver.tools.cel.documents import load_documents, selector_sites  # noqa: PLC0415
+    from dra_driver.tools.cel.lint import Linter, Severity  # noqa: PLC0415
 
     _check_driver(driver)
     classes: dict[str, tuple[str, ...]] = {}
@@ -229,7 +229,7 @@ def lint_command(files: tuple[Path, ...], driver: str, class_paths: tuple[Path, 
 def _lint_documents(path: Path) -> list[Document]:
     """The objects to lint in a FILES argument.  A file must hold at least one of the kinds lint checks;
     a directory's files may hold anything else too, but the directory must hold at least one."""
-    from dra_driver.cel.documents import holds_selectors, load_documents  # noqa: PLC0415
+    from dra_driver.tools.cel.documents import holds_selectors, load_documents  # noqa: PLC0415
 
     kinds = "DeviceClass, ResourceClaim or ResourceClaimTemplate (resource.k8s.io)"
     if path.is_dir():

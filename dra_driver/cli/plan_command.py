@@ -3,7 +3,7 @@
     migdra plan --nodes 2:H100-SXM5-80GB=8 --workload claims.yaml --count small=40 --count big=6
 
 Exit status 0: everything fits; 3: something does not (the first claim that does not fit is named,
-with the allocator's reasons); 2: an input cannot be used.  See :mod:`dra_driver.packing.plan`.
+with the allocator's reasons); 2: an input cannot be used.  See :mod:`dra_driver.tools.packing.plan`.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def plan_command(
     from dra_driver.cli.allocate_command import load_objects  # noqa: PLC0415
     from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents  # noqa: PLC0415
     from dra_driver.devicemodel.naming import driver_name_problem  # noqa: PLC0415
-    from dra_driver.packing.plan import (  # noqa: PLC0415
+    from dra_driver.tools.packing.plan import (  # noqa: PLC0415
         claims_from_documents,
         compute_pod_counts,
         parse_nodes,
@@ -138,7 +138,7 @@ def plan_command(
         raise ConfigurationError(f"--rate {unknown[0]}=...: no claim or template of that name in the workload")
     classes = deviceclass_documents(DEVICECLASS_DIR, driver_name)
     if rates:
-        from dra_driver.packing.plan import simulate_rates  # noqa: PLC0415
+        from dra_driver.tools.packing.plan import simulate_rates  # noqa: PLC0415
 
         estimate = simulate_rates(
             shape,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: the structured allocator (``dra_driver.allocation.allocate``), with and without its caches.
+"""Benchmark: the structured allocator (``dra_driver.tools.allocation.allocate``), with and without its caches.
 
 What a scheduler pays to place a pod's MIG claims, in two parts:
 
@@ -52,14 +52,14 @@ from typing import Any
 
 from benchlib import Report, add_common_arguments, check_runs, percentile, ratios, summary
 
-from dra_driver.allocation import DEFAULT_FEATURES, AllocationStats, allocate
-from dra_driver.cel.documents import load_documents
-from dra_driver.cel.quantity import Quantity
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.pool import build_pool
 from dra_driver.jsontypes import MutableJSON
+from dra_driver.quantity import Quantity
+from dra_driver.tools.allocation import DEFAULT_FEATURES, AllocationStats, allocate
+from dra_driver.tools.cel.documents import load_documents
 
 REPO = Path(__file__).resolve().parents[2]
 CLASS_DIR = REPO / "deviceclasses"

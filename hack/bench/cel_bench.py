@@ -43,7 +43,9 @@ from celpy import celtypes
 from celpy.celparser import CELParser
 
 import dra_driver
-from dra_driver.cel import (
+from dra_driver.devicemodel import example_slices
+from dra_driver.quantity import Quantity
+from dra_driver.tools.cel import (
     ActivationCache,
     CompiledSelector,
     DeviceActivation,
@@ -51,11 +53,9 @@ from dra_driver.cel import (
     build_device_activation,
     compile_selector,
 )
-from dra_driver.cel.environment import celpy_version
-from dra_driver.cel.functions import kube
-from dra_driver.cel.quantity import Quantity
-from dra_driver.cel.semver import Semver
-from dra_driver.devicemodel import example_slices
+from dra_driver.tools.cel.environment import celpy_version
+from dra_driver.tools.cel.functions import kube
+from dra_driver.tools.cel.semver import Semver
 
 CLASS_FILE = Path(__file__).resolve().parents[2] / "deviceclasses" / "examples" / "capabilities.yaml"
 NODES = [
@@ -71,8 +71,8 @@ Item = tuple[str, dict[str, Any]]  # (driver, device) as a ResourceSlice publish
 # the imports (which are start-up, measured by startup_bench.py), so the parser build is all it adds.
 FIRST_COMPILE = """
 import sys, time
-import dra_driver.cel.environment, dra_driver.cel.program, dra_driver.cel.device
-from dra_driver.cel import compile_selector
+import dra_driver.tools.cel.environment, dra_driver.tools.cel.program, dra_driver.tools.cel.device
+from dra_driver.tools.cel import compile_selector
 started = time.perf_counter()
 compile_selector(sys.argv[1])
 print((time.perf_counter() - started) * 1000)
@@ -128,7 +128,7 @@ def first_compile_ms(expression: str) -> float:
 # -- plain celpy -----------------------------------------------------------------------------------
 
 # The Kubernetes functions the selectors call, registered by name as celpy's API expects.  celpy's
-# CompiledRunner names them in its generated code as ``dra_driver.cel.functions.kube.<name>`` and
+# CompiledRunner names them in its generated code as ``dra_driver.tools.cel.functions.kube.<name>`` and
 # looks that up in ``celpy.evaluation``'s globals.
 PLAIN_FUNCTIONS = {"quantity": kube.quantity, "compareTo": kube.compare_to}
 _VALUE: dict[str, Callable[[Any], Any]] = {

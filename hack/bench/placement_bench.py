@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Placement quality: every policy against the repacking oracle (``migdra bench placement``), for the doc.
 
-Runs :func:`dra_driver.packing.bench.run_bench` -- the same code as ``migdra bench placement`` -- and
+Runs :func:`dra_driver.tools.packing.bench.run_bench` -- the same code as ``migdra bench placement`` -- and
 turns its JSON into the tables of docs/benchmarks.md and docs/placement.md, the full JSON into
 ``docs/placement-bench.json`` (every metric, every run label, for anyone to check), and a plot into
 ``docs/img/placement.png`` (needs matplotlib: ``pip install -e '.[bench]'``).
@@ -23,7 +23,7 @@ from benchlib import REPO, Report, add_common_arguments
 from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.devicemodel.policy import DEFAULT_POLICY
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
-from dra_driver.packing.bench import COMPARED_POLICIES, ORACLE, BenchConfig, run_bench
+from dra_driver.tools.packing.bench import COMPARED_POLICIES, ORACLE, BenchConfig, run_bench
 
 FULL_JSON = REPO / "docs" / "placement-bench.json"
 PLOT = REPO / "docs" / "img" / "placement.png"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Pods per H100 at full SM isolation: the same pods exclusive and as shares (``migdra bench placement --sharing``).
 
-Runs :func:`dra_driver.packing.bench.run_bench` on the sharing workloads -- the same code as ``migdra bench
+Runs :func:`dra_driver.tools.packing.bench.run_bench` on the sharing workloads -- the same code as ``migdra bench
 placement --sharing`` -- and turns its JSON into the table of docs/benchmarks.md ("Sharing a GPU
 instance") and the full JSON into ``docs/sharing-bench.json``.  Every pod gets its own compute instance;
 pods arrive one after the other on one node of 8 H100 until the first does not fit.  The numbers are a
@@ -20,8 +20,8 @@ from benchlib import REPO, Report, add_common_arguments
 
 from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
-from dra_driver.packing.bench import BOUND, COMPARED_POLICIES, ORACLE, BenchConfig, pods_cell, run_bench
-from dra_driver.packing.workloads import sharing_workloads
+from dra_driver.tools.packing.bench import BOUND, COMPARED_POLICIES, ORACLE, BenchConfig, pods_cell, run_bench
+from dra_driver.tools.packing.workloads import sharing_workloads
 
 FULL_JSON = REPO / "docs" / "sharing-bench.json"
 

@@ -1,6 +1,6 @@
 """GPU faults become device taints, end to end: the real `migdra kubelet-plugin` process on the local
 API server over the simulated NVML, an XID injected from another process (`migdra sim xid`), the
-allocator kube-scheduler runs (dra_driver.allocation, which honours NoSchedule taints), a restart, and
+allocator kube-scheduler runs (dra_driver.tools.allocation, which honours NoSchedule taints), a restart, and
 the admin's `migdra health clear`."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-from dra_driver.allocation import DEFAULT_FEATURES, allocate
 from dra_driver.kube.client import SLICES, Client
+from dra_driver.tools.allocation import DEFAULT_FEATURES, allocate
 from tests.e2e.test_kubelet_plugin_process import PluginProcess, _stop
 from tests.plugin_command import DRIVER, MIGDRA, NODE
 from tests.sim_objects import claim, mig_request, migdra_device_classes

@@ -1,6 +1,6 @@
 """``migdra allocate`` as an admin runs it: the console script in a subprocess, on files and on a cluster.
 
-The allocation it prints must be exactly what :func:`dra_driver.allocation.allocate` returns, and when
+The allocation it prints must be exactly what :func:`dra_driver.tools.allocation.allocate` returns, and when
 nothing fits the explanation must name the check that excluded the devices (taken by which claim,
 which counter ran out, which selector), since that is what the command is for.
 """
@@ -17,8 +17,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from dra_driver.allocation import DEFAULT_FEATURES, allocate
 from dra_driver.devicemodel import example_slices
+from dra_driver.tools.allocation import DEFAULT_FEATURES, allocate
 from tests.kube_apiserver import KubeApiServer
 
 MIGDRA = str(Path(sys.executable).with_name("migdra"))

@@ -25,8 +25,6 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_driver.allocation.features import DEFAULT_FEATURES, Features
-from dra_driver.allocation.pools import gather_pools
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
@@ -36,6 +34,8 @@ from dra_driver.jsontypes import JSON
 from dra_driver.kube.client import Client
 from dra_driver.kube.failures import retry_conflicts
 from dra_driver.nvml.settings import build_nvml_settings
+from dra_driver.tools.allocation.features import DEFAULT_FEATURES, Features
+from dra_driver.tools.allocation.pools import gather_pools
 from kubeletplugin.app import run_publish_only
 from kubeletplugin.publisher import SlicePublisher
 from kubeletplugin.settings import PluginSettings

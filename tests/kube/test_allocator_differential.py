@@ -2,7 +2,7 @@
 devices, or fit nowhere on both.
 
 Why: ``migdra allocate`` ("which devices would kube-scheduler give this claim, or why not?"),
-``migdra plan``, the packing benchmark and the local scheduler all rest on :mod:`dra_driver.allocation`,
+``migdra plan``, the packing benchmark and the local scheduler all rest on :mod:`dra_driver.tools.allocation`,
 a port of kube-scheduler's structured allocator.  A port that drifts answers confidently and wrongly,
 so this test asks both on one cluster -- the upstream v1.36 kube-apiserver, kube-scheduler and
 kube-controller-manager of ``make kube`` with migdra's plugins on three nodes of mixed GPU models --

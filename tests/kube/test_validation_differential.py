@@ -1,4 +1,4 @@
-"""``migdra allocate``'s validation of hand-written objects (:mod:`dra_driver.validation`, a mirror of
+"""``migdra allocate``'s validation of hand-written objects (:mod:`dra_driver.tools.validation`, a mirror of
 kube-apiserver's) judged by kube-apiserver itself: every shipped manifest passes both, and each malformed
 one is refused by both, naming the same fields.
 
@@ -19,7 +19,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.kube.client import CLAIM_TEMPLATES, CLAIMS, DEVICE_CLASSES, PODS, Client, Kind
-from dra_driver.validation import validate, validate_object_meta
+from dra_driver.tools.validation import validate, validate_object_meta
 from tests.kube_apiserver import KubeApiServer
 from tests.sim_cluster import REPO
 

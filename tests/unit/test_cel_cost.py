@@ -1,4 +1,4 @@
-"""The static cost estimate (``dra_driver.cel.cost``) and lint's "too complex" finding.
+"""The static cost estimate (``dra_driver.tools.cel.cost``) and lint's "too complex" finding.
 
 The expected figures in ``KUBERNETES`` are the ``expectCost`` values of Kubernetes' own DRA tests
 (kubernetes/dynamic-resource-allocation ``cel/compile_test.go``), i.e. what cel-go's estimator with
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.cel import syntax
-from dra_driver.cel.cost import MAX_ESTIMATED_COST, estimate_cost
-from dra_driver.cel.documents import Document, load_documents, selector_sites
-from dra_driver.cel.lint import Linter, Severity
+from dra_driver.tools.cel import syntax
+from dra_driver.tools.cel.cost import MAX_ESTIMATED_COST, estimate_cost
+from dra_driver.tools.cel.documents import Document, load_documents, selector_sites
+from dra_driver.tools.cel.lint import Linter, Severity
 
 DRIVER = "gpu.migdra.io"
 GUARD = f"device.driver == '{DRIVER}'"

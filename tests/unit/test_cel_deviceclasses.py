@@ -14,15 +14,16 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.cel import CELRuntimeError, Quantity, compile_selector
-from dra_driver.cel.documents import load_documents, selector_sites
-from dra_driver.cel.lint import Linter
 from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.pool import build_pool
 from dra_driver.devicemodel.vocabulary import ATTRIBUTES, CAPACITIES, SHARE_CAPACITIES, DeviceType
 from dra_driver.mig import load_catalog
+from dra_driver.quantity import Quantity
+from dra_driver.tools.cel import CELRuntimeError, compile_selector
+from dra_driver.tools.cel.documents import load_documents, selector_sites
+from dra_driver.tools.cel.lint import Linter
 
 DRIVER = "gpu.migdra.io"
 CLASS_DIR = Path(__file__).resolve().parents[2] / "deviceclasses"

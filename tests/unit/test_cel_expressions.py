@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cel import (
+from dra_driver.tools.cel import (
     CELCompileError,
     CELCostLimitError,
     CELRuntimeError,
@@ -20,7 +20,7 @@ from dra_driver.cel import (
     build_device_activation,
     compile_selector,
 )
-from dra_driver.cel.device import DomainMap
+from dra_driver.tools.cel.device import DomainMap
 
 DRIVER = "gpu.migdra.io"
 D = f"device.attributes['{DRIVER}']"

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cel import compile_selector
-from dra_driver.cel.documents import Document, selector_sites
-from dra_driver.cel.lint import Finding, Linter, Severity
+from dra_driver.tools.cel import compile_selector
+from dra_driver.tools.cel.documents import Document, selector_sites
+from dra_driver.tools.cel.lint import Finding, Linter, Severity
 
 DRIVER = "gpu.migdra.io"
 D = f"device.attributes['{DRIVER}']"

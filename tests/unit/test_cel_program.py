@@ -7,18 +7,18 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cel import (
+from dra_driver.quantity import Quantity
+from dra_driver.tools.cel import (
     ActivationCache,
     CELRuntimeError,
     DeviceValueError,
     ProgramCache,
-    Quantity,
     RunnerKind,
     Semver,
     build_device_activation,
     compile_selector,
 )
-from dra_driver.cel.explain import Outcome, explain
+from dra_driver.tools.cel.explain import Outcome, explain
 
 DRIVER = "gpu.migdra.io"
 D = f"device.attributes['{DRIVER}']"

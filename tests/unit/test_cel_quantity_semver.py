@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.cel.quantity import INT64_MAX, Quantity, QuantityError
-from dra_driver.cel.semver import Semver, SemverError
+from dra_driver.quantity import INT64_MAX, Quantity, QuantityError
+from dra_driver.tools.cel.semver import Semver, SemverError
 
 
 @pytest.mark.parametrize(

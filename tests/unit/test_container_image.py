@@ -59,7 +59,7 @@ def test_the_product_wheel_holds_no_development_cluster_code() -> None:
     wheel = _wheel_files()
     assert {path.split("/", 1)[0] for path in wheel} == PRODUCT_PACKAGES
     assert "dra_driver/nvml/sim/__init__.py" in wheel  # the NVML simulator is product (`--sim-gpus`)
-    assert "dra_driver/validation/__init__.py" in wheel  # and the validation `migdra allocate` runs
+    assert "dra_driver/tools/validation/__init__.py" in wheel  # and the validation `migdra allocate` runs
     assert "dra_driver/data/deviceclasses/mig-shared.migdra.io.yaml" in wheel  # and `migdra plan`'s classes
     sources = {path: source.read_bytes() for path, source in wheel.items() if path.endswith(".py")}
     assert sorted(path for path, text in sources.items() if b"migdra_devcluster" in text) == []

@@ -25,7 +25,7 @@ from dra_driver.mig import Placement, load_catalog
 from dra_driver.nvml import sim
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import GpuInstanceInfo
-from dra_driver.validation import validate
+from dra_driver.tools.validation import validate
 from tests.conftest import OpenSimulatedNode
 
 CATALOG = load_catalog()

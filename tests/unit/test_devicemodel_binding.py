@@ -9,7 +9,7 @@ from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.pool import build_pool
 from dra_driver.devicemodel.vocabulary import realize_before_bind_conditions
-from dra_driver.validation import validate
+from dra_driver.tools.validation import validate
 
 
 @pytest.mark.parametrize(

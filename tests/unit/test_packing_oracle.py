@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dra_driver.mig.catalog import RESOURCE_FIELDS, GpuInstanceProfile, load_catalog
-from dra_driver.packing import oracle as oracle_module
-from dra_driver.packing.oracle import RepackingOracle, RequestType, profile_loadings
+from dra_driver.tools.packing import oracle as oracle_module
+from dra_driver.tools.packing.oracle import RepackingOracle, RequestType, profile_loadings
 
 H100 = "H100-SXM5-80GB"
 A30 = "A30"

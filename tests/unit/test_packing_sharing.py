@@ -15,17 +15,17 @@ import pytest
 from dra_driver.cli.plan_command import plan_document
 from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.devicemodel.policy import placement_policy
-from dra_driver.packing.bench import BOUND, ORACLE, BenchConfig, pods_rows, run_bench
-from dra_driver.packing.plan import PlannedClaim, parse_nodes, plan
-from dra_driver.packing.simulation import SimNode, run_bound, run_oracle, run_policy
-from dra_driver.packing.workloads import (
+from dra_driver.tools.packing.bench import BOUND, ORACLE, BenchConfig, pods_rows, run_bench
+from dra_driver.tools.packing.plan import PlannedClaim, parse_nodes, plan
+from dra_driver.tools.packing.simulation import SimNode, run_bound, run_oracle, run_policy
+from dra_driver.tools.packing.workloads import (
     KINDS,
     Asked,
     ClaimShape,
     PodKind,
     sharing_workloads,
 )
-from dra_driver.validation import validate
+from dra_driver.tools.validation import validate
 
 DRIVER = "gpu.migdra.io"
 CLASSES = deviceclass_documents(DEVICECLASS_DIR, DRIVER)

@@ -7,9 +7,9 @@ import pytest
 
 from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.devicemodel.policy import DynamicPlacementPolicy, placement_policy
-from dra_driver.packing.bench import COMPARED_POLICIES, mean_ci
-from dra_driver.packing.simulation import SHUFFLED, SORTED, Cluster, SimNode, run_oracle, run_policy
-from dra_driver.packing.workloads import CLUSTERS, KINDS, MIXES, fill_trace, poisson_trace
+from dra_driver.tools.packing.bench import COMPARED_POLICIES, mean_ci
+from dra_driver.tools.packing.simulation import SHUFFLED, SORTED, Cluster, SimNode, run_oracle, run_policy
+from dra_driver.tools.packing.workloads import CLUSTERS, KINDS, MIXES, fill_trace, poisson_trace
 
 CLASSES = deviceclass_documents(DEVICECLASS_DIR, "gpu.migdra.io")
 H100 = CLUSTERS["1x8-H100"]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dra_driver.errors import ConfigurationError
-from dra_driver.packing.plan import compute_pod_counts
+from dra_driver.tools.packing.plan import compute_pod_counts
 
 
 def pod(name: str, *references: dict[str, str]) -> dict[str, Any]:

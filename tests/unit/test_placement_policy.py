@@ -15,9 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dra_driver.allocation import DEFAULT_FEATURES
-from dra_driver.allocation.features import Features
-from dra_driver.allocation.pools import gather_pools
 from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.examples import example_inventory
@@ -38,8 +35,11 @@ from dra_driver.devicemodel.policy import (
 )
 from dra_driver.devicemodel.pool import Device, NodePool, build_pool
 from dra_driver.mig.catalog import Placement
-from dra_driver.packing.simulation import SimNode
-from dra_driver.packing.workloads import KINDS
+from dra_driver.tools.allocation import DEFAULT_FEATURES
+from dra_driver.tools.allocation.features import Features
+from dra_driver.tools.allocation.pools import gather_pools
+from dra_driver.tools.packing.simulation import SimNode
+from dra_driver.tools.packing.workloads import KINDS
 
 H100 = "H100-SXM5-80GB"
 CLASSES = deviceclass_documents(DEVICECLASS_DIR, "gpu.migdra.io")

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import pytest
 
-from dra_driver.validation import FieldError, validate
+from dra_driver.tools.validation import FieldError, validate
 
 GROUP: Final = "resource.k8s.io"
 DRIVER: Final = "gpu.migdra.io"

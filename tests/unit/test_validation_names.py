@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.validation import validate_object_meta
-from dra_driver.validation.metadata import NameRule
-from dra_driver.validation.names import (
+from dra_driver.tools.validation import validate_object_meta
+from dra_driver.tools.validation.metadata import NameRule
+from dra_driver.tools.validation.names import (
     is_dns1123_label,
     is_dns1123_subdomain,
     is_extended_resource_name,
@@ -15,8 +15,8 @@ from dra_driver.validation.names import (
     validate_fully_qualified_name,
     validate_qualified_name,
 )
-from dra_driver.validation.paths import ROOT
-from dra_driver.validation.quantity import is_quantity
+from dra_driver.tools.validation.paths import ROOT
+from dra_driver.tools.validation.quantity import is_quantity
 
 
 @pytest.mark.parametrize(

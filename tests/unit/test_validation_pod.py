@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.validation import validate
+from dra_driver.tools.validation import validate
 
 
 def pod(*claims: dict[str, Any]) -> dict[str, Any]:

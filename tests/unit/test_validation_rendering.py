@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.validation import FieldError, validate, validate_object_meta
-from dra_driver.validation.errors import RawValue, go_float, go_quote
+from dra_driver.tools.validation import FieldError, validate, validate_object_meta
+from dra_driver.tools.validation.errors import RawValue, go_float, go_quote
 
 LABEL_MESSAGE = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end "

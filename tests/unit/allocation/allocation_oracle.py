@@ -1,7 +1,7 @@
 """An independent checker and brute-force oracle for the structured allocator's property tests.
 
 Why a second implementation: the properties in ``test_allocation_properties.py`` must be able to fail
-when ``dra_driver.allocation`` is wrong, so nothing here imports it.  This module restates the
+when ``dra_driver.tools.allocation`` is wrong, so nothing here imports it.  This module restates the
 Kubernetes rules (``docs/allocation.md`` and ``docs/resource-api.md``, from the Go allocator in
 ``k8s.io/dynamic-resource-allocation/structured``) in the plainest form that can be checked, not
 searched efficiently:
@@ -23,7 +23,7 @@ next device resumes after the previous one), devices taken with admin access sti
 results exclude each other (Go also lets an admin result block an ordinary one in a *later* claim;
 the generators avoid relying on either reading).
 
-Selectors are evaluated with ``dra_driver.cel`` (a separate component with its own tests); quantities
+Selectors are evaluated with ``dra_driver.tools.cel`` (a separate component with its own tests); quantities
 are parsed here, independently of the allocator's own parser.
 """
 
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
-from dra_driver.cel import compile_selector
 from dra_driver.jsontypes import MutableJSON
+from dra_driver.tools.cel import compile_selector
 
 DeviceKey = tuple[str, str, str]  # (driver, pool, device)
 PoolKey = tuple[str, str]  # (driver, pool)

@@ -1,4 +1,4 @@
-"""Property tests of the structured allocator (``dra_driver.allocation.allocate``).
+"""Property tests of the structured allocator (``dra_driver.tools.allocation.allocate``).
 
 Why properties: the table tests pin the answers of hand-picked cases; these generate whole clusters
 (pools of one to three drivers, slices with random names and node targeting, devices with typed
@@ -45,9 +45,9 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from dra_driver.allocation import DEFAULT_FEATURES as DEFAULT_GATES
-from dra_driver.allocation import AllocationError, InvalidPoolsError, allocate
 from dra_driver.jsontypes import MutableJSON
+from dra_driver.tools.allocation import DEFAULT_FEATURES as DEFAULT_GATES
+from dra_driver.tools.allocation import AllocationError, InvalidPoolsError, allocate
 from tests.unit.allocation.allocation_oracle import (
     Candidate,
     Request,

@@ -1,6 +1,6 @@
 """Kubernetes' structured DRA allocator, as a table: every case is data, the expected outcome exact.
 
-Why a table: ``dra_driver.allocation`` is a port of kube-scheduler's ``incubating`` allocator
+Why a table: ``dra_driver.tools.allocation`` is a port of kube-scheduler's ``incubating`` allocator
 (Kubernetes 1.36/1.37, ``k8s.io/dynamic-resource-allocation/structured``).  Its contract is the
 scheduler's observable behaviour - which devices a pod's claims get, in which order, with which
 config and node selector, and when the attempt is an error instead of "does not fit here".  Each
@@ -50,8 +50,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.allocation import DEFAULT_FEATURES, AllocationError, InvalidPoolsError, allocate
 from dra_driver.errors import MigdraError
+from dra_driver.tools.allocation import DEFAULT_FEATURES, AllocationError, InvalidPoolsError, allocate
 
 CASES_DIR = Path(__file__).parent / "cases"
 MIN_CASES = 80
