@@ -10,24 +10,13 @@ so its prepare never creates or destroys anything.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
-from dra_driver.nvml.types import GpuInstanceInfo
-from kubeletplugin.prepare.conflicts import PlacementConflict
 from kubeletplugin.prepare.devices import DeviceTarget
-from kubeletplugin.prepare.kinds.base import DeviceStep
-from kubeletplugin.prepare.records import ClaimRecord, DeviceIntent, DeviceRecord
+from kubeletplugin.prepare.kinds.base import CreatesNothing, DeviceStep
+from kubeletplugin.prepare.records import DeviceRecord
 
 
-class AdminAccess:
+class AdminAccess(CreatesNothing):
     """The steps of admin access to a device (module docstring)."""
-
-    creates_instances = False
-
-    def plan(
-        self, instances: Sequence[GpuInstanceInfo], intent: DeviceIntent, records: Iterable[ClaimRecord], claim_uid: str
-    ) -> PlacementConflict | None:
-        return None
 
     def create(self, step: DeviceStep, device: DeviceRecord, target: DeviceTarget) -> DeviceRecord:
         intent = device.intent
@@ -37,9 +26,3 @@ class AdminAccess:
         assert intent.placement is not None
         owner = step.context.store.find_owner(intent.gpu_uuid, intent.profile_id, intent.placement)
         return device if owner is None else device.with_instance_of(owner)
-
-    def undo(self, step: DeviceStep, device: DeviceRecord) -> bool:
-        return True
-
-    def release(self, step: DeviceStep, device: DeviceRecord) -> None:
-        return None

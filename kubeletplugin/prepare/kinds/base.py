@@ -110,6 +110,24 @@ class DeviceKind(Protocol):
     def release(self, step: DeviceStep, device: DeviceRecord) -> None: ...
 
 
+class CreatesNothing:
+    """The steps of a kind that creates nothing on NVML (a whole GPU, admin access): nothing to check,
+    undo or release; only :meth:`create` says what the device is."""
+
+    creates_instances = False
+
+    def plan(
+        self, instances: Sequence[GpuInstanceInfo], intent: DeviceIntent, records: Iterable[ClaimRecord], claim_uid: str
+    ) -> PlacementConflict | None:
+        return None
+
+    def undo(self, step: DeviceStep, device: DeviceRecord) -> bool:
+        return True
+
+    def release(self, step: DeviceStep, device: DeviceRecord) -> None:
+        return None
+
+
 class InstanceLeftError(RealizeError):
     """A device's prepare failed after its GI existed, and destroying the GI failed too: ``device`` is
     the device as recorded, with that GI's ID, so the record keeps naming it for a retry."""

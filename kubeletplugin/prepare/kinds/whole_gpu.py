@@ -9,30 +9,13 @@ release  nothing to destroy
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
-from dra_driver.nvml.types import GpuInstanceInfo
-from kubeletplugin.prepare.conflicts import PlacementConflict
 from kubeletplugin.prepare.devices import DeviceTarget
-from kubeletplugin.prepare.kinds.base import DeviceStep
-from kubeletplugin.prepare.records import ClaimRecord, DeviceIntent, DeviceRecord
+from kubeletplugin.prepare.kinds.base import CreatesNothing, DeviceStep
+from kubeletplugin.prepare.records import DeviceRecord
 
 
-class WholeGpu:
+class WholeGpu(CreatesNothing):
     """The steps of a whole GPU (module docstring)."""
-
-    creates_instances = False
-
-    def plan(
-        self, instances: Sequence[GpuInstanceInfo], intent: DeviceIntent, records: Iterable[ClaimRecord], claim_uid: str
-    ) -> PlacementConflict | None:
-        return None
 
     def create(self, step: DeviceStep, device: DeviceRecord, target: DeviceTarget) -> DeviceRecord:
         return device
-
-    def undo(self, step: DeviceStep, device: DeviceRecord) -> bool:
-        return True
-
-    def release(self, step: DeviceStep, device: DeviceRecord) -> None:
-        return None
