@@ -33,7 +33,6 @@ import queue
 import random
 import re
 import signal
-import ssl
 import subprocess
 import sys
 import threading
@@ -62,21 +61,9 @@ from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
 from dra_driver.nvml.types import NodeInventory
 from kubeletplugin.publisher import SlicePublisher
-from migdra_devcluster.kubeconfig import write_kubeconfig
 from migdra_devcluster.kubelet.node import kubelet_version, node_status
 from migdra_devcluster.upstream.binaries import KubeBinaries
-from migdra_devcluster.upstream.components import KubeFiles, Ports, build_scheduler_argv
-from migdra_devcluster.upstream.controlplane import (
-    ADMIN_GROUP,
-    ADMIN_USER,
-    SCHEDULER_USER,
-    Component,
-    build_store_and_apiserver,
-    free_port,
-    running,
-    write_audit_policy,
-)
-from migdra_devcluster.upstream.pki import write_cluster_pki
+from migdra_devcluster.upstream.controlplane import ControlPlaneShape, UpstreamControlPlane
 
 DRIVER = "gpu.migdra.io"
 MIG_CLASS = "mig.migdra.io"
@@ -144,37 +131,18 @@ class ControlPlane:
 
 @contextmanager
 def control_plane(workdir: Path, binaries: KubeBinaries, qps: int, burst: int) -> Iterator[ControlPlane]:
-    """etcd + kube-apiserver + kube-scheduler with ``sim up``'s flags, the scheduler's client QPS and its
-    profiling endpoint: nothing else writes to the cluster."""
-    files = KubeFiles(workdir / "kube")
-    write_audit_policy(files)
-    ports = Ports(free_port(), free_port(), free_port(), free_port(), free_port())
-    pki = write_cluster_pki(files.pki.directory)
-    url = f"https://127.0.0.1:{ports.apiserver}"
-    admin = pki.client_certificate(ADMIN_USER, (ADMIN_GROUP,))
-    kubeconfig = write_kubeconfig(workdir / "kubeconfig", url, None, pki.ca_pem(), admin)
-    write_kubeconfig(
-        files.kubeconfig("kube-scheduler"), url, None, pki.ca_pem(), pki.client_certificate(SCHEDULER_USER)
+    """etcd + kube-apiserver + kube-scheduler started as ``sim up`` starts them (the one way:
+    :class:`~migdra_devcluster.upstream.controlplane.UpstreamControlPlane`), with the scheduler's client QPS
+    and its profiling endpoint: nothing else writes to the cluster."""
+    shape = ControlPlaneShape(
+        controller_manager=False,
+        scheduler_profiling=True,
+        scheduler_flags=(f"--kube-api-qps={qps}", f"--kube-api-burst={burst}"),
     )
-    (workdir / "admin.crt").write_bytes(admin.cert_pem)
-    (workdir / "admin.key").write_bytes(admin.key_pem)
-    scheduler_argv = [
-        "--profiling=true" if flag == "--profiling=false" else flag
-        for flag in build_scheduler_argv(binaries.path("kube-scheduler"), files, ports)
-    ]
-    components = [
-        *build_store_and_apiserver(binaries, files, ports, pki.ca_cert),
-        Component(
-            "kube-scheduler",
-            [*scheduler_argv, f"--kube-api-qps={qps}", f"--kube-api-burst={burst}"],
-            f"https://127.0.0.1:{ports.scheduler}/healthz",
-            # It serves with a certificate it made itself at start-up: nothing to verify it against.
-            ssl._create_unverified_context(),
-        ),
-    ]
+    plane = UpstreamControlPlane(workdir, binaries, shape, progress)
     https = urllib3.PoolManager(
         # kube-scheduler serves with the certificate it wrote into its --cert-dir at start-up.
-        ca_certs=str(files.directory / "scheduler-certs" / "kube-scheduler.crt"),
+        ca_certs=str(plane.files.directory / "scheduler-certs" / "kube-scheduler.crt"),
         cert_file=str(workdir / "admin.crt"),
         key_file=str(workdir / "admin.key"),
     )
@@ -183,16 +151,16 @@ def control_plane(workdir: Path, binaries: KubeBinaries, qps: int, burst: int) -
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         progress(f"Kubernetes {binaries.version}")
-        with running(components, files, progress) as processes:
-            pids = {p.name: p.process.pid for p in processes if p.process is not None}
-            client = Client(kubeconfig)
-            for document in deviceclass_documents(REPO / "deviceclasses", DRIVER):
-                client.create(DEVICE_CLASSES, document)
-            yield ControlPlane(client, binaries.version, f"https://127.0.0.1:{ports.scheduler}", https, pids)
+        plane.start()
+        client = Client(plane.kubeconfig)
+        for document in deviceclass_documents(REPO / "deviceclasses", DRIVER):
+            client.create(DEVICE_CLASSES, document)
+        yield ControlPlane(client, binaries.version, f"https://127.0.0.1:{plane.ports.scheduler}", https, plane.pids)
     finally:
         if client is not None:
             client.close()
         https.clear()
+        plane.stop()
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,7 +119,7 @@ class Component:
 
 def build_store_and_apiserver(binaries: KubeBinaries, files: KubeFiles, ports: Ports, ca_cert: Path) -> list[Component]:
     """etcd, then kube-apiserver with the development cluster's flags: the start of every upstream control
-    plane migdra runs (``sim up``, the tests' API server, the scheduler benchmark), in that order."""
+    plane (:class:`UpstreamControlPlane`), in that order."""
     return [
         Component(
             "etcd",
@@ -137,31 +136,127 @@ def build_store_and_apiserver(binaries: KubeBinaries, files: KubeFiles, ports: P
     ]
 
 
-@contextmanager
-def running(
-    components: Sequence[Component],
-    files: KubeFiles,
-    progress: Callable[[str], None],
-    timeout: float = START_TIMEOUT_SECONDS,
-) -> Iterator[list[UpstreamProcess]]:
-    """Start each component in order, each waited for on its health endpoint; all stopped (the last
-    first) when the block ends, or when one fails to start."""
-    processes: list[UpstreamProcess] = []
-    try:
-        for component in components:
-            progress(f"starting {component.name}")
-            process = UpstreamProcess(component.name, component.argv, files, progress)
-            process.start()
-            processes.append(process)
-            wait_healthy(process, component.health_url, component.context, timeout=timeout)
-        yield processes
-    finally:
-        for process in reversed(processes):
+@dataclass(frozen=True)
+class ControlPlaneShape:
+    """What runs beside etcd and kube-apiserver.  ``sim up`` runs everything; the tests' API server
+    nothing else (a test of one component wants the API server's answers, not other writers); the
+    scheduler benchmarks kube-scheduler alone, with its profiling endpoint and more client QPS."""
+
+    controller_manager: bool = True
+    scheduler: bool = True
+    scheduler_profiling: bool = False  # its /debug/pprof endpoints (off in sim up, as in a cluster)
+    scheduler_flags: tuple[str, ...] = ()  # appended to sim up's (e.g. --kube-api-qps)
+
+
+def _quiet(line: str) -> None:
+    """Progress lines nobody asked for: the processes' logs are in the work directory."""
+
+
+class UpstreamControlPlane:
+    """The one way migdra starts an upstream control plane -- ``sim up``, the tests' API server and the
+    scheduler benchmarks all start it here, with the same flags: the cluster's PKI, the admin kubeconfig
+    (and ``admin.crt``/``admin.key`` for raw HTTPS), each component's kubeconfig, the audit policy; etcd,
+    then kube-apiserver, then kube-controller-manager and kube-scheduler together, each waited for on its
+    health endpoint (:func:`wait_healthy`); :meth:`stop` stops them in reverse order.  One component may
+    be stopped and started again on the same port (an API outage: :meth:`stop_component`)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        binaries: KubeBinaries,
+        shape: ControlPlaneShape | None = None,
+        progress: Callable[[str], None] = _quiet,
+        timeout: float = START_TIMEOUT_SECONDS,
+    ) -> None:
+        self.workdir = workdir
+        self.binaries = binaries
+        self.shape = shape or ControlPlaneShape()
+        self.progress = progress
+        self.timeout = timeout
+        self.files = KubeFiles(workdir / "kube")
+        self.kubeconfig = workdir / "kubeconfig"
+        self.ports = Ports(free_port(), free_port(), free_port(), free_port(), free_port())
+        self.url = f"https://127.0.0.1:{self.ports.apiserver}"
+        self.components: dict[str, Component] = {}
+        self.processes: dict[str, UpstreamProcess] = {}
+
+    def start(self, interrupt: threading.Event | None = None) -> bool:
+        """Write the files and start every component of the shape; False when ``interrupt`` came first."""
+        self.files.directory.mkdir(parents=True, exist_ok=True)
+        # A new cluster starts afresh: the nodes' simulated GPUs are new too, so no object may outlive them.
+        shutil.rmtree(self.files.etcd_data, ignore_errors=True)
+        pki = write_cluster_pki(self.files.pki.directory)
+        write_audit_policy(self.files)
+        ca = pki.ca_pem()
+        admin = pki.client_certificate(ADMIN_USER, (ADMIN_GROUP,))
+        write_kubeconfig(self.kubeconfig, self.url, None, ca, admin)
+        (self.workdir / "admin.crt").write_bytes(admin.cert_pem)
+        (self.workdir / "admin.key").write_bytes(admin.key_pem)
+        for name, user in (("kube-controller-manager", CONTROLLER_MANAGER_USER), ("kube-scheduler", SCHEDULER_USER)):
+            write_kubeconfig(self.files.kubeconfig(name), self.url, None, ca, pki.client_certificate(user))
+        for core in build_store_and_apiserver(self.binaries, self.files, self.ports, pki.ca_cert):
+            self.components[core.name] = core
+            if not self._start(core, interrupt):
+                return False
+        later = self._controllers()
+        for component in later:  # both at once: neither needs the other
+            self.components[component.name] = component
+            self._spawn(component)
+        return all(
+            wait_healthy(self.processes[c.name], c.health_url, c.context, interrupt, self.timeout) for c in later
+        )
+
+    def _controllers(self) -> list[Component]:
+        bins, files, ports, shape = self.binaries, self.files, self.ports, self.shape
+        # Both serve with a certificate they made themselves at start-up: nothing to verify it against.
+        unverified = ssl._create_unverified_context()
+        found = []
+        if shape.controller_manager:
+            argv = build_controller_manager_argv(bins.path("kube-controller-manager"), files, ports)
+            health = f"https://127.0.0.1:{ports.controller_manager}/healthz"
+            found.append(Component("kube-controller-manager", argv, health, unverified))
+        if shape.scheduler:
+            argv = build_scheduler_argv(bins.path("kube-scheduler"), files, ports)
+            if shape.scheduler_profiling:
+                argv = ["--profiling=true" if flag == "--profiling=false" else flag for flag in argv]
+            health = f"https://127.0.0.1:{ports.scheduler}/healthz"
+            found.append(Component("kube-scheduler", [*argv, *shape.scheduler_flags], health, unverified))
+        return found
+
+    def _spawn(self, component: Component) -> UpstreamProcess:
+        self.progress(f"starting {component.name} ({self.binaries.version})")
+        self.files.log(component.name).unlink(missing_ok=True)
+        process = UpstreamProcess(component.name, component.argv, self.files, self.progress)
+        process.start()
+        self.processes[component.name] = process
+        return process
+
+    def _start(self, component: Component, interrupt: threading.Event | None) -> bool:
+        process = self._spawn(component)
+        return wait_healthy(process, component.health_url, component.context, interrupt, self.timeout)
+
+    def stop_component(self, name: str) -> None:
+        """``name`` goes away (the others stay): an outage, until :meth:`start_component`."""
+        self.processes[name].stop()
+
+    def start_component(self, name: str) -> None:
+        """``name`` again, with the same command line (the same port), waited for until healthy."""
+        self._start(self.components[name], None)
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """The running components' process IDs (the benchmarks read their CPU and memory)."""
+        return {name: p.process.pid for name, p in self.processes.items() if p.process is not None}
+
+    def stop(self) -> None:
+        """Stop every component, the last started first; safe to call twice."""
+        for process in reversed(list(self.processes.values())):
             process.stop()
+        self.processes.clear()
 
 
 class KubeControlPlane:
-    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler of one ``sim up``, and migdra's
+    """The control plane of one ``sim up`` (every component: :class:`UpstreamControlPlane`), and migdra's
     components' credentials from the Helm chart (:mod:`.access`)."""
 
     lease_namespace = RELEASE_NAMESPACE
@@ -177,57 +272,24 @@ class KubeControlPlane:
         self.binaries = binaries
         self.access = access
         self.progress = progress
-        self.files = KubeFiles(workdir / "kube")
-        self.kubeconfig = workdir / "kubeconfig"
-        self.ports = Ports(free_port(), free_port(), free_port(), free_port(), free_port())
-        self.url = f"https://127.0.0.1:{self.ports.apiserver}"
-        self.processes: list[UpstreamProcess] = []
+        self.upstream = UpstreamControlPlane(workdir, binaries, ControlPlaneShape(), progress)
+        self.files = self.upstream.files
+        self.url = self.upstream.url
         self.keeper: PluginPodKeeper | None = None
 
     def start(self, interrupt: threading.Event) -> Path | None:
-        """Start every component; the admin kubeconfig once all are healthy (None if interrupted)."""
-        self.files.directory.mkdir(parents=True, exist_ok=True)
-        # A new cluster starts afresh: the nodes' simulated GPUs are new too, so no object may outlive them.
-        shutil.rmtree(self.files.etcd_data, ignore_errors=True)
-        pki = write_cluster_pki(self.files.pki.directory)
-        write_audit_policy(self.files)
-        ca = pki.ca_pem()
-        write_kubeconfig(self.kubeconfig, self.url, None, ca, pki.client_certificate(ADMIN_USER, (ADMIN_GROUP,)))
-        for component, user in (
-            ("kube-controller-manager", CONTROLLER_MANAGER_USER),
-            ("kube-scheduler", SCHEDULER_USER),
-        ):
-            write_kubeconfig(self.files.kubeconfig(component), self.url, None, ca, pki.client_certificate(user))
-        bins, files, ports = self.binaries, self.files, self.ports
-        for core in build_store_and_apiserver(bins, files, ports, pki.ca_cert):
-            if not wait_healthy(self._spawn(core.name, core.argv), core.health_url, core.context, interrupt):
-                return None
-        # Both serve with a certificate they made themselves at start-up: nothing to verify it against.
-        unverified = ssl._create_unverified_context()
-        parallel = [
-            (
-                "kube-controller-manager",
-                build_controller_manager_argv(bins.path("kube-controller-manager"), files, ports),
-                f"https://127.0.0.1:{ports.controller_manager}/healthz",
-            ),
-            (
-                "kube-scheduler",
-                build_scheduler_argv(bins.path("kube-scheduler"), files, ports),
-                f"https://127.0.0.1:{ports.scheduler}/healthz",
-            ),
-        ]
-        started = [self._spawn(name, command) for name, command, _ in parallel]
-        for process, (_, _, health) in zip(started, parallel, strict=True):
-            if not wait_healthy(process, health, unverified, interrupt):
-                return None
-        client = Client(self.kubeconfig)
+        """Start every component; the admin kubeconfig once all are healthy and the chart's access is
+        granted (None if interrupted)."""
+        if not self.upstream.start(interrupt):
+            return None
+        client = Client(self.upstream.kubeconfig)
         try:
             if not self._wait_default_service_account(client, interrupt):
                 return None
             grant_chart_access(client, self.access)
         finally:
             client.close()
-        return self.kubeconfig
+        return self.upstream.kubeconfig
 
     def _wait_default_service_account(self, client: Client, interrupt: threading.Event) -> bool:
         """Pods are refused until the serviceaccount controller made ``default/default``."""
@@ -269,19 +331,9 @@ class KubeControlPlane:
     def controller_kubeconfig(self) -> Path:
         return controller_kubeconfig_path(self.workdir)
 
-    def _spawn(self, name: str, command: list[str]) -> UpstreamProcess:
-        self.progress(f"starting {name} ({self.binaries.version})")
-        self.files.log(name).unlink(missing_ok=True)
-        process = UpstreamProcess(name, command, self.files, self.progress)
-        process.start()
-        self.processes.append(process)
-        return process
-
     def stop(self) -> None:
         """Stop in reverse order (the plugin pods' keeper, the scheduler, ..., etcd last); safe to call twice."""
         if self.keeper is not None:
             self.keeper.stop()
             self.keeper = None
-        for process in reversed(self.processes):
-            process.stop()
-        self.processes.clear()
+        self.upstream.stop()

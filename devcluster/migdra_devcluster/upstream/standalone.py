@@ -18,20 +18,9 @@ from kubernetes import client
 
 from dra_driver.kube.config import load_kubeconfig_file
 from migdra_devcluster.kubeconfig import write_kubeconfig
-from migdra_devcluster.ports import free_port
 from migdra_devcluster.upstream.binaries import KubeBinaries
-from migdra_devcluster.upstream.components import KubeFiles, Ports
-from migdra_devcluster.upstream.controlplane import (
-    ADMIN_GROUP,
-    ADMIN_USER,
-    Component,
-    UpstreamProcess,
-    build_store_and_apiserver,
-    running,
-    wait_healthy,
-    write_audit_policy,
-)
-from migdra_devcluster.upstream.pki import write_cluster_pki
+from migdra_devcluster.upstream.components import KubeFiles
+from migdra_devcluster.upstream.controlplane import ControlPlaneShape, UpstreamControlPlane
 
 READY_TIMEOUT_SECONDS = 180.0
 """etcd and kube-apiserver each, on a machine whose two CPUs run other servers too."""
@@ -41,28 +30,39 @@ def _quiet(line: str) -> None:
     """The processes' progress lines: their logs are in the work directory for whoever needs them."""
 
 
+APISERVER = "kube-apiserver"
+
+
 @dataclass
 class KubeApiServer:
     """One running kube-apiserver, reached with an admin (``system:masters``) kubeconfig; an outage is
     :meth:`stop` then :meth:`start` (the same port, the same etcd: nothing is lost)."""
 
-    url: str
-    kubeconfig_path: Path
-    workdir: Path
-    process: UpstreamProcess
-    component: Component
-    files: KubeFiles
+    plane: UpstreamControlPlane
+
+    @property
+    def url(self) -> str:
+        return self.plane.url
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.plane.kubeconfig
+
+    @property
+    def workdir(self) -> Path:
+        return self.plane.workdir
+
+    @property
+    def files(self) -> KubeFiles:
+        return self.plane.files
 
     def stop(self) -> None:
         """kube-apiserver goes away (etcd stays): every request is refused until :meth:`start`."""
-        self.process.stop()
+        self.plane.stop_component(APISERVER)
 
     def start(self) -> None:
         """kube-apiserver again, on the same port, waited for until ready."""
-        component = self.component
-        self.process = UpstreamProcess(component.name, component.argv, self.files, _quiet)
-        self.process.start()
-        wait_healthy(self.process, component.health_url, component.context, timeout=READY_TIMEOUT_SECONDS)
+        self.plane.start_component(APISERVER)
 
     def configuration(self) -> client.Configuration:
         """A client configuration of the admin kubeconfig (a new one each call: callers may change it)."""
@@ -90,23 +90,11 @@ def standalone_apiserver(
 ) -> Iterator[KubeApiServer]:
     """etcd + kube-apiserver of ``binaries`` in ``workdir``, stopped afterwards.  The admin's certificate
     and key are also written as ``admin.crt``/``admin.key`` in ``workdir``, for raw HTTP."""
-    files = KubeFiles(workdir / "kube")
-    files.directory.mkdir(parents=True)
-    ports = Ports(free_port(), free_port(), free_port(), free_port(), free_port())
-    pki = write_cluster_pki(files.pki.directory)
-    write_audit_policy(files)
-    url = f"https://127.0.0.1:{ports.apiserver}"
-    admin = pki.client_certificate(ADMIN_USER, (ADMIN_GROUP,))
-    kubeconfig = write_kubeconfig(workdir / "kubeconfig", url, None, pki.ca_pem(), admin)
-    (workdir / "admin.crt").write_bytes(admin.cert_pem)
-    (workdir / "admin.key").write_bytes(admin.key_pem)
-    etcd, apiserver = build_store_and_apiserver(binaries, files, ports, pki.ca_cert)
-    with running([etcd], files, progress, READY_TIMEOUT_SECONDS):
-        server: KubeApiServer | None = None
-        try:
-            with running([apiserver], files, progress, READY_TIMEOUT_SECONDS) as (process,):
-                server = KubeApiServer(url, kubeconfig, workdir, process, apiserver, files)
-                yield server
-        finally:
-            if server is not None:
-                server.process.stop()  # the one running now, after any outage (stopping twice is safe)
+    workdir.mkdir(parents=True, exist_ok=True)
+    shape = ControlPlaneShape(controller_manager=False, scheduler=False)
+    plane = UpstreamControlPlane(workdir, binaries, shape, progress, timeout=READY_TIMEOUT_SECONDS)
+    try:
+        plane.start()
+        yield KubeApiServer(plane)
+    finally:
+        plane.stop()
