@@ -77,6 +77,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	MYPYPATH=devcluster:hack/bench $(BIN)/mypy hack/bench hack/*.py
 	$(BIN)/lint-imports
 	$(BIN)/python hack/gen_mig_catalog.py --check
 	$(BIN)/python hack/gen_protos.py --check

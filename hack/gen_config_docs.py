@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic.fields import FieldInfo
@@ -68,13 +69,17 @@ def table(model: type[BaseSettings]) -> str:
     return "\n".join(rows)
 
 
+def _between_markers(body: str) -> Callable[[re.Match[str]], str]:
+    """A ``re.sub`` replacement that keeps a match's two markers and puts ``body`` between them."""
+    return lambda m: m.group(1) + body + "\n" + m.group(2)
+
+
 def render(text: str) -> str:
     for group, model in GROUPS.items():
         pattern = re.compile(rf"(<!-- settings:{group} -->\n).*?(<!-- /settings:{group} -->)", re.S)
         if not pattern.search(text):
             raise SystemExit(f"{DOC}: no <!-- settings:{group} --> markers")
-        generated = table(model)
-        text = pattern.sub(lambda m, body=generated: m.group(1) + body + "\n" + m.group(2), text)
+        text = pattern.sub(_between_markers(table(model)), text)
     return text
 
 

@@ -43,7 +43,7 @@ def _lines(path: Path) -> int:
     return len(path.read_text(encoding="utf-8").splitlines())
 
 
-def _longest(paths: list[Path], kind: type[ast.AST]) -> list[tuple[int, str]]:
+def _longest(paths: list[Path], kind: type[ast.stmt]) -> list[tuple[int, str]]:
     found = []
     for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -117,6 +117,16 @@ def median_ms(action: Callable[[], Any], repeat: int) -> float:
     return statistics.median(samples)
 
 
+def fresh_compile(expression: str, kind: RunnerKind) -> Callable[[], CompiledSelector]:
+    """Compiling ``expression`` for ``kind``'s runner without the cache, each call."""
+    return lambda: CompiledSelector(expression, runner=kind)
+
+
+def cached_compile(expression: str, kind: RunnerKind) -> Callable[[], CompiledSelector]:
+    """``compile_selector`` of ``expression`` for ``kind``'s runner (a cache hit once it has run)."""
+    return lambda: compile_selector(expression, runner=kind)
+
+
 def first_compile_ms(expression: str) -> float:
     """The first ``compile_selector`` of a fresh process (it builds migdra's Lark parser)."""
     done = subprocess.run(
@@ -156,6 +166,11 @@ def plain_environment(kind: RunnerKind) -> Any:
 def plain_program(env: Any, expression: str) -> Any:
     """One compile with celpy's own API."""
     return env.program(env.compile(expression), functions=PLAIN_FUNCTIONS)
+
+
+def plain_compile(env: Any, expression: str) -> Callable[[], Any]:
+    """``plain_program(env, expression)``, each call."""
+    return lambda: plain_program(env, expression)
 
 
 def plain_device(device: dict[str, Any], driver: str) -> celtypes.MapType:
@@ -286,15 +301,10 @@ def main() -> None:
         for run in range(args.runs):
             record("first", first_compile_ms(expression))
             for kind in KINDS:
-                record(
-                    f"compile {kind.value}", median_ms(lambda kind=kind: CompiledSelector(expression, runner=kind), 50)
-                )
-                record(
-                    f"hit {kind.value}",
-                    median_ms(lambda kind=kind: compile_selector(expression, runner=kind), 200) * 1000,
-                )
+                record(f"compile {kind.value}", median_ms(fresh_compile(expression, kind), 50))
+                record(f"hit {kind.value}", median_ms(cached_compile(expression, kind), 200) * 1000)
                 env = plain_environment(kind)
-                record(f"plain {kind.value}", median_ms(lambda env=env: plain_program(env, expression), 50))
+                record(f"plain {kind.value}", median_ms(plain_compile(env, expression), 50))
             # Every way on both runners, in an order rotated from run to run, so that load that
             # comes and goes does not always fall on the same one.  A compiled-runner pass lasts a
             # tenth of a second, where one preemption shows: it makes ``--passes`` passes, interleaved,

@@ -86,10 +86,15 @@ class NaivePublisher:
 
     def publish(self, inventory: NodeInventory) -> None:
         for item in self._api.list_resource_slice(field_selector=f"spec.nodeName={self._node}").items:
+            if item.metadata is None or item.metadata.name is None:
+                raise RuntimeError(f"the API server listed a ResourceSlice of {self._node} without a name")
             self._api.delete_resource_slice(item.metadata.name)
         self._generation += 1
         for body in render_slices(build_pool(inventory, DeviceModelConfig()), self._node, self._generation):
-            self._api.create_resource_slice(client.V1ResourceSlice.from_dict(body))
+            resource_slice = client.V1ResourceSlice.from_dict(body)
+            if resource_slice is None:  # from_dict returns None only for None
+                raise RuntimeError(f"render_slices gave {self._node} an empty ResourceSlice")
+            self._api.create_resource_slice(resource_slice)
 
 
 def _count_writes(api_client: client.ApiClient) -> list[str]:
@@ -135,7 +140,7 @@ def bench_writes() -> list[tuple[str, int, int]]:
             standalone_apiserver(Path(workdir), binaries) as api,
             api.api_client() as api_client,
         ):
-            client.CoreV1Api(api_client).create_node({"metadata": {"name": "bench-node"}})
+            client.CoreV1Api(api_client).create_node(client.V1Node.model_validate({"metadata": {"name": "bench-node"}}))
             writes = _count_writes(api_client)
             publisher = SlicePublisher(Client(api_client=api_client), "bench-node", "gpu.migdra.io")
             naive = NaivePublisher(api_client, "bench-node")

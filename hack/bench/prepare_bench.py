@@ -159,18 +159,19 @@ def create_claim(
     """An allocated one-device claim in ``node``'s pool, as the scheduler leaves it; ``result_fields``
     are added to its allocation result (a share's ``shareID`` and ``consumedCapacity``)."""
     resource = client.ResourceV1Api(api_client)
-    created = resource.create_namespaced_resource_claim(
-        "default",
-        client.ResourceV1ResourceClaim.from_dict(
-            {
-                "metadata": {"name": name, "namespace": "default"},
-                "spec": {
-                    "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "mig.gpu.migdra.io"}}]}
-                },
-            }
-        ),
+    claim = client.ResourceV1ResourceClaim.from_dict(
+        {
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "mig.gpu.migdra.io"}}]}},
+        }
     )
-    body = api_client.sanitize_for_serialization(created)
+    if claim is None:  # from_dict returns None only for None
+        raise RuntimeError(f"claim {name}: the client built no ResourceClaim")
+    created = resource.create_namespaced_resource_claim("default", claim)
+    if created.metadata is None or created.metadata.uid is None:
+        raise RuntimeError(f"claim {name}: the API server returned it without a UID")
+    # the client leaves sanitize_for_serialization unannotated; for a model it returns the model's JSON object
+    body: dict[str, Any] = api_client.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
     body["status"] = {
         "allocation": {
             "devices": {
@@ -181,7 +182,9 @@ def create_claim(
             },
         }
     }
-    resource.replace_namespaced_resource_claim_status(name, "default", body)
+    resource.replace_namespaced_resource_claim_status(
+        name, "default", client.ResourceV1ResourceClaim.model_validate(body)
+    )
     return ClaimRef("default", name, created.metadata.uid)
 
 
@@ -261,6 +264,11 @@ def expect_success(outcome: dict[str, Any]) -> None:
     failures = [result.error for result in outcome.values() if result.error]
     if failures:
         raise SystemExit(f"a benchmark claim failed: {failures[:3]}")
+
+
+def checked(call: Callable[[list[ClaimRef]], dict[str, Any]], ref: ClaimRef) -> Callable[[], None]:
+    """``call([ref])`` (the plugin client's prepare or unprepare), failing unless the claim succeeded."""
+    return lambda: expect_success(call([ref]))
 
 
 def one_claim_run(rounds: int, latency: dict[str, float]) -> dict[str, float]:
@@ -397,26 +405,26 @@ def socket_run(rounds: int) -> dict[str, float]:
         api_server(root) as api,
         client.ApiClient(load_kubeconfig_file(api.kubeconfig, what="the benchmark kubeconfig")) as api_client,
     ):
-        client.CoreV1Api(api_client).create_node({"metadata": {"name": PLUGIN_NODE}})
+        client.CoreV1Api(api_client).create_node(client.V1Node.model_validate({"metadata": {"name": PLUGIN_NODE}}))
         with plugin_process(root, api, port) as kubelet:
             for index in range(rounds + 5):
                 if index == 5:
                     before = claim_seconds(port)
                 ref = create_claim(api_client, f"sock-{index}", device_name(index % 8, index % 7), PLUGIN_NODE)
                 values = {"empty": timed(lambda: kubelet.prepare([]))}
-                values["prepare"] = timed(lambda r=ref: expect_success(kubelet.prepare([r])))
+                values["prepare"] = timed(checked(kubelet.prepare, ref))
                 wait_for_reports(api_client, ref, ready=True, events=1)  # the plugin's writes, untimed
-                values["unprepare"] = timed(lambda r=ref: expect_success(kubelet.unprepare([r])))
+                values["unprepare"] = timed(checked(kubelet.unprepare, ref))
                 wait_for_reports(api_client, ref, ready=False, events=2)
                 if index >= 5:
                     for name, value in values.items():
                         samples[name].append(value)
             after = claim_seconds(port)
     result: dict[str, float] = {}
-    for name, values in samples.items():
-        result[f"{name}.p50"] = percentile(values, 0.5)
-        result[f"{name}.p99"] = percentile(values, 0.99)
-        result[f"{name}.mean"] = statistics.fmean(values)
+    for name, series in samples.items():
+        result[f"{name}.p50"] = percentile(series, 0.5)
+        result[f"{name}.p99"] = percentile(series, 0.99)
+        result[f"{name}.mean"] = statistics.fmean(series)
     for operation in ("prepare", "unprepare"):
         (sum_after, count_after), (sum_before, count_before) = after[operation], before[operation]
         result[f"{operation}.inside.mean"] = (sum_after - sum_before) / (count_after - count_before)

@@ -440,9 +440,10 @@ def make_namespace(client: Client, namespace: str) -> None:
     )
 
 
-def in_parallel(client: Client, items: Sequence[Any], work: Callable[[Client, Any], None], threads: int) -> None:
+def in_parallel(client: Client, items: Sequence[Any], work: Callable[[Client, Any], object], threads: int) -> None:
     """``work(own_client, item)`` for every item, in order, from ``threads`` threads each with its own
-    connection; the first failure is raised once every thread has ended."""
+    connection (what ``work`` returns is dropped); the first failure is raised once every thread has
+    ended."""
     pending: queue.Queue[Any] = queue.Queue()
     for item in items:
         pending.put(item)

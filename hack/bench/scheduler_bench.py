@@ -90,7 +90,7 @@ def burst_size(args: argparse.Namespace, nodes: int, state: str, previous: Point
     over ``--max-round-seconds`` if the rate fell in proportion to the nodes from the previous size's
     (the pessimistic guess: each pod filters every node)."""
     free_slices = nodes * GPUS_PER_NODE * MEMORY_SLICES_PER_GPU * (0.5 if state == "half full" else 1.0)
-    count = min(args.pods, int(free_slices / 2 / mean_memory_slices()))
+    count: int = min(args.pods, int(free_slices / 2 / mean_memory_slices()))
     if previous is not None and previous.dra:
         expected = statistics.median(r.rate for r in previous.dra) * previous.nodes / nodes
         count = min(count, max(args.min_pods, int(expected * args.max_round_seconds)))
