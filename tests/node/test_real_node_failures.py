@@ -52,8 +52,16 @@ def test_a_failed_prepare_shows_in_the_pods_events_and_the_pod_runs_once_the_fau
         return found or None
 
     (event,) = wait_for("the kubelet's event of the failed prepare", failures, timeout=120)
+
+    def reported() -> dict[str, Any] | None:
+        """The pod's status once the kubelet has reported its sync of the pod (its sandbox condition): the
+        kubelet writes the status after the Event, so a busy machine may show the Event first."""
+        status = (cluster.client.get(PODS, NAMESPACE, "unlucky") or {}).get("status") or {}
+        known = {c.get("type") for c in status.get("conditions") or []}
+        return status if "PodReadyToStartContainers" in known else None
+
     # The pod's status as the kubelet reports a prepare it retries (seconds apart, so still failing here).
-    status = (cluster.client.get(PODS, NAMESPACE, "unlucky") or {})["status"]
+    status = wait_for("the kubelet's status of the pod whose prepare failed", reported, timeout=60)
     assert status["phase"] == "Pending"
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions["PodReadyToStartContainers"] == "False"
