@@ -14,10 +14,15 @@ permanent until a person or the configuration changes (an illegal placement, a m
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
 import yaml
 from pydantic import ValidationError
 
 from dra_driver.flags import model_flags
+
+SettingsT = TypeVar("SettingsT")
 
 
 class MigdraError(Exception):
@@ -72,6 +77,14 @@ def describe_settings_error(exc: ValidationError, model: object) -> str:
         else:
             problems.append(f"{named}: {message} (got {error['input']!r})")
     return "; ".join(problems)
+
+
+def build_settings(model: Callable[..., SettingsT], what: str, given: Mapping[str, object]) -> SettingsT:
+    """A settings group from its flags (None = not given) plus ``MIGDRA_*`` variables; errors name the flag."""
+    try:
+        return model(**{key: value for key, value in given.items() if value is not None})
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid {what} settings: {describe_settings_error(exc, model)}") from exc
 
 
 def validator_message(text: str) -> str:

@@ -6,7 +6,7 @@ A setting is declared once, as a field of its pydantic-settings model, with its 
 flag's spelling, a ``--x/--no-x`` pair for a boolean, a choice for a ``Literal``, a path type
 for a path (an enum is left to the model, whose one-line error names the flag and the variable); the
 help is the field's description with its variable and default.  Every option defaults
-to None ("not given"), so :func:`build_settings` lets the ``MIGDRA_*`` variable and then the model's
+to None ("not given"), so :func:`dra_driver.errors.build_settings` lets the ``MIGDRA_*`` variable and then the model's
 default decide, and a bad value fails in one line naming the flag and the variable.
 """
 
@@ -20,10 +20,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from dra_driver.errors import ConfigurationError, describe_settings_error
 from dra_driver.flags import Flag, model_flags
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -57,14 +55,6 @@ def settings_options(model: type[Any]) -> Callable[[F], F]:
 def given_settings(model: type[Any], given: Mapping[str, object]) -> dict[str, object]:
     """The values of ``model``'s flags among a command's parameters."""
     return {name: given[name] for name in model_flags(model) if name in given}
-
-
-def build_settings(model: Callable[..., SettingsT], what: str, given: Mapping[str, object]) -> SettingsT:
-    """A settings group from its flags (None = not given) plus ``MIGDRA_*`` variables; errors name the flag."""
-    try:
-        return model(**{key: value for key, value in given.items() if value is not None})
-    except ValidationError as exc:
-        raise ConfigurationError(f"invalid {what} settings: {describe_settings_error(exc, model)}") from exc
 
 
 def _option(name: str, declared: Flag, info: FieldInfo, prefix: str) -> Callable[[F], F]:

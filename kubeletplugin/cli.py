@@ -16,9 +16,9 @@ from pathlib import Path
 
 import click
 
-from dra_driver.errors import ConfigurationError
+from dra_driver.errors import ConfigurationError, build_settings
 from dra_driver.nvml.settings import NvmlSettings, build_nvml_settings
-from dra_driver.settings_cli import announcer, build_settings, given_settings, settings_options
+from dra_driver.settings_cli import announcer, given_settings, settings_options
 from kubeletplugin.settings import PluginSettings, PrepareSettings
 
 

@@ -161,8 +161,8 @@ def _published(pool: str, node: str, device: JSON, memory_slices: Mapping[str, i
     slice_count = memory_slices.get(counter_sets[0]) if counter_sets else None
     if _attribute(device, "type") == "mig":
         start, size = _attribute(device, "placementStart"), _attribute(device, "placementSize")
-        if not isinstance(start, int) or not isinstance(size, int):
-            return None
+        if not isinstance(start, int) or not isinstance(size, int) or start < 0 or size <= 0:
+            return None  # not a placement: the device is not one migdra can reserve
         return PublishedDevice(
             pool,
             name,

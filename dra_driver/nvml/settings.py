@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from dra_driver.errors import ConfigurationError, describe_settings_error
+from dra_driver.errors import build_settings
 from dra_driver.flags import flag
 from dra_driver.mig.catalog import load_catalog
 
@@ -166,9 +166,4 @@ class NvmlSettings(BaseSettings):
 
 def build_nvml_settings(**overrides: object) -> NvmlSettings:
     """Environment plus explicit overrides (``None`` means 'not given'); errors name the flag or variable."""
-    given = {key: value for key, value in overrides.items() if value is not None}
-    try:
-        return NvmlSettings(**given)  # type: ignore[arg-type]
-    except ValidationError as exc:
-        problem = describe_settings_error(exc, NvmlSettings)
-        raise ConfigurationError(f"invalid NVML settings: {problem}") from exc
+    return build_settings(NvmlSettings, "NVML", overrides)

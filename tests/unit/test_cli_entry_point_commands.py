@@ -24,7 +24,8 @@ def entry_point_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return importlib.metadata.EntryPoints([])
 
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
-    monkeypatch.setattr(cli, "commands", {name: c for name, c in cli.commands.items() if name != "sim"})
+    entry_point_commands = {"sim", "kubelet-plugin", "health"}
+    monkeypatch.setattr(cli, "commands", {n: c for n, c in cli.commands.items() if n not in entry_point_commands})
     return looked_up
 
 
@@ -73,3 +74,39 @@ def test_a_command_group_alone_prints_its_help_not_an_error_line(
     assert err == ""
     assert out.startswith(f"Usage: migdra {' '.join(argv)}".rstrip() + " [OPTIONS] COMMAND [ARGS]...")
     assert "\nCommands:\n" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["kubelet-plugin", "--node-name", "n1"], id="kubelet-plugin"),
+        pytest.param(["health", "list", "--state-dir", "/tmp"], id="health"),
+    ],
+)
+def test_the_node_plugins_commands_missing_are_one_line(
+    argv: list[str], entry_point_lookups: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The node plugin's own commands come by entry point too (the library never imports the node plugin): an
+    installation whose entry points are missing says so in one line, naming the command, without a traceback."""
+    monkeypatch.setattr(sys, "argv", ["migdra", *argv])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        f"migdra: error: migdra {argv[0]}: the node plugin (package kubeletplugin) is not installed with this "
+        "migdra; reinstall it"
+    ]
+    assert entry_point_lookups == [argv[0]]
+
+
+def test_the_help_lists_the_node_plugins_commands_without_looking_for_them(
+    entry_point_lookups: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["migdra", "--help"])
+    main()
+    out = capsys.readouterr().out
+    assert "  kubelet-plugin  " in out
+    assert "  health  " in out
+    assert entry_point_lookups == []

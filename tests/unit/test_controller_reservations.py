@@ -145,6 +145,17 @@ def test_only_the_newest_generation_of_a_pool_counts() -> None:
     assert _verdicts(allocated_claim("a", THREE_G_AT_4), slices=old + new) == {("a", THREE_G_AT_4): Verdict.GONE}
 
 
+@pytest.mark.parametrize("size", [0, -1, "4"], ids=["zero", "negative", "a-string"])
+def test_a_device_whose_placement_is_no_placement_is_not_reserved_and_fails_nothing(size: object) -> None:
+    broken = copy.deepcopy(SLICES)
+    for resource_slice in broken:
+        for device in resource_slice["spec"].get("devices") or []:
+            if device["name"] == THREE_G_AT_4:
+                device["attributes"]["placementSize"] = {"string" if isinstance(size, str) else "int": size}
+    verdicts = _verdicts(allocated_claim("a", THREE_G_AT_4), allocated_claim("b", ONE_G_AT_6), slices=broken)
+    assert verdicts == {("a", THREE_G_AT_4): Verdict.GONE, ("b", ONE_G_AT_6): Verdict.RESERVED}
+
+
 def test_a_reservation_carries_the_device_as_published() -> None:
     (reservation,) = compute_reservations([allocated_claim("a", THREE_G_AT_4)], SLICES, DRIVER)
     device = reservation.device

@@ -273,9 +273,15 @@ class KubeControlPlane:
         self.access = access
         self.progress = progress
         self.upstream = UpstreamControlPlane(workdir, binaries, ControlPlaneShape(), progress)
-        self.files = self.upstream.files
-        self.url = self.upstream.url
         self.keeper: PluginPodKeeper | None = None
+
+    @property
+    def files(self) -> KubeFiles:
+        return self.upstream.files
+
+    @property
+    def url(self) -> str:
+        return self.upstream.url
 
     def start(self, interrupt: threading.Event) -> Path | None:
         """Start every component; the admin kubeconfig once all are healthy and the chart's access is

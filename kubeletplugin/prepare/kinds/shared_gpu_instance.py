@@ -43,6 +43,8 @@ from kubeletplugin.settings import CrashPoint
 
 log = logging.getLogger(__name__)
 
+_AS_EXCLUSIVE = ExclusiveMigDevice()
+
 
 class SharedGpuInstance:
     """The steps of a share (module docstring)."""
@@ -130,7 +132,7 @@ class SharedGpuInstance:
                 # and a GI at its placement is another share's (or not migdra's).
                 log.info("device %s: the share never had an instance; nothing to release", device.intent.device_name)
                 return
-            ExclusiveMigDevice().release(step, device)  # its GI, if migdra made it, is empty
+            _AS_EXCLUSIVE.release(step, device)  # its GI, if migdra made it, is empty
             return
         others = step.context.other_records(step.claim_uid)
         released = destroy_share_compute_instance(step.context.nvml, device, others)
