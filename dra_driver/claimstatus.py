@@ -43,6 +43,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from dra_driver.resourceclaim import AllocatedDeviceStatus, ConditionView, EntryKey, ResourceClaimView
+
 SCHEMA_VERSION: Final = "v1"
 """``data.schemaVersion`` of every entry migdra writes (docs/claim-status.md)."""
 
@@ -103,11 +105,9 @@ def realizer_field_manager(driver: str, node: str) -> str:
 
 # -- entries -----------------------------------------------------------------------------------------
 
-EntryKey = tuple[str, str, str, str | None]
-"""(driver, pool, device, shareID or None): how the API server tells ``status.devices`` entries apart."""
-
 
 def entry_key(entry: Mapping[str, Any]) -> EntryKey:
+    """The key of an entry as JSON (a ``managedFields`` map-list key): see :data:`EntryKey`."""
     share = entry.get("shareID")
     return (
         str(entry.get("driver", "")),
@@ -115,24 +115,6 @@ def entry_key(entry: Mapping[str, Any]) -> EntryKey:
         str(entry.get("device", "")),
         share if isinstance(share, str) and share else None,
     )
-
-
-def find_entry(
-    entries: Sequence[Mapping[str, Any]], driver: str, pool: str, device: str, share_id: str | None = None
-) -> int | None:
-    """The index of the entry of ``device`` and ``share_id`` (None: the entry without a shareID)."""
-    wanted = (driver, pool, device, share_id)
-    for index, entry in enumerate(entries):
-        if entry_key(entry) == wanted:
-            return index
-    return None
-
-
-def condition_of(entry: Mapping[str, Any], condition_type: str) -> Mapping[str, Any] | None:
-    for condition in entry.get("conditions") or []:
-        if isinstance(condition, Mapping) and condition.get("type") == condition_type:
-            return condition
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,13 +132,13 @@ class DeviceEntry:
         return (driver, self.pool, self.device, self.share_id)
 
 
-def keep_transition_time(existing: Mapping[str, Any] | None, condition: Mapping[str, Any]) -> dict[str, Any]:
+def keep_transition_time(existing: AllocatedDeviceStatus | None, condition: Mapping[str, Any]) -> dict[str, Any]:
     """``condition`` with the ``lastTransitionTime`` of the same type in ``existing`` (an entry) while its
     status does not change: the Kubernetes condition convention."""
     new = dict(condition)
-    old = condition_of(existing, str(new["type"])) if existing is not None else None
-    if old is not None and old.get("status") == new.get("status") and old.get("lastTransitionTime"):
-        new["lastTransitionTime"] = old["lastTransitionTime"]
+    old = existing.condition(str(new["type"])) if existing is not None else None
+    if old is not None and old.status == new.get("status") and old.last_transition_time:
+        new["lastTransitionTime"] = old.last_transition_time
     return new
 
 
@@ -229,15 +211,13 @@ def _condition_types(fields: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(types)
 
 
-def compute_holdings(claim: Mapping[str, Any]) -> dict[str, dict[EntryKey, Holding]]:
+def compute_holdings(claim: ResourceClaimView) -> dict[str, dict[EntryKey, Holding]]:
     """Per field manager, what it holds of each ``status.devices`` entry, from ``metadata.managedFields``;
     pure.  Managers of any operation count (an ``Update`` holds what it last wrote, as for apply)."""
     holdings: dict[str, dict[EntryKey, Holding]] = {}
-    for managed in (claim.get("metadata") or {}).get("managedFields") or []:
-        if not isinstance(managed, Mapping):
-            continue
-        manager = str(managed.get("manager", ""))
-        for token, fields in _status_entries(managed.get("fieldsV1")).items():
+    for managed in claim.metadata.managed_fields:
+        manager = managed.manager
+        for token, fields in _status_entries(managed.fields_v1).items():
             key = _parse_key(token)
             if key is None or not isinstance(fields, Mapping):
                 continue
@@ -251,15 +231,20 @@ def data_held_by_others(holdings: Mapping[str, Mapping[EntryKey, Holding]], mana
     return any(held.get(key, Holding()).data for other, held in holdings.items() if other != manager)
 
 
-def _same_condition(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+def _same_condition(old: ConditionView | None, new: Mapping[str, Any]) -> bool:
     if old is None:
         return False
-    fields = ("status", "reason", "message", "observedGeneration", "lastTransitionTime")
-    return all(old.get(name) == new.get(name) for name in fields)
+    return (old.status, old.reason, old.message, old.observed_generation, old.last_transition_time) == (
+        new.get("status"),
+        new.get("reason", ""),
+        new.get("message", ""),
+        new.get("observedGeneration"),
+        new.get("lastTransitionTime"),
+    )
 
 
 def is_applied(
-    claim: Mapping[str, Any],
+    claim: ResourceClaimView,
     manager: str,
     driver: str,
     entries: Sequence[DeviceEntry],
@@ -273,17 +258,16 @@ def is_applied(
     wanted = {entry.key(driver): entry for entry in entries}
     if set(holdings_of_manager) != set(wanted):
         return False
-    existing = [e for e in (claim.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)]
     for key, entry in wanted.items():
-        index = find_entry(existing, *key)
-        if index is None:
+        current = claim.status_entry(*key)
+        if current is None:
             return False
-        current, held = existing[index], holdings_of_manager[key]
+        held = holdings_of_manager[key]
         if held.conditions != {str(c["type"]) for c in entry.conditions}:
             return False
-        if not all(_same_condition(condition_of(current, str(c["type"])), c) for c in entry.conditions):
+        if not all(_same_condition(current.condition(str(c["type"])), c) for c in entry.conditions):
             return False
-        if (entry.data is not None) != held.data or (entry.data is not None and current.get("data") != entry.data):
+        if (entry.data is not None) != held.data or (entry.data is not None and current.data != entry.data):
             return False
     return True
 

@@ -13,31 +13,29 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dra_driver.claimstatus import READY, RESERVED, condition_of, find_entry
+from dra_driver.claimstatus import READY, RESERVED
 from dra_driver.devicemodel.occupancy import DeviceState, GpuOccupancy, occupancy
+from dra_driver.resourceclaim import ResourceClaimView
 
 
 def read_device_state(
-    claim: Mapping[str, Any], driver: str, pool: str, device: str, share_id: str | None = None
+    claim: ResourceClaimView, driver: str, pool: str, device: str, share_id: str | None = None
 ) -> DeviceState:
     """What ``claim``'s ``status.devices[]`` entry of this device (and share) says: realized (``Ready``
     True), its MIG identity, and a conflict when ``Reserved`` is False (``PlacementConflict``,
     ``DeviceGone``)."""
-    entries = [e for e in (claim.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)]
-    index = find_entry(entries, driver, pool, device, share_id)
-    if index is None:
+    entry = claim.status_entry(driver, pool, device, share_id)
+    if entry is None:
         return DeviceState()
-    entry = entries[index]
-    raw_data = entry.get("data")
-    data: Mapping[str, Any] = raw_data if isinstance(raw_data, Mapping) else {}
-    ready, reserved = condition_of(entry, READY), condition_of(entry, RESERVED)
+    data = entry.data_fields
+    ready, reserved = entry.condition(READY), entry.condition(RESERVED)
     conflict = None
-    if reserved is not None and reserved.get("status") == "False":
-        reason, message = reserved.get("reason") or "Unknown", reserved.get("message") or ""
-        conflict = f"{reason}: {message}" if message else str(reason)
+    if reserved is not None and reserved.status == "False":
+        reason = reserved.reason or "Unknown"
+        conflict = f"{reason}: {reserved.message}" if reserved.message else reason
     mig_uuid, gi, ci = data.get("migUUID"), data.get("gpuInstanceID"), data.get("computeInstanceID")
     return DeviceState(
-        realized=ready is not None and ready.get("status") == "True",
+        realized=ready is not None and ready.status == "True",
         mig_uuid=mig_uuid if isinstance(mig_uuid, str) and mig_uuid else None,
         gpu_instance_id=gi if isinstance(gi, int) else None,
         compute_instance_id=ci if isinstance(ci, int) else None,
@@ -46,7 +44,7 @@ def read_device_state(
 
 
 def compute_cluster_occupancy(
-    slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]], driver: str
+    slices: Iterable[Mapping[str, Any]], claims: Iterable[ResourceClaimView], driver: str
 ) -> list[GpuOccupancy]:
     """Every GPU of ``driver``: held slices, foreign slices, realized instances, what still fits; pure."""
     return occupancy(slices, claims, driver, read_device_state)

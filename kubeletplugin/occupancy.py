@@ -33,9 +33,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from dra_driver.kube.claims import ResourceClaimView, parse_claims
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
+from dra_driver.resourceclaim import ResourceClaimView, parse_claims
 
 log = logging.getLogger(__name__)
 

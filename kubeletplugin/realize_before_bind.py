@@ -43,20 +43,19 @@ from typing import Any, Protocol
 from dra_driver.claimstatus import (
     DeviceEntry,
     build_apply_body,
-    condition_of,
-    find_entry,
     realizer_field_manager,
     rfc3339,
 )
 from dra_driver.devicemodel.vocabulary import realize_before_bind_conditions
-from dra_driver.kube.claims import ResourceClaimView, parse_claims
 from dra_driver.kube.client import CLAIMS, Client
 from dra_driver.kube.failures import describe_failure
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubelet.calls import ClaimRef, PrepareResult
 from dra_driver.logs import log_context
+from dra_driver.resourceclaim import ResourceClaimView, parse_claims
 from kubeletplugin.metrics import RealizeMetrics
+from kubeletplugin.prepare.claims import claim_ref
 from kubeletplugin.prepare.records import ClaimRecord
 
 log = logging.getLogger(__name__)
@@ -109,13 +108,11 @@ def compute_binding_devices(claim: ResourceClaimView, driver_name: str, pool_nam
 def compute_unsettled_devices(claim: ResourceClaimView, driver_name: str, pool_name: str) -> tuple[DeviceKey, ...]:
     """Of :func:`compute_binding_devices`, those whose entry has neither condition True yet; pure."""
     binding = realize_before_bind_conditions(driver_name)
-    entries = claim.status_devices
     unsettled = []
     for device, share_id in compute_binding_devices(claim, driver_name, pool_name):
-        index = find_entry(entries, driver_name, pool_name, device, share_id)
-        entry = entries[index] if index is not None else {}
-        settled = any(
-            (condition := condition_of(entry, condition_type)) is not None and condition.get("status") == "True"
+        entry = claim.status_entry(driver_name, pool_name, device, share_id)
+        settled = entry is not None and any(
+            (condition := entry.condition(condition_type)) is not None and condition.status == "True"
             for condition_type in binding.conditions + binding.failure_conditions
         )
         if not settled:
@@ -126,7 +123,7 @@ def compute_unsettled_devices(claim: ResourceClaimView, driver_name: str, pool_n
 def compute_claims_to_realize(claims: Iterable[ResourceClaimView], driver_name: str, pool_name: str) -> list[ClaimRef]:
     """Claims allocated here whose devices wait for ``<driver>/realized`` and carry neither of the two
     conditions yet, in a stable order; pure."""
-    wanted = [c.ref for c in claims if compute_unsettled_devices(c, driver_name, pool_name)]
+    wanted = [claim_ref(c) for c in claims if compute_unsettled_devices(c, driver_name, pool_name)]
     return sorted(wanted, key=lambda ref: (ref.namespace, ref.name, ref.uid))
 
 

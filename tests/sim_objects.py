@@ -24,6 +24,7 @@ from dra_driver.kube.client import (
     SLICES,
     Client,
 )
+from dra_driver.resourceclaim import ResourceClaimView
 
 DRIVER = "gpu.migdra.io"
 NAMESPACE = "default"
@@ -290,3 +291,13 @@ def allocated_claim(
         "spec": {"devices": {"requests": []}},
         "status": {"allocation": {"devices": {"results": results}}},
     }
+
+
+def claim_view(claim_obj: Mapping[str, Any]) -> ResourceClaimView:
+    """A claim's JSON read as the product reads it where it enters a process (an informer, a GET); a
+    fixture migdra could not read fails the test here, never skipped."""
+    return ResourceClaimView.model_validate(claim_obj)
+
+
+def claim_views(claim_objs: Iterable[Mapping[str, Any]]) -> list[ResourceClaimView]:
+    return [claim_view(c) for c in claim_objs]

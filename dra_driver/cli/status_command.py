@@ -32,6 +32,7 @@ from dra_driver.devicemodel.occupancy import (
 )
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME, DeviceType
 from dra_driver.errors import ConfigurationError
+from dra_driver.resourceclaim import ResourceClaimView, parse_claims
 
 STATUS_SCHEMA_VERSION = "v1"
 """``schemaVersion`` of the ``-o json`` document; fields are only ever added within one version."""
@@ -73,9 +74,9 @@ def status_command(
 
 def _read_cluster(
     kubeconfig: Path | None, driver_name: str, node_name: str | None, timeout: float
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The driver's slices (of ``node_name`` only, when given) and every claim; for a ``--node`` that
-    publishes nothing, a usage error saying whether the node exists at all."""
+) -> tuple[list[dict[str, Any]], list[ResourceClaimView]]:
+    """The driver's slices (of ``node_name`` only, when given) and every claim migdra can read; for a
+    ``--node`` that publishes nothing, a usage error saying whether the node exists at all."""
     from dra_driver.kube.client import CLAIMS, NODES, SLICES, Client  # noqa: PLC0415 -- keep `--help` light
     from dra_driver.kube.config import load_client_configuration  # noqa: PLC0415
     from dra_driver.kube.failures import as_request_error  # noqa: PLC0415
@@ -106,7 +107,7 @@ def _read_cluster(
             raise as_request_error(exc, "listing ResourceClaims", server) from exc
     finally:
         api.close()
-    return slices, claims
+    return slices, parse_claims(claims)
 
 
 # -- -o json ---------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from dra_driver.clusterview import compute_cluster_occupancy
 from dra_driver.controller.index import Key, ReservationIndex
 from dra_driver.controller.ratelimit import TokenBucket
 from dra_driver.controller.reservation_metrics import ReservationMetrics
-from dra_driver.controller.reservations import DeviceReservation, allocated_results
+from dra_driver.controller.reservations import DeviceReservation
 from dra_driver.controller.status import Transition, compute_claim_entries
 from dra_driver.devicemodel.occupancy import GpuOccupancy
 from dra_driver.kube.client import CLAIMS, SLICES, Client, status_code
@@ -61,6 +61,7 @@ from dra_driver.kube.failures import (
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.logs import log_context
+from dra_driver.resourceclaim import ResourceClaimView, parse_claim
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +128,12 @@ class ReservationController(ControlLoop):
             if claim is None or not held:
                 self._waiting.discard(key)  # deleted, or holds nothing of the driver any more
                 continue
-            uid = str(claim["metadata"].get("uid", ""))
+            uid = claim.metadata.uid
             backoff = self._backoffs.get(uid)
             if backoff is not None and backoff[1] > now:
                 self._wake(backoff[1])
                 continue
-            if self._refused.get(uid) == str(claim["metadata"].get("resourceVersion", "")):
+            if self._refused.get(uid) == (claim.metadata.resource_version or ""):
                 self._waiting.discard(key)
                 continue  # refused as it is: again once the claim changes
             desired = self._desired(claim, held)
@@ -143,9 +144,8 @@ class ReservationController(ControlLoop):
             if wait > 0:
                 self._wake(time.monotonic() + wait)
                 return  # the rest in the next pass, after the rate allows more
-            meta = claim["metadata"]
-            with log_context(claim_uid=uid or None, claim=f"{meta.get('namespace', '')}/{meta.get('name', '')}"):
-                self._converge(dict(claim), held, desired)
+            with log_context(claim_uid=uid or None, claim=claim.metadata.label):
+                self._converge(claim, held, desired)
             if uid not in self._backoffs:
                 self._waiting.discard(key)
         self._forget_backoffs()
@@ -185,7 +185,7 @@ class ReservationController(ControlLoop):
     # -- one claim -----------------------------------------------------------------------------
 
     def _desired(
-        self, claim: Mapping[str, Any], held: Sequence[DeviceReservation]
+        self, claim: ResourceClaimView, held: Sequence[DeviceReservation]
     ) -> tuple[list[DeviceEntry] | None, list[Transition]]:
         """The entries to apply to the claim (None when it already says them, or when a pool is not
         completely listed) and its transitions.
@@ -193,15 +193,11 @@ class ReservationController(ControlLoop):
         Only devices the claim *as given* still holds are written: a reservation computed from an
         older copy of the claim is dropped rather than written onto a claim allocated differently.
         """
-        still_held = {
-            (str(r.get("pool", "")), str(r.get("device", "")), str(r["shareID"]) if r.get("shareID") else None)
-            for r in allocated_results(claim, self.driver)
-        }
+        still_held = {(r.pool, r.device, r.share) for r in claim.results_of(self.driver)}
         current = [r for r in held if (r.pool, r.device_name, r.share_id) in still_held]
         if not current:
             return None, []
-        generation = claim["metadata"].get("generation")
-        observed = int(generation) if generation is not None else None
+        observed = claim.metadata.generation
         now = rfc3339(datetime.now(UTC))
         holdings = claimstatus.compute_holdings(claim)  # once per claim and pass: both steps read it
         entries, transitions = compute_claim_entries(
@@ -213,7 +209,7 @@ class ReservationController(ControlLoop):
 
     def _converge(
         self,
-        claim: dict[str, Any],
+        claim: ResourceClaimView,
         held: Sequence[DeviceReservation],
         desired: tuple[list[DeviceEntry] | None, list[Transition]],
     ) -> None:
@@ -225,18 +221,18 @@ class ReservationController(ControlLoop):
         cannot fix is one error line and a Warning Event, and the claim waits until it changes
         (:meth:`_refuse`); any other failure backs this claim off alone (:meth:`_fail`).
         """
-        meta = claim["metadata"]
-        uid, namespace, name = str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta["name"])
-        latest: list[tuple[dict[str, Any], tuple[list[DeviceEntry] | None, list[Transition]]] | None] = [
+        uid, namespace, name = claim.metadata.uid, claim.metadata.namespace, claim.metadata.name
+        latest: list[tuple[ResourceClaimView, tuple[list[DeviceEntry] | None, list[Transition]]] | None] = [
             (claim, desired)
         ]
 
         def attempt() -> tuple[dict[str, Any] | None, list[Transition]] | None:
             """Written claim and transitions; (None, []) when the claim already says it; None to stop."""
             if latest[0] is None:  # a conflict: read again and recompute
-                fresh = self.client.get(CLAIMS, namespace, name)
-                if fresh is None or str(fresh["metadata"].get("uid", "")) != uid:
-                    return None  # deleted, or re-created as another claim: the watch says so
+                obj = self.client.get(CLAIMS, namespace, name)
+                fresh = parse_claim(obj) if obj is not None else None
+                if fresh is None or fresh.metadata.uid != uid:
+                    return None  # deleted, re-created as another claim, or unreadable: the watch says so
                 latest[0] = (fresh, self._desired(fresh, held))
             _, (entries, transitions) = latest[0] or (claim, desired)
             if entries is None:
@@ -273,15 +269,15 @@ class ReservationController(ControlLoop):
         for transition in transitions:
             self.recorder.event(CLAIMS, written, transition.event_type, transition.reason, transition.message)
 
-    def _refuse(self, claim: Mapping[str, Any], exc: BaseException) -> None:
+    def _refuse(self, claim: ResourceClaimView, exc: BaseException) -> None:
         """The API server refused the claim's status for a reason retrying cannot fix (a 422, a 403): one
         error line and a Warning Event naming the claim and the reason; no retry until the claim
         changes (its ``resourceVersion``)."""
-        meta = claim["metadata"]
-        uid, namespace, name = str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta["name"])
+        meta = claim.metadata
+        uid, namespace, name = meta.uid, meta.namespace, meta.name
         self.metrics.writes.labels(result="refused").inc()
         self._backoffs.pop(uid, None)
-        self._refused[uid] = str(meta.get("resourceVersion", ""))
+        self._refused[uid] = meta.resource_version or ""
         reason = describe_failure(exc)
         log.error(
             "claim %s/%s (UID %s): status refused, not retried until the claim changes: %s",
@@ -291,7 +287,7 @@ class ReservationController(ControlLoop):
             reason,
         )
         message = f"reservation controller: the API server refused the status of claim {namespace}/{name}: {reason}"
-        self.recorder.event(CLAIMS, dict(claim), "Warning", EVENT_STATUS_WRITE_REFUSED, message[:1024])
+        self.recorder.event(CLAIMS, meta.involved(), "Warning", EVENT_STATUS_WRITE_REFUSED, message[:1024])
 
     def _fail(self, uid: str, namespace: str, name: str, exc: BaseException) -> None:
         self.metrics.writes.labels(result="error").inc()

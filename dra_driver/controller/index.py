@@ -14,7 +14,8 @@ changed, recomputes only the pools those claims and slices touch, and hands back
 reservations changed or which changed themselves: the only ones the controller needs to look at.
 When an informer no longer remembers a change (or on the first pass) everything is read again.
 
-It holds references to the informers' objects (never copies, never changes them) and nothing else.
+It holds the informers' slices by reference (never copies, never changes them) and each claim as read
+into :class:`~dra_driver.resourceclaim.ResourceClaimView` once, when the informer says it changed.
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ from collections import defaultdict
 from dra_driver.controller.reservations import (
     DeviceReservation,
     Pool,
-    allocated_results,
     claim_pools,
     compute_published_devices,
     pool_reservations,
 )
 from dra_driver.jsontypes import JSON
 from dra_driver.kube.informer import Informer
+from dra_driver.resourceclaim import ResourceClaimView, parse_claim
 
 Key = tuple[str, str]  # (namespace, name), as the informers key their objects
 
@@ -46,7 +47,7 @@ class ReservationIndex:
         self._slices_of_pool: dict[str, dict[Key, JSON]] = defaultdict(dict)
         self._pools: dict[str, Pool] = {}  # every pool with a generation listed
         self._incomplete: set[str] = set()  # ... of which not every slice of the newest is listed
-        self._claims: dict[Key, JSON] = {}  # every claim holding a (non-admin) device of the driver
+        self._claims: dict[Key, ResourceClaimView] = {}  # every claim holding a (non-admin) device of the driver
         self._uids: set[str] = set()  # ... their UIDs
         self._pools_of_claim: dict[Key, frozenset[str]] = {}
         self._claims_of_pool: dict[str, set[Key]] = defaultdict(set)
@@ -55,7 +56,7 @@ class ReservationIndex:
 
     # -- reading ------------------------------------------------------------------------------------
 
-    def claim(self, key: Key) -> JSON | None:
+    def claim(self, key: Key) -> ResourceClaimView | None:
         """The claim as indexed: None once it is deleted or holds no device of the driver."""
         return self._claims.get(key)
 
@@ -68,11 +69,10 @@ class ReservationIndex:
         claim = self._claims.get(key)
         if claim is None:
             return []
-        uid = _uid(claim)
+        uid = claim.metadata.uid
         order: dict[tuple[str, str, str], int] = {}
-        for result in allocated_results(claim, self.driver):
-            share = str(result["shareID"]) if result.get("shareID") else ""
-            order.setdefault((str(result.get("pool", "")), str(result.get("device", "")), share), len(order))
+        for result in claim.results_of(self.driver):
+            order.setdefault((result.pool, result.device, result.share or ""), len(order))
         held = [
             reservation
             for pool in sorted(self._pools_of_claim.get(key, ()))
@@ -81,7 +81,7 @@ class ReservationIndex:
         ]
         return sorted(held, key=lambda r: order.get((r.pool, r.device_name, r.share_id or ""), len(order)))
 
-    def pool_objects(self, pool: str) -> tuple[list[JSON], list[JSON]]:
+    def pool_objects(self, pool: str) -> tuple[list[JSON], list[ResourceClaimView]]:
         """The pool's slices and the claims holding a device in it: what anything computed per pool
         (the occupancy metrics) reads."""
         slices = list(self._slices_of_pool.get(pool, {}).values())
@@ -143,13 +143,14 @@ class ReservationIndex:
                 pools.add(pool)
             gone = self._claims.pop(key, None)
             if gone is not None:
-                self._uids.discard(_uid(gone))
-            current = claims.get(*key)
+                self._uids.discard(gone.metadata.uid)
+            obj = claims.get(*key)
+            current = parse_claim(obj) if obj is not None else None  # read once, when it changed
             held = claim_pools(current, self.driver) if current is not None else frozenset()
             if current is None or not held:
                 continue
             self._claims[key] = current
-            self._uids.add(_uid(current))
+            self._uids.add(current.metadata.uid)
             self._pools_of_claim[key] = held
             for pool in held:
                 self._claims_of_pool[pool].add(key)
@@ -209,7 +210,3 @@ class ReservationIndex:
 def _key(obj: JSON) -> Key:
     meta = obj["metadata"]
     return str(meta.get("namespace", "")), str(meta["name"])
-
-
-def _uid(claim: JSON) -> str:
-    return str(claim["metadata"].get("uid", ""))

@@ -38,6 +38,7 @@ from dra_driver.devicemodel.occupancy import share_compute_slices
 from dra_driver.devicemodel.vocabulary import SHARED_ATTRIBUTE
 from dra_driver.jsontypes import JSON
 from dra_driver.mig.catalog import Placement
+from dra_driver.resourceclaim import ResourceClaimView
 
 
 class Verdict(enum.Enum):
@@ -190,20 +191,15 @@ def _published(pool: str, node: str, device: JSON, memory_slices: Mapping[str, i
     )
 
 
-def allocated_results(claim: JSON, driver: str) -> list[JSON]:
-    """The allocation results of ``driver`` in ``claim`` (none when it is not allocated)."""
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    results = (allocation.get("devices") or {}).get("results") or []
-    return [r for r in results if isinstance(r, Mapping) and r.get("driver") == driver]
-
-
 def _occupied(device: PublishedDevice) -> Placement:
     if device.placement is not None:
         return device.placement
     return Placement(start=0, size=device.memory_slices or 1 << 16)  # a whole GPU: all of it
 
 
-def compute_reservations(claims: Iterable[JSON], slices: Iterable[JSON], driver: str) -> list[DeviceReservation]:
+def compute_reservations(
+    claims: Iterable[ResourceClaimView], slices: Iterable[JSON], driver: str
+) -> list[DeviceReservation]:
     """Every allocated (non-admin) device of ``driver`` in ``claims``, with its verdict; pure.
 
     Ordered by claim (namespace, name) and then by the claim's result order, one entry per distinct
@@ -213,13 +209,13 @@ def compute_reservations(claims: Iterable[JSON], slices: Iterable[JSON], driver:
     return pool_reservations(claims, pools, driver, every_pool_complete=_complete_listing(pools))
 
 
-def claim_pools(claim: JSON, driver: str) -> frozenset[str]:
+def claim_pools(claim: ResourceClaimView, driver: str) -> frozenset[str]:
     """The pools of ``driver`` in which ``claim`` holds a (non-admin) device."""
-    return frozenset(str(r.get("pool", "")) for r in allocated_results(claim, driver) if not r.get("adminAccess"))
+    return frozenset(r.pool for r in claim.results_of(driver) if not r.admin_access)
 
 
 def pool_reservations(
-    claims: Iterable[JSON],
+    claims: Iterable[ResourceClaimView],
     pools: Mapping[str, Pool],
     driver: str,
     *,
@@ -232,13 +228,13 @@ def pool_reservations(
     is completely listed when the device's pool is absent (``every_pool_complete``), which is how the
     reservation controller recomputes one node's reservations without the others'."""
     held: list[_Held] = []
-    for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"])):
+    for claim in sorted(claims, key=lambda c: (c.metadata.namespace, c.metadata.name)):
         seen: set[tuple[str, str, str]] = set()
-        for result in allocated_results(claim, driver):
-            if result.get("adminAccess"):
+        for result in claim.results_of(driver):
+            if result.admin_access:
                 continue
-            share_id = str(result["shareID"]) if result.get("shareID") else None
-            key = (str(result.get("pool", "")), str(result.get("device", "")))
+            share_id = result.share
+            key = (result.pool, result.device)
             if only_pool is not None and key[0] != only_pool:
                 continue
             if (*key, share_id or "") in seen:
@@ -260,13 +256,13 @@ def pool_reservations(
     conflicts = _conflicts(held)
     reservations: list[DeviceReservation] = []
     for index, entry in enumerate(held):
-        meta = entry.claim["metadata"]
+        meta = entry.claim.metadata
         others = tuple(sorted(conflicts.get(index, ())))
         reservations.append(
             DeviceReservation(
-                str(meta.get("uid", "")),
-                str(meta.get("namespace", "")),
-                str(meta["name"]),
+                meta.uid,
+                meta.namespace,
+                meta.name,
                 entry.pool,
                 entry.device_name,
                 Verdict.CONFLICT if others else entry.verdict,
@@ -283,7 +279,7 @@ def pool_reservations(
 class _Held:
     """One allocated device of one claim, before conflicts are known."""
 
-    claim: JSON
+    claim: ResourceClaimView
     pool: str
     device_name: str
     device: PublishedDevice | None
@@ -305,16 +301,16 @@ def _conflicts(held: list[_Held]) -> dict[int, set[str]]:
                 a, b = held[first], held[second]
                 assert a.device is not None
                 assert b.device is not None
-                if _uid(a.claim) == _uid(b.claim):
+                if a.claim.metadata.uid == b.claim.metadata.uid:
                     if a.device is b.device and a.device.shared and a.share_id is not None and b.share_id is not None:
-                        conflicts[first].add(_label(a.claim))  # the claim itself: two shares of one device
-                        conflicts[second].add(_label(b.claim))
+                        conflicts[first].add(a.claim.metadata.label)  # the claim itself: two shares of one device
+                        conflicts[second].add(b.claim.metadata.label)
                     continue
                 if a.device is b.device and a.device.shared and a.share_id is not None and b.share_id is not None:
                     continue  # shares of one GPU instance: over-commit is checked below
                 if _occupied(a.device).overlaps(_occupied(b.device)):
-                    conflicts[first].add(_label(b.claim))
-                    conflicts[second].add(_label(a.claim))
+                    conflicts[first].add(b.claim.metadata.label)
+                    conflicts[second].add(a.claim.metadata.label)
     shares: dict[tuple[str, str], list[int]] = defaultdict(list)
     for index, entry in enumerate(held):
         if entry.device is not None and entry.device.shared:
@@ -327,7 +323,9 @@ def _conflicts(held: list[_Held]) -> dict[int, set[str]]:
             continue
         for index in indices:  # more compute slices than the GPU instance has: every share conflicts
             conflicts[index].update(
-                _label(held[other].claim) for other in indices if _uid(held[other].claim) != _uid(held[index].claim)
+                held[other].claim.metadata.label
+                for other in indices
+                if held[other].claim.metadata.uid != held[index].claim.metadata.uid
             )
     return conflicts
 
@@ -335,12 +333,3 @@ def _conflicts(held: list[_Held]) -> dict[int, set[str]]:
 def _complete_listing(pools: Mapping[str, Pool]) -> bool:
     """Whether every pool listed is complete: then a pool that is absent is absent, not half-listed."""
     return all(pool.complete for pool in pools.values())
-
-
-def _uid(claim: JSON) -> str:
-    return str(claim["metadata"].get("uid", ""))
-
-
-def _label(claim: JSON) -> str:
-    meta = claim["metadata"]
-    return f"{meta.get('namespace', '')}/{meta['name']}"

@@ -22,6 +22,7 @@ from dra_driver.claimstatus import (
     DeviceEntry,
 )
 from dra_driver.controller.reservations import DeviceReservation, PublishedDevice, Verdict
+from dra_driver.resourceclaim import AllocatedDeviceStatus, EntryKey, ResourceClaimView
 
 _REASONS = {
     Verdict.RESERVED: REASON_ALLOCATED,
@@ -98,8 +99,8 @@ def build_reserved_condition(reservation: DeviceReservation, generation: int | N
 def build_entry(
     driver: str,
     reservation: DeviceReservation,
-    existing: Mapping[str, Any] | None,
-    holdings: Mapping[str, Mapping[claimstatus.EntryKey, claimstatus.Holding]],
+    existing: AllocatedDeviceStatus | None,
+    holdings: Mapping[str, Mapping[EntryKey, claimstatus.Holding]],
     manager: str,
     generation: int | None,
     now: str,
@@ -116,8 +117,8 @@ def build_entry(
         if reservation.device is not None:
             share_slices = reservation.share_slices if reservation.share_id is not None else None
             data = build_reservation_data(reservation.device, share_slices)
-        elif existing is not None and isinstance(existing.get("data"), Mapping):
-            data = dict(existing["data"])
+        elif existing is not None and isinstance(existing.data, Mapping):
+            data = dict(existing.data)
     condition = claimstatus.keep_transition_time(existing, build_reserved_condition(reservation, generation, now))
     return DeviceEntry(reservation.pool, reservation.device_name, (condition,), data, reservation.share_id)
 
@@ -133,13 +134,13 @@ class Transition:
 
 
 def compute_claim_entries(
-    claim: Mapping[str, Any],
+    claim: ResourceClaimView,
     driver: str,
     manager: str,
     reservations: Sequence[DeviceReservation],
     generation: int | None,
     now: str,
-    holdings: Mapping[str, Mapping[claimstatus.EntryKey, claimstatus.Holding]] | None = None,
+    holdings: Mapping[str, Mapping[EntryKey, claimstatus.Holding]] | None = None,
 ) -> tuple[list[DeviceEntry] | None, list[Transition]]:
     """The entries the controller applies to one claim (``reservations``: all of the claim's, for the
     devices it still holds) and the ``Reserved`` transitions that deserve an Event; pure.
@@ -148,23 +149,19 @@ def compute_claim_entries(
     None when some device's pool is not completely listed: an apply without that entry would give up
     what the controller holds of it, so nothing of the claim is written until every pool is known.
     """
-    existing = [e for e in (claim.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)]
     if holdings is None:
         holdings = claimstatus.compute_holdings(claim)
     entries: list[DeviceEntry] = []
     transitions: list[Transition] = []
     for reservation in reservations:
-        index = claimstatus.find_entry(
-            existing, driver, reservation.pool, reservation.device_name, reservation.share_id
-        )
-        current = existing[index] if index is not None else None
+        current = claim.status_entry(driver, reservation.pool, reservation.device_name, reservation.share_id)
         entry = build_entry(driver, reservation, current, holdings, manager, generation, now)
         if entry is None:
             return None, []
         entries.append(entry)
-        before = claimstatus.condition_of(current, RESERVED) if current is not None else None
+        before = current.condition(RESERVED) if current is not None else None
         condition = entry.conditions[0]
-        if before is None or (before.get("status"), before.get("reason")) != (condition["status"], condition["reason"]):
+        if before is None or (before.status, before.reason) != (condition["status"], condition["reason"]):
             reserved = condition["status"] == "True"
             transitions.append(
                 Transition(

@@ -36,6 +36,7 @@ from typing import Any
 
 from dra_driver.devicemodel.vocabulary import MEMORY_SLICE_COUNTER_PREFIX, SHARED_ATTRIBUTE, DeviceType
 from dra_driver.jsontypes import JSON
+from dra_driver.resourceclaim import DeviceRequestAllocationResult, ResourceClaimView
 
 FREE = "."
 FOREIGN = "x"
@@ -56,12 +57,12 @@ class DeviceState:
     conflict: str | None = None  # "<reason>: <message>" when the controller's Reserved condition is False
 
 
-StatusReader = Callable[[JSON, str, str, str, str | None], DeviceState]
+StatusReader = Callable[[ResourceClaimView, str, str, str, str | None], DeviceState]
 """(claim, driver, pool, device name, shareID or None) -> what the claim's status says of that device
 (of that share, for a share of a shared GPU instance)."""
 
 
-def _no_status(claim: JSON, driver: str, pool: str, device: str, share_id: str | None) -> DeviceState:
+def _no_status(claim: ResourceClaimView, driver: str, pool: str, device: str, share_id: str | None) -> DeviceState:
     return DeviceState()
 
 
@@ -209,14 +210,13 @@ def _current_slices(slices: Iterable[JSON], driver: str) -> list[JSON]:
     ]
 
 
-def share_compute_slices(result: JSON, driver: str) -> int | None:
+def share_compute_slices(result: DeviceRequestAllocationResult, driver: str) -> int | None:
     """The ``computeSlices`` a share's allocation result consumed (the name bare or qualified with the
     driver, as schedulers write it), or None; the one reading of it for the cluster view and the
     reservation controller."""
-    consumed = result.get("consumedCapacity") or {}
-    value = consumed.get("computeSlices", consumed.get(f"{driver}/computeSlices"))
+    value = result.consumed("computeSlices", driver)
     try:
-        return int(str(value)) if value is not None else None
+        return int(value) if value is not None else None
     except ValueError:
         return None
 
@@ -244,7 +244,7 @@ def _instance(label: str, device: JSON, whole_gpu: bool, state: DeviceState) -> 
 
 
 def occupancy(
-    slices: Iterable[JSON], claims: Iterable[JSON], driver: str, read_status: StatusReader = _no_status
+    slices: Iterable[JSON], claims: Iterable[ResourceClaimView], driver: str, read_status: StatusReader = _no_status
 ) -> list[GpuOccupancy]:
     """Every GPU of ``driver``'s pools, sorted by node and GPU, with what allocated claims hold, what
     foreign instances occupy and what is still allocatable; ``read_status`` says what each held
@@ -290,19 +290,17 @@ def occupancy(
     # a shared GPU instance -> compute slices its shares hold (None: a share's size is not known)
     shares_held: dict[tuple[str, str], int | None] = {}
     for claim in claims:
-        meta = claim.get("metadata") or {}
-        label = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
-        for result in results:
+        label = claim.metadata.label
+        for result in claim.results_of(driver):
             # An admin-access allocation holds nothing: kube's allocator does not count it as in use.
-            if result.get("driver") != driver or result.get("adminAccess"):
+            if result.admin_access:
                 continue
-            key = (str(result.get("pool", "")), str(result.get("device", "")))
+            key = (result.pool, result.device)
             device, owner = devices.get(key), device_gpu.get(key)
             if device is None or owner is None or owner not in gpus:
                 continue
             gpu = gpus[owner]
-            share_id = str(result["shareID"]) if result.get("shareID") else None
+            share_id = result.share
             state = read_status(claim, driver, key[0], key[1], share_id)
             instance = _instance(label, device, gpu.whole_gpu, state)
             if instance is None:

@@ -20,11 +20,11 @@ clock: every function takes ``now`` and returns new values (docs/claim-status.md
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from dra_driver import claimstatus
 from dra_driver.claimstatus import READY, SCHEMA_VERSION, DeviceEntry
+from dra_driver.resourceclaim import ResourceClaimView
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceRecord
 
 
@@ -97,7 +97,7 @@ def is_prepared(record: ClaimRecord | None) -> bool:
 
 
 def build_plugin_entries(
-    claim: Mapping[str, Any],
+    claim: ResourceClaimView,
     driver_name: str,
     node_name: str,
     record: ClaimRecord | None,
@@ -112,12 +112,10 @@ def build_plugin_entries(
     """
     if record is None or not is_prepared(record):
         return []
-    existing = [e for e in (claim.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)]
     entries: list[DeviceEntry] = []
     for device in record.devices:
         intent = device.intent
-        index = claimstatus.find_entry(existing, driver_name, node_name, intent.device_name, intent.share_id)
-        current = existing[index] if index is not None else None
+        current = claim.status_entry(driver_name, node_name, intent.device_name, intent.share_id)
         condition = claimstatus.keep_transition_time(current, build_ready_condition(device, generation, now))
         entries.append(
             DeviceEntry(

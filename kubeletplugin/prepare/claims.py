@@ -1,7 +1,7 @@
 """A claim's read and what this driver was allocated on this node.
 
 :func:`read_claim` reads a claim into the product's one model of it
-(:class:`dra_driver.kube.claims.ResourceClaimView`); the pure extraction
+(:class:`dra_driver.resourceclaim.ResourceClaimView`); the pure extraction
 :func:`compute_claim_allocation` says what of a claim is this driver's on this node.  It never
 writes to the API server (``reporter.py`` and ``realize_before_bind.py`` do) and never interprets
 opaque parameters (``config.py`` does).
@@ -30,15 +30,15 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from urllib3.exceptions import HTTPError
 
-from dra_driver.kube.claims import (
+from dra_driver.kube.client import CLAIMS, Client
+from dra_driver.kube.failures import describe_failure
+from dra_driver.kubelet.calls import ClaimRef
+from dra_driver.resourceclaim import (
     DeviceAllocationResult,
     DeviceRequestAllocationResult,
     ResourceClaimView,
     describe_validation_error,
 )
-from dra_driver.kube.client import CLAIMS, Client
-from dra_driver.kube.failures import describe_failure
-from dra_driver.kubelet.calls import ClaimRef
 from kubeletplugin.prepare.errors import ClaimMismatchError, ClaimReadError
 
 log = logging.getLogger(__name__)
@@ -141,6 +141,11 @@ def compute_claim_ref_problem(ref: ClaimRef) -> str | None:
             "(letters, digits and '-', '.', '_', ':', at most 128)"
         )
     return None
+
+
+def claim_ref(claim: ResourceClaimView) -> ClaimRef:
+    """The claim as kubelet names it in its calls."""
+    return ClaimRef(claim.metadata.namespace, claim.metadata.name, claim.metadata.uid)
 
 
 def read_claim(client: Client, ref: ClaimRef) -> ResourceClaimView:

@@ -55,7 +55,6 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver import claimstatus
 from dra_driver.claimstatus import EVENT_STATUS_WRITE_REFUSED, plugin_field_manager, rfc3339
-from dra_driver.kube.claims import ResourceClaimView, parse_claims_with_objects
 from dra_driver.kube.client import CLAIMS, Client
 from dra_driver.kube.events import EventRecorder
 from dra_driver.kube.failures import (
@@ -69,7 +68,9 @@ from dra_driver.kube.failures import (
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kube.loop import ControlLoop
 from dra_driver.kubelet.calls import ClaimRef
+from dra_driver.resourceclaim import ResourceClaimView, parse_claims
 from kubeletplugin.prepare.claim_status import build_plugin_entries
+from kubeletplugin.prepare.claims import claim_ref
 from kubeletplugin.prepare.records import ClaimRecord
 
 log = logging.getLogger(__name__)
@@ -499,8 +500,8 @@ class ClaimReporter(ControlLoop):
         record = self._checkpoint.get(ref.uid) if self._checkpoint is not None else reported
         observed = claim.metadata.generation if claim.metadata.generation is not None else generation
         now = rfc3339(dt.datetime.now(dt.UTC))
-        entries = build_plugin_entries(raw, self.driver_name, self.node_name, record, observed, now)
-        if claimstatus.is_applied(raw, self.field_manager, self.driver_name, entries):
+        entries = build_plugin_entries(claim, self.driver_name, self.node_name, record, observed, now)
+        if claimstatus.is_applied(claim, self.field_manager, self.driver_name, entries):
             return
         body = claimstatus.build_apply_body(ref.namespace, ref.name, ref.uid, self.driver_name, entries)
         try:
@@ -521,19 +522,21 @@ class ClaimReporter(ControlLoop):
         assert informer is not None
         if not informer.wait_synced(0):
             raise _NotListed  # never a decision on a partial view: again once the informer has listed
-        claims = parse_claims_with_objects(informer.items())
+        claims = parse_claims(informer.items())
         records = {record.claim_uid: record for record in checkpoint.records()}  # after the claims: see above
         now = rfc3339(dt.datetime.now(dt.UTC))
         stale: list[ClaimRef] = []
         with self._cond:
             refused = dict(self._refused)
-        for claim, raw in claims:
+        for claim in claims:
             record = records.pop(claim.metadata.uid, None)
             if refused.get(claim.metadata.uid) == claim.metadata.resource_version:
                 continue  # refused as it is: again once the claim changes
-            wanted = build_plugin_entries(raw, self.driver_name, self.node_name, record, claim.metadata.generation, now)
-            if not claimstatus.is_applied(raw, self.field_manager, self.driver_name, wanted):
-                stale.append(claim.ref)
+            wanted = build_plugin_entries(
+                claim, self.driver_name, self.node_name, record, claim.metadata.generation, now
+            )
+            if not claimstatus.is_applied(claim, self.field_manager, self.driver_name, wanted):
+                stale.append(claim_ref(claim))
         for ref in stale:
             self._enqueue_status(
                 ref, f"writing status of {ref.namespace}/{ref.name}: reconcile with the checkpoint", None

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import claimstatus
 from dra_driver.kube.client import CLAIMS, SLICES, Client
 from tests.api_outage import OutputLines, RestartableApiServer, restartable_api_server
 from tests.integration.test_controller_process import NODE, THREE_G_AT_4, allocate
 from tests.plugin_command import MIGDRA
-from tests.sim_objects import DRIVER, H100, node_slices
+from tests.sim_objects import DRIVER, H100, claim_view, node_slices
 from tests.waiting import wait_for
 
 ONE_G_AT_0 = "gpu-0-mig-1g10gb-19-0"  # does not overlap THREE_G_AT_4
@@ -49,9 +48,8 @@ def _reserved(client: Client, name: str, device: str) -> bool:
     stored = client.get(CLAIMS, "default", name)
     if stored is None:
         return False
-    devices = (stored.get("status") or {}).get("devices") or []
-    index = claimstatus.find_entry(devices, DRIVER, NODE, device)
-    return index is not None and claimstatus.condition_of(devices[index], "Reserved") is not None
+    entry = claim_view(stored).status_entry(DRIVER, NODE, device)
+    return entry is not None and entry.condition("Reserved") is not None
 
 
 def test_a_leader_that_cannot_renew_its_lease_exits(api: tuple[RestartableApiServer, Path]) -> None:

@@ -30,7 +30,7 @@ from kubeletplugin.prepare.claim_status import build_plugin_entries
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
 from tests.kube_apiserver import KubeApiServer
 from tests.prepare_harness import create_claim, mig_config, opaque, result
-from tests.sim_objects import DRIVER, H100, node_slices
+from tests.sim_objects import DRIVER, H100, claim_view, node_slices
 
 NODE = "node-a"  # tests.prepare_harness allocates its claims to this node
 DEVICE = "gpu-0-mig-3g40gb-9-4"
@@ -97,7 +97,7 @@ class Writers:
     def controller_apply(self) -> None:
         """As the controller: its part from what it read; a 409 (the plugin took data) reads again."""
         for _ in range(3):
-            claim = self.read_by["controller"]
+            claim = claim_view(self.read_by["controller"])
             entries, _ = compute_claim_entries(
                 claim, DRIVER, CONTROLLER, compute_reservations([claim], self.slices, DRIVER), None, NOW
             )
@@ -119,7 +119,7 @@ class Writers:
     def plugin_apply(self, prepared: bool) -> None:
         claim = self.read_by["plugin"]
         record = prepared_record(claim, self.gpu_uuid) if prepared else None
-        entries = build_plugin_entries(claim, DRIVER, NODE, record, None, NOW)
+        entries = build_plugin_entries(claim_view(claim), DRIVER, NODE, record, None, NOW)
         body = claimstatus.build_apply_body(
             self.meta["namespace"], self.meta["name"], self.meta["uid"], DRIVER, entries
         )
@@ -131,9 +131,8 @@ class Writers:
         devices = claim["status"]["devices"]
         foreign = [{k: v for k, v in d.items() if v is not None} for d in devices if d["driver"] == FOREIGN["driver"]]
         assert foreign == [FOREIGN], "another driver's entry was touched"
-        index = claimstatus.find_entry(devices, DRIVER, NODE, DEVICE)
-        assert index is not None
-        return dict(devices[index])
+        (ours,) = [d for d in devices if claimstatus.entry_key(d) == (DRIVER, NODE, DEVICE, None)]
+        return dict(ours)
 
 
 STEPS: dict[str, Callable[[Writers], None]] = {

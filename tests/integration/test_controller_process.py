@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dra_driver import claimstatus
 from dra_driver.kube.client import CLAIMS, EVENTS, LEASES, SLICES, Client
 from migdra_devcluster.ports import free_port
 from tests.kube_apiserver import KubeApiServer
 from tests.plugin_command import MIGDRA
-from tests.sim_objects import DRIVER, H100, node_slices
+from tests.sim_objects import DRIVER, H100, claim_view, node_slices
 from tests.waiting import wait_for
 
 NODE = "node-1"
@@ -133,12 +132,9 @@ def reserved_condition(client: Client, name: str, device: str) -> dict[str, Any]
     claim = client.get(CLAIMS, "default", name)
     if claim is None:
         return None
-    devices = (claim.get("status") or {}).get("devices") or []
-    index = claimstatus.find_entry(devices, DRIVER, NODE, device)
-    if index is None:
-        return None
-    condition = claimstatus.condition_of(devices[index], "Reserved")
-    return dict(condition) if condition is not None else None
+    entry = claim_view(claim).status_entry(DRIVER, NODE, device)
+    condition = entry.condition("Reserved") if entry is not None else None
+    return condition.model_dump(by_alias=True, exclude_none=True) if condition is not None else None
 
 
 def events_of(client: Client, name: str) -> list[dict[str, Any]]:

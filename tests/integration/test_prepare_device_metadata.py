@@ -18,9 +18,9 @@ from kubernetes import client
 
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.pool import build_pool
-from dra_driver.kube.claims import ResourceClaimView
 from dra_driver.kubelet.calls import ClaimRef
 from dra_driver.nvml.inventory import read_inventory
+from dra_driver.resourceclaim import ResourceClaimView
 from kubeletplugin.prepare import claim_path as claim_path_module
 from kubeletplugin.prepare.cdi import spec_path
 from kubeletplugin.prepare.metadata import (

@@ -62,12 +62,12 @@ from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.naming import parse_shared_device_name
 from dra_driver.devicemodel.policy import DynamicPlacementPolicy
 from dra_driver.devicemodel.pool import NodePool, build_pool
-from dra_driver.kube.claims import parse_claims
 from dra_driver.kube.client import CLAIMS, EVENTS, PODS, SLICES
 from dra_driver.nvml.errors import NvmlError
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.session import open_nvml
 from dra_driver.nvml.settings import build_nvml_settings
+from dra_driver.resourceclaim import parse_claims
 from kubeletplugin.occupancy import compute_allocated_devices
 from tests.sim_cluster import SimCluster, sim_cluster
 from tests.sim_objects import latest_pool

@@ -11,6 +11,7 @@ import pytest
 from dra_driver import claimstatus
 from dra_driver.claimstatus import DeviceEntry, build_apply_body, compute_holdings, is_applied, plugin_field_manager
 from dra_driver.mig.catalog import Placement
+from dra_driver.resourceclaim import ResourceClaimView
 from kubeletplugin.prepare.claim_status import build_plugin_entries
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
 
@@ -79,11 +80,14 @@ def managed(manager: str, *keys: tuple[dict[str, str], list[str], bool]) -> dict
 KEY = {"device": OURS, "driver": DRIVER, "pool": POOL}
 
 
-def claim(devices: list[dict[str, Any]], *fields: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "claim", "namespace": "ns", "managedFields": list(fields)},
-        "status": {"devices": devices},
-    }
+def claim(devices: list[dict[str, Any]], *fields: dict[str, Any]) -> ResourceClaimView:
+    """A claim as the API server returns it, read as every writer reads it."""
+    return ResourceClaimView.model_validate(
+        {
+            "metadata": {"name": "claim", "namespace": "ns", "uid": "uid-1", "managedFields": list(fields)},
+            "status": {"devices": devices},
+        }
+    )
 
 
 def test_a_prepared_record_gives_one_entry_per_device_with_the_reservation_and_identity_keys() -> None:

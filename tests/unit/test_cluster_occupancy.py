@@ -19,6 +19,7 @@ from dra_driver.devicemodel.occupancy import GpuOccupancy, render_occupancy
 from dra_driver.devicemodel.pool import build_pool
 from dra_driver.mig import Placement, load_catalog
 from dra_driver.nvml.types import GpuInstanceInfo
+from tests.sim_objects import claim_views
 
 DRIVER = "gpu.migdra.io"
 NODE = "n1"
@@ -46,7 +47,7 @@ def slices_with_shared_devices(node_name: str, gpus: list[str]) -> list[dict[str
 def claim(name: str, *devices: str, status: list[dict[str, Any]] | None = None, **result: Any) -> dict[str, Any]:
     results = [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": d, **result} for d in devices]
     body: dict[str, Any] = {
-        "metadata": {"name": name, "namespace": "ns"},
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
         "status": {"allocation": {"devices": {"results": results}}},
     }
     if status is not None:
@@ -78,7 +79,9 @@ THREE_G_AT_4 = "gpu-0-mig-3g40gb-9-4"
 def test_foreign_slices_claims_and_what_still_fits_on_one_gpu() -> None:
     """A foreign 1g at 0 and a claim on 3g at 4 leave slices 1-3: 2g at 2 is the largest that fits (3g
     at 0 overlaps the foreign instance, so it is not even published), fragmentation 1 - 2/3."""
-    gpus = compute_cluster_occupancy(slices_with_foreign("1g.10gb", 0, 1), [claim("c", THREE_G_AT_4)], DRIVER)
+    gpus = compute_cluster_occupancy(
+        slices_with_foreign("1g.10gb", 0, 1), claim_views([claim("c", THREE_G_AT_4)]), DRIVER
+    )
     (gpu,) = gpus
     assert (gpu.node, gpu.name, gpu.product) == (NODE, "gpu-0", "NVIDIA H100 80GB HBM3")
     assert gpu.slices == [None, None, None, None, "ns/c", "ns/c", "ns/c", "ns/c"]
@@ -202,7 +205,7 @@ def test_largest_profile_and_fragmentation(
     fragmentation: float,
     absent: set[tuple[str, int]],
 ) -> None:
-    (gpu, *_) = compute_cluster_occupancy(slices, claims, DRIVER)
+    (gpu, *_) = compute_cluster_occupancy(slices, claim_views(claims), DRIVER)
     found = gpu.largest_allocatable
     assert (found.profile if found else None) == largest
     assert gpu.largest_placements == placements
@@ -230,7 +233,9 @@ def test_reserved_realized_and_conflicting_instances_come_from_the_claim_status(
         status=[{**entry("gpu-0-mig-1g10gb-19-3", ("Ready", "True", "x")), "driver": "x.io"}],
     )
     other_driver["status"]["allocation"]["devices"]["results"][0]["driver"] = "x.io"
-    (gpu,) = compute_cluster_occupancy(slices, [realized, pending, ready_without_uuid, conflict, other_driver], DRIVER)
+    (gpu,) = compute_cluster_occupancy(
+        slices, claim_views([realized, pending, ready_without_uuid, conflict, other_driver]), DRIVER
+    )
     by_claim = {i.claim: i for i in gpu.instances}
     assert set(by_claim) == {"ns/done", "ns/waiting", "ns/odd", "ns/clash"}
     done = by_claim["ns/done"]
@@ -251,7 +256,7 @@ def test_reserved_realized_and_conflicting_instances_come_from_the_claim_status(
 def test_a_whole_gpu_is_one_cell_and_one_allocatable_device() -> None:
     slices = example_slices(["H100", "H100"], mig_enabled=False, node_name=NODE)
     held = claim("whole", "gpu-1", status=[entry("gpu-1", ("Ready", "True", "Prepared"))])
-    free, taken = compute_cluster_occupancy(slices, [held], DRIVER)
+    free, taken = compute_cluster_occupancy(slices, claim_views([held]), DRIVER)
     assert (free.name, free.whole_gpu, free.slices, free.free_slices) == ("gpu-0", True, [None], 1)
     assert [(a.device, a.profile) for a in free.allocatable] == [("gpu-0", "gpu")]
     assert free.uuid.startswith("GPU-")
@@ -277,7 +282,7 @@ def test_status_json_document_schema() -> None:
     done = claim(
         "c", THREE_G_AT_4, status=[entry(THREE_G_AT_4, ("Ready", "True", "Prepared"), migUUID="MIG-9", gpuInstanceID=2)]
     )
-    document = status_document(compute_cluster_occupancy(slices, [done], DRIVER), DRIVER)
+    document = status_document(compute_cluster_occupancy(slices, claim_views([done]), DRIVER), DRIVER)
     assert (document["schemaVersion"], document["driver"]) == ("v1", DRIVER)
     (node,) = document["nodes"]
     assert node["name"] == NODE
@@ -381,7 +386,7 @@ def test_shares_of_one_gpu_instance_hold_its_slices_together_and_each_is_listed(
                 },
             }
         )
-    gpus = compute_cluster_occupancy(slices_with_shared_devices("node-1", ["H100"]), claims, DRIVER)
+    gpus = compute_cluster_occupancy(slices_with_shared_devices("node-1", ["H100"]), claim_views(claims), DRIVER)
     gpu = gpus[0]
     assert gpu.slices[:4] == [f"shared {shared}"] * 4
     assert [(i.claim, i.share_slices, i.compute_instance_id, i.realized) for i in gpu.instances] == [
@@ -413,7 +418,7 @@ def test_a_shared_gpu_instance_with_room_for_more_shares_is_allocatable_but_not_
         "metadata": {"namespace": "default", "name": "infer", "uid": "uid-infer"},
         "status": {"allocation": {"devices": {"results": [share]}}},
     }
-    (gpu,) = compute_cluster_occupancy(slices_with_shared_devices("node-1", ["H100"]), [one_share], DRIVER)
+    (gpu,) = compute_cluster_occupancy(slices_with_shared_devices("node-1", ["H100"]), claim_views([one_share]), DRIVER)
     (room,) = [a for a in gpu.allocatable if a.is_share]
     assert (room.device, room.profile, room.placement_start, room.compute_slices_free) == (shared, "4g.40gb", 0, 3)
     assert gpu.largest_allocatable is not None

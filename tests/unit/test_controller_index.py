@@ -20,7 +20,8 @@ from dra_driver.controller.reservations import DeviceReservation, Verdict, compu
 from dra_driver.devicemodel.occupancy import GpuOccupancy
 from dra_driver.kube.client import CLAIMS, SLICES
 from dra_driver.kube.informer import Changes, Informer
-from tests.sim_objects import DRIVER, H100, allocated_claim, node_slices
+from dra_driver.resourceclaim import ResourceClaimView
+from tests.sim_objects import DRIVER, H100, allocated_claim, claim_views, node_slices
 
 NODES = ("node-1", "node-2", "node-3")
 
@@ -103,7 +104,7 @@ def _per_pool_occupancy(index: ReservationIndex, cluster: _Cluster) -> list[tupl
 
 def _expected(cluster: _Cluster) -> dict[tuple[str, str], list[DeviceReservation]]:
     by_claim: dict[tuple[str, str], list[DeviceReservation]] = {}
-    for reservation in compute_reservations(cluster.claims.items(), cluster.slices.items(), DRIVER):
+    for reservation in compute_reservations(claim_views(cluster.claims.items()), cluster.slices.items(), DRIVER):
         by_claim.setdefault((reservation.namespace, reservation.claim_name), []).append(reservation)
     return by_claim
 
@@ -152,7 +153,7 @@ def test_the_index_agrees_with_the_whole_cluster_answer_after_every_change() -> 
             before = expected
             if serial % 10 == 0:
                 assert _per_pool_occupancy(index, cluster) == _normalised(
-                    compute_cluster_occupancy(cluster.slices.items(), cluster.claims.items(), DRIVER)
+                    compute_cluster_occupancy(cluster.slices.items(), claim_views(cluster.claims.items()), DRIVER)
                 ), (seed, serial)
     assert seen == set(Verdict), "every verdict was exercised"
 
@@ -207,8 +208,8 @@ def test_a_controller_pass_looks_only_at_the_claims_whose_reservations_changed(m
         informer._synced.set()
     looked_at: list[str] = []
 
-    def desired(claim: dict[str, Any], held: Any) -> tuple[None, list[Any]]:
-        looked_at.append(claim["metadata"]["name"])
+    def desired(claim: ResourceClaimView, held: Any) -> tuple[None, list[Any]]:
+        looked_at.append(claim.metadata.name)
         return None, []  # as if its status said it already
 
     monkeypatch.setattr(controller, "_desired", desired)

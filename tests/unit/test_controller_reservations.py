@@ -22,7 +22,7 @@ from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.pool import build_pool
 from dra_driver.mig.catalog import Placement
-from tests.sim_objects import DRIVER, H100, allocated_claim, node_slices
+from tests.sim_objects import DRIVER, H100, allocated_claim, claim_view, claim_views, node_slices
 
 NOW = "2026-12-01T00:00:00Z"
 LATER = "2026-12-01T01:00:00Z"
@@ -45,7 +45,7 @@ SHARE_B = "5b0f6b1e-3c1a-4d47-9a57-0c7e2a1d9f11"
 
 
 def _verdicts(*claims: dict[str, Any], slices: list[dict[str, Any]] = SLICES) -> dict[tuple[str, str], Verdict]:
-    return {(r.claim_name, r.device_name): r.verdict for r in compute_reservations(claims, slices, DRIVER)}
+    return {(r.claim_name, r.device_name): r.verdict for r in compute_reservations(claim_views(claims), slices, DRIVER)}
 
 
 @pytest.mark.parametrize(
@@ -157,7 +157,7 @@ def test_a_device_whose_placement_is_no_placement_is_not_reserved_and_fails_noth
 
 
 def test_a_reservation_carries_the_device_as_published() -> None:
-    (reservation,) = compute_reservations([allocated_claim("a", THREE_G_AT_4)], SLICES, DRIVER)
+    (reservation,) = compute_reservations(claim_views([allocated_claim("a", THREE_G_AT_4)]), SLICES, DRIVER)
     device = reservation.device
     assert device is not None
     assert (device.node, device.gpu_minor, device.profile, device.placement) == (
@@ -199,8 +199,8 @@ def _holding(manager: str, device: str, conditions: list[str], data: bool) -> di
 
 def test_the_controllers_entry_reserved_then_conflict_leaves_data_to_the_plugin_once_it_holds_it() -> None:
     claim = allocated_claim("a", THREE_G_AT_4)
-    (reserved,) = compute_reservations([claim], SLICES, DRIVER)
-    entries, transitions = compute_claim_entries(claim, DRIVER, CONTROLLER, [reserved], 1, NOW)
+    (reserved,) = compute_reservations(claim_views([claim]), SLICES, DRIVER)
+    entries, transitions = compute_claim_entries(claim_view(claim), DRIVER, CONTROLLER, [reserved], 1, NOW)
     assert entries is not None
     (entry,) = entries
     assert entry.data is not None
@@ -226,16 +226,18 @@ def test_the_controllers_entry_reserved_then_conflict_leaves_data_to_the_plugin_
         _holding(CONTROLLER, THREE_G_AT_4, ["Reserved"], data=False),
         _holding(PLUGIN, THREE_G_AT_4, ["Ready"], data=True),
     )
-    again, quiet = compute_claim_entries(read, DRIVER, CONTROLLER, [reserved], 1, LATER)
+    again, quiet = compute_claim_entries(claim_view(read), DRIVER, CONTROLLER, [reserved], 1, LATER)
     assert again is not None
     (entry_again,) = again
     assert entry_again.data is None, "data is the plugin's now: the controller does not send it"
-    assert claimstatus.is_applied(read, CONTROLLER, DRIVER, again)
+    assert claimstatus.is_applied(claim_view(read), CONTROLLER, DRIVER, again)
     assert quiet == []
 
     other = allocated_claim("b", ONE_G_AT_6)
-    conflicted = next(r for r in compute_reservations([claim, other], SLICES, DRIVER) if r.claim_name == "a")
-    flagged, warned = compute_claim_entries(read, DRIVER, CONTROLLER, [conflicted], 1, LATER)
+    conflicted = next(
+        r for r in compute_reservations(claim_views([claim, other]), SLICES, DRIVER) if r.claim_name == "a"
+    )
+    flagged, warned = compute_claim_entries(claim_view(read), DRIVER, CONTROLLER, [conflicted], 1, LATER)
     assert flagged is not None
     (flagged_entry,) = flagged
     assert flagged_entry.data is None
@@ -248,12 +250,12 @@ def test_the_controllers_entry_reserved_then_conflict_leaves_data_to_the_plugin_
 
 def test_a_claim_with_a_device_of_a_pool_not_completely_listed_is_not_written() -> None:
     claim = allocated_claim("a", THREE_G_AT_4)
-    entries, transitions = compute_claim_entries(claim, DRIVER, CONTROLLER, [], 1, NOW)
+    entries, transitions = compute_claim_entries(claim_view(claim), DRIVER, CONTROLLER, [], 1, NOW)
     assert entries == []
     assert transitions == []
-    (reserved,) = compute_reservations([claim], SLICES, DRIVER)
+    (reserved,) = compute_reservations(claim_views([claim]), SLICES, DRIVER)
     unknown = dataclasses.replace(reserved, verdict=Verdict.UNKNOWN, device=None)
-    assert compute_claim_entries(claim, DRIVER, CONTROLLER, [reserved, unknown], 1, NOW) == (None, [])
+    assert compute_claim_entries(claim_view(claim), DRIVER, CONTROLLER, [reserved, unknown], 1, NOW) == (None, [])
 
 
 def test_the_write_rate_allows_a_burst_then_one_write_per_interval() -> None:
@@ -302,7 +304,7 @@ def test_shares_of_one_device_are_reserved_together() -> None:
         _share("b", SHARED_4G_AT_0, 1, "22222222-2222-4222-8222-222222222222", qualified=True),
         _share("c", SHARED_4G_AT_0, 2, "33333333-3333-4333-8333-333333333333"),
     ]
-    reservations = compute_reservations(claims, slices, DRIVER)
+    reservations = compute_reservations(claim_views(claims), slices, DRIVER)
     assert [(r.claim_name, r.verdict, r.share_slices) for r in reservations] == [
         ("a", Verdict.RESERVED, 1),
         ("b", Verdict.RESERVED, 1),
@@ -325,7 +327,7 @@ def test_shares_over_the_compute_slices_conflict_with_each_other() -> None:
         _share("b", SHARED_4G_AT_0, 2, "22222222-2222-4222-8222-222222222222"),
         _share("c", SHARED_4G_AT_0, 1, "33333333-3333-4333-8333-333333333333"),
     ]
-    reservations = {r.claim_name: r for r in compute_reservations(claims, slices, DRIVER)}
+    reservations = {r.claim_name: r for r in compute_reservations(claim_views(claims), slices, DRIVER)}
     assert {name: r.verdict for name, r in reservations.items()} == dict.fromkeys("abc", Verdict.CONFLICT)
     assert reservations["a"].conflicts_with == ("default/b", "default/c")
 
@@ -348,7 +350,7 @@ def test_one_claim_with_two_shares_of_one_device_conflicts_with_itself_as_the_no
     second = dict(claim["status"]["allocation"]["devices"]["results"][0], request="r1")
     second["shareID"] = "22222222-2222-4222-8222-222222222222"
     claim["status"]["allocation"]["devices"]["results"].append(second)
-    reservations = compute_reservations([claim], slices, DRIVER)
+    reservations = compute_reservations(claim_views([claim]), slices, DRIVER)
     assert [(r.share_id, r.verdict, r.conflicts_with) for r in reservations] == [
         ("11111111-1111-4111-8111-111111111111", Verdict.CONFLICT, ("default/a",)),
         ("22222222-2222-4222-8222-222222222222", Verdict.CONFLICT, ("default/a",)),
@@ -362,7 +364,7 @@ def test_one_claim_with_two_shares_of_one_device_conflicts_with_itself_as_the_no
         "claim of its own (nothing was deallocated)"
     )
     # ... and an exclusive claim overlapping it is named as well
-    both = compute_reservations([claim, allocated_claim("x", FOUR_G_AT_0)], slices, DRIVER)
+    both = compute_reservations(claim_views([claim, allocated_claim("x", FOUR_G_AT_0)]), slices, DRIVER)
     assert build_reserved_message(both[0]).endswith(
         "; also, 4g.40gb at memory slices 0\u20133 of "
         + str(both[0].device.gpu_uuid if both[0].device else "")
@@ -372,7 +374,7 @@ def test_one_claim_with_two_shares_of_one_device_conflicts_with_itself_as_the_no
     # Two claims each with one share of the device stay reserved (shares of one GI by design).
     other = _share("b", SHARED_4G_AT_0, 1, "33333333-3333-4333-8333-333333333333")
     single = _share("c", SHARED_4G_AT_0, 1, "44444444-4444-4444-8444-444444444444")
-    assert {r.verdict for r in compute_reservations([other, single], slices, DRIVER)} == {Verdict.RESERVED}
+    assert {r.verdict for r in compute_reservations(claim_views([other, single]), slices, DRIVER)} == {Verdict.RESERVED}
 
 
 def test_share_metrics_count_shares_and_slices_per_device_and_drop_to_zero() -> None:
@@ -385,11 +387,11 @@ def test_share_metrics_count_shares_and_slices_per_device_and_drop_to_zero() -> 
         allocated_claim("x", ONE_G_AT_6),
     ]
     labels = {"node": "node-1", "device": SHARED_4G_AT_0}
-    metrics.observe(compute_reservations(claims, slices, DRIVER))
+    metrics.observe(compute_reservations(claim_views(claims), slices, DRIVER))
     assert registry.get_sample_value("migdra_gpu_instance_shares", labels) == 2
     assert registry.get_sample_value("migdra_gpu_instance_share_compute_slices", labels) == 3
     assert registry.get_sample_value("migdra_gpu_instance_shares", {"node": "node-1", "device": ONE_G_AT_6}) is None
-    metrics.observe(compute_reservations(claims[2:], slices, DRIVER))
+    metrics.observe(compute_reservations(claim_views(claims[2:]), slices, DRIVER))
     assert registry.get_sample_value("migdra_gpu_instance_shares", labels) == 0
     assert registry.get_sample_value("migdra_gpu_instance_share_compute_slices", labels) == 0
 
@@ -438,8 +440,8 @@ def test_a_claim_whose_status_write_keeps_failing_is_backed_off_alone(read_failu
     claim = allocated_claim("a", THREE_G_AT_4)
     client = _ConflictingClient(claim, read_failures)
     controller = _controller(client)
-    held = compute_reservations([claim], SLICES, DRIVER)
-    controller._converge(copy.deepcopy(claim), held, controller._desired(claim, held))  # raises nothing
+    held = compute_reservations(claim_views([claim]), SLICES, DRIVER)
+    controller._converge(claim_view(claim), held, controller._desired(claim_view(claim), held))  # raises nothing
     assert client.writes == writes
     assert "uid-a" in controller._backoffs, "the claim is backed off, to be tried again later"
     assert controller.metrics.writes.labels(result="conflict")._value.get() == writes
@@ -456,9 +458,9 @@ def test_the_controller_writes_each_share_its_own_entry_keyed_by_share_id() -> N
         "shareID": "22222222-2222-4222-8222-222222222222",
         "data": {"migUUID": "MIG-other"},
     }
-    held = compute_reservations([claim], slices, DRIVER)
+    held = compute_reservations(claim_views([claim]), slices, DRIVER)
     read = _with_status(claim, [other_share])
-    entries, transitions = compute_claim_entries(read, DRIVER, CONTROLLER, held, 1, NOW)
+    entries, transitions = compute_claim_entries(claim_view(read), DRIVER, CONTROLLER, held, 1, NOW)
     assert entries is not None
     (ours,) = entries
     assert (ours.device, ours.share_id) == (SHARED_4G_AT_0, "11111111-1111-4111-8111-111111111111")

@@ -33,11 +33,12 @@ from dra_driver.devicemodel.vocabulary import (
     published_attribute_ids,
     published_capacity_ids,
 )
-from dra_driver.kube.claims import parse_claims
 from dra_driver.mig import Placement, load_catalog
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import GpuInstanceInfo
+from dra_driver.resourceclaim import parse_claims
 from kubeletplugin.occupancy import compute_allocated_devices
+from tests.sim_objects import claim_views
 
 CATALOG = load_catalog()
 DRIVER = "gpu.migdra.io"
@@ -329,7 +330,7 @@ def test_the_cluster_occupancy_counts_two_shares_as_two_instances_of_one_placeme
     ]
     claims = [
         {
-            "metadata": {"name": name, "namespace": "ns"},
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
             "status": {
                 "allocation": {
                     "devices": {
@@ -340,7 +341,7 @@ def test_the_cluster_occupancy_counts_two_shares_as_two_instances_of_one_placeme
         }
         for name, device, extra in results
     ]
-    (gpu,) = occupancy(slices, claims, DRIVER)
+    (gpu,) = occupancy(slices, claim_views(claims), DRIVER)
     assert [(i.claim, i.placement_start, i.placement_size) for i in gpu.instances] == [("ns/c1", 0, 4), ("ns/c2", 0, 4)]
     assert gpu.free_slices == 4
     allocatable = {a.device for a in gpu.allocatable}

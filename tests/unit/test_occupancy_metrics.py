@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dra_driver.clusterview import compute_cluster_occupancy
 from dra_driver.controller.occupancy_metrics import OccupancyMetrics
 from dra_driver.devicemodel import example_slices
+from tests.sim_objects import claim_views
 
 DRIVER = "gpu.migdra.io"
 THREE_G_AT_4 = "gpu-0-mig-3g40gb-9-4"
@@ -24,7 +25,7 @@ def claim(name: str, device: str, ready: bool) -> dict[str, Any]:
     entry["conditions"] = [{"type": "Ready", "status": str(ready), "reason": "Prepared", "message": ""}]
     result = {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": device}
     return {
-        "metadata": {"name": name, "namespace": "ns"},
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
         "status": {"allocation": {"devices": {"results": [result]}}, "devices": [entry]},
     }
 
@@ -50,7 +51,7 @@ def test_gauges_per_node_and_gpu(registry: CollectorRegistry) -> None:
     metrics = OccupancyMetrics(registry)
     slices = example_slices(["H100", "H100"], node_name="n1")
     claims = [claim("a", THREE_G_AT_4, ready=True), claim("b", ONE_G_AT_2, ready=False)]
-    metrics.update({"n1": compute_cluster_occupancy(slices, claims, DRIVER)})
+    metrics.update({"n1": compute_cluster_occupancy(slices, claim_views(claims), DRIVER)})
     samples = scrape(registry)
     assert samples[series("migdra_gpu_reserved_instances", "gpu-0", profile="3g.40gb")] == 1
     assert samples[series("migdra_gpu_reserved_instances", "gpu-0", profile="1g.10gb")] == 1
@@ -95,7 +96,9 @@ def test_series_of_what_disappeared_are_removed(
 ) -> None:
     metrics = OccupancyMetrics(registry)
     slices = example_slices(["H100", "H100"], node_name="n1")
-    metrics.update({"n1": compute_cluster_occupancy(slices, [claim("a", THREE_G_AT_4, ready=True)], DRIVER)})
+    metrics.update(
+        {"n1": compute_cluster_occupancy(slices, claim_views([claim("a", THREE_G_AT_4, ready=True)]), DRIVER)}
+    )
     before = scrape(registry)
     metrics.update({"n1": compute_cluster_occupancy(second_slices, [], DRIVER)})
     after = scrape(registry)
@@ -115,7 +118,9 @@ def test_an_update_of_one_pool_leaves_the_other_pools_series(registry: Collector
     metrics.update(
         {"n1": compute_cluster_occupancy(first, [], DRIVER), "n2": compute_cluster_occupancy(second, [], DRIVER)}
     )
-    metrics.update({"n1": compute_cluster_occupancy(first, [claim("a", THREE_G_AT_4, ready=True)], DRIVER)})
+    metrics.update(
+        {"n1": compute_cluster_occupancy(first, claim_views([claim("a", THREE_G_AT_4, ready=True)]), DRIVER)}
+    )
     samples = scrape(registry)
     assert samples[series("migdra_gpu_free_memory_slices", "gpu-0")] == 4
     other = ("migdra_gpu_free_memory_slices", (("gpu", "gpu-0"), ("node", "n2")))

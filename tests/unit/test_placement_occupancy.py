@@ -19,9 +19,9 @@ from dra_driver.devicemodel import example_inventory
 from dra_driver.devicemodel.config import DeviceModelConfig
 from dra_driver.devicemodel.policy import DEFAULT_POLICY, PLACEMENT_POLICIES
 from dra_driver.devicemodel.pool import build_pool
-from dra_driver.kube.claims import parse_claims
 from dra_driver.kube.client import CLAIMS, Client
 from dra_driver.kube.informer import Changes, Informer
+from dra_driver.resourceclaim import parse_claims
 from kubeletplugin.metrics import PublishMetrics
 from kubeletplugin.occupancy import ClaimOccupancy, RepublishGate, compute_allocated_devices
 from kubeletplugin.publisher import PublishResult

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from dra_driver import claimstatus
-from dra_driver.kube.claims import ResourceClaimView
 from dra_driver.kubelet.calls import ClaimRef
+from dra_driver.resourceclaim import ResourceClaimView
 from kubeletplugin.prepare.records import ClaimRecord, ClaimState, DeviceIntent, DeviceRecord
 from kubeletplugin.realize_before_bind import (
     build_binding_condition,

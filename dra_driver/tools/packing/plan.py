@@ -31,6 +31,7 @@ from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ConfigurationError
 from dra_driver.jsontypes import JSON
 from dra_driver.mig.catalog import MigCatalog, load_catalog
+from dra_driver.resourceclaim import parse_claims
 from dra_driver.tools.allocation import DEFAULT_FEATURES
 from dra_driver.tools.allocation.explain import explain
 from dra_driver.tools.packing.oracle import RepackingOracle
@@ -251,7 +252,7 @@ def plan(
             break
     slices = [s for node in nodes for s in node.visible]
     allocated = [c for node in nodes for c in node.claims.values()]
-    result.gpus = occupancy(slices, allocated, driver)
+    result.gpus = occupancy(slices, parse_claims(allocated), driver)
     result.shares = shared_uses(nodes)
     result.oracle_placed = _oracle_placed(shape, claims, classes, driver)
     return result

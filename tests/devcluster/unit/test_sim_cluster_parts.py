@@ -7,6 +7,7 @@ from pathlib import Path
 
 from dra_driver.devicemodel import example_slices
 from dra_driver.devicemodel.occupancy import occupancy, render_occupancy
+from dra_driver.resourceclaim import ResourceClaimView
 from migdra_devcluster.cluster import ClusterSpec, PluginProcess
 
 REPO = Path(__file__).resolve().parents[3]
@@ -32,7 +33,7 @@ def test_a_node_given_its_own_gpus_gets_them_and_the_others_get_the_common_ones(
 def test_the_occupancy_map_shows_which_memory_slices_hold_which_claim() -> None:
     slices = example_slices(["H100-SXM5-80GB", "H100-SXM5-80GB"], True, "gpu.migdra.io", "n1")
     claim = {
-        "metadata": {"name": "c", "namespace": "ns"},
+        "metadata": {"name": "c", "namespace": "ns", "uid": "uid-c"},
         "status": {
             "allocation": {
                 "devices": {
@@ -44,7 +45,7 @@ def test_the_occupancy_map_shows_which_memory_slices_hold_which_claim() -> None:
             }
         },
     }
-    gpus = occupancy(slices, [claim], "gpu.migdra.io")
+    gpus = occupancy(slices, [ResourceClaimView.model_validate(claim)], "gpu.migdra.io")
     assert [(g.node, g.counter_set, g.free_slices) for g in gpus] == [
         ("n1", "gpu-0-counter-set", 8),
         ("n1", "gpu-1-counter-set", 4),
