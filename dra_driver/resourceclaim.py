@@ -196,9 +196,13 @@ class ManagedFieldsEntry(_ApiView):
 
 
 class ObjectMetaView(_ApiView):
+    """A claim's metadata.  A claim read from a manifest (the tools') has no ``uid`` and may have no
+    ``namespace`` until the API server stores it: both are then empty, and a UID compared with kubelet's
+    or a label printed says so."""
+
     name: str
-    namespace: str
-    uid: str
+    namespace: str = ""
+    uid: str = ""
     generation: int | None = None
     resource_version: str | None = Field(default=None, alias="resourceVersion")
     annotations: dict[str, str] | None = None
@@ -211,8 +215,9 @@ class ObjectMetaView(_ApiView):
 
     @property
     def label(self) -> str:
-        """``namespace/name``, as logs and messages name a claim."""
-        return f"{self.namespace}/{self.name}"
+        """``namespace/name`` as logs and messages name a claim (klog's ``KObj``: the name alone
+        without a namespace)."""
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
     def involved(self) -> dict[str, Any]:
         """The claim's identity as an Event recorder takes an object (``metadata`` alone)."""

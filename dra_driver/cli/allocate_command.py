@@ -22,6 +22,7 @@ import yaml
 
 from dra_driver.errors import ConfigurationError
 from dra_driver.jsontypes import MutableJSON
+from dra_driver.resourceclaim import ResourceClaimView, describe_validation_error, parse_claims
 
 if TYPE_CHECKING:
     from dra_driver.kube.client import Client, Kind
@@ -229,10 +230,22 @@ def _check_object(body: Any, where: str) -> None:
 CLUSTER_SCOPED_KINDS = frozenset({"ResourceSlice", "DeviceClass", "Node"})
 
 
-def _split_claims(claims: list[MutableJSON]) -> tuple[list[MutableJSON], list[MutableJSON]]:
-    pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
-    allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
-    return pending, allocated
+def _read_claims(objects: list[MutableJSON], where: str) -> list[ResourceClaimView]:
+    """The claims (checked as kube-apiserver checks them) read into the one claim model."""
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    claims = []
+    for obj in objects:
+        try:
+            claims.append(ResourceClaimView.model_validate(obj))
+        except ValidationError as e:
+            name = (obj.get("metadata") or {}).get("name")
+            raise ConfigurationError(f"{where}: ResourceClaim {name}: {describe_validation_error(e)}") from e
+    return claims
+
+
+def _split_claims(claims: list[ResourceClaimView]) -> tuple[list[ResourceClaimView], list[ResourceClaimView]]:
+    return [c for c in claims if not c.allocated], [c for c in claims if c.allocated]
 
 
 def _from_files(
@@ -241,7 +254,7 @@ def _from_files(
     claim_files: tuple[Path, ...],
     node_name: str,
     node_labels: tuple[str, ...],
-) -> tuple[list[MutableJSON], MutableJSON, list[MutableJSON], list[MutableJSON], list[MutableJSON]]:
+) -> tuple[list[ResourceClaimView], MutableJSON, list[MutableJSON], list[MutableJSON], list[ResourceClaimView]]:
     labels: dict[str, str] = {}
     for item in node_labels:
         key, equals, value = item.partition("=")
@@ -249,7 +262,7 @@ def _from_files(
             raise ConfigurationError(f"--node-label {item!r}: give KEY=VALUE")
         labels[key] = value
     node: MutableJSON = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "labels": labels}}
-    pending, allocated = _split_claims(_objects(claim_files, "--claims", "ResourceClaim"))
+    pending, allocated = _split_claims(_read_claims(_objects(claim_files, "--claims", "ResourceClaim"), "--claims"))
     slices = _objects(slice_files, "--slices", "ResourceSlice")
     classes = _objects(class_files, "--classes", "DeviceClass")
     return pending, node, slices, classes, allocated
@@ -268,7 +281,7 @@ def _from_cluster(
     pod: str | None,
     claim_refs: tuple[str, ...],
     claim_files: tuple[Path, ...],
-) -> tuple[list[MutableJSON], list[MutableJSON], list[MutableJSON], list[MutableJSON], list[MutableJSON]]:
+) -> tuple[list[ResourceClaimView], list[MutableJSON], list[MutableJSON], list[MutableJSON], list[ResourceClaimView]]:
     """The pending claims, the node (``node_name``; None: every node, in name order), slices, classes and
     the allocated claims, read from the API."""
     from dra_driver.kube.client import CLAIMS, DEVICE_CLASSES, NODES, SLICES, Client  # noqa: PLC0415
@@ -289,26 +302,23 @@ def _from_cluster(
                 raise ConfigurationError("the cluster has no nodes to allocate on")
         slices = _list(api, SLICES, "ResourceSlices")
         classes = _list(api, DEVICE_CLASSES, "DeviceClasses")
-        every_claim = _list(api, CLAIMS, "ResourceClaims")
+        every_claim = parse_claims(_list(api, CLAIMS, "ResourceClaims"))
         if pod_reference is not None:
             references += _pod_claims(api, pod_reference)
     finally:
         api.close()
-    by_reference = {
-        ((c.get("metadata") or {}).get("namespace", ""), (c.get("metadata") or {}).get("name", "")): c
-        for c in every_claim
-    }
-    wanted: list[MutableJSON] = []
+    by_reference = {(c.metadata.namespace, c.metadata.name): c for c in every_claim}
+    wanted: list[ResourceClaimView] = []
     for reference in references:
         claim = by_reference.get(reference)
         if claim is None:
             raise ConfigurationError(f"ResourceClaim {reference[0]}/{reference[1]} not found in the cluster")
         wanted.append(claim)
     if claim_files:
-        wanted += _objects(claim_files, "--claims", "ResourceClaim")
+        wanted += _read_claims(_objects(claim_files, "--claims", "ResourceClaim"), "--claims")
     pending, _ = _split_claims(wanted)
     pending_ids = {id(c) for c in pending}
-    allocated = [c for c in every_claim if (c.get("status") or {}).get("allocation") and id(c) not in pending_ids]
+    allocated = [c for c in every_claim if c.allocated and id(c) not in pending_ids]
     return pending, nodes, slices, classes, allocated
 
 
@@ -357,8 +367,10 @@ def _pod_claims(api: Client, reference: tuple[str, str]) -> list[tuple[str, str]
     return references
 
 
-def _named(claims: list[MutableJSON], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"claim": _claim_label(claim), "allocation": result} for claim, result in zip(claims, results, strict=True)]
+def _named(claims: list[ResourceClaimView], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"claim": claim.metadata.label, "allocation": result} for claim, result in zip(claims, results, strict=True)
+    ]
 
 
 def _allocation_text(answer: MutableJSON) -> str:
@@ -372,11 +384,6 @@ def _allocation_text(answer: MutableJSON) -> str:
                 extra += f" (share {result['shareID']}{': ' + consumed if consumed else ''})"
             lines.append(f"    {result['request']}: {result['driver']}/{result['pool']}/{result['device']}{extra}")
     return "\n".join(lines)
-
-
-def _claim_label(claim: MutableJSON) -> str:
-    metadata = claim.get("metadata") or {}
-    return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}".lstrip("/")
 
 
 def _dump(document: MutableJSON, output: str) -> None:

@@ -58,6 +58,7 @@ from dra_driver.devicemodel.layout import render_slices
 from dra_driver.devicemodel.pool import build_pool
 from dra_driver.jsontypes import MutableJSON
 from dra_driver.quantity import Quantity
+from dra_driver.resourceclaim import ResourceClaimStatusView, ResourceClaimView
 from dra_driver.tools.allocation import DEFAULT_FEATURES, AllocationStats, allocate
 from dra_driver.tools.cel.documents import load_documents
 
@@ -93,6 +94,10 @@ class ClaimShape:
     label: str
     requests: tuple[Request, ...]
     same_gpu: bool = False
+
+    def claim(self, name: str) -> ResourceClaimView:
+        """The claim as a scheduler holds it: read once into the claim model, as an informer's object."""
+        return ResourceClaimView.model_validate(self.body(name))
 
     def body(self, name: str) -> MutableJSON:
         """The claim as a v1 ResourceClaim dict."""
@@ -134,9 +139,9 @@ def single(profile: str) -> ClaimShape:
     return ClaimShape(profile, (("mig", profile, 1),))
 
 
-def allocated(claim: MutableJSON, result: MutableJSON) -> MutableJSON:
+def allocated(claim: ResourceClaimView, result: MutableJSON) -> ResourceClaimView:
     """The claim once allocated: what later calls receive in ``allocated_claims``."""
-    return {**claim, "status": {"allocation": result}}
+    return claim.model_copy(update={"status": ResourceClaimStatusView.model_validate({"allocation": result})})
 
 
 def load_classes() -> list[MutableJSON]:
@@ -303,11 +308,11 @@ def check_result(shape: ClaimShape, results: list[MutableJSON] | None, ledger: L
 
 
 def call(
-    claim: MutableJSON,
+    claim: ResourceClaimView,
     node: Node,
     slices: list[MutableJSON],
     classes: list[MutableJSON],
-    claims: list[MutableJSON],
+    claims: list[ResourceClaimView],
     caching: bool,
     stats: AllocationStats | None = None,
 ) -> Any:
@@ -331,7 +336,9 @@ def timed(action: Callable[[], Any]) -> tuple[float, Any]:
     return (time.perf_counter() - started) * 1000, result
 
 
-def fill(node: Node, classes: list[MutableJSON], percent: int, rng: random.Random) -> tuple[list[MutableJSON], Ledger]:
+def fill(
+    node: Node, classes: list[MutableJSON], percent: int, rng: random.Random
+) -> tuple[list[ResourceClaimView], Ledger]:
     """Allocated claims holding ``percent`` % of the node's memory slices, made by the allocator itself.
 
     Claims of one device each, profiles drawn from ``MIX`` among those that do not overshoot the
@@ -340,7 +347,7 @@ def fill(node: Node, classes: list[MutableJSON], percent: int, rng: random.Rando
     """
     keep_room = [shape for shape in SHAPES if EXPECTED_FIT[shape.label]]
     ledger = Ledger(node)
-    claims: list[MutableJSON] = []
+    claims: list[ResourceClaimView] = []
     target = round(node.memory_slices * percent / 100)
     sizes = {info.profile: info.memory_slices for info in node.devices.values()}
     candidates = dict(MIX)
@@ -351,7 +358,7 @@ def fill(node: Node, classes: list[MutableJSON], percent: int, rng: random.Rando
             break
         profile = rng.choices(fitting, weights=[candidates[p] for p in fitting])[0]
         shape = single(profile)
-        claim = shape.body(f"{node.name}-fill-{len(claims)}")
+        claim = shape.claim(f"{node.name}-fill-{len(claims)}")
         results = call(claim, node, node.slices, classes, claims, True)
         names = check_result(shape, results, ledger)
         if names is None:
@@ -377,7 +384,7 @@ class NodeCase:
     shape: ClaimShape
     node: Node
     classes: list[MutableJSON]
-    claims: list[MutableJSON]
+    claims: list[ResourceClaimView]
     full: float  # the share of memory slices actually held
     expected: Any = None
     repeat: int = 0  # cached calls per run
@@ -388,7 +395,7 @@ class NodeCase:
         return f"{self.percent}:{self.shape.label}"
 
     def run(self, caching: bool, stats: AllocationStats | None = None) -> tuple[float, Any]:
-        claim = self.shape.body("bench-claim")
+        claim = self.shape.claim("bench-claim")
         return timed(lambda: call(claim, self.node, self.node.slices, self.classes, self.claims, caching, stats))
 
 
@@ -450,12 +457,16 @@ class Pass:
 
 
 def schedule(
-    nodes: list[Node], slices: list[MutableJSON], classes: list[MutableJSON], pods: list[MutableJSON], caching: bool
+    nodes: list[Node],
+    slices: list[MutableJSON],
+    classes: list[MutableJSON],
+    pods: list[ResourceClaimView],
+    caching: bool,
 ) -> Pass:
     """Pods one by one, as kube-scheduler would: from a start node that moves on by one per pod, the
     nodes in turn until ``allocate`` finds a place; the result becomes an allocated claim."""
     done = Pass()
-    claims: list[MutableJSON] = []
+    claims: list[ResourceClaimView] = []
     gc.collect()
     started = time.perf_counter()
     for index, pod_claim in enumerate(pods):
@@ -497,7 +508,7 @@ def cluster_run(
     nodes: list[Node],
     slices: list[MutableJSON],
     classes: list[MutableJSON],
-    pods: list[MutableJSON],
+    pods: list[ResourceClaimView],
     baseline_pods: int,
     run: int,
 ) -> tuple[dict[str, float], Pass, Pass]:
@@ -534,11 +545,11 @@ def collect(into: dict[str, list[float]], values: dict[str, float]) -> None:
         into.setdefault(name, []).append(value)
 
 
-def pod_claims(count: int, seed: int) -> tuple[list[ClaimShape], list[MutableJSON]]:
+def pod_claims(count: int, seed: int) -> tuple[list[ClaimShape], list[ResourceClaimView]]:
     rng = random.Random(f"{seed}-pods")
     profiles = rng.choices([p for p, _ in MIX], weights=[w for _, w in MIX], k=count)
     shapes = [single(profile) for profile in profiles]
-    return shapes, [shape.body(f"pod-{index}") for index, shape in enumerate(shapes)]
+    return shapes, [shape.claim(f"pod-{index}") for index, shape in enumerate(shapes)]
 
 
 def progress(text: str) -> None:

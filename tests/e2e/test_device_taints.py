@@ -12,7 +12,7 @@ from dra_driver.kube.client import SLICES, Client
 from dra_driver.tools.allocation import DEFAULT_FEATURES, allocate
 from tests.e2e.test_kubelet_plugin_process import PluginProcess, _stop
 from tests.plugin_command import DRIVER, MIGDRA, NODE
-from tests.sim_objects import claim, mig_request, migdra_device_classes
+from tests.sim_objects import claim, claim_view, mig_request, migdra_device_classes
 from tests.waiting import wait_for
 
 XID_KEY = f"{DRIVER}/xid"
@@ -39,7 +39,12 @@ def _fits(api: Client, count: int) -> list[str] | None:
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
     slices = [s for s in api.list(SLICES)[0] if s["spec"]["pool"]["name"] == NODE]
     found = allocate(
-        [claim("new", mig_request(count=count))], node, slices, migdra_device_classes(), [], DEFAULT_FEATURES
+        [claim_view(claim("new", mig_request(count=count)))],
+        node,
+        slices,
+        migdra_device_classes(),
+        [],
+        DEFAULT_FEATURES,
     )
     return None if found is None else [r["device"] for r in found[0]["devices"]["results"]]
 

@@ -20,6 +20,7 @@ from kubernetes import client
 from dra_driver.devicemodel import example_slices
 from dra_driver.tools.allocation import DEFAULT_FEATURES, allocate
 from tests.kube_apiserver import KubeApiServer
+from tests.sim_objects import claim_view
 
 MIGDRA = str(Path(sys.executable).with_name("migdra"))
 REPO = Path(__file__).resolve().parents[2]
@@ -99,7 +100,9 @@ def test_prints_exactly_what_the_allocator_returns(files: dict[str, str], tmp_pa
     result = run_files(files, claims_path, "-o", "json")
     assert result.returncode == 0, result.stderr
     printed = json.loads(result.stdout)
-    expected = allocate([pending], {"metadata": {"name": NODE}}, node_slices(), classes(), [], DEFAULT_FEATURES)
+    expected = allocate(
+        [claim_view(pending)], {"metadata": {"name": NODE}}, node_slices(), classes(), [], DEFAULT_FEATURES
+    )
     assert expected is not None
     assert printed == {
         "allocated": True,

@@ -36,7 +36,7 @@ from dra_driver.devicemodel.vocabulary import (
 from dra_driver.mig import Placement, load_catalog
 from dra_driver.nvml.inventory import read_inventory
 from dra_driver.nvml.types import GpuInstanceInfo
-from dra_driver.resourceclaim import parse_claims
+from dra_driver.resourceclaim import ResourceClaimView, parse_claims
 from kubeletplugin.occupancy import compute_allocated_devices
 from tests.sim_objects import claim_views
 
@@ -363,7 +363,7 @@ def test_slices_table_marks_shared_devices_and_leaves_exclusive_rows_alone() -> 
 
 
 def test_allocate_text_names_the_share() -> None:
-    claim = {"metadata": {"namespace": "ns", "name": "c"}}
+    claim = ResourceClaimView.model_validate({"metadata": {"namespace": "ns", "name": "c"}})
     result = {
         "devices": {
             "results": [

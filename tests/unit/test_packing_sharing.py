@@ -15,6 +15,7 @@ import pytest
 from dra_driver.cli.plan_command import plan_document
 from dra_driver.deviceclasses import DEVICECLASS_DIR, deviceclass_documents
 from dra_driver.devicemodel.policy import placement_policy
+from dra_driver.resourceclaim import ResourceClaimSpecView
 from dra_driver.tools.packing.bench import BOUND, ORACLE, BenchConfig, pods_rows, run_bench
 from dra_driver.tools.packing.plan import PlannedClaim, parse_nodes, plan
 from dra_driver.tools.packing.simulation import SimNode, run_bound, run_oracle, run_policy
@@ -26,6 +27,7 @@ from dra_driver.tools.packing.workloads import (
     sharing_workloads,
 )
 from dra_driver.tools.validation import validate
+from tests.sim_objects import claim_view
 
 DRIVER = "gpu.migdra.io"
 CLASSES = deviceclass_documents(DEVICECLASS_DIR, DRIVER)
@@ -51,7 +53,7 @@ def valid_claim(spec: dict[str, Any]) -> bool:
 
 def place(node: SimNode, uid: str, kind: ClaimShape) -> dict[str, Any] | None:
     """Allocate one claim of ``kind`` on ``node`` and record it, as the simulation does; None: no fit."""
-    wanted = claim(uid, kind)
+    wanted = claim_view(claim(uid, kind))
     allocation = node.try_allocate(wanted, CLASSES, None)
     if allocation is not None:
         node.add(uid, wanted, allocation)
@@ -109,9 +111,9 @@ def _holders(node: SimNode) -> tuple[Counter[tuple[int, int]], dict[str, int]]:
             covered[(device.gpu_minor, memory_slice)] += 1
     consumed: Counter[str] = Counter()
     for allocated in node.claims.values():
-        for result in allocated["status"]["allocation"]["devices"]["results"]:
-            if result.get("shareID"):
-                consumed[str(result["device"])] += int(result["consumedCapacity"]["computeSlices"])
+        for result in allocated.results:
+            if result.share:
+                consumed[result.device] += int(result.consumed_capacity["computeSlices"])
     return covered, dict(consumed)
 
 
@@ -150,7 +152,13 @@ def test_plan_seven_one_slice_shares_fit_an_h100_the_eighth_does_not() -> None:
     share = PodKind("share", 1, 4, Asked.SHARED_7G)
     spec = share.spec(DRIVER)
     assert valid_claim(spec)
-    result = plan(ONE_H100_SHARING, [PlannedClaim("share", spec, 8)], CLASSES, "dynamic", DRIVER)
+    result = plan(
+        ONE_H100_SHARING,
+        [PlannedClaim("share", ResourceClaimSpecView.model_validate(spec), 8)],
+        CLASSES,
+        "dynamic",
+        DRIVER,
+    )
     assert result.placed["share"] == 7
     assert result.first_failure == ("share", 8)
     assert result.oracle_placed is None  # the oracle does not model shares
@@ -171,15 +179,19 @@ def test_plan_exclusive_claims_keep_the_oracle_and_take_the_gpu_from_shares() ->
     that fits (slices 6-7 hold only 1g instances, which have none); the oracle is off as soon as a claim
     may be a share."""
     nodes = ONE_H100_SHARING
-    four = PlannedClaim("four", KINDS["4g"].spec(DRIVER), 1)
+    four = PlannedClaim("four", ResourceClaimSpecView.model_validate(KINDS["4g"].spec(DRIVER)), 1)
     alone = plan(nodes, [four], CLASSES, "dynamic", DRIVER)
     assert alone.oracle_placed == {"four": 1}
-    whole = PlannedClaim("whole", PodKind("whole", 1, 4, Asked.SHARED_7G).spec(DRIVER), 1)
+    whole = PlannedClaim(
+        "whole", ResourceClaimSpecView.model_validate(PodKind("whole", 1, 4, Asked.SHARED_7G).spec(DRIVER)), 1
+    )
     blocked = plan(nodes, [four, whole], CLASSES, "dynamic", DRIVER)
     assert blocked.placed == Counter({"four": 1})
     assert blocked.first_failure == ("whole", 1)
     assert "counters" in blocked.why
-    small = PlannedClaim("small", PodKind("small", 1, 4, Asked.SHARED).spec(DRIVER), 4)
+    small = PlannedClaim(
+        "small", ResourceClaimSpecView.model_validate(PodKind("small", 1, 4, Asked.SHARED).spec(DRIVER)), 4
+    )
     mixed = plan(nodes, [four, small], CLASSES, "dynamic", DRIVER)
     assert mixed.placed == Counter({"four": 1, "small": 2})
     assert mixed.first_failure == ("small", 3)

@@ -10,6 +10,7 @@ from dra_driver.devicemodel.policy import DynamicPlacementPolicy, placement_poli
 from dra_driver.tools.packing.bench import COMPARED_POLICIES, mean_ci
 from dra_driver.tools.packing.simulation import SHUFFLED, SORTED, Cluster, SimNode, run_oracle, run_policy
 from dra_driver.tools.packing.workloads import CLUSTERS, KINDS, MIXES, fill_trace, poisson_trace
+from tests.sim_objects import claim_view
 
 CLASSES = deviceclass_documents(DEVICECLASS_DIR, "gpu.migdra.io")
 H100 = CLUSTERS["1x8-H100"]
@@ -30,7 +31,7 @@ def test_traces_are_reproducible_and_differ_by_seed() -> None:
 def test_a_republish_becomes_visible_only_after_the_lag() -> None:
     node = SimNode("node-1", ["H100-SXM5-80GB"], placement_policy("dynamic"), "gpu.migdra.io", lag=2)
     before = node.visible
-    claim = {"metadata": {"name": "c", "namespace": "t", "uid": "c"}, "spec": KINDS["3g"].spec()}
+    claim = claim_view({"metadata": {"name": "c", "namespace": "t", "uid": "c"}, "spec": KINDS["3g"].spec()})
     allocation = node.try_allocate(claim, CLASSES, None)
     assert allocation is not None
     node.add("c", claim, allocation)

@@ -40,6 +40,7 @@ from dra_driver.tools.allocation.features import Features
 from dra_driver.tools.allocation.pools import gather_pools
 from dra_driver.tools.packing.simulation import SimNode
 from dra_driver.tools.packing.workloads import KINDS
+from tests.sim_objects import claim_view
 
 H100 = "H100-SXM5-80GB"
 CLASSES = deviceclass_documents(DEVICECLASS_DIR, "gpu.migdra.io")
@@ -247,7 +248,7 @@ def place(policy: str, models: list[str], kinds: list[str]) -> list[str | None]:
     node = SimNode("node-1", models, placement_policy(policy), "gpu.migdra.io", lag=0)
     placed: list[str | None] = []
     for index, kind in enumerate(kinds):
-        claim = _claim(f"c{index}", kind)
+        claim = claim_view(_claim(f"c{index}", kind))
         allocation = node.try_allocate(claim, CLASSES, None)
         if allocation is None:
             placed.append(None)

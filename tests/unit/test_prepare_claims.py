@@ -94,8 +94,8 @@ def test_only_our_opaque_configs_are_taken_with_their_position() -> None:
 
 def test_a_claim_migdra_cannot_read_is_described_in_one_line() -> None:
     with pytest.raises(ValidationError) as raised:
-        ResourceClaimView.model_validate({"metadata": {"namespace": "team"}})
-    assert describe_validation_error(raised.value) == "metadata.name: Field required (and 1 more)"
+        ResourceClaimView.model_validate({"metadata": {"namespace": "team"}, "status": {"devices": [{}]}})
+    assert describe_validation_error(raised.value) == "metadata.name: Field required (and 3 more)"
 
 
 @pytest.mark.parametrize(

@@ -134,7 +134,7 @@ def test_a_claim_before_allocation_has_no_results_and_no_entries() -> None:
 @pytest.mark.parametrize(
     ("path", "value", "field"),
     [
-        pytest.param(("metadata", "uid"), None, "metadata.uid", id="no-uid"),
+        pytest.param(("metadata", "name"), None, "metadata.name", id="no-name"),
         pytest.param(
             ("status", "devices"),
             [{"driver": DRIVER, "pool": "n1"}],

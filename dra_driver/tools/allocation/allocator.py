@@ -2,9 +2,11 @@
 
 This wires the parts together the way ``Allocator.Allocate`` does: gather the node's pools, read what
 allocated claims hold, validate every request (classes, gates, ``All`` device sets, the 32-device
-limit, constraints), run the depth-first search, and build the results.  Pure: no I/O, inputs are
-never modified, and the only state kept between calls are caches keyed by the identity of the
-caller's dicts (compiled CEL programs, device activations, parsed device facts).
+limit, constraints), run the depth-first search, and build the results.  Claims come in as the one
+claim model (:class:`~dra_driver.resourceclaim.ResourceClaimView`, read where they enter the tool);
+slices, classes and the node as the API's JSON.  Pure: no I/O, inputs are never modified, and the
+only state kept between calls are caches keyed by the identity of the caller's objects (compiled CEL
+programs, device activations, parsed device facts, what an allocated claim holds).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.jsontypes import JSON
+from dra_driver.resourceclaim import ResourceClaimView
 from dra_driver.tools.allocation.devices import DEFAULT_FACTS
 from dra_driver.tools.allocation.errors import InvalidPoolsError
 from dra_driver.tools.allocation.features import Features
@@ -36,11 +39,11 @@ class AllocationStats:
 
 
 def allocate(
-    claims: Sequence[JSON],
+    claims: Sequence[ResourceClaimView],
     node: JSON,
     slices: Sequence[JSON],
     classes: Iterable[JSON],
-    allocated_claims: Iterable[JSON],
+    allocated_claims: Iterable[ResourceClaimView],
     features: Iterable[str],
     rng: random.Random | None = None,
     *,
@@ -74,11 +77,11 @@ def allocate(
 
 
 def prepare_search(
-    claims: Sequence[JSON],
+    claims: Sequence[ResourceClaimView],
     node: JSON,
     pools: list[Pool],
     classes: Iterable[JSON],
-    allocated_claims: Iterable[JSON],
+    allocated_claims: Iterable[ResourceClaimView],
     gates: Features,
     *,
     caching: bool = True,

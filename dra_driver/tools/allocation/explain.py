@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.jsontypes import JSON
+from dra_driver.resourceclaim import ResourceClaimView
 from dra_driver.tools.allocation import capacity
 from dra_driver.tools.allocation.devices import Candidate, DeviceID, device_fields, device_id_text
 from dra_driver.tools.allocation.features import Features
@@ -135,11 +136,11 @@ STAGE_CAPACITY, STAGE_COUNTERS, STAGE_TAINT = 6, 7, 8
 
 
 def explain(
-    claims: Sequence[JSON],
+    claims: Sequence[ResourceClaimView],
     node: JSON,
     slices: Sequence[JSON],
     classes: Iterable[JSON],
-    allocated_claims: Iterable[JSON],
+    allocated_claims: Iterable[ResourceClaimView],
     features: Iterable[str],
 ) -> Explanation:
     """Analyse claims that :func:`allocate` found no room for (raises what ``allocate`` raises)."""
@@ -147,9 +148,10 @@ def explain(
 
     gates = Features.from_names(features)
     pools = gather_pools(slices, node, gates)
-    search = prepare_search(claims, node, pools, classes, list(allocated_claims), gates)
+    allocated = list(allocated_claims)
+    search = prepare_search(claims, node, pools, classes, allocated, gates)
     search.validate()
-    holders = _holders(allocated_claims)
+    holders = _holders(allocated)
     node_label = str((node.get("metadata") or {}).get("name") or "")
     pool_problems = [
         f"{pool.label}: " + ("incomplete (being updated)" if pool.incomplete else f"invalid: {pool.invalid_reason}")
@@ -169,15 +171,13 @@ def explain(
     return explanation
 
 
-def _holders(allocated_claims: Iterable[JSON]) -> dict[DeviceID, str]:
+def _holders(allocated_claims: Iterable[ResourceClaimView]) -> dict[DeviceID, str]:
     holders: dict[DeviceID, str] = {}
     for claim in allocated_claims:
-        allocation = (claim.get("status") or {}).get("allocation") or {}
-        for result in (allocation.get("devices") or {}).get("results") or ():
-            if result.get("adminAccess") or result.get("shareID"):
+        for result in claim.results:
+            if result.admin_access or result.share_id:
                 continue
-            device_id = (str(result.get("driver", "")), str(result.get("pool", "")), str(result.get("device", "")))
-            holders[device_id] = claim_label(claim)
+            holders[(result.driver, result.pool, result.device)] = claim_label(claim)
     return holders
 
 

@@ -1,4 +1,4 @@
-"""A claim's requests and sub-requests behind one shape, read once from the claim dict.
+"""A claim's requests and sub-requests behind one shape, read once from the claim's model.
 
 Kubernetes' allocator works on ``requestAccessor`` (an ``exactly`` request or one ``firstAvailable``
 sub-request); :class:`RequestSpec` is that, with the fields the search reads on every device turned
@@ -8,12 +8,11 @@ how many devices it needs, the device set of an ``All`` request).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dra_driver.jsontypes import JSON
-from dra_driver.tools.allocation.errors import AllocationError
+from dra_driver.resourceclaim import DeviceSubRequest, ExactDeviceRequest, ResourceClaimView
 
 if TYPE_CHECKING:
     from dra_driver.tools.allocation.devices import Candidate
@@ -37,49 +36,32 @@ class RequestSpec:
     capacity: JSON | None  # ``capacity.requests`` (DRAConsumableCapacity), or None
 
     @classmethod
-    def exact(cls, name: str, exactly: JSON) -> RequestSpec:
-        admin = exactly.get("adminAccess")
+    def exact(cls, name: str, exactly: ExactDeviceRequest) -> RequestSpec:
         return cls(
             name=name,
-            class_name=str(exactly.get("deviceClassName") or ""),
-            selectors=tuple(exactly.get("selectors") or ()),
-            mode=str(exactly.get("allocationMode") or EXACT_COUNT),
-            count=_count(exactly),
-            admin_access=bool(admin),
-            has_admin_access=admin is not None,
-            tolerations=tuple(exactly.get("tolerations") or ()),
-            capacity=_capacity(exactly),
+            class_name=exactly.device_class_name,
+            selectors=exactly.selectors,
+            mode=exactly.allocation_mode or EXACT_COUNT,
+            count=1 if exactly.count is None else exactly.count,
+            admin_access=bool(exactly.admin_access),
+            has_admin_access=exactly.admin_access is not None,
+            tolerations=exactly.tolerations,
+            capacity=exactly.capacity.requests if exactly.capacity is not None else None,
         )
 
     @classmethod
-    def sub(cls, sub_request: JSON) -> RequestSpec:
+    def sub(cls, sub_request: DeviceSubRequest) -> RequestSpec:
         return cls(
-            name=str(sub_request.get("name") or ""),
-            class_name=str(sub_request.get("deviceClassName") or ""),
-            selectors=tuple(sub_request.get("selectors") or ()),
-            mode=str(sub_request.get("allocationMode") or EXACT_COUNT),
-            count=_count(sub_request),
+            name=sub_request.name,
+            class_name=sub_request.device_class_name,
+            selectors=sub_request.selectors,
+            mode=sub_request.allocation_mode or EXACT_COUNT,
+            count=1 if sub_request.count is None else sub_request.count,
             admin_access=False,  # not allowed in firstAvailable
             has_admin_access=False,
-            tolerations=tuple(sub_request.get("tolerations") or ()),
-            capacity=_capacity(sub_request),
+            tolerations=sub_request.tolerations,
+            capacity=sub_request.capacity.requests if sub_request.capacity is not None else None,
         )
-
-
-def _count(request: JSON) -> int:
-    count = request.get("count")
-    if count is None:
-        return 1
-    if isinstance(count, bool) or not isinstance(count, int):
-        raise AllocationError(f"request count {count!r} is not an integer")
-    return count
-
-
-def _capacity(request: JSON) -> JSON | None:
-    capacity = request.get("capacity")
-    if capacity is None:
-        return None
-    return capacity.get("requests") if isinstance(capacity, Mapping) else None
 
 
 @dataclass(slots=True)
@@ -105,17 +87,6 @@ class RequestData:
         return self.request.name
 
 
-def claim_label(claim: JSON) -> str:
+def claim_label(claim: ResourceClaimView) -> str:
     """``namespace/name`` as klog.KObj prints a claim."""
-    metadata = claim.get("metadata") or {}
-    namespace = metadata.get("namespace") or ""
-    name = metadata.get("name") or ""
-    return f"{namespace}/{name}" if namespace else str(name)
-
-
-def claim_requests(claim: JSON) -> Sequence[JSON]:
-    return ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ()
-
-
-def claim_devices(claim: JSON) -> JSON:
-    return (claim.get("spec") or {}).get("devices") or {}
+    return claim.metadata.label

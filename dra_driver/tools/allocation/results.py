@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from dra_driver.jsontypes import JSON
+from dra_driver.resourceclaim import DeviceClaimConfiguration, ResourceClaimView
 from dra_driver.tools.allocation.devices import device_fields
 from dra_driver.tools.allocation.errors import AllocationError
 from dra_driver.tools.allocation.features import Features
 from dra_driver.tools.allocation.pools import spec_of
-from dra_driver.tools.allocation.requests import claim_devices, claim_requests
 from dra_driver.tools.allocation.search import DeviceResult, Search
 
 
@@ -29,7 +29,9 @@ def build_results(search: Search, node_name: str, features: Features) -> list[di
     ]
 
 
-def _allocation(search: Search, claim_index: int, claim: JSON, node_name: str, features: Features) -> dict[str, Any]:
+def _allocation(
+    search: Search, claim_index: int, claim: ResourceClaimView, node_name: str, features: Features
+) -> dict[str, Any]:
     devices: dict[str, Any] = {"results": [_result(device, features) for device in search.results[claim_index]]}
     config = _config(search, claim_index, claim)
     if config:
@@ -61,23 +63,23 @@ def _result(device: DeviceResult, features: Features) -> dict[str, Any]:
     return result
 
 
-def _selected_names(search: Search, claim_index: int, claim: JSON) -> list[tuple[str, str | None]]:
+def _selected_names(search: Search, claim_index: int, claim: ResourceClaimView) -> list[tuple[str, str | None]]:
     """Per request: (request name, the chosen ``request/sub-request`` name or None)."""
     names: list[tuple[str, str | None]] = []
-    for request_index, request in enumerate(claim_requests(claim)):
+    for request_index, request in enumerate(claim.spec.devices.requests):
         data = search.request_data[(claim_index, request_index, 0)]
         if data.parent is None:
-            names.append((str(request.get("name") or ""), None))
+            names.append((request.name, None))
         else:
             chosen = search.request_data[(claim_index, request_index, data.selected_sub_request)]
             names.append((data.parent.name, chosen.request_name))
     return names
 
 
-def _config(search: Search, claim_index: int, claim: JSON) -> list[dict[str, Any]]:
+def _config(search: Search, claim_index: int, claim: ResourceClaimView) -> list[dict[str, Any]]:
     config: list[dict[str, Any]] = []
     class_ranges: dict[str, tuple[int, int]] = {}
-    for request_index in range(len(claim_requests(claim))):
+    for request_index in range(len(claim.spec.devices.requests)):
         data = search.request_data[(claim_index, request_index, 0)]
         if data.parent is not None:
             data = search.request_data[(claim_index, request_index, data.selected_sub_request)]
@@ -95,16 +97,17 @@ def _config(search: Search, claim_index: int, claim: JSON) -> list[dict[str, Any
         class_ranges[class_name] = (first, len(config))
 
     selected = _selected_names(search, claim_index, claim)
-    for entry in claim_devices(claim).get("config") or ():
-        requests = [str(name) for name in entry.get("requests") or ()]
+    for claim_entry in claim.spec.devices.config:
+        requests = list(claim_entry.requests)
+        configuration = _claim_configuration(claim_entry)
         if not requests:
-            config.append({"source": "FromClaim", **_configuration(entry)})
+            config.append({"source": "FromClaim", **configuration})
             continue
         # Once per request it names (by name or chosen sub-request), not once: kube-scheduler's loop
         # appends per matching request, so an entry naming two allocated requests is listed twice.
         for request_name, sub_name in selected:
             if request_name in requests or (sub_name is not None and sub_name in requests):
-                config.append({"source": "FromClaim", "requests": list(requests), **_configuration(entry)})
+                config.append({"source": "FromClaim", "requests": list(requests), **copy.deepcopy(configuration)})
 
     for entry in config:
         covered = entry.get("requests")
@@ -117,8 +120,18 @@ def _config(search: Search, claim_index: int, claim: JSON) -> list[dict[str, Any
 
 
 def _configuration(entry: JSON) -> dict[str, Any]:
-    """The ``DeviceConfiguration`` part of a class or claim config entry (``opaque``), copied."""
+    """The ``DeviceConfiguration`` part of a class's config entry (``opaque``), copied."""
     return {key: copy.deepcopy(value) for key, value in entry.items() if key not in ("requests", "source")}
+
+
+def _claim_configuration(entry: DeviceClaimConfiguration) -> dict[str, Any]:
+    """The ``DeviceConfiguration`` part of a claim's config entry (``opaque``), copied."""
+    if entry.opaque is None:
+        return {}
+    opaque: dict[str, Any] = {"driver": entry.opaque.driver}
+    if entry.opaque.parameters is not None:
+        opaque["parameters"] = copy.deepcopy(entry.opaque.parameters)
+    return {"opaque": opaque}
 
 
 def _node_selector(results: Sequence[DeviceResult], node_name: str) -> dict[str, Any] | None:

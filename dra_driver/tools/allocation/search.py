@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from dra_driver.jsontypes import JSON
 from dra_driver.quantity import Quantity
+from dra_driver.resourceclaim import ExactDeviceRequest, ResourceClaimView
 from dra_driver.tools.allocation import capacity
 from dra_driver.tools.allocation.constraints import Constraint, DistinctAttribute, MatchAttribute
 from dra_driver.tools.allocation.counters import CounterBook
@@ -29,9 +30,7 @@ from dra_driver.tools.allocation.requests import (
     EXACT_COUNT,
     RequestData,
     RequestSpec,
-    claim_devices,
     claim_label,
-    claim_requests,
 )
 from dra_driver.tools.allocation.selection import SelectorEvaluator, selector_expression
 from dra_driver.tools.allocation.state import AllocatedState, ConsumedCapacity
@@ -77,7 +76,7 @@ class Search:
 
     def __init__(
         self,
-        claims: Sequence[JSON],
+        claims: Sequence[ResourceClaimView],
         node: JSON,
         pools: list[Pool],
         classes: Mapping[str, JSON],
@@ -109,29 +108,29 @@ class Search:
         for claim_index, claim in enumerate(self.claims):
             label = claim_label(claim)
             minimum = 0
-            for request_index, request in enumerate(claim_requests(claim)):
-                name = str(request.get("name") or "")
-                sub_requests = request.get("firstAvailable") or []
+            for request_index, request in enumerate(claim.spec.devices.requests):
+                name = request.name
+                sub_requests = request.first_available
                 if sub_requests and not self.features.prioritized_list:
                     raise AllocationError(
                         f"claim {label}, request {name}: has subrequests,"
                         " but the DRAPrioritizedList feature is disabled"
                     )
-                exactly = request.get("exactly")
+                exactly = request.exactly
                 if not self.features.consumable_capacity:
-                    if isinstance(exactly, Mapping) and exactly.get("capacity") is not None:
+                    if exactly is not None and exactly.capacity is not None:
                         raise AllocationError(
                             f"claim {label}, request {name}: has capacity requests,"
                             " but the DRAConsumableCapacity feature is disabled"
                         )
                     for sub in sub_requests:
-                        if sub.get("capacity") is not None:
+                        if sub.capacity is not None:
                             raise AllocationError(
-                                f"claim {label}, subrequest {sub.get('name')}: has capacity requests,"
+                                f"claim {label}, subrequest {sub.name}: has capacity requests,"
                                 " but the DRAConsumableCapacity feature is disabled"
                             )
                 if sub_requests:
-                    parent = RequestSpec.exact(name, exactly if isinstance(exactly, Mapping) else {})
+                    parent = RequestSpec.exact(name, exactly if exactly is not None else ExactDeviceRequest())
                     fewest = None
                     for sub_index, sub in enumerate(sub_requests):
                         key = (claim_index, request_index, sub_index)
@@ -140,7 +139,7 @@ class Search:
                         fewest = data.num_devices if fewest is None else min(fewest, data.num_devices)
                     minimum += fewest or 0
                 else:
-                    if not isinstance(exactly, Mapping):
+                    if exactly is None:
                         raise AllocationError(
                             f"claim {label}, request {name}: missing device class name (unsupported request type?)"
                         )
@@ -224,14 +223,14 @@ class Search:
             raise AllocationError(f"claim {label}, request {spec.name}: unsupported count mode {spec.mode}")
         return data
 
-    def _constraints(self, claim: JSON, label: str) -> list[Constraint]:
+    def _constraints(self, claim: ResourceClaimView, label: str) -> list[Constraint]:
         constraints: list[Constraint] = []
-        for index, constraint in enumerate(claim_devices(claim).get("constraints") or ()):
-            requests = [str(name) for name in constraint.get("requests") or ()]
-            if constraint.get("matchAttribute"):
-                constraints.append(MatchAttribute(requests, str(constraint["matchAttribute"])))
-            elif constraint.get("distinctAttribute"):
-                constraints.append(DistinctAttribute(requests, str(constraint["distinctAttribute"])))
+        for index, constraint in enumerate(claim.spec.devices.constraints):
+            requests = list(constraint.requests)
+            if constraint.match_attribute:
+                constraints.append(MatchAttribute(requests, constraint.match_attribute))
+            elif constraint.distinct_attribute:
+                constraints.append(DistinctAttribute(requests, constraint.distinct_attribute))
             else:
                 raise AllocationError(
                     f"claim {label}, constraint #{index}: empty constraint (unsupported constraint type?)"
@@ -290,7 +289,7 @@ class Search:
         claim_index, request_index, sub_index, device_index = r
         if claim_index >= len(self.claims):
             return True
-        requests = claim_requests(self.claims[claim_index])
+        requests = self.claims[claim_index].spec.devices.requests
         if request_index >= len(requests):
             try:
                 return self.allocate_one((claim_index + 1, 0, 0, 0), False, (0, 0, 0))

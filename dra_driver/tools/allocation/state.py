@@ -7,11 +7,11 @@ allows multiple allocations instead of taking the device; every other result tak
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from dra_driver.jsontypes import JSON
 from dra_driver.quantity import Quantity, QuantityError
+from dra_driver.resourceclaim import ResourceClaimView
 from dra_driver.tools.allocation.devices import DeviceID
 
 ConsumedCapacity = dict[str, Quantity]  # fully qualified capacity name -> amount
@@ -36,28 +36,26 @@ class AllocatedState:
 
 Held = tuple[tuple[DeviceID, bool, tuple[tuple[str, Quantity], ...]], ...]  # (device, shared, consumed)
 
-# What each allocated claim holds, by the identity of the claim dict (a scheduler keeps its claims in
-# an informer cache and passes the same dicts again for every pod): parsed once, summed per call.
+# What each allocated claim holds, by the identity of the claim (a scheduler keeps its claims, read once,
+# and passes the same ones again for every pod; a claim is immutable): parsed once, summed per call.
 _HELD_CACHE_SIZE = 1 << 16
-# The allocation dict's identity is checked too, so setting or replacing a claim's status in place is seen.
-_held: dict[tuple[int, bool], tuple[JSON, object, Held]] = {}
+_held: dict[tuple[int, bool], tuple[ResourceClaimView, Held]] = {}
 
 
-def _held_by(claim: JSON, consumable_capacity: bool) -> Held:
+def _held_by(claim: ResourceClaimView, consumable_capacity: bool) -> Held:
     key = (id(claim), consumable_capacity)
-    current = (claim.get("status") or {}).get("allocation")
     entry = _held.get(key)
-    if entry is not None and entry[0] is claim and entry[1] is current:
-        return entry[2]
+    if entry is not None and entry[0] is claim:
+        return entry[1]
     held = []
-    allocation = current or {}
-    for result in (allocation.get("devices") or {}).get("results") or ():
-        if result.get("adminAccess"):
+    for result in claim.results:
+        if result.admin_access:
             continue
-        device_id = (str(result.get("driver", "")), str(result.get("pool", "")), str(result.get("device", "")))
-        if consumable_capacity and result.get("shareID"):
+        device_id = (result.driver, result.pool, result.device)
+        if consumable_capacity and result.share_id:
             consumed = []
-            for name, value in (result.get("consumedCapacity") or {}).items():
+            consumed_capacity = result.consumed_capacity if isinstance(result.consumed_capacity, Mapping) else {}
+            for name, value in consumed_capacity.items():
                 try:
                     consumed.append((qualified(str(name), device_id[0]), Quantity.parse(str(value))))
                 except QuantityError:
@@ -67,11 +65,11 @@ def _held_by(claim: JSON, consumable_capacity: bool) -> Held:
             held.append((device_id, False, ()))
     if len(_held) >= _HELD_CACHE_SIZE:
         _held.clear()
-    _held[key] = (claim, current, tuple(held))
+    _held[key] = (claim, tuple(held))
     return tuple(held)
 
 
-def allocated_state(claims: Iterable[JSON], consumable_capacity: bool) -> AllocatedState:
+def allocated_state(claims: Iterable[ResourceClaimView], consumable_capacity: bool) -> AllocatedState:
     state = AllocatedState()
     for claim in claims:
         for device_id, shared, consumed in _held_by(claim, consumable_capacity):

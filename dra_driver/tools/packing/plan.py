@@ -25,13 +25,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from dra_driver.devicemodel.occupancy import GpuOccupancy, occupancy
 from dra_driver.devicemodel.policy import placement_policy
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ConfigurationError
 from dra_driver.jsontypes import JSON
 from dra_driver.mig.catalog import MigCatalog, load_catalog
-from dra_driver.resourceclaim import parse_claims
+from dra_driver.resourceclaim import ObjectMetaView, ResourceClaimSpecView, ResourceClaimView, describe_validation_error
 from dra_driver.tools.allocation import DEFAULT_FEATURES
 from dra_driver.tools.allocation.explain import explain
 from dra_driver.tools.packing.oracle import RepackingOracle
@@ -83,7 +85,7 @@ class PlannedClaim:
     """One claim of the workload: its name, its spec, and how many copies to place."""
 
     name: str
-    spec: Mapping[str, Any]
+    spec: ResourceClaimSpecView
     count: int
 
 
@@ -104,7 +106,12 @@ def claims_from_documents(
         if name in seen:
             raise ConfigurationError(f"two claims are called {name!r}: plan needs each name once")
         seen.add(name)
-        planned.append(PlannedClaim(name, spec, counts.get(name, 1)))
+        try:
+            read = ResourceClaimSpecView.model_validate(spec)
+        except ValidationError as e:
+            where = "spec" if kind == "ResourceClaim" else "spec.spec"
+            raise ConfigurationError(f"{kind} {name}: {where}.{describe_validation_error(e)}") from e
+        planned.append(PlannedClaim(name, read, counts.get(name, 1)))
     unknown = sorted(set(counts) - seen)
     if unknown and counts:
         raise ConfigurationError(f"{flag} {unknown[0]}=...: no claim or template of that name in the workload")
@@ -160,9 +167,9 @@ def shared_uses(nodes: Sequence[SimNode]) -> list[SharedUse]:
     for node in nodes:
         by_device: dict[str, list[tuple[str, int]]] = {}
         for uid, claim in node.claims.items():
-            for result in claim["status"]["allocation"]["devices"]["results"]:
-                if result.get("shareID"):
-                    by_device.setdefault(str(result["device"]), []).append((uid, node.share_size(result)))
+            for result in claim.results:
+                if result.share:
+                    by_device.setdefault(result.device, []).append((uid, node.share_size(result)))
         for name in sorted(by_device):
             device = node.by_name[name]
             uses.append(SharedUse(node.name, name, device.compute_slices, tuple(by_device[name])))
@@ -194,12 +201,12 @@ def shared_class_problem(claims: Sequence[PlannedClaim]) -> str | None:
     that names the shared DeviceClass (``mig-shared.*``), whose devices a node publishes only with
     ``sharedDevices: true``; None if none does."""
     for claim in claims:
-        for request in (claim.spec.get("devices") or {}).get("requests") or []:
-            for option in [request.get("exactly") or {}, *(request.get("firstAvailable") or [])]:
-                class_name = str(option.get("deviceClassName") or "")
+        for request in claim.spec.devices.requests:
+            for option in [*([request.exactly] if request.exactly is not None else []), *request.first_available]:
+                class_name = option.device_class_name
                 if class_name.startswith("mig-shared."):
                     return (
-                        f"claim {claim.name}: request {request.get('name')!r} asks for DeviceClass {class_name}, "
+                        f"claim {claim.name}: request {request.name!r} asks for DeviceClass {class_name}, "
                         "whose shared GPU-instance devices a node publishes only with sharedDevices: true: "
                         "plan with --shared-devices"
                     )
@@ -223,12 +230,7 @@ def plan(
     for planned in claims:
         for copy in range(1, planned.count + 1):
             uid = f"{planned.name}-{copy}"
-            claim = {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {"name": uid, "namespace": "plan", "uid": uid},
-                "spec": planned.spec,
-            }
+            claim = ResourceClaimView(metadata=ObjectMetaView(name=uid, namespace="plan", uid=uid), spec=planned.spec)
             for node in nodes:
                 allocation = node.try_allocate(claim, classes, None)
                 if allocation is not None:
@@ -252,31 +254,31 @@ def plan(
             break
     slices = [s for node in nodes for s in node.visible]
     allocated = [c for node in nodes for c in node.claims.values()]
-    result.gpus = occupancy(slices, parse_claims(allocated), driver)
+    result.gpus = occupancy(slices, allocated, driver)
     result.shares = shared_uses(nodes)
     result.oracle_placed = _oracle_placed(shape, claims, classes, driver)
     return result
 
 
-def _single_device_selectors(spec: Mapping[str, Any], classes: Sequence[JSON]) -> list[str] | None:
+def _single_device_selectors(spec: ResourceClaimSpecView, classes: Sequence[JSON]) -> list[str] | None:
     """The CEL selectors (class first) of a claim that asks for exactly one device; None for any other
     shape, and for a share (a request with ``capacity``)."""
-    requests = ((spec.get("devices") or {}).get("requests")) or []
-    if len(requests) != 1 or (spec.get("devices") or {}).get("constraints"):
+    requests = spec.devices.requests
+    if len(requests) != 1 or spec.devices.constraints:
         return None
-    exactly = requests[0].get("exactly")
-    if not exactly or int(exactly.get("count", 1)) != 1 or exactly.get("allocationMode", "ExactCount") != "ExactCount":
+    exactly = requests[0].exactly
+    if exactly is None or (exactly.count or 1) != 1 or (exactly.allocation_mode or "ExactCount") != "ExactCount":
         return None
-    if exactly.get("capacity") is not None:
+    if exactly.capacity is not None:
         return None
     by_name = {str((c.get("metadata") or {}).get("name")): c for c in classes}
-    device_class = by_name.get(str(exactly.get("deviceClassName")))
+    device_class = by_name.get(exactly.device_class_name)
     if device_class is None:
         return None
     expressions = [
         s["cel"]["expression"] for s in (device_class.get("spec") or {}).get("selectors") or [] if "cel" in s
     ]
-    expressions += [s["cel"]["expression"] for s in exactly.get("selectors") or [] if "cel" in s]
+    expressions += [s["cel"]["expression"] for s in exactly.selectors if "cel" in s]
     return expressions
 
 
@@ -341,7 +343,11 @@ def simulate_rates(
     from dra_driver.tools.packing.simulation import run_oracle, run_policy  # noqa: PLC0415
     from dra_driver.tools.packing.workloads import UserClaim, rate_trace  # noqa: PLC0415
 
-    kinds = {c.name: UserClaim(c.name, c.spec) for c in claims if rates.get(c.name, 0) > 0}
+    kinds = {
+        c.name: UserClaim(c.name, c.spec.model_dump(by_alias=True, exclude_none=True))
+        for c in claims
+        if rates.get(c.name, 0) > 0
+    }
     oracle = plan_oracle(shape, [c for c in claims if c.name in kinds], classes, driver)
     per_kind: dict[str, list[float]] = {name: [] for name in kinds}
     per_kind_oracle: dict[str, list[float]] = {name: [] for name in kinds}

@@ -45,6 +45,13 @@ from dra_driver.devicemodel.policy import DynamicPlacementPolicy, PlacementPolic
 from dra_driver.devicemodel.pool import Device, NodePool, build_pool
 from dra_driver.devicemodel.vocabulary import COMPUTE_SLICES_CAPACITY, DEFAULT_DRIVER_NAME
 from dra_driver.jsontypes import JSON
+from dra_driver.resourceclaim import (
+    DeviceRequestAllocationResult,
+    ObjectMetaView,
+    ResourceClaimSpecView,
+    ResourceClaimStatusView,
+    ResourceClaimView,
+)
 from dra_driver.tools.allocation import DEFAULT_FEATURES, allocate
 from dra_driver.tools.cel import compile_selector
 from dra_driver.tools.packing.oracle import RepackingOracle, RequestType
@@ -188,7 +195,7 @@ class SimNode:
         self.policy = policy
         self.lag = lag
         self.by_name: dict[str, Device] = {device.name: device for device in self.pool.devices}
-        self.claims: dict[str, dict[str, Any]] = {}  # uid -> allocated claim
+        self.claims: dict[str, ResourceClaimView] = {}  # uid -> allocated claim
         self.held: dict[str, tuple[str, ...]] = {}  # uid -> device names
         self.computing: dict[str, int] = {}  # uid -> compute slices its compute instances have
         self.generation = 0
@@ -232,30 +239,31 @@ class SimNode:
         while self._pending and self._pending[0][0] <= allocation_count:
             self.visible = self._pending.pop(0)[1]
 
-    def try_allocate(self, claim: JSON, classes: Sequence[JSON], rng: random.Random | None) -> dict[str, Any] | None:
+    def try_allocate(
+        self, claim: ResourceClaimView, classes: Sequence[JSON], rng: random.Random | None
+    ) -> dict[str, Any] | None:
         results = allocate([claim], self.node, self.visible, classes, self.claims.values(), DEFAULT_FEATURES, rng)
         return None if results is None else results[0]
 
-    def add(self, uid: str, claim: JSON, allocation: dict[str, Any]) -> None:
-        allocated = {**claim, "status": {"allocation": allocation}}
+    def add(self, uid: str, claim: ResourceClaimView, allocation: dict[str, Any]) -> None:
+        """Hold ``claim`` with ``allocation`` (what :meth:`try_allocate` answered) as its status."""
+        allocated = claim.model_copy(
+            update={"status": ResourceClaimStatusView.model_validate({"allocation": allocation})}
+        )
         self.claims[uid] = allocated
-        results = allocation["devices"]["results"]
-        self.held[uid] = tuple(str(r["device"]) for r in results)
-        self.computing[uid] = sum(self._compute_slices(r) for r in results)
+        self.held[uid] = tuple(r.device for r in allocated.results)
+        self.computing[uid] = sum(self._compute_slices(r) for r in allocated.results)
 
-    def _compute_slices(self, result: JSON) -> int:
+    def _compute_slices(self, result: DeviceRequestAllocationResult) -> int:
         """A share: the compute slices it consumed (its compute instance); else the device's GPU instance's."""
-        if result.get("shareID"):
+        if result.share:
             return self.share_size(result)
-        return self.by_name[str(result["device"])].compute_slices
+        return self.by_name[result.device].compute_slices
 
     @staticmethod
-    def share_size(result: JSON) -> int:
+    def share_size(result: DeviceRequestAllocationResult) -> int:
         """The compute slices a share's result consumed (``computeSlices``, bare or driver-qualified)."""
-        consumed = result.get("consumedCapacity") or {}
-        driver = str(result.get("driver", ""))
-        value = consumed.get(COMPUTE_SLICES_CAPACITY, consumed.get(f"{driver}/{COMPUTE_SLICES_CAPACITY}", 0))
-        return int(str(value))
+        return int(result.consumed(COMPUTE_SLICES_CAPACITY, result.driver) or 0)
 
     def remove(self, uid: str) -> None:
         self.claims.pop(uid, None)
@@ -332,7 +340,7 @@ def run_policy(
     """Replay ``trace`` on a fresh cluster of ``shape`` whose nodes publish with ``policy_name``."""
     cluster = Cluster(shape, policy_name, driver, lag, order)
     rng = random.Random(seed) if order == SHUFFLED else None
-    specs = {name: kind.spec(driver) for name, kind in kinds.items()}  # one dict per kind: CEL compiled once
+    specs = {name: ResourceClaimSpecView.model_validate(kind.spec(driver)) for name, kind in kinds.items()}  # read once
     seven_kind = kinds.get(SEVEN_G)
     seven = (
         [matching_devices(seven_kind, node, driver) for node in cluster.nodes]
@@ -368,12 +376,9 @@ def run_policy(
         for node in cluster.nodes:
             node.advance(count)
         uid = f"claim-{index}"
-        claim = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": uid, "namespace": "bench", "uid": uid},
-            "spec": specs[arrival.kind],
-        }
+        claim = ResourceClaimView(
+            metadata=ObjectMetaView(name=uid, namespace="bench", uid=uid), spec=specs[arrival.kind]
+        )
         placed = None
         for node_index in arrival.node_order:
             allocation = cluster.nodes[node_index].try_allocate(claim, classes, rng)
@@ -392,7 +397,7 @@ def run_policy(
         outcome.accepted_slices += measured * kinds[arrival.kind].memory_slices
         outcome.accepted_by_kind[arrival.kind] += measured
         node = cluster.nodes[placed]
-        node.add(uid, claim, allocation)  # type: ignore[arg-type]
+        node.add(uid, claim, allocation)  # type: ignore[arg-type]  # placed: the loop found an allocation
         count += 1
         if node.policy.uses_occupancy:
             node.publish(count)

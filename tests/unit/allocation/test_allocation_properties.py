@@ -48,6 +48,7 @@ from hypothesis import strategies as st
 from dra_driver.jsontypes import MutableJSON
 from dra_driver.tools.allocation import DEFAULT_FEATURES as DEFAULT_GATES
 from dra_driver.tools.allocation import AllocationError, InvalidPoolsError, allocate
+from tests.sim_objects import claim_views
 from tests.unit.allocation.allocation_oracle import (
     Candidate,
     Request,
@@ -577,11 +578,11 @@ class Scenario:
 
     def allocate(self, rng: random.Random | None = None) -> list[MutableJSON] | None:
         result: list[MutableJSON] | None = allocate(
-            claims=self.claims,
+            claims=claim_views(self.claims),
             node=self.node,
             slices=self.slices,
             classes=self.classes,
-            allocated_claims=self.allocated_claims,
+            allocated_claims=claim_views(self.allocated_claims),
             features=set(self.features),
             rng=rng,
         )

@@ -52,6 +52,7 @@ import yaml
 
 from dra_driver.errors import MigdraError
 from dra_driver.tools.allocation import DEFAULT_FEATURES, AllocationError, InvalidPoolsError, allocate
+from tests.sim_objects import claim_views
 
 CASES_DIR = Path(__file__).parent / "cases"
 MIN_CASES = 80
@@ -175,10 +176,11 @@ def _run(case: Case, rng: random.Random | None) -> Any:
     try:
         # A case without features passes DEFAULT_FEATURES itself, as a caller with the 1.36 defaults would.
         features = DEFAULT_FEATURES if case.features == ALL_FEATURES else set(case.features)
-        return allocate(**given, features=features, rng=rng)
+        claims, allocated = claim_views(given.pop("claims")), claim_views(given.pop("allocated_claims"))
+        return allocate(claims=claims, allocated_claims=allocated, **given, features=features, rng=rng)
     finally:
         for key, original in inputs.items():
-            assert given[key] == original, f"allocate() modified its input {key!r}"
+            assert given.get(key, original) == original, f"allocate() modified its input {key!r}"
 
 
 def _with_share_id_placeholders(results: Any) -> Any:
