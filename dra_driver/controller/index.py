@@ -31,7 +31,7 @@ from dra_driver.controller.reservations import (
 )
 from dra_driver.jsontypes import JSON
 from dra_driver.kube.informer import Informer
-from dra_driver.resourceclaim import ResourceClaimView, parse_claim
+from dra_driver.resourceclaim import ResourceClaimView, parse_claim, reading_many_claims
 
 Key = tuple[str, str]  # (namespace, name), as the informers key their objects
 
@@ -137,25 +137,31 @@ class ReservationIndex:
         """File the changed claims under the pools they hold devices in; the pools they held devices in
         before or hold now (both: the old pool's reservations must drop the claim)."""
         pools: set[str] = set()
-        for key in keys:
-            for pool in self._pools_of_claim.pop(key, ()):
-                self._claims_of_pool[pool].discard(key)
-                pools.add(pool)
-            gone = self._claims.pop(key, None)
-            if gone is not None:
-                self._uids.discard(gone.metadata.uid)
-            obj = claims.get(*key)
-            current = parse_claim(obj) if obj is not None else None  # read once, when it changed
-            held = claim_pools(current, self.driver) if current is not None else frozenset()
-            if current is None or not held:
-                continue
-            self._claims[key] = current
-            self._uids.add(current.metadata.uid)
-            self._pools_of_claim[key] = held
-            for pool in held:
-                self._claims_of_pool[pool].add(key)
-            pools |= held
+        with reading_many_claims():  # on a catch-up, every claim of the cluster
+            for key in keys:
+                pools |= self._take_claim(claims, key)
         return pools
+
+    def _take_claim(self, claims: Informer, key: Key) -> set[str]:
+        """One changed claim: read it again (once, here) and file it; the pools it held and holds."""
+        pools: set[str] = set()
+        for pool in self._pools_of_claim.pop(key, ()):
+            self._claims_of_pool[pool].discard(key)
+            pools.add(pool)
+        gone = self._claims.pop(key, None)
+        if gone is not None:
+            self._uids.discard(gone.metadata.uid)
+        obj = claims.get(*key)
+        current = parse_claim(obj) if obj is not None else None
+        held = claim_pools(current, self.driver) if current is not None else frozenset()
+        if current is None or not held:
+            return pools
+        self._claims[key] = current
+        self._uids.add(current.metadata.uid)
+        self._pools_of_claim[key] = held
+        for pool in held:
+            self._claims_of_pool[pool].add(key)
+        return pools | held
 
     def _reread_pools(self, pools: set[str]) -> set[str]:
         """Read the newest generation of each pool from its slices again; the pools whose verdicts may

@@ -172,3 +172,26 @@ def test_the_view_never_refuses_fields_it_does_not_read() -> None:
     claim["status"]["allocation"]["nodeSelector"] = {"nodeSelectorTerms": []}
     claim["status"]["futureStatus"] = "x"
     assert ResourceClaimView.model_validate(json.loads(json.dumps(claim))).metadata.uid == "uid-c"
+
+
+def test_reading_many_claims_pauses_the_cyclic_collector_and_resumes_it_as_it_was() -> None:
+    import gc
+
+    from dra_driver.resourceclaim import reading_many_claims
+
+    def read_and_fail() -> None:
+        with reading_many_claims():
+            assert not gc.isenabled(), "paused while claims are read"
+            raise RuntimeError("a reader fails")
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        read_and_fail()
+    assert gc.isenabled(), "resumed, even after a failure"
+    gc.disable()
+    try:
+        with reading_many_claims():
+            pass
+        assert not gc.isenabled(), "someone else's pause is theirs to end"
+    finally:
+        gc.enable()

@@ -53,6 +53,7 @@ from dra_driver.kube.events import NORMAL, WARNING, EventRecorder
 from dra_driver.kube.failures import BackoffPolicy, describe_failure
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kubelet.calls import ClaimRef, PreparedDevice
+from dra_driver.resourceclaim import ResourceClaimView, parse_claim
 from migdra_devcluster.kubelet.heartbeat import NodeHeartbeat
 from migdra_devcluster.kubelet.node import kubelet_version, node_labels, node_status
 from migdra_devcluster.kubelet.pluginclient import CALL_TIMEOUT_SECONDS
@@ -289,7 +290,7 @@ class Kubelet:
 
     # -- starting a pod ------------------------------------------------------------------------
 
-    def _claims_of(self, pod: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    def _claims_of(self, pod: dict[str, Any]) -> tuple[list[ResourceClaimView], str | None]:
         """The pod's claims from the cache, or why the pod cannot start yet (a later change wakes us)."""
         meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
         generated = {s.get("name"): s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or []}
@@ -305,15 +306,15 @@ class Kubelet:
         extended = (status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
         if extended:
             names.append(extended)
-        claims: list[dict[str, Any]] = []
+        claims: list[ResourceClaimView] = []
         for name in dict.fromkeys(names):
-            claim = self._claims.get(meta["namespace"], name)
+            obj = self._claims.get(meta["namespace"], name)
+            claim = parse_claim(obj) if obj is not None else None
             if claim is None:
                 return [], f"resourceclaim {meta['namespace']}/{name} does not exist"
-            claim_status = claim.get("status") or {}
-            if not claim_status.get("allocation"):
+            if not claim.allocated:
                 return [], f"resourceclaim {meta['namespace']}/{name} is not allocated"
-            if meta["uid"] not in {r.get("uid") for r in claim_status.get("reservedFor") or []}:
+            if not claim.reserved_for(meta["uid"]):
                 return [], f"resourceclaim {meta['namespace']}/{name} is not reserved for the pod"
             claims.append(claim)
         return claims, None
@@ -365,20 +366,20 @@ class Kubelet:
         record.running = True
         log.info("pod %s/%s is running on %s", record.namespace, record.name, self.node_name)
 
-    def _prepare(self, record: _PodRecord, claims: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    def _prepare(self, record: _PodRecord, claims: list[ResourceClaimView]) -> tuple[list[str], list[str]]:
         """NodePrepareResources for the claims not prepared yet, one call per driver; (errors, drivers
         that have no registered plugin)."""
         by_driver: dict[str, list[ClaimRef]] = {}
         for claim in claims:
-            meta = claim["metadata"]
-            ref = ClaimRef(meta["namespace"], meta["name"], meta["uid"])
-            results = claim["status"]["allocation"].get("devices", {}).get("results") or []
-            requests = tuple(r["name"] for r in (claim.get("spec") or {}).get("devices", {}).get("requests") or [])
+            meta = claim.metadata
+            ref = ClaimRef(meta.namespace, meta.name, meta.uid)
+            results = claim.results
+            requests = tuple(r.name for r in claim.spec.devices.requests)
             with self._lock:
                 entry = self._prepared.setdefault(ref.uid, PreparedClaim(ref, requests))
                 entry.users.add(record.uid)
                 record.claims.add(ref.uid)
-            drivers = {r["driver"] for r in results}
+            drivers = {r.driver for r in results}
             with self._lock:
                 entry.drivers.update(drivers)
             for driver in sorted(drivers):
@@ -406,10 +407,10 @@ class Kubelet:
                     self._prepared[ref.uid].devices[driver] = answer.devices
         return errors, missing
 
-    def _cdi_devices(self, claims: list[dict[str, Any]]) -> dict[str, list[str]]:
+    def _cdi_devices(self, claims: list[ResourceClaimView]) -> dict[str, list[str]]:
         mapping: dict[str, list[str]] = {}
         for claim in claims:
-            entry = self._prepared[claim["metadata"]["uid"]]
+            entry = self._prepared[claim.metadata.uid]
             for devices in entry.devices.values():
                 for device in devices:
                     for request in device.request_names or entry.requests:
@@ -440,7 +441,7 @@ class Kubelet:
             return
         self._pods.assume(written)
 
-    def _write_running(self, pod: dict[str, Any], claims: list[dict[str, Any]]) -> None:
+    def _write_running(self, pod: dict[str, Any], claims: list[ResourceClaimView]) -> None:
         """The CDI annotation (merge patch on the pod), then the Running status (status subresource)."""
         meta, spec, old = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
         annotation = json.dumps(self._cdi_devices(claims), sort_keys=True)
