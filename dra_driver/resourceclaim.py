@@ -19,13 +19,13 @@ the processes that do.  What of a claim is this driver's on a node, and its rule
 
 from __future__ import annotations
 
-import gc
 import logging
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from dra_driver.gcpause import garbage_collector_paused
 
 log = logging.getLogger(__name__)
 
@@ -279,32 +279,12 @@ def parse_claims(objects: Iterable[Mapping[str, Any]]) -> list[ResourceClaimView
     """The claims among ``objects`` (as an informer or a list holds them) that migdra can read; one it
     cannot (a field of the wrong shape) names no device of ours it could act on, and is skipped."""
     claims: list[ResourceClaimView] = []
-    with reading_many_claims():
+    with garbage_collector_paused():  # many small acyclic objects: dra_driver/gcpause.py
         for obj in objects:
             claim = parse_claim(obj)
             if claim is not None:
                 claims.append(claim)
     return claims
-
-
-@contextmanager
-def reading_many_claims() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while many claims are read.
-
-    Why: reading a claim allocates a few dozen objects, none of them in a reference cycle, but with the
-    collector on every few hundred allocations start a collection, and the oldest generation's walks
-    every object the process holds -- an informer's whole cache of claims and slices.  Reading 10,000
-    claims beside the JSON they came from took 1.06 s with the collector on and 0.34 s with it paused
-    (docs/benchmarks.md, "Components at scale").  Reference counting still frees what is dropped
-    meanwhile; the collector is resumed afterwards, unless someone else had paused it.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def parse_claim(obj: Mapping[str, Any]) -> ResourceClaimView | None:

@@ -11,6 +11,7 @@ import click
 from dra_driver.cli.options import nvml_options
 from dra_driver.devicemodel.vocabulary import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ConfigurationError
+from dra_driver.gcpause import garbage_collector_paused
 
 
 @click.command()
@@ -77,7 +78,7 @@ def slices(
     if problem is not None:
         given = "--node-name" if node_name else "this host's name (give --node-name)"
         raise ConfigurationError(f"{given} {node!r}: not a Kubernetes node name: it {problem}")
-    with slices_view.garbage_collector_paused():
+    with garbage_collector_paused():
         with open_nvml(settings) as session:
             inventory = read_inventory(session)
         gpus = [(entry.gpu.uuid, entry.gpu.pci_bus_id) for entry in inventory.gpus]

@@ -7,35 +7,13 @@ shared GPU-instance device's row ends with its computeSlices and share sizes.
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import yaml
 
 from dra_driver.devicemodel.pool import NodePool
 from dra_driver.devicemodel.vocabulary import COMPUTE_SLICES_CAPACITY
-
-
-@contextmanager
-def garbage_collector_paused() -> Iterator[None]:
-    """Hold off CPython's cyclic garbage collector while a one-shot command builds and prints slices.
-
-    Why: the inventory, the pool and the rendered slices are many small acyclic dicts and tuples, freed
-    by reference counting; the cyclic collector finds nothing in them, but its full collections walk all
-    of them, and more often as the node grows -- which made ``migdra slices`` slightly worse than linear
-    in the number of GPUs (hack/bench/scale_bench.py and docs/benchmarks.md, "Scaling with the number
-    of GPUs").  The previous state is restored afterwards.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def render(slices: list[dict[str, Any]], pool: NodePool, output: str) -> str:

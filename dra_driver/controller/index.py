@@ -29,9 +29,10 @@ from dra_driver.controller.reservations import (
     compute_published_devices,
     pool_reservations,
 )
+from dra_driver.gcpause import garbage_collector_paused
 from dra_driver.jsontypes import JSON
 from dra_driver.kube.informer import Informer
-from dra_driver.resourceclaim import ResourceClaimView, parse_claim, reading_many_claims
+from dra_driver.resourceclaim import ResourceClaimView, parse_claim
 
 Key = tuple[str, str]  # (namespace, name), as the informers key their objects
 
@@ -137,7 +138,7 @@ class ReservationIndex:
         """File the changed claims under the pools they hold devices in; the pools they held devices in
         before or hold now (both: the old pool's reservations must drop the claim)."""
         pools: set[str] = set()
-        with reading_many_claims():  # on a catch-up, every claim of the cluster
+        with garbage_collector_paused():  # on a catch-up, every claim of the cluster (dra_driver/gcpause.py)
             for key in keys:
                 pools |= self._take_claim(claims, key)
         return pools

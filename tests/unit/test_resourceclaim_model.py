@@ -174,14 +174,14 @@ def test_the_view_never_refuses_fields_it_does_not_read() -> None:
     assert ResourceClaimView.model_validate(json.loads(json.dumps(claim))).metadata.uid == "uid-c"
 
 
-def test_reading_many_claims_pauses_the_cyclic_collector_and_resumes_it_as_it_was() -> None:
+def test_the_cyclic_collector_pause_resumes_it_as_it_was() -> None:
     import gc
 
-    from dra_driver.resourceclaim import reading_many_claims
+    from dra_driver.gcpause import garbage_collector_paused
 
     def read_and_fail() -> None:
-        with reading_many_claims():
-            assert not gc.isenabled(), "paused while claims are read"
+        with garbage_collector_paused():
+            assert not gc.isenabled(), "paused in the block"
             raise RuntimeError("a reader fails")
 
     assert gc.isenabled()
@@ -190,7 +190,7 @@ def test_reading_many_claims_pauses_the_cyclic_collector_and_resumes_it_as_it_wa
     assert gc.isenabled(), "resumed, even after a failure"
     gc.disable()
     try:
-        with reading_many_claims():
+        with garbage_collector_paused():
             pass
         assert not gc.isenabled(), "someone else's pause is theirs to end"
     finally:
