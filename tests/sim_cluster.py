@@ -128,6 +128,43 @@ class SimCluster:
         assert described, f"no claim of a running pod in {namespace}"
         return described
 
+    def why_not_running(self, namespace: str, lines: int = 15) -> str:
+        """What a wait on pods prints when it times out: each pod of ``namespace`` that is not Running, with
+        its node, its scheduling condition and its claims' state; the namespace's Events; and the last lines
+        of kube-scheduler's and kube-controller-manager's logs that name such a pod -- whether the scheduler
+        tried (and why it failed), never got to the pod, or a claim was never made."""
+        pods = self.pods(namespace)
+        claims = {c["metadata"]["name"]: c for c in self.claims(namespace)}
+        stuck = {name: pod for name, pod in pods.items() if (pod.get("status") or {}).get("phase") != "Running"}
+        found = [f"{len(stuck)} of {len(pods)} pods not Running"]
+        for name, pod in sorted(stuck.items()):
+            status = pod.get("status") or {}
+            scheduled = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
+            found.append(
+                f"pod {name}: phase {status.get('phase')}, node {pod['spec'].get('nodeName')}, deleting "
+                f"{bool(pod['metadata'].get('deletionTimestamp'))}, PodScheduled {scheduled}"
+            )
+            for reference in status.get("resourceClaimStatuses") or []:
+                claim = claims.get(reference.get("resourceClaimName") or "")
+                claim_status = (claim or {}).get("status") or {}
+                found.append(
+                    f"  claim {reference.get('resourceClaimName')}: "
+                    + (
+                        f"allocated {bool(claim_status.get('allocation'))}, reservedFor "
+                        f"{[r.get('name') for r in claim_status.get('reservedFor') or []]}"
+                        if claim
+                        else "not in the API"
+                    )
+                )
+        found.append(self.kubectl("get", "events", "-n", namespace, check=False).stdout)
+        for component in ("kube-scheduler", "kube-controller-manager"):
+            log = self.workdir / "kube" / f"{component}.log"
+            text = log.read_text(errors="replace").splitlines() if log.exists() else []
+            naming = [line for line in text if any(name in line for name in stuck)]
+            found.append(f"--- {component}: {len(naming)} lines name such a pod, the last:")
+            found.extend(naming[-lines:])
+        return "\n".join(found)
+
     def namespace(self, name: str) -> str:
         self.kubectl("create", "namespace", name)
         return name

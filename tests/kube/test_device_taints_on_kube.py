@@ -73,8 +73,7 @@ def test_an_xid_taints_the_gpu_and_kube_scheduler_places_nothing_on_it(cluster: 
     running = wait_for(
         "seven of the eight pods to run",
         seven_running,
-        # with the Events: whether kube-scheduler tried (FailedScheduling, and why) or never got to the pods
-        detail=lambda: cluster.kubectl("get", "pods,resourceclaims,events", "-n", namespace, "-o", "wide").stdout,
+        detail=lambda: cluster.why_not_running(namespace),
     )
     assert set(running) < set(names)
     (left_out,) = set(names) - set(running)

@@ -163,7 +163,10 @@ def test_the_components_ride_out_restarts_of_kube_apiserver_and_etcd(cluster: Si
         return count if count == room and room else None
 
     wait_for(
-        "every remaining pod to run, up to the 14 devices", running_count, timeout=WAIT, detail=lambda: last_count[0]
+        "every remaining pod to run, up to the 14 devices",
+        running_count,
+        timeout=WAIT,
+        detail=lambda: f"{last_count[0]}\n{cluster.why_not_running(namespace)}\n{problems_logged(cluster)}",
     )
 
     last_seen = ["nothing yet"]

@@ -48,12 +48,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from dra_driver.kube.client import CLAIMS, NODES, PODS, SLICES, Client, status_code
 from dra_driver.kube.events import NORMAL, WARNING, EventRecorder
 from dra_driver.kube.failures import BackoffPolicy, describe_failure
 from dra_driver.kube.informer import Changes, Informer
 from dra_driver.kubelet.calls import ClaimRef, PreparedDevice
-from dra_driver.resourceclaim import ResourceClaimView, parse_claim
+from dra_driver.resourceclaim import ResourceClaimView, describe_validation_error
 from migdra_devcluster.kubelet.heartbeat import NodeHeartbeat
 from migdra_devcluster.kubelet.node import kubelet_version, node_labels, node_status
 from migdra_devcluster.kubelet.pluginclient import CALL_TIMEOUT_SECONDS
@@ -309,9 +311,12 @@ class Kubelet:
         claims: list[ResourceClaimView] = []
         for name in dict.fromkeys(names):
             obj = self._claims.get(meta["namespace"], name)
-            claim = parse_claim(obj) if obj is not None else None
-            if claim is None:
+            if obj is None:
                 return [], f"resourceclaim {meta['namespace']}/{name} does not exist"
+            try:
+                claim = ResourceClaimView.model_validate(obj)
+            except ValidationError as e:  # kube-apiserver validated it: only a server that does not conform
+                return [], f"resourceclaim {meta['namespace']}/{name} cannot be read: {describe_validation_error(e)}"
             if not claim.allocated:
                 return [], f"resourceclaim {meta['namespace']}/{name} is not allocated"
             if not claim.reserved_for(meta["uid"]):
