@@ -96,6 +96,10 @@ def test_the_demo_workloads_run_on_mig_devices_and_go_away_without_a_trace(clust
     assert event["type"] == "Warning"
     assert event["message"].startswith("0/2 nodes are available: 2 cannot allocate all claims.")
     assert cluster.pods(namespace)["too-big"]["status"]["phase"] == "Pending"
+    # kube-scheduler logs at level 2 in sim up: each binding, and why a pod waits (docs/local-cluster.md)
+    scheduler_log = (cluster.workdir / "kube" / "kube-scheduler.log").read_text(errors="replace")
+    for line in ('"Unable to schedule pod; no fit; waiting" pod="demo/too-big"', 'pod="demo/inference-1g" node="node-'):
+        assert line in scheduler_log, (line, scheduler_log[-2000:])
     training_claim = _owned(claims, "training-3g")["metadata"]["name"]
     described = cluster.kubectl("describe", "resourceclaim", "-n", namespace, training_claim)
     assert "3g.40gb" in described.stdout

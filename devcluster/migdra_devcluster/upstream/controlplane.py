@@ -148,6 +148,12 @@ class ControlPlaneShape:
     scheduler_flags: tuple[str, ...] = ()  # appended to sim up's (e.g. --kube-api-qps)
 
 
+SIM_UP_SHAPE = ControlPlaneShape(scheduler_flags=("--v=2",))
+"""What ``sim up`` runs: everything, kube-scheduler at log level 2 -- each pod it binds, and each it cannot
+place with why ("Unable to schedule pod; no fit; waiting"), is a line of ``kube/kube-scheduler.log``, where
+a user (or a test that timed out) reads why a pod waits.  The benchmarks keep level 0."""
+
+
 def _quiet(line: str) -> None:
     """Progress lines nobody asked for: the processes' logs are in the work directory."""
 
@@ -272,7 +278,7 @@ class KubeControlPlane:
         self.binaries = binaries
         self.access = access
         self.progress = progress
-        self.upstream = UpstreamControlPlane(workdir, binaries, ControlPlaneShape(), progress)
+        self.upstream = UpstreamControlPlane(workdir, binaries, SIM_UP_SHAPE, progress)
         self.keeper: PluginPodKeeper | None = None
 
     @property
