@@ -130,9 +130,10 @@ class SimCluster:
 
     def why_not_running(self, namespace: str, lines: int = 15) -> str:
         """What a wait on pods prints when it times out: each pod of ``namespace`` that is not Running, with
-        its node, its scheduling condition and its claims' state; the namespace's Events; and the last lines
-        of kube-scheduler's and kube-controller-manager's logs that name such a pod -- whether the scheduler
-        tried (and why it failed), never got to the pod, or a claim was never made."""
+        its node, its scheduling condition and its claims' state; the namespace's last Events; and the last
+        lines of sim up's (its simulated kubelets'), kube-scheduler's and kube-controller-manager's logs that
+        name such a pod -- whether the scheduler tried (and why it failed) or never got to the pod, a claim
+        was never made, or a kubelet could not start the pod."""
         pods = self.pods(namespace)
         claims = {c["metadata"]["name"]: c for c in self.claims(namespace)}
         stuck = {name: pod for name, pod in pods.items() if (pod.get("status") or {}).get("phase") != "Running"}
@@ -156,9 +157,15 @@ class SimCluster:
                         else "not in the API"
                     )
                 )
-        found.append(self.kubectl("get", "events", "-n", namespace, check=False).stdout)
-        for component in ("kube-scheduler", "kube-controller-manager"):
-            log = self.workdir / "kube" / f"{component}.log"
+        events = self.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False).stdout
+        found.append(f"--- the last {lines * 4} Events:")
+        found.extend(events.splitlines()[-lines * 4 :])
+        logs = {"sim up (its kubelets)": sim_up_log(self.workdir)}
+        logs |= {
+            component: self.workdir / "kube" / f"{component}.log"
+            for component in ("kube-scheduler", "kube-controller-manager")
+        }
+        for component, log in logs.items():
             text = log.read_text(errors="replace").splitlines() if log.exists() else []
             naming = [line for line in text if any(name in line for name in stuck)]
             found.append(f"--- {component}: {len(naming)} lines name such a pod, the last:")
@@ -234,7 +241,10 @@ def start_cluster(
     ``ready kubeconfig=<path>``."""
     version = version or oldest_version()
     command = [str(BIN / "migdra"), "sim", "up", "--workdir", str(workdir), "--kube-version", version, *args]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    # sim up's own log (its simulated kubelets' warnings among it), beside the work directory: why a pod
+    # bound to a node does not run (SimCluster.why_not_running reads it)
+    with sim_up_log(workdir).open("ab") as log:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
     lines: list[str] = []
     first = threading.Event()
 
@@ -252,6 +262,11 @@ def start_cluster(
     assert lines[0].startswith("ready kubeconfig="), lines
     kubeconfig = Path(lines[0].strip().split("=", 1)[1])
     return SimCluster(workdir, process, kubeconfig, Client(kubeconfig), lines, version)
+
+
+def sim_up_log(workdir: Path) -> Path:
+    """Where :func:`start_cluster` keeps what ``sim up`` writes to stderr (appended to by a restart)."""
+    return workdir.parent / f"{workdir.name}-sim-up.log"
 
 
 def sim_down(workdir: Path) -> subprocess.CompletedProcess[str]:
