@@ -128,17 +128,24 @@ class SimCluster:
         assert described, f"no claim of a running pod in {namespace}"
         return described
 
-    def why_not_running(self, namespace: str, lines: int = 15) -> str:
-        """What a wait on pods prints when it times out: each pod of ``namespace`` that is not Running, with
-        its node, its scheduling condition and its claims' state; the namespace's last Events; and the last
-        lines of sim up's (its simulated kubelets'), kube-scheduler's and kube-controller-manager's logs that
-        name such a pod -- whether the scheduler tried (and why it failed) or never got to the pod, a claim
-        was never made, or a kubelet could not start the pod."""
+    def why_not_running(self, namespace: str) -> str:
+        """What a wait for pods to run prints when it times out: :meth:`explain_pods` of those not Running."""
+        return self.explain_pods(namespace, lambda pod: (pod.get("status") or {}).get("phase") != "Running", "Running")
+
+    def explain_pods(
+        self, namespace: str, stuck: Callable[[dict[str, Any]], bool], waited: str, lines: int = 15
+    ) -> str:
+        """What a wait on pods prints when it times out: each pod of ``namespace`` that is ``stuck`` (not yet
+        what the wait waited for, ``waited``), with its node, deletion, scheduling condition and its claims'
+        state; the namespace's last Events; the lines of sim up's (its simulated kubelets'), kube-scheduler's
+        and kube-controller-manager's logs that name such a pod; and the last warnings of the controller and
+        each node's plugin -- whether the scheduler tried (and why it failed) or never got to the pod, a claim
+        was never made, a kubelet could not start or stop the pod, or a plugin could not prepare."""
         pods = self.pods(namespace)
         claims = {c["metadata"]["name"]: c for c in self.claims(namespace)}
-        stuck = {name: pod for name, pod in pods.items() if (pod.get("status") or {}).get("phase") != "Running"}
-        found = [f"{len(stuck)} of {len(pods)} pods not Running"]
-        for name, pod in sorted(stuck.items()):
+        waiting = {name: pod for name, pod in pods.items() if stuck(pod)}
+        found = [f"{len(waiting)} of {len(pods)} pods not {waited}"]
+        for name, pod in sorted(waiting.items()):
             status = pod.get("status") or {}
             scheduled = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
             found.append(
@@ -160,16 +167,39 @@ class SimCluster:
         events = self.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False).stdout
         found.append(f"--- the last {lines * 4} Events:")
         found.extend(events.splitlines()[-lines * 4 :])
-        logs = {"sim up (its kubelets)": sim_up_log(self.workdir)}
+        names = set(waiting) | {
+            reference["resourceClaimName"]
+            for pod in waiting.values()
+            for reference in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+            if reference.get("resourceClaimName")
+        }
+        logs = {"sim up (its kubelets)": sim_up_log(self.workdir), "controller": self.workdir / "controller.log"}
         logs |= {
             component: self.workdir / "kube" / f"{component}.log"
             for component in ("kube-scheduler", "kube-controller-manager")
         }
+        logs |= {f"{node.name}'s plugin": node / "plugin.log" for node in sorted((self.workdir / "nodes").iterdir())}
         for component, log in logs.items():
             text = log.read_text(errors="replace").splitlines() if log.exists() else []
-            naming = [line for line in text if any(name in line for name in stuck)]
-            found.append(f"--- {component}: {len(naming)} lines name such a pod, the last:")
+            naming = [line for line in text if any(name in line for name in names)]
+            found.append(f"--- {component}: {len(naming)} lines name such a pod or its claims, the last:")
             found.extend(naming[-lines:])
+        found.append(self.problems_logged(lines))
+        return "\n".join(found)
+
+    def problems_logged(self, lines: int = 25) -> str:
+        """The last warnings and errors of the controller and each node's plugin: which writer is stuck, and why."""
+        logs = {"controller": self.workdir / "controller.log"}
+        logs |= {node.name: node / "plugin.log" for node in sorted((self.workdir / "nodes").iterdir())}
+        found = []
+        for name, path in logs.items():
+            text = path.read_text(errors="replace").splitlines() if path.exists() else []
+            bad = [
+                line
+                for line in text
+                if any(level in line for level in (" WARNING ", " ERROR ", '"warning"', '"error"'))
+            ]
+            found.append(f"--- {name}: {len(bad)} warnings/errors, the last:\n" + "\n".join(bad[-lines:]))
         return "\n".join(found)
 
     def namespace(self, name: str) -> str:
@@ -195,7 +225,12 @@ class SimCluster:
         pods on two busy CPUs once took longer than a minute.  kubectl only asks for the deletions: its own
         wait could outlast :meth:`kubectl`'s subprocess limit (it once did), so the wait is this one."""
         self.kubectl("delete", "pods", "--all", "-n", namespace, "--wait=false")
-        wait_for(f"the pods of {namespace} to go", lambda: not self.pods(namespace), timeout=DELETE_ALL_TIMEOUT)
+        wait_for(
+            f"the pods of {namespace} to go",
+            lambda: not self.pods(namespace),
+            timeout=DELETE_ALL_TIMEOUT,
+            detail=lambda: self.explain_pods(namespace, lambda pod: True, "gone"),
+        )
 
 
 def flow_versions() -> list[str]:

@@ -80,20 +80,6 @@ def pod(name: str) -> str:
     return (DEMO / "01-mig-1g.yaml").read_text().split("---", 1)[1].replace("name: inference-1g", f"name: {name}")
 
 
-def problems_logged(cluster: SimCluster, lines: int = 25) -> str:
-    """The last warnings and errors of the controller and each node's plugin: which writer is stuck, and why."""
-    logs = {"controller": cluster.workdir / "controller.log"}
-    logs |= {node.name: node / "plugin.log" for node in sorted((cluster.workdir / "nodes").iterdir())}
-    found = []
-    for name, path in logs.items():
-        text = path.read_text(errors="replace").splitlines() if path.exists() else []
-        bad = [
-            line for line in text if any(level in line for level in (" WARNING ", " ERROR ", '"warning"', '"error"'))
-        ]
-        found.append(f"--- {name}: {len(bad)} warnings/errors, the last:\n" + "\n".join(bad[-lines:]))
-    return "\n".join(found)
-
-
 def true_conditions(claim: dict[str, Any]) -> list[str]:
     """The condition types of the claim's device entries that are True (which writer is behind, if any)."""
     devices = (claim.get("status") or {}).get("devices") or []
@@ -166,7 +152,7 @@ def test_the_components_ride_out_restarts_of_kube_apiserver_and_etcd(cluster: Si
         "every remaining pod to run, up to the 14 devices",
         running_count,
         timeout=WAIT,
-        detail=lambda: f"{last_count[0]}\n{cluster.why_not_running(namespace)}\n{problems_logged(cluster)}",
+        detail=lambda: f"{last_count[0]}\n{cluster.why_not_running(namespace)}",
     )
 
     last_seen = ["nothing yet"]
@@ -186,7 +172,7 @@ def test_the_components_ride_out_restarts_of_kube_apiserver_and_etcd(cluster: Si
         "claims Reserved and Ready, one MIG instance per running pod",
         converged,
         timeout=WAIT,
-        detail=lambda: f"last seen: {last_seen[0]}\n{problems_logged(cluster)}",
+        detail=lambda: f"last seen: {last_seen[0]}\n{cluster.problems_logged()}",
     )
     assert {node: cluster.plugin_pid(node) for node in plugin_pids} == plugin_pids, "no plugin was restarted"
 
