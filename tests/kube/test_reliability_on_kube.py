@@ -92,13 +92,14 @@ def claim_of(cluster: SimCluster, namespace: str, pod: str) -> str:
     return str(name)
 
 
-def holder_of_placement(cluster: SimCluster, namespace: str, pod: str) -> str | None:
-    """The pod whose claim holds the placement ``pod``'s claim was allocated, when the node plugin refused to
-    prepare it for that reason (a FailedPrepareDynamicResources Event naming the holding claim)."""
+def holder_of_placement(cluster: SimCluster, namespace: str, pod: str, pods: dict[str, dict[str, Any]]) -> str | None:
+    """The pod (of ``pods``, the namespace's as just listed) whose claim holds the placement ``pod``'s claim was
+    allocated, when the node plugin refused to prepare it for that reason (a FailedPrepareDynamicResources
+    Event naming the holding claim)."""
     selector = f"involvedObject.name={pod},reason=FailedPrepareDynamicResources"
     events = cluster.client.list(EVENTS, namespace, field_selector=selector)[0]
     holders = {match.group(2) for e in events if (match := OCCUPIED.search(e.get("message") or ""))}
-    for name, other in cluster.pods(namespace).items():
+    for name, other in pods.items():
         statuses = (other.get("status") or {}).get("resourceClaimStatuses") or []
         if name != pod and any(s.get("resourceClaimName") in holders for s in statuses):
             return name
@@ -178,7 +179,9 @@ def test_the_components_ride_out_restarts_of_kube_apiserver_and_etcd(cluster: Si
         pods = cluster.pods(namespace)
         live = {n: p for n, p in pods.items() if not p["metadata"].get("deletionTimestamp")}
         running = {n for n, p in live.items() if (p.get("status") or {}).get("phase") == "Running"}
-        waiting = {n: holder for n in set(live) - running if (holder := holder_of_placement(cluster, namespace, n))}
+        waiting = {
+            n: holder for n in set(live) - running if (holder := holder_of_placement(cluster, namespace, n, pods))
+        }
         waiting = {n: holder for n, holder in waiting.items() if holder in running}
         last_count[0] = f"{len(running)} running of {len(live)} pods, {len(waiting)} waiting on a double allocation"
         room = min(len(live), 14)
